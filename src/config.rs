@@ -1,0 +1,1160 @@
+//! Configuration: TOML file + `VIGIL_*` environment overrides → a validated [`Config`], once, at load.
+//!
+//! Every scalar of the file can be overridden by an environment variable named after its path
+//! (`probe.interval` → `VIGIL_PROBE_INTERVAL`, `region` → `VIGIL_REGION`); `DATABASE_URL` also
+//! sets `storage.url`. Secrets never live in the file: it names the variable that holds them.
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+use url::Url;
+
+/// A configuration problem, always naming the key (or variable) at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// File that failed.
+        path: String,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A key is missing, unknown, of the wrong type or has a bad value.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Key path, e.g. `provider[2].base_url`.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), message: message.into() }
+}
+
+/// Protocol family of a provider; one adapter each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI chat completions (OpenRouter, OpenAI, Groq, Together, DeepInfra, vLLM, Ollama).
+    Openai,
+    /// Anthropic Messages API.
+    Anthropic,
+    /// Gemini `streamGenerateContent?alt=sse`.
+    Gemini,
+    /// Plain GET expecting 2xx.
+    Http,
+}
+
+/// Validated configuration; runtime state never lives here.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Region label of this instance.
+    pub region: String,
+    /// Where samples go.
+    pub storage: StorageConfig,
+    /// HTTP listener.
+    pub http: HttpConfig,
+    /// Probe cadence and limits.
+    pub probe: ProbeConfig,
+    /// Rolling baselines.
+    pub baseline: BaselineConfig,
+    /// Circuit breaker rules.
+    pub breaker: BreakerConfig,
+    /// Providers with their keys present (skipped ones are logged at load).
+    pub providers: Vec<ProviderConfig>,
+    /// Providers skipped because their key variable is unset: (name, variable).
+    pub skipped: Vec<(String, String)>,
+    /// Alert rules and channels.
+    pub alerts: AlertsConfig,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// `sqlite://vigil.db` or `postgres://…`.
+    pub url: SecretString,
+    /// Raw samples older than this many days are removed.
+    pub retention_days: u32,
+    /// Directory for the spool and other local state.
+    pub data_dir: PathBuf,
+    /// Most bytes the on-disk spool may hold before the oldest samples are dropped.
+    pub spool_max_bytes: u64,
+    /// Most samples written in one batch.
+    pub batch_size: usize,
+    /// Longest a sample waits for its batch to fill.
+    pub batch_age: Duration,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Bearer token for `/v1/*`, when its variable is set.
+    pub api_token: Option<SecretString>,
+    /// Name of the variable holding the token.
+    pub api_token_env: String,
+}
+
+/// `[probe]`.
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    /// One round every `interval`.
+    pub interval: Duration,
+    /// Whole-probe limit.
+    pub timeout: Duration,
+    /// DNS + TCP + TLS limit.
+    pub connect_timeout: Duration,
+    /// Request sent → first content token limit.
+    pub ttft_timeout: Duration,
+    /// `max_tokens` sent with each probe.
+    pub max_tokens: u32,
+    /// Most probes in flight at once.
+    pub concurrency: usize,
+    /// Probe spend guard per UTC day.
+    pub daily_budget_usd: f64,
+    /// Largest response body read, so a runaway stream cannot exhaust memory.
+    pub max_body_bytes: usize,
+}
+
+/// `[baseline]`.
+#[derive(Debug, Clone)]
+pub struct BaselineConfig {
+    /// Rolling window.
+    pub window: Duration,
+    /// Router threshold = factor × P95.
+    pub failover_factor: f64,
+    /// Fewest samples for a published P50.
+    pub min_samples_p50: u64,
+    /// Fewest samples for a published P95.
+    pub min_samples_p95: u64,
+    /// Fewest samples for a published P99.
+    pub min_samples_p99: u64,
+}
+
+/// `[breaker]`.
+#[derive(Debug, Clone)]
+pub struct BreakerConfig {
+    /// Failed probes in a row that open the breaker…
+    pub consecutive_failures: u32,
+    /// …within this window.
+    pub failure_window: Duration,
+    /// Consecutive probes with TTFB above factor × P95 that open it.
+    pub latency_trips: u32,
+    /// Time open before a half-open probe.
+    pub open_for: Duration,
+}
+
+/// `price = { input_per_mtok, output_per_mtok }`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// USD per million input tokens.
+    pub input_per_mtok: f64,
+    /// USD per million output tokens.
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    /// Cost of one call.
+    pub fn cost(&self, input_tokens: u32, output_tokens: u32) -> f64 {
+        (f64::from(input_tokens) * self.input_per_mtok + f64::from(output_tokens) * self.output_per_mtok) / 1e6
+    }
+}
+
+/// `balance = { min_usd, every, warn_hours }`.
+#[derive(Debug, Clone)]
+pub struct BalanceConfig {
+    /// Alert below this balance.
+    pub min_usd: f64,
+    /// Poll period.
+    pub every: Duration,
+    /// Alert when the burn rate projects zero within this many hours.
+    pub warn_hours: f64,
+}
+
+/// One `[[provider]]`.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// Name (`openrouter`).
+    pub name: String,
+    /// Protocol family.
+    pub kind: ProviderKind,
+    /// API base (`https://openrouter.ai/api/v1`) or, for `http`, the URL to GET.
+    pub base_url: Url,
+    /// Variable the key was read from.
+    pub api_key_env: Option<String>,
+    /// The key itself.
+    pub api_key: Option<SecretString>,
+    /// Models to probe.
+    pub models: Vec<String>,
+    /// Upstream hosts to pin (one target each).
+    pub routes: Vec<String>,
+    /// Models that stream reasoning; probed with the smallest effort and a larger token budget.
+    pub reasoning_models: Vec<String>,
+    /// Low-credit polling.
+    pub balance: Option<BalanceConfig>,
+    /// Configured prices.
+    pub price: Option<Price>,
+    /// Extra request headers (e.g. OpenRouter `HTTP-Referer`).
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `[alerts]`.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// Re-send a firing alert no more often than this.
+    pub renotify: Duration,
+    /// Failed probes in a row that fire `errors`.
+    pub error_probes: u32,
+    /// Probes a condition must stay clear before the alert resolves.
+    pub resolve_after: u32,
+    /// Give up delivering after this long (and record it).
+    pub delivery_deadline: Duration,
+    /// Link put in messages (status page).
+    pub status_url: Option<String>,
+    /// Slack incoming webhooks.
+    pub slack: Vec<SlackConfig>,
+    /// SMTP recipients.
+    pub email: Vec<EmailConfig>,
+    /// PagerDuty Events v2 integrations.
+    pub pagerduty: Vec<PagerDutyConfig>,
+    /// Generic signed webhooks.
+    pub webhook: Vec<WebhookConfig>,
+}
+
+/// `[[alerts.slack]]`.
+#[derive(Debug, Clone)]
+pub struct SlackConfig {
+    /// Channel name used in logs, metrics and `alert-test --channel`.
+    pub name: String,
+    /// Webhook URL (a secret).
+    pub webhook_url: SecretString,
+}
+
+/// `[[alerts.email]]`.
+#[derive(Debug, Clone)]
+pub struct EmailConfig {
+    /// Channel name.
+    pub name: String,
+    /// `smtp://user:pass@host:587` (STARTTLS), `smtps://…:465` or `smtp://host:25?tls=none`.
+    pub smtp_url: SecretString,
+    /// Sender.
+    pub from: String,
+    /// Recipients.
+    pub to: Vec<String>,
+}
+
+/// `[[alerts.pagerduty]]`.
+#[derive(Debug, Clone)]
+pub struct PagerDutyConfig {
+    /// Channel name.
+    pub name: String,
+    /// Integration key (a secret).
+    pub routing_key: SecretString,
+    /// Events API URL.
+    pub events_url: Url,
+}
+
+/// `[[alerts.webhook]]`.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Channel name.
+    pub name: String,
+    /// Receiver URL (a secret: it often embeds a token).
+    pub url: SecretString,
+    /// HMAC-SHA256 key for `X-Vigil-Signature`.
+    pub secret: Option<SecretString>,
+}
+
+// ---------------------------------------------------------------- raw file shape
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawConfig {
+    region: String,
+    storage: RawStorage,
+    http: RawHttp,
+    probe: RawProbe,
+    baseline: RawBaseline,
+    breaker: RawBreaker,
+    #[serde(skip_serializing)]
+    provider: Option<Vec<RawProvider>>,
+    alerts: RawAlerts,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            region: "local".into(),
+            storage: RawStorage::default(),
+            http: RawHttp::default(),
+            probe: RawProbe::default(),
+            baseline: RawBaseline::default(),
+            breaker: RawBreaker::default(),
+            provider: None,
+            alerts: RawAlerts::default(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawStorage {
+    url: String,
+    retention_days: u32,
+    data_dir: String,
+    spool_max_mb: u64,
+    batch_size: usize,
+    batch_age: String,
+}
+
+impl Default for RawStorage {
+    fn default() -> Self {
+        RawStorage {
+            url: "sqlite://vigil.db".into(),
+            retention_days: 30,
+            data_dir: "vigil-data".into(),
+            spool_max_mb: 256,
+            batch_size: 500,
+            batch_age: "1s".into(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawHttp {
+    listen: String,
+    api_token_env: String,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp { listen: "127.0.0.1:9470".into(), api_token_env: "VIGIL_API_TOKEN".into() }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawProbe {
+    interval: String,
+    timeout: String,
+    connect_timeout: String,
+    ttft_timeout: String,
+    max_tokens: u32,
+    concurrency: usize,
+    daily_budget_usd: f64,
+    max_body_kb: usize,
+}
+
+impl Default for RawProbe {
+    fn default() -> Self {
+        RawProbe {
+            interval: "60s".into(),
+            timeout: "10s".into(),
+            connect_timeout: "3s".into(),
+            ttft_timeout: "8s".into(),
+            max_tokens: 16,
+            concurrency: 256,
+            daily_budget_usd: 5.0,
+            max_body_kb: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBaseline {
+    window: String,
+    failover_factor: f64,
+    min_samples_p50: u64,
+    min_samples_p95: u64,
+    min_samples_p99: u64,
+}
+
+impl Default for RawBaseline {
+    fn default() -> Self {
+        // A P95 needs a few hundred samples to be stable and a P99 about two thousand
+        // (≈ 5 h and ≈ 33 h at one probe a minute); below that the quantile is null.
+        RawBaseline {
+            window: "7d".into(),
+            failover_factor: 2.0,
+            min_samples_p50: 30,
+            min_samples_p95: 300,
+            min_samples_p99: 2000,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBreaker {
+    consecutive_failures: u32,
+    failure_window: String,
+    latency_trips: u32,
+    open_for: String,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        RawBreaker { consecutive_failures: 3, failure_window: "120s".into(), latency_trips: 2, open_for: "5m".into() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: String,
+    kind: Option<ProviderKind>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    models: Option<Vec<String>>,
+    #[serde(default)]
+    routes: Vec<String>,
+    #[serde(default)]
+    reasoning_models: Vec<String>,
+    balance: Option<RawBalance>,
+    price: Option<Price>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBalance {
+    min_usd: f64,
+    every: Option<String>,
+    warn_hours: Option<f64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawAlerts {
+    renotify: String,
+    error_probes: u32,
+    resolve_after: u32,
+    delivery_deadline: String,
+    status_url: String,
+    #[serde(skip_serializing)]
+    slack: Vec<RawSlack>,
+    #[serde(skip_serializing)]
+    email: Vec<RawEmail>,
+    #[serde(skip_serializing)]
+    pagerduty: Vec<RawPagerDuty>,
+    #[serde(skip_serializing)]
+    webhook: Vec<RawWebhook>,
+}
+
+impl Default for RawAlerts {
+    fn default() -> Self {
+        RawAlerts {
+            renotify: "1h".into(),
+            error_probes: 2,
+            resolve_after: 3,
+            delivery_deadline: "24h".into(),
+            status_url: String::new(),
+            slack: vec![],
+            email: vec![],
+            pagerduty: vec![],
+            webhook: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlack {
+    name: Option<String>,
+    webhook_url_env: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmail {
+    name: Option<String>,
+    smtp_url_env: String,
+    from: String,
+    to: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPagerDuty {
+    name: Option<String>,
+    routing_key_env: String,
+    events_url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    name: Option<String>,
+    url_env: String,
+    secret_env: Option<String>,
+}
+
+/// Built-in provider defaults: a `[[provider]]` with one of these names inherits what it omits.
+struct Builtin {
+    name: &'static str,
+    kind: ProviderKind,
+    base_url: &'static str,
+    key_env: &'static str,
+    model: &'static str,
+}
+
+const BUILTINS: [Builtin; 7] = [
+    Builtin {
+        name: "openrouter",
+        kind: ProviderKind::Openai,
+        base_url: "https://openrouter.ai/api/v1",
+        key_env: "OPENROUTER_API_KEY",
+        model: "meta-llama/llama-3.1-8b-instruct",
+    },
+    Builtin {
+        name: "openai",
+        kind: ProviderKind::Openai,
+        base_url: "https://api.openai.com/v1",
+        key_env: "OPENAI_API_KEY",
+        model: "gpt-4o-mini",
+    },
+    Builtin {
+        name: "anthropic",
+        kind: ProviderKind::Anthropic,
+        base_url: "https://api.anthropic.com/v1",
+        key_env: "ANTHROPIC_API_KEY",
+        model: "claude-3-5-haiku-latest",
+    },
+    Builtin {
+        name: "groq",
+        kind: ProviderKind::Openai,
+        base_url: "https://api.groq.com/openai/v1",
+        key_env: "GROQ_API_KEY",
+        model: "llama-3.1-8b-instant",
+    },
+    Builtin {
+        name: "together",
+        kind: ProviderKind::Openai,
+        base_url: "https://api.together.xyz/v1",
+        key_env: "TOGETHER_API_KEY",
+        model: "meta-llama/Llama-3.2-3B-Instruct-Turbo",
+    },
+    Builtin {
+        name: "deepinfra",
+        kind: ProviderKind::Openai,
+        base_url: "https://api.deepinfra.com/v1/openai",
+        key_env: "DEEPINFRA_API_KEY",
+        model: "meta-llama/Meta-Llama-3.1-8B-Instruct",
+    },
+    Builtin {
+        name: "gemini",
+        kind: ProviderKind::Gemini,
+        base_url: "https://generativelanguage.googleapis.com/v1beta",
+        key_env: "GEMINI_API_KEY",
+        model: "gemini-2.0-flash-lite",
+    },
+];
+
+/// Reads environment variables; injected so tests need not touch the process environment.
+pub trait Env {
+    /// Value of `name`, if set and non-empty.
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for BTreeMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        BTreeMap::get(self, name).cloned().filter(|v| !v.is_empty())
+    }
+}
+
+impl Config {
+    /// Loads `path`, or `vigil.toml` in the working directory when it exists, else built-in defaults.
+    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
+            None => match std::fs::read_to_string("vigil.toml") {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(source) => return Err(ConfigError::Read { path: "vigil.toml".into(), source }),
+            },
+        };
+        Config::from_toml(&text, env)
+    }
+
+    /// Parses and validates a TOML document with environment overrides applied.
+    pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
+            invalid("config", format!("{}{span}", e.message()))
+        })?;
+        apply_env_overrides(&mut doc, env)?;
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+            let key = e.path().to_string();
+            invalid(if key == "." { "config".into() } else { key }, e.into_inner().message().to_string())
+        })?;
+        validate(raw, env)
+    }
+
+    /// The resolved config as TOML with every secret replaced by `<redacted>`.
+    pub fn redacted_toml(&self) -> String {
+        let redact = |s: &Option<SecretString>| s.as_ref().map(|_| "<redacted>".to_string());
+        let dur = |d: Duration| humantime::format_duration(d).to_string();
+        let storage_url = redact_url(self.storage.url.expose_secret());
+        let providers: Vec<serde_json::Value> = self
+            .providers
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "name": p.name, "kind": p.kind, "base_url": p.base_url.as_str(),
+                    "api_key_env": p.api_key_env, "api_key": redact(&p.api_key),
+                    "models": p.models, "routes": p.routes, "reasoning_models": p.reasoning_models,
+                    "price": p.price,
+                    "balance": p.balance.as_ref().map(|b| serde_json::json!({"min_usd": b.min_usd, "every": dur(b.every), "warn_hours": b.warn_hours})),
+                    "headers": p.headers,
+                })
+            })
+            .collect();
+        let channels = |kind: &str, names: Vec<&String>| -> Vec<serde_json::Value> {
+            names.into_iter().map(|n| serde_json::json!({"kind": kind, "name": n, "secret": "<redacted>"})).collect()
+        };
+        let mut alert_channels = channels("slack", self.alerts.slack.iter().map(|c| &c.name).collect());
+        alert_channels.extend(channels("email", self.alerts.email.iter().map(|c| &c.name).collect()));
+        alert_channels.extend(channels("pagerduty", self.alerts.pagerduty.iter().map(|c| &c.name).collect()));
+        alert_channels.extend(channels("webhook", self.alerts.webhook.iter().map(|c| &c.name).collect()));
+        let doc = serde_json::json!({
+            "region": self.region,
+            "storage": {"url": storage_url, "retention_days": self.storage.retention_days,
+                        "data_dir": self.storage.data_dir.display().to_string(),
+                        "spool_max_bytes": self.storage.spool_max_bytes, "batch_size": self.storage.batch_size,
+                        "batch_age": dur(self.storage.batch_age)},
+            "http": {"listen": self.http.listen.to_string(), "api_token_env": self.http.api_token_env,
+                     "api_token": redact(&self.http.api_token)},
+            "probe": {"interval": dur(self.probe.interval), "timeout": dur(self.probe.timeout),
+                      "connect_timeout": dur(self.probe.connect_timeout), "ttft_timeout": dur(self.probe.ttft_timeout),
+                      "max_tokens": self.probe.max_tokens, "concurrency": self.probe.concurrency,
+                      "daily_budget_usd": self.probe.daily_budget_usd, "max_body_bytes": self.probe.max_body_bytes},
+            "baseline": {"window": dur(self.baseline.window), "failover_factor": self.baseline.failover_factor,
+                         "min_samples_p50": self.baseline.min_samples_p50, "min_samples_p95": self.baseline.min_samples_p95,
+                         "min_samples_p99": self.baseline.min_samples_p99},
+            "breaker": {"consecutive_failures": self.breaker.consecutive_failures,
+                        "failure_window": dur(self.breaker.failure_window), "latency_trips": self.breaker.latency_trips,
+                        "open_for": dur(self.breaker.open_for)},
+            "provider": providers,
+            "skipped_provider": self.skipped.iter().map(|(n, v)| serde_json::json!({"name": n, "missing_env": v})).collect::<Vec<_>>(),
+            "alerts": {"renotify": dur(self.alerts.renotify), "error_probes": self.alerts.error_probes,
+                       "resolve_after": self.alerts.resolve_after, "delivery_deadline": dur(self.alerts.delivery_deadline),
+                       "channel": alert_channels},
+        });
+        let value = strip_nulls(doc);
+        toml::to_string_pretty(&value).unwrap_or_else(|e| format!("# could not render config: {e}\n"))
+    }
+}
+
+fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect(),
+        ),
+        serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}
+
+/// Hides the password of a database URL.
+pub fn redact_url(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("redacted"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Every scalar in the defaults becomes overridable by `VIGIL_<PATH>`; the value is parsed as
+/// the type the default has, so `VIGIL_PROBE_CONCURRENCY=abc` is rejected naming the variable.
+fn apply_env_overrides(doc: &mut toml::Table, env: &dyn Env) -> Result<(), ConfigError> {
+    let defaults = toml::Table::try_from(RawConfig::default()).map_err(|e| invalid("config", e.to_string()))?;
+    if let Some(url) = env.get("DATABASE_URL") {
+        table_mut(doc, "storage").insert("url".into(), toml::Value::String(url));
+    }
+    for (key, default) in &defaults {
+        match default {
+            toml::Value::Table(section) => {
+                for (sub, default) in section {
+                    let var = format!("VIGIL_{}_{}", key.to_uppercase(), sub.to_uppercase());
+                    if let Some(v) = env.get(&var) {
+                        let value = parse_like(default, &v).map_err(|m| invalid(var, m))?;
+                        table_mut(doc, key).insert(sub.clone(), value);
+                    }
+                }
+            }
+            scalar => {
+                let var = format!("VIGIL_{}", key.to_uppercase());
+                if let Some(v) = env.get(&var) {
+                    let value = parse_like(scalar, &v).map_err(|m| invalid(var, m))?;
+                    doc.insert(key.clone(), value);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn table_mut<'a>(doc: &'a mut toml::Table, key: &str) -> &'a mut toml::Table {
+    let entry = doc.entry(key.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if !entry.is_table() {
+        *entry = toml::Value::Table(toml::Table::new());
+    }
+    match entry {
+        toml::Value::Table(t) => t,
+        _ => unreachable!("replaced by a table above"),
+    }
+}
+
+fn parse_like(default: &toml::Value, v: &str) -> Result<toml::Value, String> {
+    match default {
+        toml::Value::Integer(_) => {
+            v.trim().parse().map(toml::Value::Integer).map_err(|_| format!("{v:?} is not an integer"))
+        }
+        toml::Value::Float(_) => v.trim().parse().map(toml::Value::Float).map_err(|_| format!("{v:?} is not a number")),
+        toml::Value::Boolean(_) => {
+            v.trim().parse().map(toml::Value::Boolean).map_err(|_| format!("{v:?} is not true/false"))
+        }
+        _ => Ok(toml::Value::String(v.to_string())),
+    }
+}
+
+/// Parses `1s`, `60s`, `5m`, `7d`, `1h30m`; zero is refused.
+pub fn parse_duration(key: &str, s: &str) -> Result<Duration, ConfigError> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| invalid(key, format!("{s:?} is not a duration ({e}); use e.g. 1s, 60s, 5m, 7d")))?;
+    if d.is_zero() {
+        return Err(invalid(key, "must be greater than zero"));
+    }
+    Ok(d)
+}
+
+fn positive(key: &str, v: f64) -> Result<f64, ConfigError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(invalid(key, format!("must be a positive number, got {v}")))
+    }
+}
+
+fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+    if raw.region.trim().is_empty() {
+        return Err(invalid("region", "must not be empty"));
+    }
+    let storage = StorageConfig {
+        url: {
+            let u = raw.storage.url.trim();
+            if !(u.starts_with("sqlite:") || u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "storage.url",
+                    format!("{:?} must start with sqlite:// or postgres://", redact_url(u)),
+                ));
+            }
+            SecretString::from(u.to_string())
+        },
+        retention_days: match raw.storage.retention_days {
+            0 => return Err(invalid("storage.retention_days", "must be at least 1")),
+            d => d,
+        },
+        data_dir: PathBuf::from(&raw.storage.data_dir),
+        spool_max_bytes: raw.storage.spool_max_mb.saturating_mul(1024 * 1024),
+        batch_size: match raw.storage.batch_size {
+            0 => return Err(invalid("storage.batch_size", "must be at least 1")),
+            n => n,
+        },
+        batch_age: parse_duration("storage.batch_age", &raw.storage.batch_age)?,
+    };
+    let http = HttpConfig {
+        listen: raw.http.listen.parse().map_err(|_| {
+            invalid("http.listen", format!("{:?} is not host:port (e.g. 127.0.0.1:9470)", raw.http.listen))
+        })?,
+        api_token: env.get(&raw.http.api_token_env).map(SecretString::from),
+        api_token_env: raw.http.api_token_env,
+    };
+    let p = &raw.probe;
+    let probe = ProbeConfig {
+        interval: parse_duration("probe.interval", &p.interval)?,
+        timeout: parse_duration("probe.timeout", &p.timeout)?,
+        connect_timeout: parse_duration("probe.connect_timeout", &p.connect_timeout)?,
+        ttft_timeout: parse_duration("probe.ttft_timeout", &p.ttft_timeout)?,
+        max_tokens: match p.max_tokens {
+            0 => return Err(invalid("probe.max_tokens", "must be at least 1")),
+            n => n,
+        },
+        concurrency: match p.concurrency {
+            0 => return Err(invalid("probe.concurrency", "must be at least 1")),
+            n => n,
+        },
+        daily_budget_usd: positive("probe.daily_budget_usd", p.daily_budget_usd)?,
+        max_body_bytes: p.max_body_kb.max(1) * 1024,
+    };
+    if probe.timeout > probe.interval {
+        return Err(invalid(
+            "probe.timeout",
+            "must not exceed probe.interval (a target is never probed twice at once)",
+        ));
+    }
+    let b = &raw.baseline;
+    let baseline = BaselineConfig {
+        window: parse_duration("baseline.window", &b.window)?,
+        failover_factor: positive("baseline.failover_factor", b.failover_factor)?,
+        min_samples_p50: b.min_samples_p50.max(1),
+        min_samples_p95: b.min_samples_p95.max(1),
+        min_samples_p99: b.min_samples_p99.max(1),
+    };
+    let breaker = BreakerConfig {
+        consecutive_failures: raw.breaker.consecutive_failures.max(1),
+        failure_window: parse_duration("breaker.failure_window", &raw.breaker.failure_window)?,
+        latency_trips: raw.breaker.latency_trips.max(1),
+        open_for: parse_duration("breaker.open_for", &raw.breaker.open_for)?,
+    };
+
+    let raw_providers = raw.provider.unwrap_or_else(|| {
+        BUILTINS
+            .iter()
+            .map(|b| RawProvider {
+                name: b.name.into(),
+                kind: None,
+                base_url: None,
+                api_key_env: None,
+                models: None,
+                routes: vec![],
+                reasoning_models: vec![],
+                balance: None,
+                price: None,
+                headers: BTreeMap::new(),
+            })
+            .collect()
+    });
+    let mut providers = Vec::new();
+    let mut skipped = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for (i, rp) in raw_providers.into_iter().enumerate() {
+        let key = |field: &str| format!("provider[{i}].{field}");
+        if rp.name.trim().is_empty() {
+            return Err(invalid(key("name"), "must not be empty"));
+        }
+        if !names.insert(rp.name.clone()) {
+            return Err(invalid(key("name"), format!("duplicate provider name {:?}", rp.name)));
+        }
+        let builtin = BUILTINS.iter().find(|b| b.name == rp.name);
+        let kind = rp
+            .kind
+            .or(builtin.map(|b| b.kind))
+            .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | gemini | http)"))?;
+        let base = rp
+            .base_url
+            .or(builtin.map(|b| b.base_url.to_string()))
+            .ok_or_else(|| invalid(key("base_url"), "missing"))?;
+        let base_url = Url::parse(&base).map_err(|e| invalid(key("base_url"), e.to_string()))?;
+        if !matches!(base_url.scheme(), "http" | "https") {
+            return Err(invalid(key("base_url"), format!("scheme {:?} is not http or https", base_url.scheme())));
+        }
+        let api_key_env = rp.api_key_env.or(builtin.map(|b| b.key_env.to_string()));
+        let api_key = api_key_env.as_deref().and_then(|v| env.get(v)).map(SecretString::from);
+        if kind != ProviderKind::Http && api_key.is_none() {
+            let var = api_key_env.clone().unwrap_or_default();
+            if var.is_empty() {
+                return Err(invalid(key("api_key_env"), "missing: name the variable that holds the key"));
+            }
+            skipped.push((rp.name.clone(), var));
+            continue;
+        }
+        let models = match (kind, rp.models) {
+            (ProviderKind::Http, Some(m)) if !m.is_empty() => {
+                return Err(invalid(key("models"), "plain http providers take no models"));
+            }
+            (ProviderKind::Http, _) => vec![String::new()],
+            (_, Some(m)) if !m.is_empty() => m,
+            (_, _) => match builtin {
+                Some(b) => vec![b.model.to_string()],
+                None => return Err(invalid(key("models"), "needs at least one model")),
+            },
+        };
+        if let Some(j) = models.iter().position(|m| kind != ProviderKind::Http && m.trim().is_empty()) {
+            return Err(invalid(format!("provider[{i}].models[{j}]"), "must not be empty"));
+        }
+        let balance = match rp.balance {
+            Some(b) => Some(BalanceConfig {
+                min_usd: b.min_usd,
+                every: parse_duration(&key("balance.every"), b.every.as_deref().unwrap_or("5m"))?,
+                warn_hours: positive(&key("balance.warn_hours"), b.warn_hours.unwrap_or(24.0))?,
+            }),
+            None => None,
+        };
+        if let Some(price) = rp.price {
+            if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
+                return Err(invalid(key("price"), "prices must be zero or positive"));
+            }
+        }
+        providers.push(ProviderConfig {
+            name: rp.name,
+            kind,
+            base_url,
+            api_key_env,
+            api_key,
+            models,
+            routes: rp.routes,
+            reasoning_models: rp.reasoning_models,
+            balance,
+            price: rp.price,
+            headers: rp.headers,
+        });
+    }
+
+    let alerts = validate_alerts(raw.alerts, env)?;
+    Ok(Config { region: raw.region, storage, http, probe, baseline, breaker, providers, skipped, alerts })
+}
+
+fn secret_from(env: &dyn Env, key: String, var: &str) -> Result<SecretString, ConfigError> {
+    env.get(var).map(SecretString::from).ok_or_else(|| invalid(key, format!("environment variable {var} is not set")))
+}
+
+fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, ConfigError> {
+    let name = |n: Option<String>, kind: &str, i: usize| {
+        n.unwrap_or_else(|| if i == 0 { kind.to_string() } else { format!("{kind}-{i}") })
+    };
+    let mut slack = Vec::new();
+    for (i, s) in raw.slack.into_iter().enumerate() {
+        let webhook_url = secret_from(env, format!("alerts.slack[{i}].webhook_url_env"), &s.webhook_url_env)?;
+        slack.push(SlackConfig { name: name(s.name, "slack", i), webhook_url });
+    }
+    let mut email = Vec::new();
+    for (i, e) in raw.email.into_iter().enumerate() {
+        let smtp_url = secret_from(env, format!("alerts.email[{i}].smtp_url_env"), &e.smtp_url_env)?;
+        if e.to.is_empty() {
+            return Err(invalid(format!("alerts.email[{i}].to"), "needs at least one recipient"));
+        }
+        email.push(EmailConfig { name: name(e.name, "email", i), smtp_url, from: e.from, to: e.to });
+    }
+    let mut pagerduty = Vec::new();
+    for (i, p) in raw.pagerduty.into_iter().enumerate() {
+        let routing_key = secret_from(env, format!("alerts.pagerduty[{i}].routing_key_env"), &p.routing_key_env)?;
+        let url = p.events_url.unwrap_or_else(|| "https://events.pagerduty.com/v2/enqueue".into());
+        let events_url =
+            Url::parse(&url).map_err(|e| invalid(format!("alerts.pagerduty[{i}].events_url"), e.to_string()))?;
+        pagerduty.push(PagerDutyConfig { name: name(p.name, "pagerduty", i), routing_key, events_url });
+    }
+    let mut webhook = Vec::new();
+    for (i, w) in raw.webhook.into_iter().enumerate() {
+        let url = secret_from(env, format!("alerts.webhook[{i}].url_env"), &w.url_env)?;
+        let secret = match &w.secret_env {
+            Some(var) => Some(secret_from(env, format!("alerts.webhook[{i}].secret_env"), var)?),
+            None => None,
+        };
+        webhook.push(WebhookConfig { name: name(w.name, "webhook", i), url, secret });
+    }
+    Ok(AlertsConfig {
+        renotify: parse_duration("alerts.renotify", &raw.renotify)?,
+        error_probes: raw.error_probes.max(1),
+        resolve_after: raw.resolve_after.max(1),
+        delivery_deadline: parse_duration("alerts.delivery_deadline", &raw.delivery_deadline)?,
+        status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
+        slack,
+        email,
+        pagerduty,
+        webhook,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn err(text: &str, e: &[(&str, &str)]) -> String {
+        match Config::from_toml(text, &env(e)) {
+            Ok(_) => panic!("config should be rejected:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn empty_file_enables_only_builtins_whose_key_is_set() {
+        let c = Config::from_toml("", &env(&[("GROQ_API_KEY", "sk-test-groq")])).expect("valid");
+        assert_eq!(c.providers.len(), 1);
+        assert_eq!(c.providers[0].name, "groq");
+        assert_eq!(c.providers[0].base_url.as_str(), "https://api.groq.com/openai/v1");
+        assert_eq!(c.skipped.len(), 6);
+        assert!(c.skipped.iter().any(|(n, v)| n == "openrouter" && v == "OPENROUTER_API_KEY"));
+        assert_eq!(c.probe.interval, Duration::from_secs(60));
+        assert_eq!(c.baseline.window, Duration::from_secs(7 * 86400));
+    }
+
+    #[test]
+    fn spec_example_parses() {
+        let text = r#"
+region = "eu-west-1"
+[storage]
+url = "sqlite://vigil.db"
+retention_days = 30
+[http]
+listen = "127.0.0.1:9470"
+api_token_env = "VIGIL_API_TOKEN"
+[probe]
+interval = "60s"
+timeout = "10s"
+max_tokens = 16
+concurrency = 256
+daily_budget_usd = 5.0
+[baseline]
+window = "7d"
+failover_factor = 2.0
+[breaker]
+consecutive_failures = 3
+failure_window = "120s"
+latency_trips = 2
+open_for = "5m"
+[[provider]]
+name = "openrouter"
+kind = "openai"
+base_url = "https://openrouter.ai/api/v1"
+api_key_env = "OPENROUTER_API_KEY"
+models = ["meta-llama/llama-3-70b-instruct"]
+routes = ["DeepInfra", "Together", "Lepton"]
+balance = { min_usd = 20.0, every = "5m" }
+price = { input_per_mtok = 0.59, output_per_mtok = 0.79 }
+[[provider]]
+name = "status-page"
+kind = "http"
+base_url = "https://status.example.com/api/v2/status.json"
+[alerts]
+renotify = "1h"
+[[alerts.slack]]
+webhook_url_env = "SLACK_WEBHOOK_URL"
+[[alerts.email]]
+smtp_url_env = "SMTP_URL"
+from = "vigil@example.com"
+to = ["oncall@example.com"]
+[[alerts.pagerduty]]
+routing_key_env = "PAGERDUTY_ROUTING_KEY"
+events_url = "https://events.pagerduty.com/v2/enqueue"
+[[alerts.webhook]]
+url_env = "ALERT_WEBHOOK_URL"
+secret_env = "ALERT_WEBHOOK_SECRET"
+"#;
+        let e = env(&[
+            ("OPENROUTER_API_KEY", "sk-or-v1-test"),
+            ("SLACK_WEBHOOK_URL", "http://127.0.0.1:1/slack-T000-secret"),
+            ("SMTP_URL", "smtp://127.0.0.1:2525"),
+            ("PAGERDUTY_ROUTING_KEY", "pd-routing-key-test"),
+            ("ALERT_WEBHOOK_URL", "http://127.0.0.1:1/hook-token-9"),
+            ("ALERT_WEBHOOK_SECRET", "s3cret"),
+        ]);
+        let c = Config::from_toml(text, &e).expect("valid");
+        assert_eq!(c.region, "eu-west-1");
+        assert_eq!(c.providers.len(), 2);
+        assert_eq!(c.providers[0].routes.len(), 3);
+        assert_eq!(c.providers[0].balance.as_ref().map(|b| b.min_usd), Some(20.0));
+        assert_eq!(c.providers[1].kind, ProviderKind::Http);
+        assert_eq!(c.alerts.slack.len(), 1);
+        assert_eq!(c.alerts.webhook[0].name, "webhook");
+        let shown = c.redacted_toml();
+        for secret in ["sk-or-v1-test", "slack-T000-secret", "hook-token-9", "pd-routing-key-test", "s3cret", "2525"] {
+            assert!(!shown.contains(secret), "{secret} leaked into:\n{shown}");
+        }
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn errors_name_the_key_path() {
+        let text = r#"
+[[provider]]
+name = "a"
+kind = "http"
+base_url = "https://a.example"
+[[provider]]
+name = "b"
+kind = "http"
+base_url = "https://b.example"
+[[provider]]
+name = "c"
+kind = "http"
+base_url = "not-a-url"
+"#;
+        assert_eq!(err(text, &[]), "provider[2].base_url: relative URL without a base");
+        assert_eq!(err("[probe]\ninterval = \"soon\"", &[]).split(':').next(), Some("probe.interval"));
+        {
+            let e = err("[probe]\nintervall = \"5s\"", &[]);
+            assert!(e.starts_with("probe.intervall: unknown field `intervall`"), "{e}");
+        }
+        assert!(err("[probe]\nconcurrency = \"many\"", &[]).starts_with("probe.concurrency:"));
+        assert_eq!(
+            err("", &[("VIGIL_PROBE_CONCURRENCY", "lots")]),
+            "VIGIL_PROBE_CONCURRENCY: \"lots\" is not an integer"
+        );
+        assert!(err("[[alerts.slack]]\nwebhook_url_env = \"NOPE\"", &[])
+            .starts_with("alerts.slack[0].webhook_url_env: environment variable NOPE"));
+        assert!(err("[http]\nlisten = \"here\"", &[]).starts_with("http.listen:"));
+    }
+
+    #[test]
+    fn env_overrides_every_scalar() {
+        let c = Config::from_toml(
+            "region = \"file\"\n[probe]\ninterval = \"60s\"",
+            &env(&[
+                ("VIGIL_REGION", "us-east-1"),
+                ("VIGIL_PROBE_INTERVAL", "1s"),
+                ("VIGIL_PROBE_TIMEOUT", "1s"),
+                ("DATABASE_URL", "postgres://postgres@127.0.0.1/test"),
+                ("VIGIL_HTTP_LISTEN", "127.0.0.1:0"),
+                ("VIGIL_BASELINE_FAILOVER_FACTOR", "3"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.region, "us-east-1");
+        assert_eq!(c.probe.interval, Duration::from_secs(1));
+        assert_eq!(c.storage.url.expose_secret(), "postgres://postgres@127.0.0.1/test");
+        assert_eq!(c.http.listen.port(), 0);
+        assert_eq!(c.baseline.failover_factor, 3.0);
+    }
+
+    #[test]
+    fn durations_accept_seconds_to_days() {
+        assert_eq!(parse_duration("k", "1s").ok(), Some(Duration::from_secs(1)));
+        assert_eq!(parse_duration("k", "5m").ok(), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("k", "7d").ok(), Some(Duration::from_secs(604800)));
+        assert!(parse_duration("k", "0s").is_err());
+    }
+
+    #[test]
+    fn builtin_name_inherits_defaults_and_keeps_overrides() {
+        let c = Config::from_toml(
+            "[[provider]]\nname = \"openai\"\nmodels = [\"gpt-4.1-nano\"]",
+            &env(&[("OPENAI_API_KEY", "sk-test-x")]),
+        )
+        .expect("valid");
+        assert_eq!(c.providers[0].kind, ProviderKind::Openai);
+        assert_eq!(c.providers[0].models, vec!["gpt-4.1-nano"]);
+        assert_eq!(
+            c.providers[0].api_key.as_ref().map(|k| k.expose_secret().to_string()).as_deref(),
+            Some("sk-test-x")
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! vigil: synthetic health probes for LLM API providers.
+//!
+//! Layout — data flows one way:
+//! [`config`] is parsed once into a validated `Config`. The [`scheduler`] starts each target's
+//! probe at a stable offset inside every interval; [`probe`] opens a fresh, timed connection
+//! ([`probe::timing`]), lets the provider's adapter build the request and read the stream
+//! ([`probe::sse`]), and returns a [`sample::Sample`] — a failed probe is data, not an error.
+//! Samples go down one channel to the [`pipeline`], the one place the order lives:
+//! metrics, then store (or spool), baselines, breaker and alerts. [`http`] serves `/metrics`,
+//! health, the router export and the status page from snapshots; [`demo`] runs simulated
+//! providers on loopback for `--demo` and for tests.
+
+pub mod config;
+pub mod probe;
+pub mod sample;
+pub mod target;

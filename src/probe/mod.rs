@@ -1,0 +1,3 @@
+//! The timed probe: adapters build requests and read streams; the driver owns sockets and clocks.
+
+pub mod outcome;

@@ -1,0 +1,90 @@
+//! `Sample`: one probe's measurements, the single value every later stage consumes.
+
+use crate::probe::outcome::Outcome;
+use crate::target::Target;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// One probe's result. Field names are the SPEC's; durations are milliseconds from a monotonic clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Unique id (UUIDv7, so ids sort by time); storage writes are idempotent on it.
+    pub id: Uuid,
+    /// What was probed, and from which region.
+    #[serde(flatten)]
+    pub target: Target,
+    /// When the scheduler wanted the probe to start.
+    pub scheduled_at: DateTime<Utc>,
+    /// When it really started; `started_at - scheduled_at` is the scheduling lag.
+    pub started_at: DateTime<Utc>,
+    /// DNS resolution of a fresh connection.
+    pub dns_ms: Option<f64>,
+    /// TCP connect.
+    pub connect_ms: Option<f64>,
+    /// TLS handshake (null for plain HTTP).
+    pub tls_ms: Option<f64>,
+    /// Request sent → first byte of the status line.
+    pub ttfb_ms: Option<f64>,
+    /// Request sent → first visible content token.
+    pub ttft_ms: Option<f64>,
+    /// Request sent → first reasoning token, for models that stream reasoning.
+    pub ttfr_ms: Option<f64>,
+    /// Request sent → end of stream (or failure).
+    pub total_ms: Option<f64>,
+    /// Prompt tokens from the usage report, when given.
+    pub input_tokens: Option<u32>,
+    /// Output tokens from the usage report, else counted content events.
+    pub output_tokens: Option<u32>,
+    /// (output_tokens − 1) / (total − ttft).
+    pub tokens_per_s: Option<f64>,
+    /// HTTP status, when one arrived.
+    pub status: Option<u16>,
+    /// How the probe ended.
+    pub outcome: Outcome,
+    /// Short human detail for failures (error message from the provider, I/O error).
+    pub error: Option<String>,
+    /// Provider request id (`x-request-id`, `request-id`, generation or response id).
+    pub request_id: Option<String>,
+    /// The reply obeyed the probe's system prompt; null for plain HTTP targets.
+    pub adherence_ok: Option<bool>,
+    /// What the probe cost, from usage × price (provider-reported cost wins).
+    pub cost_usd: Option<f64>,
+    /// Seconds the provider asked us to wait (`Retry-After`, Gemini `retryDelay`).
+    pub retry_after_s: Option<f64>,
+}
+
+impl Sample {
+    /// A sample with only identity and times set; the prober fills in the rest.
+    pub fn new(target: Target, scheduled_at: DateTime<Utc>, started_at: DateTime<Utc>) -> Self {
+        Sample {
+            id: Uuid::now_v7(),
+            target,
+            scheduled_at,
+            started_at,
+            dns_ms: None,
+            connect_ms: None,
+            tls_ms: None,
+            ttfb_ms: None,
+            ttft_ms: None,
+            ttfr_ms: None,
+            total_ms: None,
+            input_tokens: None,
+            output_tokens: None,
+            tokens_per_s: None,
+            status: None,
+            outcome: Outcome::Ok,
+            error: None,
+            request_id: None,
+            adherence_ok: None,
+            cost_usd: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// Scheduling lag in seconds (never negative).
+    pub fn schedule_lag_s(&self) -> f64 {
+        let lag = self.started_at - self.scheduled_at;
+        (lag.num_microseconds().unwrap_or(0).max(0) as f64) / 1e6
+    }
+}

@@ -1,0 +1,60 @@
+//! What one probe measures: provider + model (+ pinned upstream route) in one region.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Identity of one probed target; `Display` gives the stable id `provider/model@route`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Target {
+    /// Provider name from config (`openrouter`).
+    pub provider: String,
+    /// Model id as the provider spells it; empty for plain HTTP targets.
+    pub model: String,
+    /// Upstream host pinned through an aggregator (`DeepInfra`), if any.
+    pub route: Option<String>,
+    /// Region label of the instance that probes it.
+    pub region: String,
+}
+
+impl Target {
+    /// The route label as Prometheus wants it: empty when there is none.
+    pub fn route_label(&self) -> &str {
+        self.route.as_deref().unwrap_or("")
+    }
+
+    /// Stable id used in exports, logs and `--target` (`openrouter/meta-llama/llama-3-70b-instruct@DeepInfra`).
+    pub fn id(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.provider)?;
+        if !self.model.is_empty() {
+            write!(f, "/{}", self.model)?;
+        }
+        if let Some(route) = &self.route {
+            write!(f, "@{route}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_joins_provider_model_and_route() {
+        let t = Target {
+            provider: "openrouter".into(),
+            model: "meta-llama/llama-3-70b-instruct".into(),
+            route: Some("DeepInfra".into()),
+            region: "eu-west-1".into(),
+        };
+        assert_eq!(t.id(), "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra");
+        let plain = Target { provider: "status-page".into(), model: String::new(), route: None, region: "x".into() };
+        assert_eq!(plain.id(), "status-page");
+    }
+}
