@@ -13,4 +13,5 @@
 pub mod config;
 pub mod probe;
 pub mod sample;
+pub mod store;
 pub mod target;
