@@ -10,8 +10,14 @@
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
 //! providers on loopback for `--demo` and for tests.
 
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
 pub mod probe;
 pub mod sample;
+pub mod scheduler;
 pub mod store;
 pub mod target;
