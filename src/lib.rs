@@ -11,6 +11,7 @@
 //! providers on loopback for `--demo` and for tests.
 
 pub mod config;
+pub mod demo;
 pub mod probe;
 pub mod sample;
 pub mod store;
