@@ -13,6 +13,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;
