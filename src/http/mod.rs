@@ -2,6 +2,7 @@
 //! status page. Handlers only read shared snapshots; nothing here drives probes.
 
 use crate::metrics::Metrics;
+use crate::store::WriterHealth;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +31,12 @@ impl ReadyCheck for SchedulerRunning {
     }
 }
 
+impl ReadyCheck for WriterHealth {
+    fn ready(&self) -> Result<(), String> {
+        WriterHealth::ready(self)
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
@@ -37,6 +44,8 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Readiness conditions, all of which must hold.
     pub checks: Vec<Arc<dyn ReadyCheck>>,
+    /// The store writer's counters, copied into gauges at scrape time.
+    pub writer: Option<Arc<WriterHealth>>,
 }
 
 /// The router; tests call it without a socket.
@@ -49,6 +58,10 @@ pub fn router(state: HttpState) -> Router {
 }
 
 async fn metrics(State(s): State<HttpState>) -> Response {
+    if let Some(w) = &s.writer {
+        s.metrics.set_spooled(w.spooled());
+        s.metrics.set_stored(w.written());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
 }
 
