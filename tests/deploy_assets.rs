@@ -480,17 +480,22 @@ fn dashboard_exprs() -> Vec<(String, String, String)> {
 
 /// Grafana's built-in and the dashboards' template variables, with values a user could pick.
 fn substitute_variables(expr: &str) -> String {
-    let values = [
-        ("__rate_interval", "4m"),
-        ("__interval", "1m"),
-        ("__range", "1h"),
-        ("region", "eu-west-1"),
-        ("provider", "openrouter"),
-        ("model", "meta-llama/llama-3-70b-instruct"),
-        ("route", "DeepInfra|Together"),
-    ];
+    substitute(
+        expr,
+        &[
+            ("region", "eu-west-1"),
+            ("provider", "openrouter"),
+            ("model", "meta-llama/llama-3-70b-instruct"),
+            ("route", "DeepInfra|Together"),
+        ],
+    )
+}
+
+/// Replaces `$name`, `${name}` and `[[name]]` by the given values and Grafana's interval variables.
+fn substitute(expr: &str, vars: &[(&str, &str)]) -> String {
+    let builtin = [("__rate_interval", "4m"), ("__interval", "1m"), ("__range", "1h")];
     let mut out = expr.to_string();
-    for (name, value) in values {
+    for &(name, value) in builtin.iter().chain(vars) {
         out = out.replace(&format!("${{{name}}}"), value).replace(&format!("[[{name}]]"), value);
         out = out.replace(&format!("${name}"), value);
     }
@@ -527,6 +532,56 @@ fn every_dashboard_query_is_valid_promql() {
     let out = run(&promtool(), &["check", "rules", path.to_str().expect("utf-8 path")], dir.path());
     assert_success("promtool check rules (one recording rule per dashboard query)", &out);
     assert!(text(&out).contains(&format!("SUCCESS: {} rules found", exprs.len())), "{}", text(&out));
+}
+
+fn panel_expr(file: &str, title: &str) -> String {
+    dashboard_exprs()
+        .into_iter()
+        .find(|(f, t, _)| f == file && t == title)
+        .map(|(_, _, e)| e)
+        .unwrap_or_else(|| panic!("{file} has no panel {title:?}"))
+}
+
+#[test]
+fn the_overview_tables_name_targets_and_compare_ttft_with_the_p95_baseline() {
+    let all = [("region", "eu-west-1"), ("provider", ".*")];
+    let ratio = substitute(&panel_expr("dashboards/overview.json", "TTFT ÷ baseline P95 (last probe)"), &all);
+    let breakers = substitute(&panel_expr("dashboards/overview.json", "Breaker state"), &all);
+    let llama = r#"provider="openrouter",model="meta-llama/llama-3-70b-instruct",route="DeepInfra""#;
+    let mini = r#"provider="openai",model="gpt-4o-mini",route="""#;
+    let series = |name: &str, extra: &str, target: &str, region: &str, value: f64| {
+        format!("      - series: '{name}{{{extra}{target},region=\"{region}\"}}'\n        values: '{value}x5'\n")
+    };
+    let mut input = String::new();
+    for region in ["eu-west-1", "us-east-1"] {
+        input += &series("vigil_probe_phase_seconds", r#"phase="ttft","#, llama, region, 0.8);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.95","#, llama, region, 0.4);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.5","#, llama, region, 0.2);
+        input += &series("vigil_probe_phase_seconds", r#"phase="ttft","#, mini, region, 0.3);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.95","#, mini, region, 0.3);
+        input += &series("vigil_circuit_state", "", llama, region, 2.0);
+        input += &series("vigil_circuit_state", "", mini, region, 0.0);
+    }
+    let llama_out = r#"{provider="openrouter",model="meta-llama/llama-3-70b-instruct",route="DeepInfra",region="eu-west-1",target="openrouter/meta-llama/llama-3-70b-instruct@DeepInfra"}"#;
+    let mini_out = r#"{provider="openai",model="gpt-4o-mini",region="eu-west-1",target="openai/gpt-4o-mini"}"#;
+    let breaker_llama = llama_out.replacen('{', r#"{__name__="vigil_circuit_state","#, 1);
+    let breaker_mini = mini_out.replacen('{', r#"{__name__="vigil_circuit_state","#, 1);
+    let test = format!(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{input}\
+         \x20   promql_expr_test:\n\
+         \x20     - expr: {ratio}\n        eval_time: 2m\n        exp_samples:\n\
+         \x20         - labels: '{llama_out}'\n            value: 2\n\
+         \x20         - labels: '{mini_out}'\n            value: 1\n\
+         \x20     - expr: {breakers}\n        eval_time: 2m\n        exp_samples:\n\
+         \x20         - labels: '{breaker_llama}'\n            value: 2\n\
+         \x20         - labels: '{breaker_mini}'\n            value: 0\n",
+        ratio = serde_json::to_string(&ratio).expect("json"),
+        breakers = serde_json::to_string(&breakers).expect("json"),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("overview.test.yml"), &test).expect("write promtool test");
+    let out = run(&promtool(), &["test", "rules", "overview.test.yml"], dir.path());
+    assert_success(&format!("promtool test rules (overview tables)\n{test}"), &out);
 }
 
 #[test]
@@ -1070,9 +1125,8 @@ fn serve_thresholds_once(doc: serde_json::Value, token: &'static str) -> (String
             head.push_str(&line);
         }
         let authorized = head.lines().any(|l| {
-            l.split_once(':').is_some_and(|(k, v)| {
-                k.eq_ignore_ascii_case("authorization") && v.trim() == format!("Bearer {token}")
-            })
+            l.split_once(':')
+                .is_some_and(|(k, v)| k.eq_ignore_ascii_case("authorization") && v.trim() == format!("Bearer {token}"))
         });
         let on_path = head.starts_with("GET /v1/thresholds ");
         let (status, body) = if authorized && on_path {
