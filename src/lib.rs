@@ -10,8 +10,12 @@
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
 //! providers on loopback for `--demo` and for tests.
 
+pub mod baseline;
+pub mod breaker;
 pub mod config;
+pub mod export;
 pub mod probe;
+pub mod report;
 pub mod sample;
 pub mod store;
 pub mod target;
