@@ -6,10 +6,11 @@
 //! passed (on [`Breaker::tick`] or the next [`Breaker::observe`]); in `half_open` the next probe
 //! decides: good → `closed`, failed or slow → `open` again.
 //!
-//! Rate limits: a `rate_limited` probe that carries a `Retry-After` starts a wait; 429s that arrive
-//! before that wait has passed are *excused*: they neither count as failures nor break a streak, because
-//! the provider told us to back off and we probed anyway. A 429 after the wait has passed, or one
-//! with no advertised wait, counts as a failure (the provider is still refusing us).
+//! Rate limits: the first `rate_limited` probe of an episode that carries a `Retry-After` starts a
+//! grace period of that length; it and every 429 arriving before the grace period ends are *excused*:
+//! they neither count as failures nor break a streak, because the provider told us to back off and
+//! we probed anyway. A 429 after the grace period, or one with no advertised wait, counts as a
+//! failure (the provider is still refusing us). Any other probe ends the episode.
 //! Any good probe resets the failure streak, so alternating good/bad probes never open a breaker
 //! that needs two or more failures in a row.
 
@@ -295,17 +296,18 @@ impl Breaker {
             let until = self.detail.rate_limited_until;
             let waiting = until.is_some_and(|u| probe.at < u);
             let advertised = probe.retry_after_s.filter(|s| s.is_finite() && *s > 0.0);
-            if let Some(wait) = advertised {
-                let end = probe.at + Duration::milliseconds((wait * 1000.0) as i64);
-                self.detail.rate_limited_until = until.max(Some(end));
+            // One grace period per episode: later 429s neither extend nor renew it, or a limiter that
+            // always says "retry in 5 min" to a probe every minute could never open the breaker.
+            if let (None, Some(wait)) = (until, advertised) {
+                self.detail.rate_limited_until = Some(probe.at + Duration::milliseconds((wait * 1000.0) as i64));
+                return Verdict::Excused;
             }
-            // Excused: probed again within the advertised wait, or the 429 that announces the wait.
-            return if waiting || (until.is_none() && advertised.is_some()) { Verdict::Excused } else { Verdict::Failed };
+            return if waiting { Verdict::Excused } else { Verdict::Failed };
         }
+        self.detail.rate_limited_until = None;
         if probe.outcome.is_failure() {
             return Verdict::Failed;
         }
-        self.detail.rate_limited_until = None;
         match (probe.ttfb_ms, p95) {
             (Some(ttfb), Some(p95)) if ttfb > self.settings.failover_factor * p95 => {
                 Verdict::Slow(self.settings.failover_factor * p95)

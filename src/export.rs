@@ -399,7 +399,11 @@ mod tests {
 
     #[test]
     fn expiry_window_and_yaml_follow_the_params() {
-        let p = ExportParams { probe_interval: Duration::from_secs(30), window: Duration::from_secs(36 * 3600), ..params() };
+        let p = ExportParams {
+            probe_interval: Duration::from_secs(30),
+            window: Duration::from_secs(36 * 3600),
+            ..params()
+        };
         let doc = build(&p, &[stats("DeepInfra", LLAMA)]);
         assert_eq!(doc.expires_at, p.generated_at + chrono::Duration::seconds(90));
         assert_eq!(doc.window, "36h");

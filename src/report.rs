@@ -142,7 +142,8 @@ fn num(v: Option<f64>, decimals: usize) -> String {
 impl Matrix {
     /// Fixed-width table for a terminal.
     pub fn render_table(&self) -> String {
-        let header = ["MODEL", "HOST", "REGION", "TTFT P50", "TTFT P95", "TOK/S", "$IN/1M", "$OUT/1M", "ERRORS", "SAMPLES"];
+        let header =
+            ["MODEL", "HOST", "REGION", "TTFT P50", "TTFT P95", "TOK/S", "$IN/1M", "$OUT/1M", "ERRORS", "SAMPLES"];
         let cells: Vec<[String; 10]> = self
             .rows
             .iter()
@@ -274,7 +275,12 @@ mod tests {
             m.rows.iter().map(|r| (r.route.as_deref().unwrap_or(""), r.region.as_str())).collect();
         assert_eq!(
             order,
-            [("Together", "us-east-1"), ("Together", "eu-west-1"), ("DeepInfra", "eu-west-1"), ("DeepInfra", "us-east-1")]
+            [
+                ("Together", "us-east-1"),
+                ("Together", "eu-west-1"),
+                ("DeepInfra", "eu-west-1"),
+                ("DeepInfra", "us-east-1")
+            ]
         );
     }
 
@@ -288,19 +294,22 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
-            ["MODEL", "HOST", "REGION", "TTFT", "P50", "TTFT", "P95", "TOK/S", "$IN/1M", "$OUT/1M", "ERRORS", "SAMPLES"]
+            [
+                "MODEL", "HOST", "REGION", "TTFT", "P50", "TTFT", "P95", "TOK/S", "$IN/1M", "$OUT/1M", "ERRORS",
+                "SAMPLES"
+            ]
         );
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
-            [LLAMA, "openrouter@DeepInfra", "eu-west-1", "180", "200", "65.0", "0.59", "0.79", "0.00%", "2"]
+            [LLAMA, "openrouter@Lepton", "eu-west-1", "195", "195", "71.0", "-", "-", "50.00%", "2"]
         );
         assert_eq!(
             lines[2].split_whitespace().collect::<Vec<_>>(),
-            [LLAMA, "openrouter@Lepton", "eu-west-1", "195", "195", "71.0", "-", "-", "50.00%", "2"]
+            [LLAMA, "openrouter@DeepInfra", "eu-west-1", "180", "200", "65.0", "0.59", "0.79", "0.00%", "2"]
         );
         assert!(lines[1..].iter().all(|l| l.find("eu-west-1") == lines[1].find("eu-west-1")), "columns line up");
         let json: serde_json::Value = serde_json::from_str(&m.to_json()).expect("json");
-        assert_eq!(json["rows"][1]["ttft_p95_ms"], 195.0);
-        assert!(json["rows"][1]["input_per_mtok"].is_null());
+        assert_eq!(json["rows"][0]["ttft_p95_ms"], 195.0, "lower P95 first");
+        assert!(json["rows"][0]["input_per_mtok"].is_null());
     }
 }
