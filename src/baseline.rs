@@ -217,21 +217,31 @@ fn sparse_total(hist: &[(u32, u32)]) -> u64 {
 }
 
 /// Nearest-rank quantiles (as hdrhistogram computes them) over the sum of two sparse histograms.
-fn quantiles(a: &[(u32, u32)], b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
+fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
     let mut out = [0u64; 3];
     let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
-    let (mut i, mut j, mut seen, mut k) = (0, 0, 0u64, 0);
-    while k < 3 && (i < a.len() || j < b.len()) {
-        let (index, count) = if j >= b.len() || (i < a.len() && a[i].0 < b[j].0) {
-            i += 1;
-            a[i - 1]
-        } else if i >= a.len() || b[j].0 < a[i].0 {
-            j += 1;
-            b[j - 1]
-        } else {
-            i += 1;
-            j += 1;
-            (a[i - 1].0, a[i - 1].1.saturating_add(b[j - 1].1))
+    let mut a = a.peekable();
+    let (mut j, mut seen, mut k) = (0, 0u64, 0);
+    while k < 3 {
+        let (index, count) = match (a.peek().copied(), b.get(j).copied()) {
+            (None, None) => break,
+            (Some(x), Some(y)) if x.0 == y.0 => {
+                a.next();
+                j += 1;
+                (x.0, x.1.saturating_add(y.1))
+            }
+            (Some(x), Some(y)) if y.0 < x.0 => {
+                j += 1;
+                y
+            }
+            (None, Some(y)) => {
+                j += 1;
+                y
+            }
+            (Some(x), _) => {
+                a.next();
+                x
+            }
         };
         seen += u64::from(count);
         while k < 3 && seen >= ranks[k] {
@@ -240,6 +250,76 @@ fn quantiles(a: &[(u32, u32)], b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u
         }
     }
     out
+}
+
+/// A sparse histogram packed as LEB128 (index delta, count) pairs: about 2 bytes an entry instead of 8,
+/// which is what lets a week of hourly rollups for thousands of targets stay in memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Packed(Box<[u8]>);
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+impl Packed {
+    fn pack(entries: impl IntoIterator<Item = (u32, u32)>) -> Packed {
+        let mut out = Vec::new();
+        let mut previous = 0;
+        for (index, count) in entries {
+            put_varint(&mut out, index - previous);
+            put_varint(&mut out, count);
+            previous = index;
+        }
+        Packed(out.into_boxed_slice())
+    }
+
+    fn iter(&self) -> PackedIter<'_> {
+        PackedIter { bytes: &self.0, pos: 0, index: 0 }
+    }
+
+    fn unpack(&self) -> Sparse {
+        self.iter().collect()
+    }
+
+    /// `self ± other` as a new packed histogram.
+    fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
+        Packed::pack(sparse_merge(&self.unpack(), other, subtract))
+    }
+}
+
+struct PackedIter<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    index: u32,
+}
+
+impl PackedIter<'_> {
+    fn varint(&mut self) -> Option<u32> {
+        let mut v = 0u32;
+        for shift in (0..35).step_by(7) {
+            let b = *self.bytes.get(self.pos)?;
+            self.pos += 1;
+            v |= u32::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+impl Iterator for PackedIter<'_> {
+    type Item = (u32, u32);
+    fn next(&mut self) -> Option<(u32, u32)> {
+        let delta = self.varint()?;
+        let count = self.varint()?;
+        self.index += delta;
+        Some((self.index, count))
+    }
 }
 
 /// Encodes a sparse histogram as hdrhistogram V2 bytes, through a reusable dense scratch histogram.
@@ -323,17 +403,17 @@ fn hour_start(hour: i64) -> DateTime<Utc> {
 #[derive(Debug, Clone)]
 struct Hour {
     hour: i64,
-    hist: Sparse,
-    count: u64,
+    hist: Packed,
+    count: u32,
     /// Count at the last persist; the hour is dirty while it differs.
-    persisted: u64,
+    persisted: u32,
 }
 
 /// One target × metric: its hours in the window and the merge of the closed ones.
 #[derive(Debug, Clone, Default)]
 struct Series {
     hours: VecDeque<Hour>,
-    closed: Sparse,
+    closed: Packed,
     closed_count: u64,
     /// Hours before this index are merged into `closed`; `None` means `closed` must be rebuilt.
     closed_before: Option<i64>,
@@ -347,16 +427,16 @@ impl Series {
             Some(p) if self.hours[p].hour == hour => p,
             _ => {
                 let at = pos.map_or(0, |p| p + 1);
-                self.hours.insert(at, Hour { hour, hist: Sparse::new(), count: 0, persisted: 0 });
+                self.hours.insert(at, Hour { hour, hist: Packed::default(), count: 0, persisted: 0 });
                 at
             }
         };
         let h = &mut self.hours[slot];
-        sparse_insert(&mut h.hist, index, 1);
-        h.count += 1;
+        h.hist = h.hist.merged(&[(index, 1)], false);
+        h.count = h.count.saturating_add(1);
         // A late sample for an hour already folded into the merge goes there too.
         if self.closed_before.is_some_and(|before| hour < before) {
-            sparse_insert(&mut self.closed, index, 1);
+            self.closed = self.closed.merged(&[(index, 1)], false);
             self.closed_count += 1;
         }
         self.cached = None;
@@ -368,8 +448,8 @@ impl Series {
         while self.hours.front().is_some_and(|h| h.hour < oldest) {
             if let Some(h) = self.hours.pop_front() {
                 if self.closed_before.is_some_and(|before| h.hour < before) {
-                    self.closed = sparse_merge(&self.closed, &h.hist, true);
-                    self.closed_count = self.closed_count.saturating_sub(h.count);
+                    self.closed = self.closed.merged(&h.hist.unpack(), true);
+                    self.closed_count = self.closed_count.saturating_sub(u64::from(h.count));
                 }
                 self.cached = None;
             }
@@ -378,8 +458,8 @@ impl Series {
             Some(before) if before >= current => {}
             Some(before) if self.hours.iter().filter(|h| h.hour >= before && h.hour < current).count() <= 4 => {
                 for h in self.hours.iter().filter(|h| h.hour >= before && h.hour < current) {
-                    self.closed = sparse_merge(&self.closed, &h.hist, false);
-                    self.closed_count += h.count;
+                    self.closed = self.closed.merged(&h.hist.unpack(), false);
+                    self.closed_count += u64::from(h.count);
                     self.cached = None;
                 }
                 self.closed_before = Some(current);
@@ -393,24 +473,24 @@ impl Series {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         let mut total = 0;
         for h in self.hours.iter().filter(|h| h.hour < current) {
-            for &(index, count) in &h.hist {
+            for (index, count) in h.hist.iter() {
                 let i = index as usize;
                 scratch[i] += u64::from(count);
                 lo = lo.min(i);
                 hi = hi.max(i);
             }
-            total += h.count;
+            total += u64::from(h.count);
         }
-        self.closed.clear();
+        let mut merged = Sparse::new();
         if lo <= hi {
             for (i, slot) in scratch.iter_mut().enumerate().take(hi + 1).skip(lo) {
                 if *slot > 0 {
-                    self.closed.push((i as u32, u32::try_from(*slot).unwrap_or(u32::MAX)));
+                    merged.push((i as u32, u32::try_from(*slot).unwrap_or(u32::MAX)));
                     *slot = 0;
                 }
             }
         }
-        self.closed.shrink_to_fit();
+        self.closed = Packed::pack(merged);
         self.closed_count = total;
         self.closed_before = Some(current);
         self.cached = None;
@@ -419,20 +499,12 @@ impl Series {
     fn compute(&self, min: [u64; 3]) -> Baseline {
         let before = self.closed_before.unwrap_or(i64::MIN);
         let open: Vec<&Hour> = self.hours.iter().filter(|h| h.hour >= before).collect();
-        let owned;
-        let recent: &[(u32, u32)] = match open.as_slice() {
-            [] => &[],
-            [one] => &one.hist,
-            many => {
-                owned = many.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.hist, false));
-                &owned
-            }
-        };
-        let count = self.closed_count + open.iter().map(|h| h.count).sum::<u64>();
+        let recent = open.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.hist.unpack(), false));
+        let count = self.closed_count + open.iter().map(|h| u64::from(h.count)).sum::<u64>();
         if count == 0 {
             return Baseline::default();
         }
-        let values = quantiles(&self.closed, recent, count, [0.5, 0.95, 0.99]);
+        let values = quantiles(self.closed.iter(), &recent, count, [0.5, 0.95, 0.99]);
         let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
         Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
     }
@@ -539,8 +611,8 @@ impl Baselines {
                         target: target.clone(),
                         metric: metric.as_str().to_string(),
                         hour: hour_start(h.hour),
-                        count: i64::try_from(h.count).unwrap_or(i64::MAX),
-                        histogram: encode_v2(&mut scratch, &h.hist)?,
+                        count: i64::from(h.count),
+                        histogram: encode_v2(&mut scratch, &h.hist.unpack())?,
                     });
                 }
             }
@@ -556,7 +628,7 @@ impl Baselines {
             };
             let hour = hour_of(r.hour);
             if let Some(h) = series[metric.slot()].hours.iter_mut().find(|h| h.hour == hour) {
-                h.persisted = u64::try_from(r.count).unwrap_or(0);
+                h.persisted = u32::try_from(r.count).unwrap_or(0);
             }
         }
     }
@@ -588,14 +660,14 @@ impl Baselines {
                     continue;
                 }
             };
-            let count = sparse_total(&hist);
+            let count = u32::try_from(sparse_total(&hist)).unwrap_or(u32::MAX);
             let hour = hour_of(r.hour);
             let series = match self.series.get_mut(&r.target) {
                 Some(s) => s,
                 None => self.series.entry(r.target.clone()).or_default(),
             };
             let s = &mut series[metric.slot()];
-            let loaded = Hour { hour, hist, count, persisted: count };
+            let loaded = Hour { hour, hist: Packed::pack(hist), count, persisted: count };
             match s.hours.binary_search_by_key(&hour, |h| h.hour) {
                 Ok(i) => s.hours[i] = loaded,
                 Err(i) => s.hours.insert(i, loaded),
@@ -673,7 +745,7 @@ mod tests {
             h.record(v).expect("record");
             sparse_insert(if i % 3 == 0 { &mut b } else { &mut a }, index_for(v), 1);
         }
-        let got = quantiles(&a, &b, 5000, [0.5, 0.95, 0.99]);
+        let got = quantiles(Packed::pack(a.clone()).iter(), &b, 5000, [0.5, 0.95, 0.99]);
         let want = [0.5, 0.95, 0.99].map(|q| h.value_at_quantile(q));
         assert_eq!(got, want);
     }
@@ -695,6 +767,17 @@ mod tests {
             sparse_insert(&mut from_library, index_for(v.value_iterated_to()), v.count_at_value() as u32);
         }
         assert_eq!(from_library, sparse);
+    }
+
+    #[test]
+    fn packed_histograms_round_trip_merge_and_subtract() {
+        let entries: Sparse = vec![(0, 1), (5, 300), (21_000, 70_000), (21_503, u32::MAX)];
+        let p = Packed::pack(entries.clone());
+        assert_eq!(p.unpack(), entries);
+        assert!(p.0.len() < 8 * entries.len());
+        let added = p.merged(&[(5, 1), (6, 2)], false).unpack();
+        assert_eq!(added, [(0, 1), (5, 301), (6, 2), (21_000, 70_000), (21_503, u32::MAX)]);
+        assert_eq!(p.merged(&[(5, 300)], true).unpack(), [(0, 1), (21_000, 70_000), (21_503, u32::MAX)]);
     }
 
     #[test]
