@@ -11,13 +11,17 @@
 //! providers on loopback for `--demo` and for tests.
 
 pub mod app;
+pub mod baseline;
+pub mod breaker;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod export;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;
 pub mod probe;
+pub mod report;
 pub mod sample;
 pub mod scheduler;
 pub mod store;
