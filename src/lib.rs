@@ -19,6 +19,7 @@ pub mod demo;
 pub mod export;
 pub mod http;
 pub mod metrics;
+pub mod monitor;
 pub mod pipeline;
 pub mod probe;
 pub mod report;
