@@ -29,6 +29,8 @@ pub const CREDIT_LIMIT_USD: f64 = 25.0;
 pub const CREDIT_USED_AT_START_USD: f64 = 7.5;
 /// Background spend per hour, so the balance visibly drains even between probes.
 pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
+/// Requests the demo server remembers; it may run for days.
+const DEMO_RECORDS: usize = 1000;
 /// Output limit assumed when a request names none.
 const DEFAULT_MAX_TOKENS: u32 = 16;
 
@@ -46,6 +48,7 @@ pub async fn start_demo(seed: u64) -> std::io::Result<Demo> {
     let state =
         DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started: Instant::now(), spent: Mutex::new(0.0) };
     let standin = StandIn::start(move |request| state.respond(request)).await?;
+    standin.keep_records(DEMO_RECORDS);
     let providers = demo_providers(&format!("http://127.0.0.1:{}", standin.addr().port()))?;
     Ok(Demo { standin, providers })
 }
