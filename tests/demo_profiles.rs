@@ -79,6 +79,16 @@ fn stream_timing(wire: Wire, script: &Script) -> (Duration, Vec<Duration>, Strin
     (times[0], gaps, text)
 }
 
+/// Index of the first script chunk that carries content.
+fn first_content_chunk(wire: Wire, script: &Script) -> Option<usize> {
+    script.chunks.iter().position(|chunk| {
+        split_sse_events(&chunk.bytes).iter().any(|raw| {
+            let event = parse_event(Duration::ZERO, std::str::from_utf8(raw).expect("utf-8"));
+            content_of(wire, &event).is_some()
+        })
+    })
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -101,6 +111,7 @@ fn pacing_follows_each_profile_over_many_streams() {
             let (ttft, token_gaps, text) = stream_timing(profile.wire, &script);
             assert_eq!(text, "{\"ok\":true}", "{profile:?}");
             assert!(script.head_delay < ttft, "status line before the first token");
+            assert_eq!(first_content_chunk(profile.wire, &script), Some(profile.first_token_chunk()));
             let ttft_ms = ttft.as_secs_f64() * 1000.0;
             if ttft_ms > 2.2 * profile.ttft_ms {
                 spikes += 1;
@@ -494,4 +505,29 @@ async fn key_document_drains_and_endpoints_list_prices() {
     );
     let response = client.get(format!("{base}/api/v1/models/nobody/nothing/endpoints")).send().await.expect("send");
     assert_eq!(response.status(), 404);
+}
+
+#[tokio::test]
+async fn server_truth_marks_the_first_token_write() {
+    let demo = start_demo(3).await.expect("demo starts");
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/chat/completions", demo.standin.base_url());
+    let lepton = profiles::find(Wire::OpenRouter, profiles::LLAMA, "Lepton").expect("lepton");
+    let response = client
+        .post(&url)
+        .bearer_auth("sk-test-demo")
+        .json(&chat_body(profiles::LLAMA, "Lepton"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), 200);
+    let events = read_events(response).await;
+    let records = demo.standin.requests();
+    let record = records.last().expect("recorded");
+    assert_eq!(record.chunk_written_at.len(), events.len(), "one write per event");
+    let first_token = record.chunk_written_at[lepton.first_token_chunk()];
+    assert!(content_of(Wire::OpenRouter, &events[lepton.first_token_chunk()]).is_some());
+    assert!(events[..lepton.first_token_chunk()].iter().all(|e| content_of(Wire::OpenRouter, e).is_none()));
+    assert!(first_token >= record.head_written_at.expect("head written"));
+    assert_eq!(record.json().expect("json")["provider"]["order"][0], "Lepton");
 }

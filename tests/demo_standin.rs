@@ -401,3 +401,18 @@ async fn bench_5000_concurrent_streams() {
     );
     assert_eq!(records.len(), CONNECTIONS);
 }
+
+#[tokio::test]
+async fn empty_chunks_write_nothing_but_keep_stamps_aligned() {
+    let standin = StandIn::start(|_| {
+        Script::status(200)
+            .with_chunk(Duration::ZERO, "a")
+            .with_chunk(Duration::ZERO, "")
+            .with_chunk(Duration::ZERO, "b")
+    })
+    .await
+    .expect("start");
+    let raw = raw_exchange(&standin, &get("/")).await;
+    assert_eq!(dechunk(&split_head(&raw).1), (vec![b"a".to_vec(), b"b".to_vec()], true));
+    assert_eq!(standin.requests()[0].chunk_written_at.len(), 3);
+}

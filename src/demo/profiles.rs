@@ -174,6 +174,19 @@ impl Profile {
         Draw::Stream(Timing { ttfb: ms(ttft_ms * TTFB_SHARE), ttft: ms(ttft_ms), token_gaps })
     }
 
+    /// Index of the script chunk carrying the first content token of a successful stream, so a
+    /// test can read the TTFT truth as `record.chunk_written_at[profile.first_token_chunk()]`.
+    pub fn first_token_chunk(&self) -> usize {
+        match self.wire {
+            // Processing comments, then the role-only delta.
+            Wire::OpenRouter if self.processing_comments => PROCESSING_COMMENTS as usize + 1,
+            Wire::OpenRouter => 1,
+            // message_start, content_block_start, ping.
+            Wire::Anthropic => 3,
+            Wire::Gemini => 0,
+        }
+    }
+
     /// Cost of one call at this profile's prices.
     pub fn cost(&self, prompt_tokens: u32, completion_tokens: u32) -> f64 {
         (f64::from(prompt_tokens) * self.input_per_mtok + f64::from(completion_tokens) * self.output_per_mtok) / 1e6

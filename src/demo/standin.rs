@@ -254,7 +254,7 @@ pub struct RequestRecord {
     pub received_at: Instant,
     /// When the status line and headers were flushed to the socket.
     pub head_written_at: Option<Instant>,
-    /// When each body chunk was flushed.
+    /// When each body chunk was flushed, index for index with the script's chunks.
     pub chunk_written_at: Vec<Instant>,
 }
 
@@ -504,11 +504,9 @@ where
 
     for chunk in &script.chunks {
         pause(chunk.delay).await;
-        if script.chunked {
-            // A zero-length chunk would end the body early.
-            if chunk.bytes.is_empty() {
-                continue;
-            }
+        // A zero-length chunk would end a chunked body early: write nothing, but still stamp it so
+        // `chunk_written_at[i]` always belongs to `chunks[i]`.
+        if script.chunked && !chunk.bytes.is_empty() {
             let mut framed = BytesMut::with_capacity(chunk.bytes.len() + 16);
             framed.extend_from_slice(format!("{:x}\r\n", chunk.bytes.len()).as_bytes());
             framed.extend_from_slice(&chunk.bytes);
