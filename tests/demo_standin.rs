@@ -416,3 +416,16 @@ async fn empty_chunks_write_nothing_but_keep_stamps_aligned() {
     assert_eq!(dechunk(&split_head(&raw).1), (vec![b"a".to_vec(), b"b".to_vec()], true));
     assert_eq!(standin.requests()[0].chunk_written_at.len(), 3);
 }
+
+#[tokio::test]
+async fn tls_abort_is_an_unclean_close() {
+    let (standin, cert) =
+        StandIn::start_tls(|_| Script::sse(b"data: 1\n\n", Duration::ZERO).with_end(End::Abort)).await.expect("start");
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_der(&cert).expect("der"))
+        .build()
+        .expect("client");
+    let response = client.get(format!("{}/", standin.base_url())).send().await.expect("head arrives");
+    assert_eq!(response.status(), 200);
+    assert!(response.bytes().await.is_err(), "cut TLS stream must fail");
+}
