@@ -4,10 +4,12 @@
 use crate::config::Config;
 use crate::http::{router, HttpState, ReadyCheck, SchedulerRunning};
 use crate::metrics::Metrics;
+use crate::monitor::{Monitor, SharedSnapshot};
 use crate::pipeline::Pipeline;
 use crate::probe::{Planned, Prober};
 use crate::scheduler::{Scheduler, SchedulerError};
 use crate::store::{self, Spool, Store, StoreError, Writer};
+use chrono::Utc;
 use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -46,6 +48,9 @@ pub enum AppError {
     /// The spool directory could not be opened.
     #[error("storage.data_dir: {0}")]
     Spool(#[from] store::SpoolError),
+    /// The demo providers could not start.
+    #[error("--demo: {0}")]
+    Demo(std::io::Error),
 }
 
 /// Opens the configured store and applies migrations. An unreachable database is tolerated
@@ -67,6 +72,8 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppEr
 pub struct AppOptions {
     /// Extra TLS roots the prober trusts (tests' self-signed stand-ins).
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Add the simulated providers on loopback (`vigil run --demo`).
+    pub demo: bool,
 }
 
 /// A built, not yet running, daemon.
@@ -78,11 +85,23 @@ pub struct App {
     store: Arc<dyn Store>,
     migrated: bool,
     writer: Writer,
+    monitor: Monitor,
+    loaded: bool,
+    /// Keeps the demo providers' server alive as long as the app.
+    _demo: Option<crate::demo::Demo>,
 }
 
 impl App {
     /// Binds the listener and prepares every stage.
-    pub async fn build(config: Config, opts: AppOptions) -> Result<App, AppError> {
+    pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
+        let demo = if opts.demo {
+            let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
+            tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
+            config.providers.extend(demo.providers.iter().cloned());
+            Some(demo)
+        } else {
+            None
+        };
         let plans = Planned::all(&config.providers, &config.region);
         if plans.is_empty() {
             return Err(AppError::NothingToProbe);
@@ -92,6 +111,7 @@ impl App {
             .map_err(|source| AppError::Bind { addr: config.http.listen, source })?;
         let metrics = Arc::new(Metrics::new(&config.region)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
+        let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, migrated) = open_store(&config).await?;
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
@@ -99,7 +119,18 @@ impl App {
             tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
         }
         let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
-        Ok(App { config, listener, metrics, scheduler, store, migrated, writer })
+        let mut monitor = Monitor::new(&config, targets, Utc::now());
+        let loaded = match migrated {
+            true => match monitor.load(store.as_ref(), Utc::now()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
+                    false
+                }
+            },
+            false => false,
+        };
+        Ok(App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo: demo })
     }
 
     /// The metrics registry (tests read it after shutdown).
@@ -114,11 +145,18 @@ impl App {
 
     /// Runs until `shutdown` fires, then drains in-flight probes and stops.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler, store, migrated, writer } = self;
+        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
         let running = Arc::new(SchedulerRunning::default());
         let health = writer.health();
         let checks: Vec<Arc<dyn ReadyCheck>> = vec![running.clone(), health.clone()];
-        let app = router(HttpState { metrics: metrics.clone(), checks, writer: Some(health.clone()) });
+        let snapshot = SharedSnapshot::default();
+        let app = router(HttpState {
+            metrics: metrics.clone(),
+            checks,
+            writer: Some(health.clone()),
+            snapshot: snapshot.clone(),
+            api_token: config.http.api_token.clone(),
+        });
         let server_stop = shutdown.clone();
         let server = tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(async move { server_stop.cancelled().await }).await
@@ -128,10 +166,11 @@ impl App {
         let writer_stop = CancellationToken::new();
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let writer = tokio::spawn(writer.run(store_rx, writer_stop.clone()));
-        let side_jobs = tokio::spawn(side_jobs(store, config.clone(), migrated, shutdown.clone()));
+        let side_jobs = tokio::spawn(side_jobs(store.clone(), config.clone(), migrated, shutdown.clone()));
 
         let (tx, rx) = mpsc::channel(16_384);
-        let pipeline = tokio::spawn(Pipeline::new(metrics, Some(store_tx)).run(rx));
+        let pipeline = Pipeline::new(metrics, Some(store_tx)).with_monitor(monitor, store.clone(), snapshot, loaded);
+        let pipeline = tokio::spawn(pipeline.run(rx));
         tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
         running.0.store(true, Ordering::Release);
         let result = scheduler.run(tx, shutdown.clone()).await;

@@ -110,10 +110,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run_daemon(config: Config, demo: bool) -> anyhow::Result<()> {
-    if demo {
-        anyhow::bail!(UsageError("--demo is not available in this build yet".into()));
-    }
-    let app = App::build(config, AppOptions::default()).await?;
+    let app = App::build(config, AppOptions { demo, ..AppOptions::default() }).await?;
     if let Some(addr) = app.local_addr() {
         tracing::info!(%addr, "http listening");
     }

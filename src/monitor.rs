@@ -133,7 +133,9 @@ impl Monitor {
                 Ok(b) => {
                     self.breakers.insert(record.target.clone(), b);
                 }
-                Err(e) => tracing::warn!(target = %record.target, error = %e, "stored breaker state unreadable; starting closed"),
+                Err(e) => {
+                    tracing::warn!(target = %record.target, error = %e, "stored breaker state unreadable; starting closed")
+                }
             }
         }
         self.baselines.refresh(now);

@@ -1,13 +1,17 @@
-//! The HTTP surface (axum): `/metrics`, `/healthz`, `/readyz`, and later the `/v1` API and the
-//! status page. Handlers only read shared snapshots; nothing here drives probes.
+//! The HTTP surface (axum): `/metrics`, `/healthz`, `/readyz`, the `/v1` API and the status
+//! page. Handlers only read shared snapshots; nothing here drives probes.
+
+pub mod api;
 
 use crate::metrics::Metrics;
+use crate::monitor::SharedSnapshot;
 use crate::store::WriterHealth;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use secrecy::SecretString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,11 +50,20 @@ pub struct HttpState {
     pub checks: Vec<Arc<dyn ReadyCheck>>,
     /// The store writer's counters, copied into gauges at scrape time.
     pub writer: Option<Arc<WriterHealth>>,
+    /// Latest router export and target explanations.
+    pub snapshot: SharedSnapshot,
+    /// Bearer token `/v1/*` require, when set.
+    pub api_token: Option<SecretString>,
 }
 
 /// The router; tests call it without a socket.
 pub fn router(state: HttpState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/thresholds", get(api::thresholds))
+        .route("/v1/targets", get(api::targets))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
+        .merge(v1)
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
