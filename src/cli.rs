@@ -1,11 +1,14 @@
 //! Command line: each subcommand is a thin call into the library.
 
 use crate::app::{App, AppOptions};
+use crate::baseline::Baselines;
 use crate::config::{Config, ConfigError, ProcessEnv};
 use crate::metrics::Metrics;
+use crate::monitor::Monitor;
 use crate::probe::{Planned, Prober};
 use crate::sample::Sample;
 use crate::scheduler::Scheduler;
+use crate::store::SampleQuery;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -45,6 +48,48 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the router export (same document as `GET /v1/thresholds`) from stored data.
+    Thresholds {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+        /// Write to this file atomically (temp file + rename) instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Print current P50/P95/P99 per target × region × metric.
+    Baselines {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Rebuild this region's rollups from raw samples first.
+        #[arg(long)]
+        rebuild: bool,
+        /// Every region in the (shared) store, side by side.
+        #[arg(long)]
+        all_regions: bool,
+    },
+    /// The provider comparison matrix from stored samples.
+    Report {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// How far back.
+        #[arg(long, default_value = "7d")]
+        window: String,
+        /// Region, or `all` for every region side by side (default: this instance's).
+        #[arg(long)]
+        region: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply database migrations (the daemon also does it at start).
     Migrate {
         /// Config file.
@@ -57,6 +102,15 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+/// Output format of `vigil thresholds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
 }
 
 /// Bad command-line usage (exit code 2).
@@ -78,6 +132,95 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
+async fn open_migrated(c: &Config) -> anyhow::Result<Arc<dyn crate::store::Store>> {
+    let store = crate::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
+    store.migrate().await.context("storage")?;
+    Ok(store)
+}
+
+/// Writes `bytes` so a reader sees the old file or the new one, never half of either.
+pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+async fn baselines(c: &Config, json: bool, rebuild: bool, all_regions: bool) -> anyhow::Result<()> {
+    let store = open_migrated(c).await?;
+    let now = chrono::Utc::now();
+    if rebuild {
+        let targets = Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
+        let mut monitor = Monitor::new(c, targets, now);
+        let since = now - chrono::Duration::from_std(c.baseline.window).unwrap_or(chrono::Duration::days(7));
+        let q = SampleQuery { region: Some(c.region.clone()), since: Some(since), ..SampleQuery::default() };
+        let samples = store.samples(&q).await?;
+        monitor.rebuild(&samples, now);
+        monitor.persist(store.as_ref()).await.context("storing rebuilt rollups")?;
+        eprintln!("rebuilt baselines of region {} from {} samples", c.region, samples.len());
+    }
+    let mut b = Baselines::new(&c.baseline);
+    let region = (!all_regions).then_some(c.region.as_str());
+    let rollups = store.rollups_since(region, b.window_start(now)).await?;
+    let report = b.load(&rollups);
+    for skipped in report.skipped.iter().filter(|e| !matches!(e, crate::baseline::BaselineError::UnknownMetric { .. }))
+    {
+        tracing::warn!(error = %skipped, "unreadable rollup skipped");
+    }
+    b.refresh(now);
+    let rows = b.snapshot();
+    if json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(t, m, v)| {
+                serde_json::json!({"target": t.id(), "provider": t.provider, "model": t.model, "route": t.route,
+                    "region": t.region, "metric": m.as_str(), "samples": v.count, "p50": v.p50, "p95": v.p95, "p99": v.p99})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let f = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    println!(
+        "{:<60} {:<16} {:<13} {:>8} {:>9} {:>9} {:>9}",
+        "TARGET", "REGION", "METRIC", "SAMPLES", "P50", "P95", "P99"
+    );
+    for (t, m, v) in rows {
+        println!(
+            "{:<60} {:<16} {:<13} {:>8} {:>9} {:>9} {:>9}",
+            t.id(),
+            t.region,
+            m.as_str(),
+            v.count,
+            f(v.p50),
+            f(v.p95),
+            f(v.p99)
+        );
+    }
+    Ok(())
+}
+
+async fn report(c: &Config, window: std::time::Duration, region: &str, json: bool) -> anyhow::Result<()> {
+    let store = open_migrated(c).await?;
+    let since = chrono::Utc::now() - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(7));
+    let q = SampleQuery {
+        region: (region != "all").then(|| region.to_string()),
+        since: Some(since),
+        ..SampleQuery::default()
+    };
+    let samples = store.samples(&q).await?;
+    let price = |t: &crate::target::Target| c.providers.iter().find(|p| p.name == t.provider).and_then(|p| p.price);
+    let m = crate::report::matrix(&samples, &price);
+    if json {
+        println!("{}", m.to_json());
+    } else {
+        print!("{}", m.render_table());
+    }
+    Ok(())
+}
+
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     let config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
     for (name, var) in &config.skipped {
@@ -91,6 +234,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, demo } => run_daemon(load(config.as_ref())?, demo).await,
         Command::Probe { config, target, json } => probe_once(load(config.as_ref())?, target, json).await,
+        Command::Thresholds { config, format, out } => {
+            let c = load(config.as_ref())?;
+            let store = open_migrated(&c).await?;
+            let now = chrono::Utc::now();
+            let targets = Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
+            let mut monitor = Monitor::new(&c, targets, now);
+            monitor.load(store.as_ref(), now).await.context("reading baselines")?;
+            let doc = monitor.publish(now, None).thresholds.context("no thresholds document")?;
+            let text = match format {
+                Format::Json => doc.to_json() + "\n",
+                Format::Yaml => doc.to_yaml()?,
+            };
+            match out {
+                Some(path) => {
+                    write_atomically(&path, text.as_bytes()).with_context(|| format!("--out {}", path.display()))
+                }
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
+            }
+        }
+        Command::Baselines { config, json, rebuild, all_regions } => {
+            let c = load(config.as_ref())?;
+            baselines(&c, json, rebuild, all_regions).await
+        }
+        Command::Report { config, window, region, json } => {
+            let c = load(config.as_ref())?;
+            let window = crate::config::parse_duration("--window", &window)?;
+            let region = region.unwrap_or_else(|| c.region.clone());
+            report(&c, window, &region, json).await
+        }
         Command::Migrate { config } => {
             let c = load(config.as_ref())?;
             let store = crate::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;

@@ -65,9 +65,15 @@ impl Pipeline {
                 ttft_ms = ?sample.ttft_ms.map(|v| v.round()), "probe ok"
             );
         }
-        let transition = self.monitor.as_mut().and_then(|m| m.observe(&sample, Utc::now()));
-        if let Some(t) = transition {
-            self.record_transition(&sample.target, t).await;
+        let now = Utc::now();
+        // An open breaker whose wait is over is half-open before its deciding probe is judged,
+        // so the history always shows open → half_open → verdict.
+        let mut transitions = self.monitor.as_mut().map(|m| m.tick(now)).unwrap_or_default();
+        if let Some(t) = self.monitor.as_mut().and_then(|m| m.observe(&sample, now)) {
+            transitions.push((sample.target.clone(), t));
+        }
+        for (target, t) in transitions {
+            self.record_transition(&target, t).await;
         }
         if let Some(tx) = &self.writer {
             // The writer spools when storage is down, so this only blocks if the writer itself is stuck.

@@ -68,7 +68,7 @@ impl Adapter for Gemini {
                     u.get("candidatesTokenCount").and_then(as_u32),
                     u.get("thoughtsTokenCount").and_then(as_u32),
                 ) {
-                    (Some(c), Some(t)) => Some(c + t),
+                    (Some(c), Some(t)) => Some(c.saturating_add(t)),
                     (c, t) => c.or(t),
                 },
                 reasoning: u.get("thoughtsTokenCount").and_then(as_u32),

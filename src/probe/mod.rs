@@ -378,10 +378,9 @@ impl Prober {
                 continue;
             }
             let mut events = Vec::new();
-            if let Err(e) = parser.feed(&data, |ev| events.push(ev)) {
-                r.total = Some(at.duration_since(sent));
-                return r.fail(Outcome::StreamError, e.to_string());
-            }
+            // Events completed before a framing error still count, so the verdict does not
+            // depend on how the network happened to split the bytes.
+            let framing = parser.feed(&data, |ev| events.push(ev));
             for ev in events {
                 if r.absorb(adapter.interpret(&ev), at, sent) {
                     done = true;
@@ -390,6 +389,10 @@ impl Prober {
                     r.total = Some(at.duration_since(sent));
                     return;
                 }
+            }
+            if let Err(e) = framing {
+                r.total = Some(at.duration_since(sent));
+                return r.fail(Outcome::StreamError, e.to_string());
             }
         }
         let end = Instant::now();

@@ -71,7 +71,8 @@ impl SseParser {
                     }
                 }
                 _ => {
-                    if self.line.len() + self.data.len() >= self.max_event_bytes {
+                    let held = self.line.len() + self.data.len() + self.event.as_ref().map_or(0, String::len);
+                    if held >= self.max_event_bytes {
                         return Err(SseError::TooLarge(self.max_event_bytes));
                     }
                     self.line.push(b);
