@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Fuzzes the SSE parser and the provider adapters (fuzz target `sse_stream`) for a bounded time.
-# Usage: scripts/fuzz.sh [SECONDS]   (default 60). Exits non-zero when the fuzzer finds a crash.
+# Usage: scripts/fuzz.sh [SECONDS [LIBFUZZER-FLAG...]]   (default 60 seconds).
+# Exits non-zero when the fuzzer finds a failing input, and prints where it saved it.
 # cargo-fuzz needs nightly-only rustc flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs="${1:-60}"
+shift $(($# > 0 ? 1 : 0))
 case "$secs" in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 target=sse_stream
 log() { printf '\n==> %s\n' "$*"; }
@@ -21,7 +23,7 @@ corpus="fuzz/corpus/$target"
 mkdir -p "$corpus"
 seed() { # NAME ADAPTER FILE [as-data]
   local out="$corpus/seed-$1"
-  { printf "\\x$2\\x40\\x07"
+  { printf "\\x$2\\xff\\x07"
     if [ "${4:-}" = as-data ]; then sed 's/^/data: /' "$3"; printf '\n\n'; else cat "$3"; fi
   } >"$out"
 }
@@ -35,7 +37,8 @@ for f in tests/fixtures/{openai-error-429-rate-limit,anthropic-error-529,gemini-
   seed "$(basename "$f").sse" "$(kind_of "$f")" "$f" as-data
 done
 
-# Fuzz builds are instrumented: keep them apart from the normal build.
+# Fuzz builds are instrumented: keep them apart from the normal build. vigil has no unsafe code,
+# so AddressSanitizer is off by default (faster build and runs); VIGIL_FUZZ_SANITIZER=address turns it on.
 export CARGO_TARGET_DIR="${VIGIL_FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}/fuzz}"
 export RUSTC_BOOTSTRAP=1
 artifacts="fuzz/artifacts/$target"
@@ -44,13 +47,14 @@ before=$(find "$artifacts" -type f | sort)
 
 log "fuzzing $target for ${secs}s"
 status=0
-(cd fuzz && cargo fuzz run "$target" -- -max_total_time="$secs" -dict=sse_stream.dict -max_len=8192 \
-  -print_final_stats=1) || status=$?
+dict="$PWD/fuzz/$target.dict"
+(cd fuzz && cargo fuzz run --sanitizer "${VIGIL_FUZZ_SANITIZER:-none}" "$target" -- \
+  -max_total_time="$secs" -dict="$dict" -max_len=8192 -print_final_stats=1 "$@") || status=$?
 
 new=$(comm -13 <(printf '%s\n' "$before") <(find "$artifacts" -type f | sort) | sed '/^$/d')
 if [ "$status" -ne 0 ] || [ -n "$new" ]; then
   echo "fuzz: $target found a failing input (exit $status)" >&2
-  for a in $new; do echo "fuzz: artifact $a (replay: cd fuzz && cargo fuzz run $target ../$a)" >&2; done
+  for a in $new; do echo "fuzz: artifact $a (replay: cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none $target ../$a)" >&2; done
   echo "fuzz: keep it as a regression: cp <artifact> fuzz/regressions/<what-it-breaks>" >&2
   exit 1
 fi
