@@ -3,7 +3,8 @@
 //!
 //! Run with `cargo bench --bench baselines`. PostgreSQL is read from `VIGIL_TEST_DATABASE_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/postgres`); the naive side runs in a throw-away
-//! database that is dropped at the end. Set `VIGIL_BENCH_SKIP_PG=1` to skip it.
+//! database that is dropped at the end. Set `VIGIL_BENCH_SKIP_PG=1` to skip it, and
+//! `VIGIL_BENCH_TARGETS=1000,10000` to choose the sizes.
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use hdrhistogram::serialization::{Serializer, V2Serializer};
@@ -70,9 +71,16 @@ fn rss_bytes() -> f64 {
         .map_or(0.0, |kb| kb * 1024.0)
 }
 
-/// What one step cost: wall time, RSS growth, peak heap above the start, allocations.
+/// CPU time this thread has run, from the scheduler (wall time alone misleads on a busy machine).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()).map_or(0.0, |ns| ns / 1e9)
+}
+
+/// What one step cost: wall and CPU time, RSS growth, peak heap above the start, allocations.
 struct Cost {
     seconds: f64,
+    cpu: f64,
     rss_delta: f64,
     heap_peak_delta: f64,
     allocs: u64,
@@ -83,11 +91,13 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Cost) {
     let live0 = LIVE.load(Ordering::Relaxed);
     PEAK.store(live0, Ordering::Relaxed);
     let allocs0 = ALLOCS.load(Ordering::Relaxed);
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
     let out = f();
     let seconds = start.elapsed().as_secs_f64();
     let cost = Cost {
         seconds,
+        cpu: cpu_seconds() - cpu0,
         rss_delta: rss_bytes() - rss0,
         heap_peak_delta: (PEAK.load(Ordering::Relaxed) - live0) as f64,
         allocs: ALLOCS.load(Ordering::Relaxed) - allocs0,
@@ -97,8 +107,9 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Cost) {
 
 fn print_cost(what: &str, c: &Cost) {
     println!(
-        "  {what:<44} {:>9.3} s   RSS +{:>9}   heap peak +{:>9}   {:>9} allocations",
+        "  {what:<44} {:>8.3} s wall {:>8.3} s CPU   RSS +{:>9}   heap peak +{:>9}   {:>9} allocations",
         c.seconds,
+        c.cpu,
         mb(c.rss_delta),
         mb(c.heap_peak_delta),
         c.allocs
@@ -287,8 +298,13 @@ fn main() {
     let mut rng = StdRng::seed_from_u64(1);
     let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("valid time");
     let pool = rollup_pool(&mut rng);
-    println!("vigil baselines bench: refresh from hourly HDR rollups (7-day window)");
-    for n in [1_000, 10_000] {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("vigil baselines bench: refresh from hourly HDR rollups (7-day window); load average {}", load.trim());
+    let sizes: Vec<usize> = std::env::var("VIGIL_BENCH_TARGETS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 10_000]);
+    for &n in &sizes {
         bench_rollups(n, &pool, now, &mut rng);
     }
     if std::env::var("VIGIL_BENCH_SKIP_PG").is_ok() {
@@ -296,7 +312,7 @@ fn main() {
         return;
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    if let Err(e) = runtime.block_on(naive(&[1_000, 10_000])) {
+    if let Err(e) = runtime.block_on(naive(&sizes)) {
         println!("\nnaive PostgreSQL side failed: {e}");
     }
 }

@@ -285,9 +285,47 @@ impl Packed {
         self.iter().collect()
     }
 
-    /// `self ± other` as a new packed histogram.
+    /// `self ± other` as a new packed histogram, streamed without unpacking `self`.
     fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
-        Packed::pack(sparse_merge(&self.unpack(), other, subtract))
+        let mut out = Vec::with_capacity(self.0.len() + if subtract { 0 } else { 3 * other.len() });
+        let mut previous = 0;
+        let mut emit = |(index, count): (u32, u32)| {
+            put_varint(&mut out, index - previous);
+            put_varint(&mut out, count);
+            previous = index;
+        };
+        let mut a = self.iter().peekable();
+        let mut j = 0;
+        loop {
+            match (a.peek().copied(), other.get(j).copied()) {
+                (None, None) => break,
+                (Some(x), Some(y)) if x.0 == y.0 => {
+                    a.next();
+                    j += 1;
+                    let c = if subtract { x.1.saturating_sub(y.1) } else { x.1.saturating_add(y.1) };
+                    if c > 0 {
+                        emit((x.0, c));
+                    }
+                }
+                (Some(x), Some(y)) if y.0 < x.0 => {
+                    j += 1;
+                    if !subtract {
+                        emit(y);
+                    }
+                }
+                (None, Some(y)) => {
+                    j += 1;
+                    if !subtract {
+                        emit(y);
+                    }
+                }
+                (Some(x), _) => {
+                    a.next();
+                    emit(x);
+                }
+            }
+        }
+        Packed(out.into_boxed_slice())
     }
 }
 
