@@ -174,7 +174,7 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     };
     let (a, b, c) = (item(0, "slack"), item(1, "pagerduty-1"), item(100, "email"));
     fx.store.enqueue(&[a.clone(), b.clone(), c.clone()]).await.expect("enqueue");
-    fx.store.enqueue(&[a.clone()]).await.expect("enqueue again is ignored");
+    fx.store.enqueue(std::slice::from_ref(&a)).await.expect("enqueue again is ignored");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
 
     let due = fx.store.due(now + Duration::seconds(10), 10).await.expect("due");
