@@ -174,7 +174,7 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     };
     let (a, b, c) = (item(0, "slack"), item(1, "pagerduty-1"), item(100, "email"));
     fx.store.enqueue(&[a.clone(), b.clone(), c.clone()]).await.expect("enqueue");
-    fx.store.enqueue(&[a.clone()]).await.expect("enqueue again is ignored");
+    fx.store.enqueue(std::slice::from_ref(&a)).await.expect("enqueue again is ignored");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
 
     let due = fx.store.due(now + Duration::seconds(10), 10).await.expect("due");
@@ -275,4 +275,25 @@ async fn retention_removes_only_samples_older_than_the_cutoff(fx: Fixture) {
         let expected: Vec<String> = [at(2, 0), at(1, 0), at(0, 0), at(-1, 0)].into_iter().map(day).collect();
         assert_eq!(names, expected.join(","));
     }
+}
+
+#[tokio::test]
+async fn sqlite_open_creates_the_file_and_its_directory_in_wal_mode() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nested").join("data").join("vigil.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = vigil::store::open(&url).await.expect("open creates the file");
+    store.migrate().await.expect("migrate");
+    assert!(path.is_file());
+    let mut c = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut c).await.expect("pragma");
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn an_unknown_url_scheme_is_refused_with_the_expected_forms() {
+    let err = vigil::store::open("mysql://localhost/vigil").await.err().expect("mysql is not supported");
+    assert!(matches!(err, StoreError::Other(_)), "got {err:?}");
+    assert!(err.to_string().contains("expected sqlite://PATH or postgres://"), "{err}");
 }

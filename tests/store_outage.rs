@@ -140,6 +140,78 @@ async fn killing_the_writer_with_a_spool_loses_nothing() {
     assert_eq!(stored, batch.iter().map(|s| s.id).collect::<BTreeSet<_>>());
 }
 
+/// Env var naming the work directory of the SIGKILL child process.
+const KILL_DIR_ENV: &str = "VIGIL_TEST_SPOOL_KILL_DIR";
+const CHILD_READY: &str = "VIGIL-CHILD-SPOOLED";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_process_loses_no_spooled_sample() {
+    use tokio::io::AsyncBufReadExt;
+    let db = PgTestDb::create().await;
+    let direct = store::open(&db.url).await.expect("open");
+    direct.migrate().await.expect("migrate");
+    let work = tempfile::tempdir().expect("tempdir");
+    let batch = samples(400, "eu");
+    std::fs::write(work.path().join("input.json"), serde_json::to_vec(&batch).expect("json")).expect("write input");
+    std::fs::write(work.path().join("url"), db.url_via(dead_addr().await)).expect("write url");
+
+    // The child is this test binary running only the ignored child test below.
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--ignored", "--exact", "sigkill_child_spools_then_waits", "--nocapture", "--test-threads=1"])
+        .env(KILL_DIR_ENV, work.path())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn child");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("child stdout")).lines();
+    let ready = tokio::time::timeout(PATIENCE, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(CHILD_READY) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "child never reported its samples spooled");
+    child.kill().await.expect("SIGKILL the child");
+
+    let spool = Spool::open(work.path().join("spool"), 64 << 20).expect("spool left by the child");
+    assert_eq!(spool.len(), 400);
+    let writer = fast_writer(direct.clone(), spool, 100);
+    let health = writer.health();
+    let shutdown = CancellationToken::new();
+    let (_tx, rx) = mpsc::channel(1);
+    let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+    eventually("replayed after the kill", async || health.spooled() == 0).await;
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+    let (rows, stored) = ids_in(direct.as_ref()).await;
+    assert_eq!(rows, 400);
+    assert_eq!(stored, batch.iter().map(|s| s.id).collect::<BTreeSet<_>>());
+}
+
+/// Child half of the test above: spools its input against an unreachable database, says so,
+/// and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by a_sigkilled_process_loses_no_spooled_sample"]
+async fn sigkill_child_spools_then_waits() {
+    let work = std::path::PathBuf::from(std::env::var(KILL_DIR_ENV).expect("run by the parent test"));
+    let batch: Vec<Sample> =
+        serde_json::from_slice(&std::fs::read(work.join("input.json")).expect("input")).expect("input json");
+    let url = std::fs::read_to_string(work.join("url")).expect("url");
+    let down = store::open_with_timeout(&url, Duration::from_millis(300)).await.expect("open");
+    let writer = fast_writer(down, Spool::open(work.join("spool"), 64 << 20).expect("spool"), 50);
+    let health = writer.health();
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(writer.run(rx, CancellationToken::new()));
+    send_all(&tx, &batch).await;
+    eventually("child spooled its input", async || health.spooled() == batch.len() as u64).await;
+    println!("{CHILD_READY}");
+    tokio::time::sleep(PATIENCE * 2).await;
+    panic!("the parent should have killed this process");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_spool_line_is_skipped() {
     let fx = Fixture::sqlite().await;

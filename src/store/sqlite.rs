@@ -53,15 +53,17 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
+        // `sqlite://data/vigil.db` should work on a fresh machine: create the directory too.
+        if let Some(parent) = opts.get_filename().parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(acquire_timeout)
             .connect_with(opts)
             .await
-            .map_err(|e| match map_sqlx(e) {
-                StoreError::Other(m) => StoreError::Unavailable(format!("cannot open SQLite database: {m}")),
-                other => other,
-            })?;
+            .map_err(map_sqlx)?;
         Ok(SqliteStore { pool })
     }
 
