@@ -10,6 +10,8 @@
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
 //! providers on loopback for `--demo` and for tests.
 
+pub mod alert;
+pub mod balance;
 pub mod config;
 pub mod probe;
 pub mod sample;
