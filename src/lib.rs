@@ -11,9 +11,16 @@
 //! providers on loopback for `--demo` and for tests.
 
 pub mod alert;
+pub mod app;
 pub mod balance;
+pub mod cli;
 pub mod config;
+pub mod demo;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
 pub mod probe;
 pub mod sample;
+pub mod scheduler;
 pub mod store;
 pub mod target;

@@ -1,3 +1,653 @@
-//! The timed probe: adapters build requests and read streams; the driver owns sockets and clocks.
+//! The timed probe: adapters build requests and read stream events; the driver here owns the
+//! socket, the clocks, the timeouts and the classification.
+//!
+//! Each probe dials a fresh connection ([`timing`]), hands it to hyper's HTTP/1.1 client and
+//! polls the connection in its own task, so the instant a frame is seen is the instant its
+//! bytes were read. A failed probe is returned as a [`Sample`] with its [`Outcome`].
 
+pub mod anthropic;
+pub mod gemini;
+pub mod http;
+pub mod openai;
 pub mod outcome;
+pub mod sse;
+pub mod timing;
+
+use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
+use crate::sample::Sample;
+use crate::target::Target;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use outcome::{classify_error_text, classify_http_error, Outcome};
+use sse::{SseEvent, SseParser};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use timing::{FirstByte, Phases, TimedIo};
+use tokio_rustls::TlsConnector;
+use url::Url;
+
+/// The fixed instruction every chat probe sends; the reply is checked against it (`adherence_ok`).
+pub const SYSTEM_PROMPT: &str = "You are a health check. Reply with exactly this JSON and nothing else: {\"ok\":true}";
+/// The user turn of every chat probe.
+pub const USER_PROMPT: &str = "ping";
+/// Extra output budget for reasoning models so an answer still arrives after the thinking.
+pub const REASONING_EXTRA_TOKENS: u32 = 1024;
+/// Most bytes of an error body read for classification.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// Most visible text kept for the adherence check.
+const ANSWER_LIMIT: usize = 4096;
+
+/// True when the reply is exactly the JSON object the system prompt demands.
+pub fn adherent(answer: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(answer.trim())
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.len() == 1 && o.get("ok") == Some(&serde_json::Value::Bool(true))))
+        .unwrap_or(false)
+}
+
+/// A request an adapter wants sent.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    /// HTTP method.
+    pub method: ::http::Method,
+    /// Absolute URL.
+    pub url: Url,
+    /// Headers besides Host, User-Agent and Content-Length.
+    pub headers: Vec<(String, String)>,
+    /// JSON body, if any.
+    pub body: Option<Vec<u8>>,
+}
+
+/// What an adapter needs to build one probe request.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeParams<'a> {
+    /// Provider settings (base URL, key, headers).
+    pub provider: &'a ProviderConfig,
+    /// Model id.
+    pub model: &'a str,
+    /// Pinned upstream route.
+    pub route: Option<&'a str>,
+    /// Output token budget for the visible answer.
+    pub max_tokens: u32,
+    /// The model streams reasoning: ask for the smallest effort and leave room for an answer.
+    pub reasoning: bool,
+}
+
+/// Usage as reported by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input: Option<u32>,
+    /// Completion tokens (all, including reasoning when the provider counts it there).
+    pub output: Option<u32>,
+    /// Of which reasoning tokens, when reported.
+    pub reasoning: Option<u32>,
+    /// Cost the provider reports (OpenRouter `usage.cost`).
+    pub cost_usd: Option<f64>,
+}
+
+/// What one stream event means to the probe.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Signals {
+    /// Visible text carried by the event (non-empty only).
+    pub content: Option<String>,
+    /// The event carries reasoning/thinking.
+    pub reasoning: bool,
+    /// Usage report (later reports replace earlier ones: they are cumulative).
+    pub usage: Option<Usage>,
+    /// An error event: its class (when recognisable) and message.
+    pub error: Option<(Option<Outcome>, String)>,
+    /// The stream's terminator (`[DONE]`, `message_stop`, a Gemini `finishReason`).
+    pub done: bool,
+    /// Provider's id for the response.
+    pub request_id: Option<String>,
+}
+
+/// One file per provider kind: build the request, interpret stream events.
+pub trait Adapter: Send + Sync {
+    /// The request for one probe.
+    fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String>;
+    /// Whether the response is an SSE stream (false: a plain body where 2xx is success).
+    fn streams(&self) -> bool {
+        true
+    }
+    /// Interprets one SSE event; malformed JSON becomes an error signal, never a panic.
+    fn interpret(&self, event: &SseEvent) -> Signals;
+}
+
+/// The adapter for a provider kind.
+pub fn adapter_for(kind: ProviderKind) -> &'static dyn Adapter {
+    match kind {
+        ProviderKind::Openai => &openai::OpenAi,
+        ProviderKind::Anthropic => &anthropic::Anthropic,
+        ProviderKind::Gemini => &gemini::Gemini,
+        ProviderKind::Http => &http::PlainHttp,
+    }
+}
+
+/// Joins a base URL and a path without losing the base's own path (`…/api/v1` + `chat/completions`).
+pub fn join(base: &Url, path: &str) -> Result<Url, String> {
+    let mut s = base.as_str().trim_end_matches('/').to_string();
+    s.push('/');
+    s.push_str(path.trim_start_matches('/'));
+    Url::parse(&s).map_err(|e| format!("{s}: {e}"))
+}
+
+/// Parses an event's JSON, turning malformed data into a stream error signal.
+pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Signals> {
+    serde_json::from_str(&event.data).map_err(|e| Signals {
+        error: Some((Some(Outcome::StreamError), format!("malformed event JSON: {e}"))),
+        ..Signals::default()
+    })
+}
+
+/// Reads a non-negative integer field as u32.
+pub fn as_u32(v: &serde_json::Value) -> Option<u32> {
+    v.as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+/// Builds an error signal from an error object, classifying it by its words.
+pub fn error_signal(err: &serde_json::Value) -> Signals {
+    let message = err
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| truncate(&err.to_string(), 300));
+    let class = classify_error_text(&err.to_string().to_ascii_lowercase());
+    Signals { error: Some((class, message)), ..Signals::default() }
+}
+
+/// One thing to probe: a target and the provider settings it uses.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Identity.
+    pub target: Target,
+    /// Provider settings.
+    pub provider: Arc<ProviderConfig>,
+}
+
+impl Planned {
+    /// Every target the providers define, in config order.
+    pub fn all(providers: &[ProviderConfig], region: &str) -> Vec<Planned> {
+        let mut out = Vec::new();
+        for p in providers {
+            let p = Arc::new(p.clone());
+            let routes: Vec<Option<String>> =
+                if p.routes.is_empty() { vec![None] } else { p.routes.iter().cloned().map(Some).collect() };
+            for model in &p.models {
+                for route in &routes {
+                    out.push(Planned {
+                        target: Target {
+                            provider: p.name.clone(),
+                            model: model.clone(),
+                            route: route.clone(),
+                            region: region.to_string(),
+                        },
+                        provider: p.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Runs probes. Cheap to share: one per process.
+#[derive(Clone)]
+pub struct Prober {
+    cfg: ProbeConfig,
+    tls: TlsConnector,
+}
+
+/// Everything learned while reading a response; turned into a [`Sample`] at the end.
+#[derive(Default)]
+struct Reading {
+    phases: Phases,
+    ttfb: Option<Duration>,
+    ttft: Option<Duration>,
+    ttfr: Option<Duration>,
+    total: Option<Duration>,
+    status: Option<u16>,
+    outcome: Option<Outcome>,
+    error: Option<String>,
+    request_id: Option<String>,
+    usage: Usage,
+    content_events: u32,
+    answer: String,
+    retry_after_s: Option<f64>,
+    streamed: bool,
+}
+
+impl Prober {
+    /// A prober with the given limits, trusting the public web roots plus `extra_roots`.
+    pub fn new(cfg: ProbeConfig, extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> Self {
+        Prober { cfg, tls: timing::tls_connector(extra_roots) }
+    }
+
+    /// Probes one target now and returns its sample; never fails, never panics on bad input.
+    pub async fn probe(&self, plan: &Planned, scheduled_at: DateTime<Utc>) -> Sample {
+        let mut sample = Sample::new(plan.target.clone(), scheduled_at, Utc::now());
+        let start = Instant::now();
+        let deadline = tokio::time::Instant::from_std(start + self.cfg.timeout);
+        let mut r = Reading::default();
+        match tokio::time::timeout_at(deadline, self.exchange(plan, &mut r)).await {
+            Ok(()) => {}
+            Err(_) => {
+                r.outcome = Some(Outcome::Timeout);
+                r.error = Some(format!("no complete answer within {}", humantime::format_duration(self.cfg.timeout)));
+                r.total = Some(self.cfg.timeout);
+            }
+        }
+        fill(&mut sample, r, plan);
+        sample
+    }
+
+    async fn exchange(&self, plan: &Planned, r: &mut Reading) {
+        let adapter = adapter_for(plan.provider.kind);
+        let reasoning = plan.provider.reasoning_models.iter().any(|m| m == &plan.target.model);
+        let params = ProbeParams {
+            provider: &plan.provider,
+            model: &plan.target.model,
+            route: plan.target.route.as_deref(),
+            max_tokens: self.cfg.max_tokens,
+            reasoning,
+        };
+        let spec = match adapter.request(&params) {
+            Ok(s) => s,
+            Err(e) => return r.fail(Outcome::ClientError, format!("cannot build request: {e}")),
+        };
+        let Some(host) = spec.url.host_str().map(str::to_string) else {
+            return r.fail(Outcome::ClientError, format!("{} has no host", spec.url));
+        };
+        let port = spec.url.port_or_known_default().unwrap_or(80);
+        let tls = (spec.url.scheme() == "https").then_some(&self.tls);
+        let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout).await {
+            Ok((stream, phases)) => {
+                r.phases = phases;
+                stream
+            }
+            Err(e) => {
+                r.phases = e.phases;
+                return r.fail(e.outcome, e.message);
+            }
+        };
+        let first_byte = FirstByte::default();
+        let io = TokioIo::new(TimedIo::new(stream, first_byte.clone()));
+        let (mut sender, conn) = match hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await {
+            Ok(pair) => pair,
+            Err(e) => return r.fail(Outcome::ConnectError, format!("HTTP handshake: {e}")),
+        };
+        let mut conn = std::pin::pin!(conn);
+        let mut conn_done = false;
+
+        let request = match build_request(&spec, &host, port) {
+            Ok(req) => req,
+            Err(e) => return r.fail(Outcome::ClientError, e),
+        };
+        let sent = Instant::now();
+        // Until the first token arrives, the tighter first-token limit applies to streams.
+        let ttft_deadline = tokio::time::Instant::from_std(sent + self.cfg.ttft_timeout);
+        let head = with_conn(&mut conn, &mut conn_done, async {
+            if adapter.streams() {
+                tokio::time::timeout_at(ttft_deadline, sender.send_request(request)).await.ok()
+            } else {
+                Some(sender.send_request(request).await)
+            }
+        })
+        .await;
+        let response = match head {
+            None => {
+                r.ttfb = first_byte.get().map(|t| t.duration_since(sent));
+                r.total = Some(sent.elapsed());
+                return r.fail(Outcome::Timeout, ttft_message(self.cfg.ttft_timeout));
+            }
+            Some(Err(e)) => {
+                r.total = Some(sent.elapsed());
+                return r.fail(io_outcome(&e), format!("no response: {e}"));
+            }
+            Some(Ok(resp)) => resp,
+        };
+        r.ttfb = Some(first_byte.get().unwrap_or_else(Instant::now).duration_since(sent));
+        let status = response.status().as_u16();
+        r.status = Some(status);
+        r.request_id = header_request_id(response.headers());
+        r.retry_after_s = retry_after(response.headers());
+        let mut body = response.into_body();
+
+        if !(200..300).contains(&status) {
+            let mut buf = Vec::new();
+            let read = with_conn(&mut conn, &mut conn_done, async {
+                while buf.len() < ERROR_BODY_LIMIT {
+                    match body.frame().await {
+                        Some(Ok(frame)) => {
+                            if let Some(d) = frame.data_ref() {
+                                buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())]);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            });
+            // The class is already known from the status; a slow error body must not stall the probe.
+            let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
+            r.total = Some(sent.elapsed());
+            r.retry_after_s = r.retry_after_s.or_else(|| gemini::retry_delay(&buf));
+            return r.fail(classify_http_error(status, &buf), error_message(status, &buf));
+        }
+
+        let limit = self.cfg.max_body_bytes;
+        let mut parser = SseParser::new(limit);
+        let mut received = 0usize;
+        let mut done = false;
+        r.streamed = adapter.streams();
+        loop {
+            let waiting_first = r.streamed && r.ttft.is_none();
+            let frame = if waiting_first {
+                match tokio::time::timeout_at(ttft_deadline, with_conn(&mut conn, &mut conn_done, body.frame())).await {
+                    Ok(f) => f,
+                    Err(_) => {
+                        r.total = Some(sent.elapsed());
+                        return r.fail(Outcome::Timeout, ttft_message(self.cfg.ttft_timeout));
+                    }
+                }
+            } else {
+                with_conn(&mut conn, &mut conn_done, body.frame()).await
+            };
+            let at = Instant::now();
+            let data = match frame {
+                None => break,
+                Some(Err(e)) => {
+                    r.total = Some(at.duration_since(sent));
+                    return r.fail(Outcome::StreamError, format!("stream interrupted: {e}"));
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(d) => d,
+                    Err(_) => continue, // trailers carry nothing the probe needs
+                },
+            };
+            received += data.len();
+            if received > limit {
+                r.total = Some(at.duration_since(sent));
+                return r.fail(Outcome::StreamError, format!("response body exceeded {limit} bytes"));
+            }
+            if !r.streamed {
+                continue;
+            }
+            let mut events = Vec::new();
+            if let Err(e) = parser.feed(&data, |ev| events.push(ev)) {
+                r.total = Some(at.duration_since(sent));
+                return r.fail(Outcome::StreamError, e.to_string());
+            }
+            for ev in events {
+                if r.absorb(adapter.interpret(&ev), at, sent) {
+                    done = true;
+                }
+                if r.outcome.is_some() {
+                    r.total = Some(at.duration_since(sent));
+                    return;
+                }
+            }
+        }
+        let end = Instant::now();
+        r.total = Some(end.duration_since(sent));
+        if r.streamed {
+            match parser.finish() {
+                Ok(Some(ev)) => {
+                    done |= r.absorb(adapter.interpret(&ev), end, sent);
+                    if r.outcome.is_some() {
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return r.fail(Outcome::StreamError, e.to_string()),
+            }
+            if !done {
+                return r.fail(Outcome::StreamError, "stream ended before its terminator".into());
+            }
+            if r.ttft.is_none() {
+                return r.fail(Outcome::StreamError, "stream finished without any content token".into());
+            }
+        }
+        r.outcome = Some(Outcome::Ok);
+    }
+}
+
+impl Reading {
+    fn fail(&mut self, outcome: Outcome, message: String) {
+        self.outcome = Some(outcome);
+        self.error = Some(truncate(&message, 300));
+    }
+
+    /// Applies one event's signals; returns true on the stream's terminator.
+    fn absorb(&mut self, s: Signals, at: Instant, sent: Instant) -> bool {
+        if self.request_id.is_none() {
+            self.request_id = s.request_id;
+        }
+        if s.reasoning && self.ttfr.is_none() {
+            self.ttfr = Some(at.duration_since(sent));
+        }
+        if let Some(text) = s.content {
+            if self.ttft.is_none() {
+                self.ttft = Some(at.duration_since(sent));
+            }
+            self.content_events += 1;
+            if self.answer.len() + text.len() <= ANSWER_LIMIT {
+                self.answer.push_str(&text);
+            }
+        }
+        if let Some(u) = s.usage {
+            // Reports are cumulative; keep what a later report leaves out.
+            self.usage = Usage {
+                input: u.input.or(self.usage.input),
+                output: u.output.or(self.usage.output),
+                reasoning: u.reasoning.or(self.usage.reasoning),
+                cost_usd: u.cost_usd.or(self.usage.cost_usd),
+            };
+        }
+        if let Some((class, message)) = s.error {
+            // Before any answer an error event says what went wrong; after it, the stream broke.
+            let outcome = match class {
+                Some(c) if self.ttft.is_none() => c,
+                _ => Outcome::StreamError,
+            };
+            self.fail(outcome, format!("error event: {message}"));
+        }
+        s.done
+    }
+}
+
+fn ms(d: Option<Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1000.0)
+}
+
+fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
+    sample.dns_ms = ms(r.phases.dns);
+    sample.connect_ms = ms(r.phases.connect);
+    sample.tls_ms = ms(r.phases.tls);
+    sample.ttfb_ms = ms(r.ttfb);
+    sample.ttft_ms = ms(r.ttft);
+    sample.ttfr_ms = ms(r.ttfr);
+    sample.total_ms = ms(r.total);
+    sample.status = r.status;
+    sample.outcome = r.outcome.unwrap_or(Outcome::StreamError);
+    sample.error = r.error;
+    sample.request_id = r.request_id;
+    sample.retry_after_s = r.retry_after_s;
+    sample.input_tokens = r.usage.input;
+    let counted = (r.content_events > 0).then_some(r.content_events);
+    sample.output_tokens = r.usage.output.or(counted);
+    if r.streamed {
+        sample.adherence_ok = (sample.outcome == Outcome::Ok).then(|| adherent(&r.answer));
+        let visible = match (r.usage.output, r.usage.reasoning) {
+            (Some(o), Some(rs)) => Some(o.saturating_sub(rs)),
+            (Some(o), None) => Some(o),
+            _ => counted,
+        };
+        if let (Some(n), Some(ttft), Some(total)) = (visible, r.ttft, r.total) {
+            let window = total.saturating_sub(ttft).as_secs_f64();
+            if n > 1 && window > 0.0 && sample.outcome == Outcome::Ok {
+                sample.tokens_per_s = Some(f64::from(n - 1) / window);
+            }
+        }
+        sample.cost_usd = r.usage.cost_usd.or_else(|| {
+            let price = plan.provider.price?;
+            Some(price.cost(r.usage.input.unwrap_or(0), sample.output_tokens.unwrap_or(0)))
+        });
+    }
+}
+
+/// Polls the connection alongside `fut` in this task, so frames are seen the moment they are read.
+async fn with_conn<C, F>(conn: &mut Pin<&mut C>, done: &mut bool, fut: F) -> F::Output
+where
+    C: Future,
+    F: Future,
+{
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if *done {
+            return fut.await;
+        }
+        tokio::select! {
+            biased;
+            out = &mut fut => return out,
+            _ = conn.as_mut() => *done = true,
+        }
+    }
+}
+
+fn build_request(spec: &RequestSpec, host: &str, port: u16) -> Result<::http::Request<Full<Bytes>>, String> {
+    let path = match spec.url.query() {
+        Some(q) => format!("{}?{q}", spec.url.path()),
+        None => spec.url.path().to_string(),
+    };
+    // `Url::port` is None exactly when the port is the scheme's default, which Host then omits.
+    let host_header = match spec.url.port() {
+        Some(_) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    let body = spec.body.clone().unwrap_or_default();
+    let mut b = ::http::Request::builder()
+        .method(spec.method.clone())
+        .uri(path)
+        .header(::http::header::HOST, host_header)
+        .header(::http::header::USER_AGENT, concat!("vigil/", env!("CARGO_PKG_VERSION")));
+    if spec.body.is_some() {
+        b = b.header(::http::header::CONTENT_TYPE, "application/json");
+    }
+    for (k, v) in &spec.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    b.body(Full::new(Bytes::from(body))).map_err(|e| format!("invalid request: {e}"))
+}
+
+fn io_outcome(e: &hyper::Error) -> Outcome {
+    if e.is_timeout() {
+        Outcome::Timeout
+    } else if e.is_parse() || e.is_incomplete_message() {
+        Outcome::StreamError
+    } else {
+        Outcome::ConnectError
+    }
+}
+
+fn ttft_message(limit: Duration) -> String {
+    format!("no content token within the first-token timeout of {}", humantime::format_duration(limit))
+}
+
+fn header_request_id(h: &::http::HeaderMap) -> Option<String> {
+    ["x-request-id", "request-id", "x-generation-id", "x-amzn-requestid"]
+        .iter()
+        .find_map(|name| h.get(*name).and_then(|v| v.to_str().ok()).map(str::to_string))
+}
+
+/// Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date).
+pub fn retry_after(h: &::http::HeaderMap) -> Option<f64> {
+    if let Some(ms) = h.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some(ms / 1000.0);
+    }
+    let v = h.get(::http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return Some(secs.max(0.0));
+    }
+    let when = DateTime::parse_from_rfc2822(v).ok()?;
+    Some(((when.with_timezone(&Utc) - Utc::now()).num_milliseconds().max(0) as f64) / 1000.0)
+}
+
+fn error_message(status: u16, body: &[u8]) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let msg = parsed
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .and_then(|e| e.get("message").and_then(|m| m.as_str()).or_else(|| e.as_str()))
+        .map(str::to_string)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    if msg.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {}", truncate(&msg, 240))
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adherence_accepts_only_the_demanded_json() {
+        assert!(adherent("{\"ok\":true}"));
+        assert!(adherent(" {\"ok\": true}\n"));
+        assert!(!adherent("```json\n{\"ok\":true}\n```"));
+        assert!(!adherent("{\"ok\":false}"));
+        assert!(!adherent("Sure! {\"ok\":true}"));
+        assert!(!adherent(""));
+    }
+
+    #[test]
+    fn join_keeps_the_base_path() {
+        let base = Url::parse("https://openrouter.ai/api/v1").expect("url");
+        assert_eq!(
+            join(&base, "chat/completions").map(|u| u.to_string()).ok().as_deref(),
+            Some("https://openrouter.ai/api/v1/chat/completions")
+        );
+        let base = Url::parse("http://127.0.0.1:8080/v1/").expect("url");
+        assert_eq!(
+            join(&base, "/messages").map(|u| u.to_string()).ok().as_deref(),
+            Some("http://127.0.0.1:8080/v1/messages")
+        );
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut h = ::http::HeaderMap::new();
+        h.insert("retry-after", ::http::HeaderValue::from_static("20"));
+        assert_eq!(retry_after(&h), Some(20.0));
+        h.insert("retry-after-ms", ::http::HeaderValue::from_static("1500"));
+        assert_eq!(retry_after(&h), Some(1.5));
+    }
+
+    #[test]
+    fn error_messages_come_from_the_body() {
+        let body = br#"{"error":{"message":"Rate limit reached","type":"requests"}}"#;
+        assert_eq!(error_message(429, body), "HTTP 429: Rate limit reached");
+        assert_eq!(error_message(502, b""), "HTTP 502");
+    }
+}
+
+#[cfg(test)]
+mod fixture_tests;

@@ -8,8 +8,86 @@ use crate::sample::Sample;
 use crate::target::Target;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 use uuid::Uuid;
+
+pub mod postgres;
+pub mod spool;
+pub mod sqlite;
+pub mod writer;
+
+pub use spool::{Spool, SpoolError};
+pub use writer::{Writer, WriterHealth};
+
+/// How long a query waits for a pooled connection before the store counts as unreachable.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens the store named by `url`: `sqlite://path` (the file is created) or `postgres://…`.
+///
+/// PostgreSQL connects lazily, so a daemon can start (and spool) while its database is down;
+/// call [`Store::migrate`] before use.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    open_with_timeout(url, ACQUIRE_TIMEOUT).await
+}
+
+/// [`open`] with a custom connection-acquire timeout (tests use short ones).
+pub async fn open_with_timeout(url: &str, acquire_timeout: Duration) -> Result<Arc<dyn Store>, StoreError> {
+    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+    match scheme.as_str() {
+        "sqlite" => Ok(Arc::new(sqlite::SqliteStore::open(url, acquire_timeout).await?)),
+        "postgres" | "postgresql" => Ok(Arc::new(postgres::PgStore::open(url, acquire_timeout)?)),
+        _ => Err(StoreError::Other(format!(
+            "unsupported storage.url scheme {scheme:?}: expected sqlite://PATH or postgres://…"
+        ))),
+    }
+}
+
+/// Every `samples` column, in table order (both backends use the same names).
+pub(crate) const SAMPLE_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
+    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s";
+
+/// Maps a driver error: connection loss, pool timeouts and server shutdowns are `Unavailable`.
+pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
+    use sqlx::Error as E;
+    match &e {
+        E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed | E::Protocol(_) | E::BeginFailed => {
+            StoreError::Unavailable(e.to_string())
+        }
+        E::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            // PostgreSQL: 08 connection exception, 53 insufficient resources, 57P0x shutdown/cannot connect;
+            // SQLite (numeric extended codes): primary 5 BUSY, 6 LOCKED.
+            let transient = match code.parse::<i64>() {
+                Ok(n) => matches!(n & 0xff, 5 | 6),
+                Err(_) => code.starts_with("08") || code.starts_with("53") || code.starts_with("57P"),
+            };
+            if transient {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Other(e.to_string())
+            }
+        }
+        _ => StoreError::Other(e.to_string()),
+    }
+}
+
+/// Turns sqlx migration failures into `SchemaAhead` when the database knows a newer version.
+pub(crate) fn map_migrate(e: sqlx::migrate::MigrateError, known: i64) -> StoreError {
+    use sqlx::migrate::MigrateError as M;
+    match e {
+        M::VersionMissing(v) if v > known => StoreError::SchemaAhead { found: v, known },
+        M::Execute(inner) => map_sqlx(inner),
+        other => StoreError::Other(format!("migration failed: {other}")),
+    }
+}
+
+/// Newest migration version a migrator ships.
+pub(crate) fn newest_version(m: &sqlx::migrate::Migrator) -> i64 {
+    m.iter().map(|m| m.version).max().unwrap_or(0)
+}
 
 /// Storage failures; `Unavailable` is the one the writer answers by spooling.
 #[derive(Debug, Error)]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh Debian machine with Rust: installs what the tests need (promtool,
+# an SMTP server, Chromium), makes sure a PostgreSQL is reachable, then runs the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+need_apt=()
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v psql >/dev/null || need_apt+=(postgresql-client)
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! python3 -c 'import aiosmtpd' 2>/dev/null; then
+  log "installing aiosmtpd (the tests' real SMTP server)"
+  python3 -m pip install -q aiosmtpd 2>/dev/null || python3 -m pip install -q --break-system-packages aiosmtpd
+fi
+
+# PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;
+# else run a throw-away trust-auth cluster for this test run.
+export VIGIL_TEST_DATABASE_URL="${VIGIL_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+pg_ok() { psql "$VIGIL_TEST_DATABASE_URL" -Atqc 'select 1' >/dev/null 2>&1; }
+if ! pg_ok && command -v pg_ctlcluster >/dev/null && ls /etc/postgresql/*/main >/dev/null 2>&1; then
+  log "starting the local PostgreSQL cluster"
+  for v in $(ls /etc/postgresql); do $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start || true; done
+  for _ in $(seq 1 30); do pg_ok && break; sleep 1; done
+fi
+if ! pg_ok; then
+  log "starting a throw-away PostgreSQL cluster on 127.0.0.1:55432"
+  bin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -n1)")
+  dir=$(mktemp -d)
+  chown postgres "$dir" 2>/dev/null || true
+  as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+  as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >/dev/null
+  as_pg "$bin/pg_ctl" -D "$dir/data" -o "-p 55432 -k $dir -c listen_addresses=127.0.0.1" -l "$dir/log" -w start >/dev/null
+  trap 'as_pg "$bin/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true' EXIT
+  export VIGIL_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:55432/postgres"
+  pg_ok || { echo "PostgreSQL did not come up" >&2; exit 1; }
+fi
+
+log "cargo test"
+cargo test --no-fail-fast -- --test-threads=4

@@ -1,0 +1,267 @@
+//! Every Prometheus metric vigil exports, defined once. Names and labels are a public contract
+//! (SPEC.md); dashboards and alert rules depend on them.
+
+use crate::sample::Sample;
+use crate::target::Target;
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Per-target labels, in this order everywhere.
+const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
+/// Latency buckets resolving 50 ms to 30 s.
+const LATENCY_BUCKETS: [f64; 22] = [
+    0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0,
+];
+/// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
+const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+
+/// The registry and every metric in it.
+pub struct Metrics {
+    registry: Registry,
+    ttfb: HistogramVec,
+    ttft: HistogramVec,
+    duration: HistogramVec,
+    phase: GaugeVec,
+    tokens_per_second: GaugeVec,
+    probes: IntCounterVec,
+    last_status: GaugeVec,
+    cost: prometheus::CounterVec,
+    baseline: GaugeVec,
+    circuit: GaugeVec,
+    credit: GaugeVec,
+    alerts: IntCounterVec,
+    delivery_failures: IntCounterVec,
+    spooled: IntGauge,
+    outbox_depth: IntGauge,
+    lag: HistogramVec,
+    skipped: IntCounterVec,
+    stored: IntGauge,
+    region: String,
+}
+
+fn labels(t: &Target) -> [&str; 4] {
+    [&t.provider, &t.model, t.route_label(), &t.region]
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new(region: &str) -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let hist = |name: &str, help: &str| {
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()), &TARGET_LABELS)
+        };
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            TARGET_LABELS.iter().copied().chain(extra.iter().copied()).collect()
+        };
+        let m = Metrics {
+            ttfb: hist("vigil_probe_ttfb_seconds", "Request sent to first response byte (status line).")?,
+            ttft: hist("vigil_probe_ttft_seconds", "Request sent to first content token.")?,
+            duration: hist("vigil_probe_duration_seconds", "Request sent to end of stream.")?,
+            phase: GaugeVec::new(
+                Opts::new(
+                    "vigil_probe_phase_seconds",
+                    "Phases of the last probe (dns, connect, tls, ttfb, ttft, total).",
+                ),
+                &with(&["phase"]),
+            )?,
+            tokens_per_second: GaugeVec::new(
+                Opts::new("vigil_probe_tokens_per_second", "Generation speed after the first token, last probe."),
+                &TARGET_LABELS,
+            )?,
+            probes: IntCounterVec::new(
+                Opts::new("vigil_probes_total", "Probes run, by outcome."),
+                &with(&["outcome"]),
+            )?,
+            last_status: GaugeVec::new(
+                Opts::new("vigil_probe_last_status", "HTTP status of the last probe (0 when none arrived)."),
+                &TARGET_LABELS,
+            )?,
+            cost: prometheus::CounterVec::new(
+                Opts::new("vigil_probe_cost_usd_total", "What the probes cost, in USD."),
+                &TARGET_LABELS,
+            )?,
+            baseline: GaugeVec::new(
+                Opts::new("vigil_baseline_seconds", "Rolling-window percentiles of TTFB and TTFT."),
+                &with(&["metric", "quantile"]),
+            )?,
+            circuit: GaugeVec::new(
+                Opts::new("vigil_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open."),
+                &TARGET_LABELS,
+            )?,
+            credit: GaugeVec::new(
+                Opts::new("vigil_credit_remaining_usd", "Provider credit left, in USD."),
+                &["provider", "region"],
+            )?,
+            alerts: IntCounterVec::new(
+                Opts::new("vigil_alerts_total", "Alert notifications delivered."),
+                &["kind", "channel"],
+            )?,
+            delivery_failures: IntCounterVec::new(
+                Opts::new("vigil_alert_delivery_failures_total", "Failed alert delivery attempts."),
+                &["channel"],
+            )?,
+            spooled: IntGauge::new("vigil_samples_spooled", "Samples waiting on disk because storage is unreachable.")?,
+            outbox_depth: IntGauge::new("vigil_outbox_depth", "Alert notifications waiting for delivery.")?,
+            lag: HistogramVec::new(
+                HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
+                    .buckets(LAG_BUCKETS.to_vec()),
+                &["region"],
+            )?,
+            skipped: IntCounterVec::new(
+                Opts::new(
+                    "vigil_probes_skipped_total",
+                    "Probes not started because the previous probe of the target was still running.",
+                ),
+                &TARGET_LABELS,
+            )?,
+            stored: IntGauge::new("vigil_samples_stored", "Samples written to storage since start.")?,
+            region: region.to_string(),
+            registry,
+        };
+        let build = GaugeVec::new(Opts::new("vigil_build_info", "Always 1; labels carry the version."), &["version"])?;
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1.0);
+        for c in [
+            Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(m.ttft.clone()),
+            Box::new(m.duration.clone()),
+            Box::new(m.phase.clone()),
+            Box::new(m.tokens_per_second.clone()),
+            Box::new(m.probes.clone()),
+            Box::new(m.last_status.clone()),
+            Box::new(m.cost.clone()),
+            Box::new(m.baseline.clone()),
+            Box::new(m.circuit.clone()),
+            Box::new(m.credit.clone()),
+            Box::new(m.alerts.clone()),
+            Box::new(m.delivery_failures.clone()),
+            Box::new(m.spooled.clone()),
+            Box::new(m.outbox_depth.clone()),
+            Box::new(m.lag.clone()),
+            Box::new(m.skipped.clone()),
+            Box::new(m.stored.clone()),
+            Box::new(build),
+        ] {
+            m.registry.register(c)?;
+        }
+        Ok(m)
+    }
+
+    /// Records one sample.
+    pub fn observe(&self, s: &Sample) {
+        let l = labels(&s.target);
+        self.probes.with_label_values(&[l[0], l[1], l[2], l[3], s.outcome.as_str()]).inc();
+        self.last_status.with_label_values(&l).set(f64::from(s.status.unwrap_or(0)));
+        self.lag.with_label_values(&[&self.region]).observe(s.schedule_lag_s());
+        let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
+        if s.outcome == crate::probe::outcome::Outcome::Ok {
+            if let Some(v) = secs(s.ttfb_ms) {
+                self.ttfb.with_label_values(&l).observe(v);
+            }
+            if let Some(v) = secs(s.ttft_ms) {
+                self.ttft.with_label_values(&l).observe(v);
+            }
+            if let Some(v) = secs(s.total_ms) {
+                self.duration.with_label_values(&l).observe(v);
+            }
+        }
+        let phases = [
+            ("dns", s.dns_ms),
+            ("connect", s.connect_ms),
+            ("tls", s.tls_ms),
+            ("ttfb", s.ttfb_ms),
+            ("ttft", s.ttft_ms),
+            ("total", s.total_ms),
+        ];
+        for (phase, v) in phases {
+            let g = self.phase.with_label_values(&[l[0], l[1], l[2], l[3], phase]);
+            match secs(v) {
+                Some(v) => g.set(v),
+                // A phase that did not happen this time must not keep showing an old value.
+                None => {
+                    let _ = self.phase.remove_label_values(&[l[0], l[1], l[2], l[3], phase]);
+                }
+            }
+        }
+        match s.tokens_per_s {
+            Some(v) => self.tokens_per_second.with_label_values(&l).set(v),
+            None => {
+                let _ = self.tokens_per_second.remove_label_values(&l);
+            }
+        }
+        if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
+            self.cost.with_label_values(&l).inc_by(c);
+        }
+    }
+
+    /// Makes every target visible at zero before its first probe, so rate() and absent() behave.
+    pub fn register_target(&self, t: &Target) {
+        let l = labels(t);
+        for o in crate::probe::outcome::Outcome::ALL {
+            self.probes.with_label_values(&[l[0], l[1], l[2], l[3], o.as_str()]);
+        }
+        self.cost.with_label_values(&l);
+        self.skipped.with_label_values(&l);
+    }
+
+    /// Counts a probe skipped because the previous one of the target was still running.
+    pub fn skipped(&self, t: &Target) {
+        self.skipped.with_label_values(&labels(t)).inc();
+    }
+
+    /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or clears it.
+    pub fn set_baseline(&self, t: &Target, metric: &str, quantile: &str, seconds: Option<f64>) {
+        let l = labels(t);
+        let values = [l[0], l[1], l[2], l[3], metric, quantile];
+        match seconds {
+            Some(v) => self.baseline.with_label_values(&values).set(v),
+            None => {
+                let _ = self.baseline.remove_label_values(&values);
+            }
+        }
+    }
+
+    /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
+    pub fn set_circuit(&self, t: &Target, state: i64) {
+        self.circuit.with_label_values(&labels(t)).set(state as f64);
+    }
+
+    /// Sets a provider's remaining credit.
+    pub fn set_credit(&self, provider: &str, usd: f64) {
+        self.credit.with_label_values(&[provider, &self.region]).set(usd);
+    }
+
+    /// Counts a delivered alert notification.
+    pub fn alert_sent(&self, kind: &str, channel: &str) {
+        self.alerts.with_label_values(&[kind, channel]).inc();
+    }
+
+    /// Counts a failed delivery attempt.
+    pub fn delivery_failed(&self, channel: &str) {
+        self.delivery_failures.with_label_values(&[channel]).inc();
+    }
+
+    /// Sets the spool backlog.
+    pub fn set_spooled(&self, n: u64) {
+        self.spooled.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets how many samples have been stored since start.
+    pub fn set_stored(&self, n: u64) {
+        self.stored.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the alert outbox depth.
+    pub fn set_outbox_depth(&self, n: i64) {
+        self.outbox_depth.set(n);
+    }
+
+    /// Prometheus text exposition of everything.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for the text format.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

@@ -1,0 +1,92 @@
+//! Anthropic Messages API: system prompt in `system`, events typed by `type`.
+
+use super::{as_u32, error_signal, join, parse_json, Adapter, ProbeParams, RequestSpec, Signals, Usage};
+use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
+use crate::probe::sse::SseEvent;
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+/// Adapter for `POST {base}/messages` with `stream: true`.
+pub struct Anthropic;
+
+/// Smallest thinking budget the API accepts.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
+impl Adapter for Anthropic {
+    fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
+        let url = join(&p.provider.base_url, "messages")?;
+        let mut body = json!({
+            "model": p.model,
+            "stream": true,
+            "system": SYSTEM_PROMPT,
+            "messages": [{"role": "user", "content": USER_PROMPT}],
+        });
+        if p.reasoning {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": MIN_THINKING_BUDGET});
+            body["max_tokens"] = json!(MIN_THINKING_BUDGET + p.max_tokens.max(REASONING_EXTRA_TOKENS / 8));
+        } else {
+            body["max_tokens"] = json!(p.max_tokens);
+            body["temperature"] = json!(0);
+        }
+        let mut headers = vec![
+            ("accept".to_string(), "text/event-stream".to_string()),
+            ("anthropic-version".to_string(), "2023-06-01".to_string()),
+        ];
+        if let Some(key) = &p.provider.api_key {
+            headers.push(("x-api-key".into(), key.expose_secret().to_string()));
+        }
+        headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+        Ok(RequestSpec { method: http::Method::POST, url, headers, body: Some(body) })
+    }
+
+    fn interpret(&self, event: &SseEvent) -> Signals {
+        let v = match parse_json(event) {
+            Ok(v) => v,
+            Err(s) => return s,
+        };
+        let kind = v.get("type").and_then(Value::as_str).or(event.event.as_deref()).unwrap_or("");
+        match kind {
+            "message_start" => {
+                let msg = v.get("message");
+                Signals {
+                    request_id: msg.and_then(|m| m.get("id")).and_then(Value::as_str).map(str::to_string),
+                    usage: msg.and_then(|m| m.get("usage")).map(usage),
+                    ..Signals::default()
+                }
+            }
+            "content_block_delta" => {
+                let delta = v.get("delta");
+                match delta.and_then(|d| d.get("type")).and_then(Value::as_str) {
+                    Some("text_delta") => Signals {
+                        content: delta
+                            .and_then(|d| d.get("text"))
+                            .and_then(Value::as_str)
+                            .filter(|t| !t.is_empty())
+                            .map(str::to_string),
+                        ..Signals::default()
+                    },
+                    Some("thinking_delta") => Signals { reasoning: true, ..Signals::default() },
+                    _ => Signals::default(),
+                }
+            }
+            "content_block_start" => {
+                let block = v.get("content_block").and_then(|b| b.get("type")).and_then(Value::as_str);
+                Signals { reasoning: matches!(block, Some("thinking" | "redacted_thinking")), ..Signals::default() }
+            }
+            "message_delta" => Signals { usage: v.get("usage").map(usage), ..Signals::default() },
+            "message_stop" => Signals { done: true, ..Signals::default() },
+            "error" => error_signal(v.get("error").unwrap_or(&v)),
+            _ => Signals::default(), // ping, content_block_stop
+        }
+    }
+}
+
+fn usage(u: &Value) -> Usage {
+    Usage {
+        input: u.get("input_tokens").and_then(as_u32),
+        output: u.get("output_tokens").and_then(as_u32),
+        reasoning: None,
+        cost_usd: None,
+    }
+}

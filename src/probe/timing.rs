@@ -1,0 +1,218 @@
+//! A fresh connection opened phase by phase (DNS, TCP, TLS) on a monotonic clock, and an I/O
+//! wrapper that stamps when the first response byte is read off the socket.
+//!
+//! reqwest hides connection phases, so the probe dials itself and hands the stream to hyper.
+
+use super::outcome::Outcome;
+use rustls::pki_types::ServerName;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// Durations of the connection phases; `None` when a phase did not apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Phases {
+    /// Name resolution (None for IP literals).
+    pub dns: Option<Duration>,
+    /// TCP handshake.
+    pub connect: Option<Duration>,
+    /// TLS handshake (None for plain HTTP).
+    pub tls: Option<Duration>,
+}
+
+/// Why a connection could not be opened, already classified.
+#[derive(Debug, Clone)]
+pub struct DialError {
+    /// `dns_error`, `connect_error`, `tls_error` or `timeout`.
+    pub outcome: Outcome,
+    /// What happened.
+    pub message: String,
+    /// Phases completed before the failure.
+    pub phases: Phases,
+}
+
+/// Either side of a dialled connection.
+pub enum Stream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// The TLS client setup shared by all probes (roots are loaded once).
+pub fn tls_connector(extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    for cert in extra_roots {
+        // A bad extra root is a test or operator error; skipping it makes TLS fail visibly later.
+        let _ = roots.add(cert.clone());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .unwrap_or_else(|_| {
+            // The ring provider supports the default versions; this branch only guards a library change.
+            rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth()
+        });
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Resumption would skip the full handshake and hide the TLS cost a new client pays.
+    config.resumption = rustls::client::Resumption::disabled();
+    TlsConnector::from(Arc::new(config))
+}
+
+/// Opens a fresh connection to `host:port`, timing each phase; the whole dial is bounded by `limit`.
+pub async fn dial(
+    host: &str,
+    port: u16,
+    tls: Option<&TlsConnector>,
+    limit: Duration,
+) -> Result<(Stream, Phases), DialError> {
+    let mut phases = Phases::default();
+    let deadline = tokio::time::Instant::now() + limit;
+    let timeout = |phases: Phases, what: &str| DialError {
+        outcome: Outcome::Timeout,
+        message: format!("{what} did not finish within the connect timeout of {}", humantime::format_duration(limit)),
+        phases,
+    };
+
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => {
+            let t = Instant::now();
+            let looked = tokio::time::timeout_at(deadline, tokio::net::lookup_host((bare, port)))
+                .await
+                .map_err(|_| timeout(phases, "DNS lookup"))?;
+            phases.dns = Some(t.elapsed());
+            let addrs: Vec<SocketAddr> = looked
+                .map_err(|e| DialError { outcome: Outcome::DnsError, message: format!("resolve {bare}: {e}"), phases })?
+                .collect();
+            if addrs.is_empty() {
+                return Err(DialError {
+                    outcome: Outcome::DnsError,
+                    message: format!("{bare} has no addresses"),
+                    phases,
+                });
+            }
+            addrs
+        }
+    };
+
+    let t = Instant::now();
+    let mut last_err = None;
+    let mut tcp = None;
+    for addr in &addrs {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Err(_) => return Err(timeout(phases, "TCP connect")),
+            Ok(Ok(s)) => {
+                tcp = Some(s);
+                break;
+            }
+            Ok(Err(e)) => last_err = Some(format!("connect {addr}: {e}")),
+        }
+    }
+    let tcp = tcp.ok_or_else(|| DialError {
+        outcome: Outcome::ConnectError,
+        message: last_err.unwrap_or_else(|| "no address to connect to".into()),
+        phases,
+    })?;
+    phases.connect = Some(t.elapsed());
+    // Small request and event writes must not wait for Nagle's algorithm.
+    let _ = tcp.set_nodelay(true);
+
+    let Some(connector) = tls else {
+        return Ok((Stream::Plain(tcp), phases));
+    };
+    let name = ServerName::try_from(bare.to_string()).map_err(|e| DialError {
+        outcome: Outcome::TlsError,
+        message: format!("server name {bare}: {e}"),
+        phases,
+    })?;
+    let t = Instant::now();
+    let stream = tokio::time::timeout_at(deadline, connector.connect(name, tcp))
+        .await
+        .map_err(|_| timeout(phases, "TLS handshake"))?
+        .map_err(|e| DialError {
+            outcome: Outcome::TlsError,
+            message: format!("TLS handshake with {bare}: {e}"),
+            phases,
+        })?;
+    phases.tls = Some(t.elapsed());
+    Ok((Stream::Tls(Box::new(stream)), phases))
+}
+
+/// Shared record of when the first response byte arrived.
+#[derive(Debug, Clone, Default)]
+pub struct FirstByte(Arc<Mutex<Option<Instant>>>);
+
+impl FirstByte {
+    /// When the first byte was read, if it was.
+    pub fn get(&self) -> Option<Instant> {
+        self.0.lock().map(|g| *g).unwrap_or(None)
+    }
+
+    fn stamp(&self) {
+        if let Ok(mut g) = self.0.lock() {
+            if g.is_none() {
+                *g = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// Wraps the connection so the instant the first response byte is read is recorded at the socket.
+pub struct TimedIo {
+    inner: Stream,
+    first_byte: FirstByte,
+}
+
+impl TimedIo {
+    /// Wraps a dialled stream.
+    pub fn new(inner: Stream, first_byte: FirstByte) -> Self {
+        TimedIo { inner, first_byte }
+    }
+}
+
+impl AsyncRead for TimedIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let res = match &mut this.inner {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.first_byte.stamp();
+        }
+        res
+    }
+}
+
+impl AsyncWrite for TimedIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, data),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

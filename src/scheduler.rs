@@ -1,0 +1,206 @@
+//! Rounds of probes: every target once per interval, at a stable offset inside the interval.
+//!
+//! tokio-cron-scheduler ticks once per interval and each tick plans the round *after* the
+//! current one, so every probe is armed on a precise tokio timer a full interval ahead and the
+//! scheduler's own tick jitter never shows up as probe lag. A target still running when it
+//! is due again is skipped (and counted), never probed twice at once.
+
+use crate::metrics::Metrics;
+use crate::probe::{Planned, Prober};
+use crate::sample::Sample;
+use chrono::Utc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_cron_scheduler::{Job, JobScheduler};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The scheduler could not start.
+#[derive(Debug, Error)]
+#[error("scheduler: {0}")]
+pub struct SchedulerError(String);
+
+/// One target with its offset and its in-flight flag.
+struct Slot {
+    plan: Planned,
+    offset: Duration,
+    busy: AtomicBool,
+}
+
+/// Plans rounds and runs probes; cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    slots: Arc<Vec<Slot>>,
+    prober: Prober,
+    interval: Duration,
+    permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    tracker: TaskTracker,
+}
+
+/// A stable offset in `[0, interval)` from the target id, so a fleet's probes spread evenly and
+/// each target keeps its slot across restarts.
+pub fn offset_for(id: &str, interval: Duration) -> Duration {
+    // FNV-1a: unlike std's hasher, its output is fixed across Rust versions and builds.
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let nanos = interval.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
+    Duration::from_nanos(hash % nanos)
+}
+
+impl Scheduler {
+    /// A scheduler for `plans`, with at most `concurrency` probes in flight.
+    pub fn new(
+        plans: Vec<Planned>,
+        prober: Prober,
+        interval: Duration,
+        concurrency: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let slots = plans
+            .into_iter()
+            .map(|plan| {
+                metrics.register_target(&plan.target);
+                Slot { offset: offset_for(&plan.target.id(), interval), plan, busy: AtomicBool::new(false) }
+            })
+            .collect();
+        Scheduler {
+            slots: Arc::new(slots),
+            prober,
+            interval,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            metrics,
+            tracker: TaskTracker::new(),
+        }
+    }
+
+    /// Number of targets.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when there is nothing to probe.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// One round now, all targets at once (bounded by the concurrency limit), for `vigil probe`.
+    pub async fn run_round(&self, only: Option<&str>) -> Vec<Sample> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if only.is_some_and(|id| id != slot.plan.target.id()) {
+                continue;
+            }
+            let this = self.clone();
+            tasks.spawn(async move {
+                let _permit = this.permits.acquire().await.ok();
+                let slot = &this.slots[i];
+                (i, this.prober.probe(&slot.plan, Utc::now()).await)
+            });
+        }
+        let mut out: Vec<(usize, Sample)> = Vec::new();
+        while let Some(res) = tasks.join_next().await {
+            if let Ok(pair) = res {
+                out.push(pair);
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Arms one probe per target for the round starting at `round_start`.
+    pub fn plan_round(&self, round_start: Instant, tx: &mpsc::Sender<Sample>, shutdown: &CancellationToken) {
+        for i in 0..self.slots.len() {
+            let this = self.clone();
+            let tx = tx.clone();
+            let shutdown = shutdown.clone();
+            self.tracker.spawn(async move {
+                let due = round_start + this.slots[i].offset;
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep_until(due) => this.run_slot(i, due, &tx).await,
+                }
+            });
+        }
+    }
+
+    async fn run_slot(&self, i: usize, due: Instant, tx: &mpsc::Sender<Sample>) {
+        let slot = &self.slots[i];
+        let target = &slot.plan.target;
+        if slot.busy.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target = %target, provider = %target.provider, model = %target.model,
+                "previous probe still running; skipping this round");
+            self.metrics.skipped(target);
+            return;
+        }
+        let _permit = self.permits.acquire().await.ok();
+        // Wall-clock due time derived from the monotonic one, so lag is measured, not hidden.
+        let scheduled_at = Utc::now() - chrono::Duration::from_std(due.elapsed()).unwrap_or_default();
+        let sample = self.prober.probe(&slot.plan, scheduled_at).await;
+        slot.busy.store(false, Ordering::Release);
+        tracing::debug!(target = %target, outcome = %sample.outcome, ttft_ms = ?sample.ttft_ms, "probe done");
+        if tx.send(sample).await.is_err() {
+            tracing::warn!(target = %target, "sample channel closed; sample dropped during shutdown");
+        }
+    }
+
+    /// Runs rounds until `shutdown`, then waits for in-flight probes to finish.
+    pub async fn run(&self, tx: mpsc::Sender<Sample>, shutdown: CancellationToken) -> Result<(), SchedulerError> {
+        let start = Instant::now();
+        self.plan_round(start, &tx, &shutdown);
+        self.plan_round(start + self.interval, &tx, &shutdown);
+        let mut next = start + self.interval * 2;
+        // The cron job only signals ticks; this loop owns the sample sender, so the channel
+        // closes (and the pipeline drains) once the loop and every probe task have ended.
+        let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<()>();
+        let mut cron = JobScheduler::new().await.map_err(|e| SchedulerError(e.to_string()))?;
+        let job = Job::new_repeated_async(self.interval, move |_id, _lock| {
+            let _ = tick_tx.send(());
+            Box::pin(async {})
+        })
+        .map_err(|e| SchedulerError(e.to_string()))?;
+        cron.add(job).await.map_err(|e| SchedulerError(e.to_string()))?;
+        cron.start().await.map_err(|e| SchedulerError(e.to_string()))?;
+        tracing::info!(targets = self.slots.len(), interval = %humantime::format_duration(self.interval), "probing");
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                tick = tick_rx.recv() => {
+                    if tick.is_none() {
+                        break;
+                    }
+                    self.plan_round(next, &tx, &shutdown);
+                    next += self.interval;
+                }
+            }
+        }
+        let _ = cron.shutdown().await;
+        self.tracker.close();
+        let in_flight = self.slots.iter().filter(|s| s.busy.load(Ordering::Acquire)).count();
+        if in_flight > 0 {
+            tracing::info!(in_flight, "draining in-flight probes");
+        }
+        self.tracker.wait().await;
+        drop(tx);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_stable_and_inside_the_interval() {
+        let i = Duration::from_secs(60);
+        let a = offset_for("openrouter/m@DeepInfra", i);
+        assert_eq!(a, offset_for("openrouter/m@DeepInfra", i));
+        assert!(a < i);
+        let spread: std::collections::HashSet<u64> =
+            (0..1000).map(|n| offset_for(&format!("p/m{n}"), i).as_secs() / 6).collect();
+        assert_eq!(spread.len(), 10, "1,000 targets fill every tenth of the interval");
+    }
+}

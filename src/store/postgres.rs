@@ -1,0 +1,692 @@
+//! PostgreSQL store: day-partitioned `samples`, batch inserts through `UNNEST`, shared by every region.
+
+use super::{
+    map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
+    SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+};
+use crate::probe::outcome::Outcome;
+use crate::sample::Sample;
+use crate::target::Target;
+use async_trait::async_trait;
+use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
+use std::collections::{BTreeSet, HashSet};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+use uuid::Uuid;
+
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Rows per `INSERT … SELECT FROM UNNEST` statement; arrays keep the bind count at 24 whatever the size.
+const INSERT_CHUNK: usize = 5_000;
+
+/// SQLSTATEs of a concurrent `CREATE TABLE IF NOT EXISTS` losing the race.
+const DUPLICATE_CODES: [&str; 3] = ["42P07", "23505", "42710"];
+
+/// PostgreSQL implementation of [`Store`].
+pub struct PgStore {
+    pool: PgPool,
+    /// Days whose `samples_YYYYMMDD` partition is known to exist.
+    partitions: Mutex<HashSet<NaiveDate>>,
+}
+
+impl PgStore {
+    /// Builds a lazily connecting pool; nothing is contacted until the first query.
+    pub fn open(url: &str, acquire_timeout: Duration) -> Result<Self, StoreError> {
+        let opts = PgConnectOptions::from_str(url).map_err(|e| StoreError::Other(format!("bad storage.url: {e}")))?;
+        let pool = PgPoolOptions::new().max_connections(8).acquire_timeout(acquire_timeout).connect_lazy_with(opts);
+        Ok(PgStore { pool, partitions: Mutex::new(HashSet::new()) })
+    }
+
+    /// The underlying pool (benchmarks and tests inspect the schema through it).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Name of the partition holding samples started on `day`.
+    pub fn partition_name(day: NaiveDate) -> String {
+        format!("samples_{}", day.format("%Y%m%d"))
+    }
+
+    fn cached(&self, day: NaiveDate) -> bool {
+        self.partitions.lock().map(|set| set.contains(&day)).unwrap_or(false)
+    }
+
+    fn remember(&self, day: NaiveDate, exists: bool) {
+        if let Ok(mut set) = self.partitions.lock() {
+            if exists {
+                set.insert(day);
+            } else {
+                set.remove(&day);
+            }
+        }
+    }
+
+    fn forget_all(&self) {
+        if let Ok(mut set) = self.partitions.lock() {
+            set.clear();
+        }
+    }
+
+    /// Creates the partitions for `days` (and each following day, so midnight never waits on DDL).
+    async fn ensure_partitions(&self, days: &BTreeSet<NaiveDate>) -> Result<(), StoreError> {
+        let mut wanted = BTreeSet::new();
+        for day in days {
+            wanted.insert(*day);
+            if let Some(next) = day.checked_add_days(Days::new(1)) {
+                wanted.insert(next);
+            }
+        }
+        for day in wanted {
+            if !self.cached(day) {
+                self.create_partition(day).await?;
+                self.remember(day, true);
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_partition(&self, day: NaiveDate) -> Result<(), StoreError> {
+        let next =
+            day.checked_add_days(Days::new(1)).ok_or_else(|| StoreError::Other(format!("date {day} out of range")))?;
+        // The name and bounds are built from a date only, so the statement is injection-free.
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF samples FOR VALUES FROM ('{} 00:00:00+00') TO ('{} 00:00:00+00')",
+            Self::partition_name(day),
+            day.format("%Y-%m-%d"),
+            next.format("%Y-%m-%d")
+        );
+        let mut last = None;
+        for _ in 0..3 {
+            let attempt = async {
+                let mut tx = self.pool.begin().await?;
+                // Serialises partition DDL across regional instances sharing this database.
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtext('vigil.samples.partitions'))")
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(AssertSqlSafe(ddl.clone())).execute(&mut *tx).await?;
+                tx.commit().await
+            };
+            match attempt.await {
+                Ok(()) => return Ok(()),
+                Err(sqlx::Error::Database(db)) if db.code().is_some_and(|c| DUPLICATE_CODES.contains(&c.as_ref())) => {
+                    tracing::debug!(partition = %Self::partition_name(day), "partition created concurrently; retrying");
+                    last = Some(StoreError::Other(db.to_string()));
+                }
+                Err(e) => return Err(map_sqlx(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Other("partition creation failed".into())))
+    }
+
+    async fn insert_chunk(&self, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
+        let n = chunk.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut providers = Vec::with_capacity(n);
+        let mut models = Vec::with_capacity(n);
+        let mut routes = Vec::with_capacity(n);
+        let mut regions = Vec::with_capacity(n);
+        let mut scheduled = Vec::with_capacity(n);
+        let mut started = Vec::with_capacity(n);
+        let (mut dns, mut connect, mut tls, mut ttfb, mut ttft, mut ttfr, mut total) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut input, mut output, mut tps, mut status) = (vec![], vec![], vec![], vec![]);
+        let (mut outcome, mut error, mut request_id, mut adherence, mut cost, mut retry) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for s in chunk {
+            ids.push(s.id);
+            providers.push(clean(&s.target.provider));
+            models.push(clean(&s.target.model));
+            routes.push(clean(s.target.route_label()));
+            regions.push(clean(&s.target.region));
+            scheduled.push(s.scheduled_at);
+            started.push(s.started_at);
+            dns.push(s.dns_ms);
+            connect.push(s.connect_ms);
+            tls.push(s.tls_ms);
+            ttfb.push(s.ttfb_ms);
+            ttft.push(s.ttft_ms);
+            ttfr.push(s.ttfr_ms);
+            total.push(s.total_ms);
+            input.push(s.input_tokens.map(i64::from));
+            output.push(s.output_tokens.map(i64::from));
+            tps.push(s.tokens_per_s);
+            status.push(s.status.map(i32::from));
+            outcome.push(s.outcome.as_str());
+            error.push(s.error.as_deref().map(clean));
+            request_id.push(s.request_id.as_deref().map(clean));
+            adherence.push(s.adherence_ok);
+            cost.push(s.cost_usd);
+            retry.push(s.retry_after_s);
+        }
+        let res = sqlx::query(
+            "INSERT INTO samples (id, provider, model, route, region, scheduled_at, started_at, dns_ms, connect_ms, \
+             tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, outcome, \
+             error, request_id, adherence_ok, cost_usd, retry_after_s) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], \
+             $7::timestamptz[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], $12::float8[], $13::float8[], \
+             $14::float8[], $15::int8[], $16::int8[], $17::float8[], $18::int4[], $19::text[], $20::text[], $21::text[], \
+             $22::bool[], $23::float8[], $24::float8[]) \
+             ON CONFLICT (id, started_at) DO NOTHING",
+        )
+        .bind(ids)
+        .bind(providers)
+        .bind(models)
+        .bind(routes)
+        .bind(regions)
+        .bind(scheduled)
+        .bind(started)
+        .bind(dns)
+        .bind(connect)
+        .bind(tls)
+        .bind(ttfb)
+        .bind(ttft)
+        .bind(ttfr)
+        .bind(total)
+        .bind(input)
+        .bind(output)
+        .bind(tps)
+        .bind(status)
+        .bind(outcome)
+        .bind(error)
+        .bind(request_id)
+        .bind(adherence)
+        .bind(cost)
+        .bind(retry)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected())
+    }
+
+    /// `samples_*` partitions as (day, name), oldest first.
+    pub async fn sample_partitions(&self) -> Result<Vec<(NaiveDate, String)>, StoreError> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = 'samples'::regclass ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| {
+                let day = n.strip_prefix("samples_").and_then(|d| NaiveDate::parse_from_str(d, "%Y%m%d").ok())?;
+                Some((day, n))
+            })
+            .collect())
+    }
+}
+
+/// PostgreSQL text cannot hold NUL; provider error text occasionally does.
+fn clean(s: &str) -> String {
+    if s.contains('\0') {
+        s.replace('\0', "")
+    } else {
+        s.to_owned()
+    }
+}
+
+fn route_of(route: String) -> Option<String> {
+    (!route.is_empty()).then_some(route)
+}
+
+fn target_of(row: &PgRow) -> Result<Target, sqlx::Error> {
+    Ok(Target {
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        route: route_of(row.try_get("route")?),
+        region: row.try_get("region")?,
+    })
+}
+
+fn sample_of(row: &PgRow) -> Result<Sample, StoreError> {
+    let outcome: String = row.try_get("outcome").map_err(map_sqlx)?;
+    let tokens = |col: &str| -> Result<Option<u32>, StoreError> {
+        let v: Option<i64> = row.try_get(col).map_err(map_sqlx)?;
+        Ok(v.map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+    };
+    let status: Option<i32> = row.try_get("status").map_err(map_sqlx)?;
+    Ok(Sample {
+        id: row.try_get("id").map_err(map_sqlx)?,
+        target: target_of(row).map_err(map_sqlx)?,
+        scheduled_at: row.try_get("scheduled_at").map_err(map_sqlx)?,
+        started_at: row.try_get("started_at").map_err(map_sqlx)?,
+        dns_ms: row.try_get("dns_ms").map_err(map_sqlx)?,
+        connect_ms: row.try_get("connect_ms").map_err(map_sqlx)?,
+        tls_ms: row.try_get("tls_ms").map_err(map_sqlx)?,
+        ttfb_ms: row.try_get("ttfb_ms").map_err(map_sqlx)?,
+        ttft_ms: row.try_get("ttft_ms").map_err(map_sqlx)?,
+        ttfr_ms: row.try_get("ttfr_ms").map_err(map_sqlx)?,
+        total_ms: row.try_get("total_ms").map_err(map_sqlx)?,
+        input_tokens: tokens("input_tokens")?,
+        output_tokens: tokens("output_tokens")?,
+        tokens_per_s: row.try_get("tokens_per_s").map_err(map_sqlx)?,
+        status: status.and_then(|s| u16::try_from(s).ok()),
+        outcome: Outcome::from_str(&outcome).map_err(StoreError::Other)?,
+        error: row.try_get("error").map_err(map_sqlx)?,
+        request_id: row.try_get("request_id").map_err(map_sqlx)?,
+        adherence_ok: row.try_get("adherence_ok").map_err(map_sqlx)?,
+        cost_usd: row.try_get("cost_usd").map_err(map_sqlx)?,
+        retry_after_s: row.try_get("retry_after_s").map_err(map_sqlx)?,
+    })
+}
+
+fn push_filters(qb: &mut QueryBuilder<Postgres>, q: &SampleQuery) {
+    qb.push(" WHERE TRUE");
+    if let Some(region) = &q.region {
+        qb.push(" AND region = ").push_bind(region.clone());
+    }
+    if let Some(t) = &q.target {
+        qb.push(" AND provider = ").push_bind(t.provider.clone());
+        qb.push(" AND model = ").push_bind(t.model.clone());
+        qb.push(" AND route = ").push_bind(t.route_label().to_owned());
+    }
+    if let Some(since) = q.since {
+        qb.push(" AND started_at >= ").push_bind(since);
+    }
+    if let Some(until) = q.until {
+        qb.push(" AND started_at < ").push_bind(until);
+    }
+}
+
+/// JSON columns travel as text so the driver needs no JSON feature.
+fn json_of(row: &PgRow, col: &str) -> Result<serde_json::Value, sqlx::Error> {
+    let text: String = row.try_get(col)?;
+    serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
+}
+
+fn outbox_of(row: &PgRow) -> Result<OutboxItem, sqlx::Error> {
+    Ok(OutboxItem {
+        id: row.try_get("id")?,
+        channel: row.try_get("channel")?,
+        kind: row.try_get("kind")?,
+        dedup_key: row.try_get("dedup_key")?,
+        payload: json_of(row, "payload")?,
+        created_at: row.try_get("created_at")?,
+        next_attempt_at: row.try_get("next_attempt_at")?,
+        attempts: row.try_get("attempts")?,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let known = newest_version(&MIGRATOR);
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        if exists {
+            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_sqlx)?;
+            if let Some(found) = found.filter(|f| *f > known) {
+                return Err(StoreError::SchemaAhead { found, known });
+            }
+        }
+        MIGRATOR.run(&self.pool).await.map_err(|e| map_migrate(e, known))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(map_sqlx)
+    }
+
+    async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
+        if samples.is_empty() {
+            return Ok(0);
+        }
+        let days: BTreeSet<NaiveDate> = samples.iter().map(|s| s.started_at.date_naive()).collect();
+        self.ensure_partitions(&days).await?;
+        let mut inserted = 0;
+        for chunk in samples.chunks(INSERT_CHUNK) {
+            inserted += match self.insert_chunk(chunk).await {
+                Ok(n) => n,
+                // 23514: no partition for a row — another instance's retention dropped one we had cached.
+                Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23514") => {
+                    self.forget_all();
+                    self.ensure_partitions(&days).await?;
+                    self.insert_chunk(chunk).await.map_err(map_sqlx)?
+                }
+                Err(e) => return Err(map_sqlx(e)),
+            };
+        }
+        Ok(inserted)
+    }
+
+    async fn samples(&self, q: &SampleQuery) -> Result<Vec<Sample>, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new(format!("SELECT {SAMPLE_COLUMNS} FROM samples"));
+        push_filters(&mut qb, q);
+        match q.limit {
+            Some(limit) => {
+                qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(limit.max(0));
+            }
+            None => {
+                qb.push(" ORDER BY started_at, id");
+            }
+        }
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter().map(sample_of).collect()
+    }
+
+    async fn count_samples(&self, q: &SampleQuery) -> Result<i64, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new("SELECT count(*) FROM samples");
+        push_filters(&mut qb, q);
+        qb.build_query_scalar::<i64>().fetch_one(&self.pool).await.map_err(map_sqlx)
+    }
+
+    async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut removed = 0u64;
+        for (day, name) in self.sample_partitions().await? {
+            let Some(end) = day.checked_add_days(Days::new(1)) else { continue };
+            if end.and_time(NaiveTime::MIN).and_utc() > cutoff {
+                continue;
+            }
+            let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+            // Never queue behind a long reader for the parent's lock: give up and retry next run.
+            sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await.map_err(map_sqlx)?;
+            let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {name}")))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+            sqlx::query(AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}")))
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+            tx.commit().await.map_err(map_sqlx)?;
+            self.remember(day, false);
+            tracing::info!(partition = %name, rows, "dropped expired samples partition");
+            removed += u64::try_from(rows).unwrap_or(0);
+        }
+        Ok(removed)
+    }
+
+    async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for r in rollups {
+            sqlx::query(
+                "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ON CONFLICT (region, provider, model, route, metric, hour) \
+                 DO UPDATE SET count = EXCLUDED.count, histogram = EXCLUDED.histogram",
+            )
+            .bind(&r.target.provider)
+            .bind(&r.target.model)
+            .bind(r.target.route_label())
+            .bind(&r.target.region)
+            .bind(&r.metric)
+            .bind(r.hour)
+            .bind(r.count)
+            .bind(&r.histogram)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn rollups_since(&self, region: Option<&str>, since: DateTime<Utc>) -> Result<Vec<Rollup>, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "SELECT provider, model, route, region, metric, hour, count, histogram FROM rollups WHERE hour >= ",
+        );
+        qb.push_bind(since);
+        if let Some(region) = region {
+            qb.push(" AND region = ").push_bind(region.to_owned());
+        }
+        qb.push(" ORDER BY region, provider, model, route, metric, hour");
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Rollup {
+                    target: target_of(row)?,
+                    metric: row.try_get("metric")?,
+                    hour: row.try_get("hour")?,
+                    count: row.try_get("count")?,
+                    histogram: row.try_get("histogram")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let res = sqlx::query("DELETE FROM rollups WHERE hour < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        Ok(res.rows_affected())
+    }
+
+    async fn save_breaker(&self, r: &BreakerRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO breaker_state (provider, model, route, region, state, since, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT (region, provider, model, route) \
+             DO UPDATE SET state = EXCLUDED.state, since = EXCLUDED.since, detail = EXCLUDED.detail",
+        )
+        .bind(&r.target.provider)
+        .bind(&r.target.model)
+        .bind(r.target.route_label())
+        .bind(&r.target.region)
+        .bind(&r.state)
+        .bind(r.since)
+        .bind(r.detail.to_string())
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "SELECT provider, model, route, region, state, since, detail::text AS detail FROM breaker_state",
+        );
+        if let Some(region) = region {
+            qb.push(" WHERE region = ").push_bind(region.to_owned());
+        }
+        qb.push(" ORDER BY region, provider, model, route");
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BreakerRecord {
+                    target: target_of(row)?,
+                    state: row.try_get("state")?,
+                    since: row.try_get("since")?,
+                    detail: json_of(row, "detail")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn append_transition(&self, t: &BreakerTransition) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO breaker_transitions (provider, model, route, region, from_state, to_state, at, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&t.target.provider)
+        .bind(&t.target.model)
+        .bind(t.target.route_label())
+        .bind(&t.target.region)
+        .bind(&t.from_state)
+        .bind(&t.to_state)
+        .bind(t.at)
+        .bind(clean(&t.reason))
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn transitions(
+        &self,
+        region: &str,
+        target: Option<&Target>,
+        limit: i64,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
+             WHERE region = ",
+        );
+        qb.push_bind(region.to_owned());
+        if let Some(t) = target {
+            qb.push(" AND provider = ").push_bind(t.provider.clone());
+            qb.push(" AND model = ").push_bind(t.model.clone());
+            qb.push(" AND route = ").push_bind(t.route_label().to_owned());
+        }
+        qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BreakerTransition {
+                    target: target_of(row)?,
+                    from_state: row.try_get("from_state")?,
+                    to_state: row.try_get("to_state")?,
+                    at: row.try_get("at")?,
+                    reason: row.try_get("reason")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for i in items {
+            sqlx::query(
+                "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
+                 attempts, last_error) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(i.id)
+            .bind(&i.channel)
+            .bind(&i.kind)
+            .bind(&i.dedup_key)
+            .bind(i.payload.to_string())
+            .bind(i.created_at)
+            .bind(i.next_attempt_at)
+            .bind(i.attempts)
+            .bind(i.last_error.as_deref().map(clean))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, attempts, last_error \
+             FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= $1 \
+             ORDER BY created_at, id LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(map_sqlx)
+    }
+
+    async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query("UPDATE alert_outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1")
+            .bind(id)
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn mark_retry(&self, id: Uuid, next_attempt_at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(next_attempt_at)
+        .bind(clean(error))
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn mark_abandoned(&self, id: Uuid, at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE alert_outbox SET attempts = attempts + 1, abandoned_at = $2, last_error = $3 WHERE id = $1")
+            .bind(id)
+            .bind(at)
+            .bind(clean(error))
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn outbox_depth(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar("SELECT count(*) FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_sqlx)
+    }
+
+    async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO alert_state (region, state, updated_at) VALUES ($1, $2::jsonb, now()) \
+             ON CONFLICT (region) DO UPDATE SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
+        )
+        .bind(region)
+        .bind(state.to_string())
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let text: Option<String> = sqlx::query_scalar("SELECT state::text FROM alert_state WHERE region = $1")
+            .bind(region)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
+            .transpose()
+    }
+
+    async fn insert_balance(&self, r: &BalanceReading) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO credit_balances (provider, region, at, remaining_usd) VALUES ($1, $2, $3, $4)")
+            .bind(&r.provider)
+            .bind(&r.region)
+            .bind(r.at)
+            .bind(r.remaining_usd)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, region, at, remaining_usd FROM credit_balances WHERE provider = $1 AND at >= $2 \
+             ORDER BY at, id",
+        )
+        .bind(provider)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BalanceReading {
+                    provider: row.try_get("provider")?,
+                    region: row.try_get("region")?,
+                    at: row.try_get("at")?,
+                    remaining_usd: row.try_get("remaining_usd")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+}

@@ -1,0 +1,550 @@
+//! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
+
+use super::{
+    map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
+    SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+};
+use crate::probe::outcome::Outcome;
+use crate::sample::Sample;
+use crate::target::Target;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite};
+use std::str::FromStr;
+use std::time::Duration;
+use uuid::Uuid;
+
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// Rows per multi-row INSERT: 24 binds each stays well under SQLite's 32,766 variable limit.
+const INSERT_CHUNK: usize = 1_000;
+/// Rows per retention DELETE, so the write lock is held only briefly.
+const PURGE_BATCH: i64 = 5_000;
+/// How long a writer waits for SQLite's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite implementation of [`Store`].
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+/// Fixed-width UTC text, so comparing the text compares the times.
+pub fn ts(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+fn parse_ts(s: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| sqlx::Error::Decode(format!("bad timestamp {s:?}: {e}").into()))
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file named by a `sqlite://PATH` URL.
+    pub async fn open(url: &str, acquire_timeout: Duration) -> Result<Self, StoreError> {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Other(format!("bad storage.url: {e}")))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(acquire_timeout)
+            .connect_with(opts)
+            .await
+            .map_err(|e| match map_sqlx(e) {
+                StoreError::Other(m) => StoreError::Unavailable(format!("cannot open SQLite database: {m}")),
+                other => other,
+            })?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// The underlying pool (benchmarks and tests inspect the schema through it).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn route_of(route: String) -> Option<String> {
+    (!route.is_empty()).then_some(route)
+}
+
+fn target_of(row: &SqliteRow) -> Result<Target, sqlx::Error> {
+    Ok(Target {
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        route: route_of(row.try_get("route")?),
+        region: row.try_get("region")?,
+    })
+}
+
+fn time_of(row: &SqliteRow, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+    let text: String = row.try_get(col)?;
+    parse_ts(&text)
+}
+
+fn json_of(row: &SqliteRow, col: &str) -> Result<serde_json::Value, sqlx::Error> {
+    let text: String = row.try_get(col)?;
+    serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
+}
+
+fn uuid_of(row: &SqliteRow, col: &str) -> Result<Uuid, sqlx::Error> {
+    let text: String = row.try_get(col)?;
+    Uuid::parse_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
+}
+
+fn sample_of(row: &SqliteRow) -> Result<Sample, sqlx::Error> {
+    let outcome: String = row.try_get("outcome")?;
+    let tokens = |col: &str| -> Result<Option<u32>, sqlx::Error> {
+        let v: Option<i64> = row.try_get(col)?;
+        Ok(v.map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+    };
+    let status: Option<i64> = row.try_get("status")?;
+    Ok(Sample {
+        id: uuid_of(row, "id")?,
+        target: target_of(row)?,
+        scheduled_at: time_of(row, "scheduled_at")?,
+        started_at: time_of(row, "started_at")?,
+        dns_ms: row.try_get("dns_ms")?,
+        connect_ms: row.try_get("connect_ms")?,
+        tls_ms: row.try_get("tls_ms")?,
+        ttfb_ms: row.try_get("ttfb_ms")?,
+        ttft_ms: row.try_get("ttft_ms")?,
+        ttfr_ms: row.try_get("ttfr_ms")?,
+        total_ms: row.try_get("total_ms")?,
+        input_tokens: tokens("input_tokens")?,
+        output_tokens: tokens("output_tokens")?,
+        tokens_per_s: row.try_get("tokens_per_s")?,
+        status: status.and_then(|s| u16::try_from(s).ok()),
+        outcome: Outcome::from_str(&outcome).map_err(|e| sqlx::Error::Decode(e.into()))?,
+        error: row.try_get("error")?,
+        request_id: row.try_get("request_id")?,
+        adherence_ok: row.try_get("adherence_ok")?,
+        cost_usd: row.try_get("cost_usd")?,
+        retry_after_s: row.try_get("retry_after_s")?,
+    })
+}
+
+fn push_filters(qb: &mut QueryBuilder<Sqlite>, q: &SampleQuery) {
+    qb.push(" WHERE 1 = 1");
+    if let Some(region) = &q.region {
+        qb.push(" AND region = ").push_bind(region.clone());
+    }
+    if let Some(t) = &q.target {
+        qb.push(" AND provider = ").push_bind(t.provider.clone());
+        qb.push(" AND model = ").push_bind(t.model.clone());
+        qb.push(" AND route = ").push_bind(t.route_label().to_owned());
+    }
+    if let Some(since) = q.since {
+        qb.push(" AND started_at >= ").push_bind(ts(since));
+    }
+    if let Some(until) = q.until {
+        qb.push(" AND started_at < ").push_bind(ts(until));
+    }
+}
+
+fn outbox_of(row: &SqliteRow) -> Result<OutboxItem, sqlx::Error> {
+    Ok(OutboxItem {
+        id: uuid_of(row, "id")?,
+        channel: row.try_get("channel")?,
+        kind: row.try_get("kind")?,
+        dedup_key: row.try_get("dedup_key")?,
+        payload: json_of(row, "payload")?,
+        created_at: time_of(row, "created_at")?,
+        next_attempt_at: time_of(row, "next_attempt_at")?,
+        attempts: row.try_get("attempts")?,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+fn collect<T>(rows: &[SqliteRow], f: impl Fn(&SqliteRow) -> Result<T, sqlx::Error>) -> Result<Vec<T>, StoreError> {
+    rows.iter().map(f).collect::<Result<_, _>>().map_err(map_sqlx)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let known = newest_version(&MIGRATOR);
+        let exists: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_sqlx)?;
+        if exists > 0 {
+            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_sqlx)?;
+            if let Some(found) = found.filter(|f| *f > known) {
+                return Err(StoreError::SchemaAhead { found, known });
+            }
+        }
+        MIGRATOR.run(&self.pool).await.map_err(|e| map_migrate(e, known))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(map_sqlx)
+    }
+
+    async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
+        if samples.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut inserted = 0;
+        for chunk in samples.chunks(INSERT_CHUNK) {
+            let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO samples ({SAMPLE_COLUMNS}) "));
+            qb.push_values(chunk, |mut b, s| {
+                b.push_bind(s.id.hyphenated().to_string())
+                    .push_bind(s.target.provider.clone())
+                    .push_bind(s.target.model.clone())
+                    .push_bind(s.target.route_label().to_owned())
+                    .push_bind(s.target.region.clone())
+                    .push_bind(ts(s.scheduled_at))
+                    .push_bind(ts(s.started_at))
+                    .push_bind(s.dns_ms)
+                    .push_bind(s.connect_ms)
+                    .push_bind(s.tls_ms)
+                    .push_bind(s.ttfb_ms)
+                    .push_bind(s.ttft_ms)
+                    .push_bind(s.ttfr_ms)
+                    .push_bind(s.total_ms)
+                    .push_bind(s.input_tokens.map(i64::from))
+                    .push_bind(s.output_tokens.map(i64::from))
+                    .push_bind(s.tokens_per_s)
+                    .push_bind(s.status.map(i64::from))
+                    .push_bind(s.outcome.as_str())
+                    .push_bind(s.error.clone())
+                    .push_bind(s.request_id.clone())
+                    .push_bind(s.adherence_ok)
+                    .push_bind(s.cost_usd)
+                    .push_bind(s.retry_after_s);
+            });
+            qb.push(" ON CONFLICT (id) DO NOTHING");
+            inserted += qb.build().execute(&mut *tx).await.map_err(map_sqlx)?.rows_affected();
+        }
+        tx.commit().await.map_err(map_sqlx)?;
+        Ok(inserted)
+    }
+
+    async fn samples(&self, q: &SampleQuery) -> Result<Vec<Sample>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!("SELECT {SAMPLE_COLUMNS} FROM samples"));
+        push_filters(&mut qb, q);
+        match q.limit {
+            Some(limit) => {
+                qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(limit.max(0));
+            }
+            None => {
+                qb.push(" ORDER BY started_at, id");
+            }
+        }
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        collect(&rows, sample_of)
+    }
+
+    async fn count_samples(&self, q: &SampleQuery) -> Result<i64, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new("SELECT count(*) FROM samples");
+        push_filters(&mut qb, q);
+        qb.build_query_scalar::<i64>().fetch_one(&self.pool).await.map_err(map_sqlx)
+    }
+
+    async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let cutoff = ts(cutoff);
+        let mut removed = 0;
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE started_at < ? LIMIT ?)",
+            )
+            .bind(&cutoff)
+            .bind(PURGE_BATCH)
+            .execute(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected();
+            removed += n;
+            if n < PURGE_BATCH as u64 {
+                return Ok(removed);
+            }
+            // Let the sample writer take the lock between batches.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for r in rollups {
+            sqlx::query(
+                "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (region, provider, model, route, metric, hour) \
+                 DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
+            )
+            .bind(&r.target.provider)
+            .bind(&r.target.model)
+            .bind(r.target.route_label())
+            .bind(&r.target.region)
+            .bind(&r.metric)
+            .bind(ts(r.hour))
+            .bind(r.count)
+            .bind(&r.histogram)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn rollups_since(&self, region: Option<&str>, since: DateTime<Utc>) -> Result<Vec<Rollup>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT provider, model, route, region, metric, hour, count, histogram FROM rollups WHERE hour >= ",
+        );
+        qb.push_bind(ts(since));
+        if let Some(region) = region {
+            qb.push(" AND region = ").push_bind(region.to_owned());
+        }
+        qb.push(" ORDER BY region, provider, model, route, metric, hour");
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(Rollup {
+                target: target_of(row)?,
+                metric: row.try_get("metric")?,
+                hour: time_of(row, "hour")?,
+                count: row.try_get("count")?,
+                histogram: row.try_get("histogram")?,
+            })
+        })
+    }
+
+    async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let res = sqlx::query("DELETE FROM rollups WHERE hour < ?")
+            .bind(ts(cutoff))
+            .execute(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        Ok(res.rows_affected())
+    }
+
+    async fn save_breaker(&self, r: &BreakerRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO breaker_state (provider, model, route, region, state, since, detail) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (region, provider, model, route) \
+             DO UPDATE SET state = excluded.state, since = excluded.since, detail = excluded.detail",
+        )
+        .bind(&r.target.provider)
+        .bind(&r.target.model)
+        .bind(r.target.route_label())
+        .bind(&r.target.region)
+        .bind(&r.state)
+        .bind(ts(r.since))
+        .bind(r.detail.to_string())
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT provider, model, route, region, state, since, detail FROM breaker_state",
+        );
+        if let Some(region) = region {
+            qb.push(" WHERE region = ").push_bind(region.to_owned());
+        }
+        qb.push(" ORDER BY region, provider, model, route");
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(BreakerRecord {
+                target: target_of(row)?,
+                state: row.try_get("state")?,
+                since: time_of(row, "since")?,
+                detail: json_of(row, "detail")?,
+            })
+        })
+    }
+
+    async fn append_transition(&self, t: &BreakerTransition) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO breaker_transitions (provider, model, route, region, from_state, to_state, at, reason) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&t.target.provider)
+        .bind(&t.target.model)
+        .bind(t.target.route_label())
+        .bind(&t.target.region)
+        .bind(&t.from_state)
+        .bind(&t.to_state)
+        .bind(ts(t.at))
+        .bind(&t.reason)
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn transitions(
+        &self,
+        region: &str,
+        target: Option<&Target>,
+        limit: i64,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
+             WHERE region = ",
+        );
+        qb.push_bind(region.to_owned());
+        if let Some(t) = target {
+            qb.push(" AND provider = ").push_bind(t.provider.clone());
+            qb.push(" AND model = ").push_bind(t.model.clone());
+            qb.push(" AND route = ").push_bind(t.route_label().to_owned());
+        }
+        qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(BreakerTransition {
+                target: target_of(row)?,
+                from_state: row.try_get("from_state")?,
+                to_state: row.try_get("to_state")?,
+                at: time_of(row, "at")?,
+                reason: row.try_get("reason")?,
+            })
+        })
+    }
+
+    async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for i in items {
+            sqlx::query(
+                "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
+                 attempts, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(i.id.hyphenated().to_string())
+            .bind(&i.channel)
+            .bind(&i.kind)
+            .bind(&i.dedup_key)
+            .bind(i.payload.to_string())
+            .bind(ts(i.created_at))
+            .bind(ts(i.next_attempt_at))
+            .bind(i.attempts)
+            .bind(&i.last_error)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, channel, kind, dedup_key, payload, created_at, next_attempt_at, attempts, last_error \
+             FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= ? \
+             ORDER BY created_at, id LIMIT ?",
+        )
+        .bind(ts(now))
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        collect(&rows, outbox_of)
+    }
+
+    async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query("UPDATE alert_outbox SET delivered_at = ?, attempts = attempts + 1 WHERE id = ?")
+            .bind(ts(at))
+            .bind(id.hyphenated().to_string())
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn mark_retry(&self, id: Uuid, next_attempt_at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? WHERE id = ?")
+            .bind(ts(next_attempt_at))
+            .bind(error)
+            .bind(id.hyphenated().to_string())
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn mark_abandoned(&self, id: Uuid, at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE alert_outbox SET attempts = attempts + 1, abandoned_at = ?, last_error = ? WHERE id = ?")
+            .bind(ts(at))
+            .bind(error)
+            .bind(id.hyphenated().to_string())
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn outbox_depth(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar("SELECT count(*) FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_sqlx)
+    }
+
+    async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO alert_state (region, state, updated_at) VALUES (?, ?, ?) \
+             ON CONFLICT (region) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        )
+        .bind(region)
+        .bind(state.to_string())
+        .bind(ts(Utc::now()))
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let text: Option<String> = sqlx::query_scalar("SELECT state FROM alert_state WHERE region = ?")
+            .bind(region)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
+            .transpose()
+    }
+
+    async fn insert_balance(&self, r: &BalanceReading) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO credit_balances (provider, region, at, remaining_usd) VALUES (?, ?, ?, ?)")
+            .bind(&r.provider)
+            .bind(&r.region)
+            .bind(ts(r.at))
+            .bind(r.remaining_usd)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, region, at, remaining_usd FROM credit_balances WHERE provider = ? AND at >= ? \
+             ORDER BY at, id",
+        )
+        .bind(provider)
+        .bind(ts(since))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(BalanceReading {
+                provider: row.try_get("provider")?,
+                region: row.try_get("region")?,
+                at: time_of(row, "at")?,
+                remaining_usd: row.try_get("remaining_usd")?,
+            })
+        })
+    }
+}

@@ -1,0 +1,252 @@
+//! The daemon and the binary end to end: `vigil run` against stand-in providers on loopback,
+//! `/metrics` checked by promtool, and the CLI's output and exit codes.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use vigil::app::{App, AppOptions};
+use vigil::config::Config;
+use vigil::demo::standin::{Script, StandIn};
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+fn vigil() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+}
+
+/// The binary run without blocking the runtime that serves the stand-ins.
+fn vigil_async() -> tokio::process::Command {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+}
+
+async fn stand_ins() -> (StandIn, StandIn) {
+    let body = fixture("openai-chat-stream-usage.sse");
+    let ok = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    let err = fixture("openai-error-503.json");
+    let down = StandIn::start(move |_| Script::json(503, &err)).await.expect("stand-in");
+    (ok, down)
+}
+
+fn config_text(ok: &StandIn, down: &StandIn) -> String {
+    format!(
+        r#"
+region = "test-1"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[[provider]]
+name = "fast"
+kind = "openai"
+base_url = "{}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1", "m2"]
+[[provider]]
+name = "broken"
+kind = "openai"
+base_url = "{}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1"]
+"#,
+        ok.base_url(),
+        down.base_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
+    let (ok, down) = stand_ins().await;
+    let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-daemon".to_string())].into();
+    let config = Config::from_toml(&config_text(&ok, &down), &env).expect("valid config");
+    let app = App::build(config, AppOptions::default()).await.expect("app builds");
+    let addr = app.local_addr().expect("bound");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    // Rounds are 1 s apart; wait (bounded) until two rounds of all three targets are counted.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+        let ok_count = text
+            .lines()
+            .filter(|l| l.starts_with("vigil_probes_total{") && l.contains("outcome=\"ok\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        if ok_count >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in [
+        "vigil_probe_ttfb_seconds_bucket",
+        "vigil_probe_ttft_seconds_bucket",
+        "vigil_probe_duration_seconds_bucket",
+        "vigil_probe_phase_seconds",
+        "vigil_probe_tokens_per_second",
+        "vigil_probes_total",
+        "vigil_probe_last_status",
+        "vigil_probe_schedule_lag_seconds_bucket",
+        "vigil_samples_spooled",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
+    }
+    assert!(
+        text.contains(r#"vigil_probe_last_status{model="m1",provider="broken",region="test-1",route=""} 503"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"outcome="server_error",provider="broken""#), "{text}");
+    assert!(text.contains(r#"le="0.05""#) && text.contains(r#"le="30""#), "buckets resolve 50 ms to 30 s");
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool must be installed (Debian package `prometheus`; scripts/test.sh installs it)");
+    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let out = promtool.wait_with_output().expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    assert_eq!(http.get(format!("{base}/healthz")).send().await.expect("healthz").status(), 200);
+    assert_eq!(http.get(format!("{base}/readyz")).send().await.expect("readyz").status(), 200);
+
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "run_until_stopped returns cleanly: {stopped:?}");
+}
+
+#[tokio::test]
+async fn probe_command_prints_json_lines_with_spec_fields() {
+    let (ok, down) = stand_ins().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("vigil.toml");
+    std::fs::write(&path, config_text(&ok, &down)).expect("write config");
+    let out = vigil_async()
+        .args(["probe", "--json", "--config"])
+        .arg(&path)
+        .env("VIGIL_TEST_KEY", "sk-test-cli")
+        .output()
+        .await
+        .expect("vigil runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for field in [
+        "provider",
+        "model",
+        "route",
+        "region",
+        "target",
+        "ts",
+        "dns_ms",
+        "connect_ms",
+        "tls_ms",
+        "ttfb_ms",
+        "ttft_ms",
+        "ttfr_ms",
+        "total_ms",
+        "output_tokens",
+        "tokens_per_s",
+        "status",
+        "outcome",
+        "adherence_ok",
+        "cost_usd",
+        "scheduled_at",
+        "started_at",
+    ] {
+        assert!(lines.iter().all(|l| l.get(field).is_some()), "field {field} missing");
+    }
+    assert_eq!(lines[0]["target"], "fast/m1");
+    assert_eq!(lines[0]["outcome"], "ok");
+    assert_eq!(lines[2]["outcome"], "server_error");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("sk-test-cli"), "the key never reaches output");
+
+    let table = vigil_async()
+        .args(["probe", "--target", "fast/m2", "--config"])
+        .arg(&path)
+        .env("VIGIL_TEST_KEY", "sk-test-cli")
+        .output()
+        .await
+        .expect("vigil runs");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success());
+    assert!(text.starts_with("TARGET") && text.contains("fast/m2") && !text.contains("fast/m1"), "{text}");
+
+    let unknown = vigil_async()
+        .args(["probe", "--target", "nope", "--config"])
+        .arg(&path)
+        .env("VIGIL_TEST_KEY", "k")
+        .output()
+        .await;
+    let unknown = unknown.expect("vigil runs");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--target nope"));
+}
+
+#[test]
+fn bad_config_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[provider]]\nname='a'\nkind='http'\nbase_url='https://a.example'\n[[provider]]\nname='b'\nkind='http'\nbase_url='https://b.example'\n[[provider]]\nname='c'\nkind='http'\nbase_url='nope'\n",
+    )
+    .expect("write");
+    let out = vigil().args(["check-config", "--config"]).arg(&path).output().expect("vigil runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("provider[2].base_url: relative URL without a base"));
+
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "[http]\nlisten = \"127.0.0.1:0\"\n").expect("write");
+    let out = vigil()
+        .args(["run", "--config"])
+        .arg(&empty)
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GROQ_API_KEY")
+        .env_remove("TOGETHER_API_KEY")
+        .env_remove("DEEPINFRA_API_KEY")
+        .env_remove("GEMINI_API_KEY")
+        .output()
+        .expect("vigil runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to probe"));
+}
+
+#[test]
+fn check_config_redacts_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("vigil.toml");
+    std::fs::write(
+        &path,
+        "[[provider]]\nname = \"openai\"\n[storage]\nurl = \"postgres://vigil:hunter2@db.example/vigil\"\n",
+    )
+    .expect("write");
+    let out = vigil()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .env("OPENAI_API_KEY", "sk-test-secret-value")
+        .output()
+        .expect("vigil runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("name = \"openai\"") && text.contains("<redacted>"), "{text}");
+    assert!(!text.contains("sk-test-secret-value") && !text.contains("hunter2"), "{text}");
+}

@@ -1,0 +1,387 @@
+//! The probe against real HTTP servers on loopback that stream the recorded provider transcripts
+//! with scripted delays. Timings are checked against the stand-in server's own timestamps.
+
+use chrono::Utc;
+use secrecy::SecretString;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vigil::config::{Price, ProbeConfig, ProviderConfig, ProviderKind};
+use vigil::demo::standin::{End, RequestRecord, Script, StandIn};
+use vigil::metrics::Metrics;
+use vigil::probe::outcome::Outcome;
+use vigil::probe::{Planned, Prober};
+use vigil::sample::Sample;
+use vigil::scheduler::Scheduler;
+use vigil::target::Target;
+
+/// Slack allowed between what the probe measured and what the server did on loopback.
+/// Generous on purpose: this checks that the right event is timed, not how fast the machine is.
+const SLACK_MS: f64 = 40.0;
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+fn probe_config() -> ProbeConfig {
+    ProbeConfig {
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        ttft_timeout: Duration::from_secs(3),
+        max_tokens: 16,
+        concurrency: 64,
+        daily_budget_usd: 5.0,
+        max_body_bytes: 256 * 1024,
+    }
+}
+
+fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
+    ProviderConfig {
+        name: name.into(),
+        kind,
+        base_url: base_url.parse().expect("url"),
+        api_key_env: Some("TEST_KEY".into()),
+        api_key: Some(SecretString::from("sk-test-probe")),
+        models: vec![if kind == ProviderKind::Http { String::new() } else { "test-model".into() }],
+        routes: vec![],
+        reasoning_models: vec![],
+        balance: None,
+        price: None,
+        headers: BTreeMap::new(),
+    }
+}
+
+fn plan(p: &ProviderConfig, route: Option<&str>) -> Planned {
+    Planned {
+        target: Target {
+            provider: p.name.clone(),
+            model: p.models[0].clone(),
+            route: route.map(String::from),
+            region: "test-1".into(),
+        },
+        provider: Arc::new(p.clone()),
+    }
+}
+
+async fn probe(p: &ProviderConfig) -> Sample {
+    Prober::new(probe_config(), &[]).probe(&plan(p, None), Utc::now()).await
+}
+
+async fn serve(script: Script) -> StandIn {
+    StandIn::start(move |_| script.clone()).await.expect("stand-in starts")
+}
+
+fn ms_between(a: Instant, b: Instant) -> f64 {
+    b.duration_since(a).as_secs_f64() * 1000.0
+}
+
+/// Asserts `measured` is the server-side interval plus loopback transit, never less.
+fn assert_close(what: &str, measured: Option<f64>, truth: f64) {
+    let m = measured.unwrap_or_else(|| panic!("{what} was not measured"));
+    assert!(m + 1.0 >= truth && m - truth < SLACK_MS, "{what}: measured {m:.2} ms, server truth {truth:.2} ms");
+}
+
+fn only_request(s: &StandIn) -> RequestRecord {
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 1, "exactly one request");
+    reqs.into_iter().next().expect("one request")
+}
+
+#[tokio::test]
+async fn openai_stream_ttfb_at_status_line_and_ttft_at_first_content_chunk() {
+    let script = Script::sse(&fixture("openai-chat-stream-usage.sse"), Duration::from_millis(40))
+        .with_head_delay(Duration::from_millis(120));
+    let server = serve(script).await;
+    let p = provider("openai", ProviderKind::Openai, &format!("{}/v1", server.base_url()));
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.status, Some(200));
+    let r = only_request(&server);
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(r.header("authorization"), Some("Bearer sk-test-probe"));
+    let body = r.json().expect("json body");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    assert_eq!(body["max_tokens"], 16);
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(body["messages"][0]["content"], vigil::probe::SYSTEM_PROMPT);
+    let head = r.head_written_at.expect("head written");
+    assert_close("ttfb", s.ttfb_ms, ms_between(r.received_at, head));
+    // Chunk 0 carries only the role; the first content token is in chunk 1.
+    assert_close("ttft", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[1]));
+    let last = *r.chunk_written_at.last().expect("chunks");
+    assert_close("total", s.total_ms, ms_between(r.received_at, last));
+    assert!(s.output_tokens.is_some_and(|n| n > 1));
+    assert!(s.input_tokens.is_some());
+    assert!(s.tokens_per_s.is_some_and(|v| v > 0.0));
+    assert!(s.connect_ms.is_some());
+    assert_eq!(s.dns_ms, None, "an IP literal needs no lookup");
+    assert_eq!(s.tls_ms, None, "plain HTTP has no TLS phase");
+    assert_eq!(s.adherence_ok, Some(false), "the recorded reply is not the demanded JSON");
+}
+
+#[tokio::test]
+async fn openrouter_route_is_pinned_and_processing_comments_are_not_tokens() {
+    let body = fixture("openrouter-chat-stream-processing-comments.sse");
+    let script = Script::sse(&body, Duration::from_millis(60));
+    let server = serve(script).await;
+    let mut p = provider("openrouter", ProviderKind::Openai, &format!("{}/api/v1", server.base_url()));
+    p.routes = vec!["DeepInfra".into()];
+    let s = Prober::new(probe_config(), &[]).probe(&plan(&p, Some("DeepInfra")), Utc::now()).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    let r = only_request(&server);
+    let req = r.json().expect("json");
+    assert_eq!(req["provider"]["order"], serde_json::json!(["DeepInfra"]));
+    assert_eq!(req["provider"]["allow_fallbacks"], false);
+    // Three comment events come first: bytes arrive (TTFB) long before the first token.
+    assert_close("ttft", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[3]));
+    assert!(s.ttfb_ms.unwrap_or(f64::MAX) + 100.0 < s.ttft_ms.unwrap_or(0.0));
+    assert!(s.cost_usd.is_some_and(|c| c > 0.0), "OpenRouter reports the cost itself");
+}
+
+#[tokio::test]
+async fn anthropic_ttft_skips_message_start_and_ping() {
+    let server = serve(Script::sse(&fixture("anthropic-messages-stream.sse"), Duration::from_millis(30))).await;
+    let p = provider("anthropic", ProviderKind::Anthropic, &format!("{}/v1", server.base_url()));
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    let r = only_request(&server);
+    assert_eq!(r.path, "/v1/messages");
+    assert_eq!(r.header("x-api-key"), Some("sk-test-probe"));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    let body = r.json().expect("json");
+    assert_eq!(body["system"], vigil::probe::SYSTEM_PROMPT);
+    assert_eq!(body["stream"], true);
+    assert_close("ttft", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[3]));
+    assert_eq!(s.output_tokens, Some(5));
+    assert!(s.request_id.as_deref().is_some_and(|id| id.starts_with("msg_")));
+}
+
+#[tokio::test]
+async fn gemini_crlf_stream_split_into_single_bytes() {
+    let script = Script::sse(&fixture("gemini-stream.sse"), Duration::from_millis(5)).split_every(1);
+    let server = serve(script).await;
+    let mut p = provider("gemini", ProviderKind::Gemini, &format!("{}/v1beta", server.base_url()));
+    p.models = vec!["gemini-2.0-flash".into()];
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    let r = only_request(&server);
+    assert_eq!(r.path, "/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse");
+    assert_eq!(r.header("x-goog-api-key"), Some("sk-test-probe"));
+    assert!(s.output_tokens.is_some_and(|n| n > 0));
+}
+
+#[tokio::test]
+async fn every_split_point_of_a_stream_gives_the_same_result() {
+    let body = fixture("openai-chat-stream.sse");
+    let mut expected = None;
+    for n in [1, 2, 3, 7, 64, 1000] {
+        let server = serve(Script::sse(&body, Duration::ZERO).split_every(n)).await;
+        let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+        assert_eq!(s.outcome, Outcome::Ok, "split every {n}: {:?}", s.error);
+        let got = (s.output_tokens, s.request_id.clone());
+        assert_eq!(expected.get_or_insert(got.clone()), &got, "split every {n}");
+    }
+}
+
+#[tokio::test]
+async fn error_statuses_map_to_outcome_classes() {
+    let cases: Vec<(Script, Outcome)> = vec![
+        (
+            Script::json(429, &fixture("openai-error-429-rate-limit.json")).with_header("Retry-After", "7"),
+            Outcome::RateLimited,
+        ),
+        (Script::json(401, &fixture("openai-error-401.json")), Outcome::AuthError),
+        (Script::json(402, &fixture("openrouter-402.json")), Outcome::PaymentRequired),
+        (Script::json(429, &fixture("openai-error-429-insufficient-quota.json")), Outcome::PaymentRequired),
+        (Script::json(400, &fixture("anthropic-error-400-credit-balance.json")), Outcome::PaymentRequired),
+        (Script::json(404, &fixture("openai-error-404.json")), Outcome::ModelUnavailable),
+        (Script::json(400, &fixture("openai-error-400.json")), Outcome::ClientError),
+        (Script::json(503, &fixture("openai-error-503.json")), Outcome::ServerError),
+        (Script::json(529, &fixture("anthropic-error-529.json")), Outcome::ServerError),
+    ];
+    for (script, want) in cases {
+        let status = script.status;
+        let server = serve(script).await;
+        let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+        assert_eq!(s.outcome, want, "HTTP {status}: {:?}", s.error);
+        assert_eq!(s.status, Some(status));
+        assert!(s.error.as_deref().is_some_and(|e| e.starts_with(&format!("HTTP {status}"))), "{:?}", s.error);
+        assert!(s.ttfb_ms.is_some());
+        if want == Outcome::RateLimited {
+            assert_eq!(s.retry_after_s, Some(7.0));
+        }
+    }
+}
+
+#[tokio::test]
+async fn midstream_error_events_are_classified() {
+    for (name, kind, want) in [
+        ("anthropic-stream-overloaded-error.sse", ProviderKind::Anthropic, Outcome::ServerError),
+        ("anthropic-stream-midstream-error.sse", ProviderKind::Anthropic, Outcome::StreamError),
+        ("openrouter-stream-midstream-error.sse", ProviderKind::Openai, Outcome::StreamError),
+        ("groq-stream-error-event.sse", ProviderKind::Openai, Outcome::StreamError),
+    ] {
+        let server = serve(Script::sse(&fixture(name), Duration::ZERO)).await;
+        let s = probe(&provider("p", kind, &server.base_url())).await;
+        assert_eq!(s.outcome, want, "{name}: {:?}", s.error);
+        assert_eq!(s.status, Some(200), "{name}: a 200 does not mean success");
+    }
+}
+
+#[tokio::test]
+async fn interrupted_truncated_oversized_and_garbage_streams_are_stream_errors() {
+    let body = fixture("openai-chat-stream.sse");
+    let half = body.len() / 2;
+    let truncated = Script::sse(&body[..half], Duration::ZERO);
+    let aborted = Script::sse(&body, Duration::ZERO).with_end(End::Abort);
+    let aborted = Script { chunks: aborted.chunks[..2].to_vec(), ..aborted };
+    let huge = Script::sse(format!("data: {}\n\n", "x".repeat(400 * 1024)).as_bytes(), Duration::ZERO);
+    let garbage = Script::sse(b"\xff\xfe\x00garbage\n\n{{{{\n\n", Duration::ZERO);
+    let no_content =
+        Script::sse(b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: [DONE]\n\n", Duration::ZERO);
+    for (what, script) in [
+        ("truncated", truncated),
+        ("aborted", aborted),
+        ("oversized", huge),
+        ("garbage", garbage),
+        ("no content", no_content),
+    ] {
+        let server = serve(script).await;
+        let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+        assert_eq!(s.outcome, Outcome::StreamError, "{what}: {:?}", s.error);
+        assert!(s.error.is_some(), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn first_token_and_total_timeouts_are_recorded_at_their_limits() {
+    let cfg =
+        ProbeConfig { ttft_timeout: Duration::from_millis(300), timeout: Duration::from_millis(900), ..probe_config() };
+    // Headers arrive, then nothing: the first-token limit fires.
+    let hang = Script::sse(b"", Duration::ZERO).with_end(End::Hang);
+    let server = serve(hang).await;
+    let p = provider("hang", ProviderKind::Openai, &server.base_url());
+    let s = Prober::new(cfg.clone(), &[]).probe(&plan(&p, None), Utc::now()).await;
+    assert_eq!(s.outcome, Outcome::Timeout, "{:?}", s.error);
+    assert!(s.total_ms.is_some_and(|t| (300.0..300.0 + SLACK_MS).contains(&t)), "{:?}", s.total_ms);
+    assert!(s.ttfb_ms.is_some(), "the status line did arrive");
+
+    // A token arrives, then the stream stalls: the total limit fires.
+    let stall = Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO);
+    let stall = Script { chunks: stall.chunks[..2].to_vec(), end: End::Hang, ..stall };
+    let server = serve(stall).await;
+    let p = provider("stall", ProviderKind::Openai, &server.base_url());
+    let s = Prober::new(cfg, &[]).probe(&plan(&p, None), Utc::now()).await;
+    assert_eq!(s.outcome, Outcome::Timeout, "{:?}", s.error);
+    assert!(s.ttft_ms.is_some());
+}
+
+#[tokio::test]
+async fn a_hung_provider_does_not_delay_or_distort_the_others() {
+    let hung = serve(Script::status(200).with_head_delay(Duration::from_secs(30))).await;
+    let fast_script = Script::sse(&fixture("openai-chat-stream.sse"), Duration::from_millis(20));
+    let fast_a = serve(fast_script.clone()).await;
+    let fast_b = serve(fast_script).await;
+    let providers = [
+        provider("hung", ProviderKind::Openai, &hung.base_url()),
+        provider("fast-a", ProviderKind::Openai, &fast_a.base_url()),
+        provider("fast-b", ProviderKind::Openai, &fast_b.base_url()),
+    ];
+    let cfg =
+        ProbeConfig { ttft_timeout: Duration::from_millis(800), timeout: Duration::from_secs(2), ..probe_config() };
+    let metrics = Arc::new(Metrics::new("test-1").expect("metrics"));
+    let scheduler =
+        Scheduler::new(Planned::all(&providers, "test-1"), Prober::new(cfg, &[]), Duration::from_secs(60), 8, metrics);
+    let samples = scheduler.run_round(None).await;
+    assert_eq!(samples.len(), 3);
+    assert_eq!(samples[0].outcome, Outcome::Timeout);
+    assert!(samples[0].total_ms.is_some_and(|t| t >= 800.0));
+    for (s, server) in samples[1..].iter().zip([&fast_a, &fast_b]) {
+        assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+        let r = only_request(server);
+        assert_close("ttft beside a hung target", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[1]));
+    }
+}
+
+#[tokio::test]
+async fn network_failures_are_classified() {
+    // Nothing listens on a port we just released.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let s = probe(&provider("closed", ProviderKind::Openai, &format!("http://127.0.0.1:{port}"))).await;
+    assert_eq!(s.outcome, Outcome::ConnectError, "{:?}", s.error);
+    assert_eq!(s.status, None);
+
+    let s = probe(&provider("nxdomain", ProviderKind::Openai, "http://vigil-probe-test.invalid")).await;
+    assert_eq!(s.outcome, Outcome::DnsError, "{:?}", s.error);
+
+    // A TLS server whose certificate the prober does not trust.
+    let (tls, _cert) = StandIn::start_tls(|_| Script::status(200)).await.expect("tls stand-in");
+    let s = probe(&provider("untrusted", ProviderKind::Openai, &tls.base_url())).await;
+    assert_eq!(s.outcome, Outcome::TlsError, "{:?}", s.error);
+    assert!(s.connect_ms.is_some() && s.tls_ms.is_none());
+}
+
+#[tokio::test]
+async fn tls_phases_are_measured_on_a_fresh_connection() {
+    let body = fixture("openai-chat-stream.sse");
+    let (server, cert) = StandIn::start_tls(move |_| Script::sse(&body, Duration::ZERO)).await.expect("tls stand-in");
+    let p = provider("tls", ProviderKind::Openai, &server.base_url());
+    let prober = Prober::new(probe_config(), &[cert]);
+    for _ in 0..2 {
+        let s = prober.probe(&plan(&p, None), Utc::now()).await;
+        assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+        assert!(s.dns_ms.is_some(), "localhost is resolved");
+        assert!(s.connect_ms.is_some());
+        assert!(s.tls_ms.is_some_and(|t| t > 0.0), "every probe pays a full handshake");
+    }
+    assert_eq!(server.requests().len(), 2, "two probes, two connections");
+}
+
+#[tokio::test]
+async fn plain_http_targets_expect_2xx() {
+    let ok = serve(Script::json(200, br#"{"status":"ok"}"#)).await;
+    let s = probe(&provider("status", ProviderKind::Http, &format!("{}/status", ok.base_url()))).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.adherence_ok, None);
+    assert_eq!(s.ttft_ms, None);
+    assert_eq!(only_request(&ok).method, "GET");
+    let down = serve(Script::json(503, b"{}")).await;
+    let s = probe(&provider("status", ProviderKind::Http, &down.base_url())).await;
+    assert_eq!(s.outcome, Outcome::ServerError);
+}
+
+#[tokio::test]
+async fn adherent_reply_and_cost_from_configured_price() {
+    let body = concat!(
+        "data: {\"id\":\"c1\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[{\"delta\":{\"content\":\"{\\\"ok\\\"\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[{\"delta\":{\"content\":\":true}\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000000,\"completion_tokens\":1000000}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let server = serve(Script::sse(body.as_bytes(), Duration::from_millis(10))).await;
+    let mut p = provider("priced", ProviderKind::Openai, &server.base_url());
+    p.price = Some(Price { input_per_mtok: 0.59, output_per_mtok: 0.79 });
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.adherence_ok, Some(true));
+    assert!(s.cost_usd.is_some_and(|c| (c - 1.38).abs() < 1e-9), "{:?}", s.cost_usd);
+}
+
+#[tokio::test]
+async fn reasoning_models_get_small_effort_and_room_for_an_answer() {
+    let server = serve(Script::sse(&fixture("groq-chat-stream.sse"), Duration::ZERO)).await;
+    let mut p = provider("groq", ProviderKind::Openai, &server.base_url());
+    p.reasoning_models = vec!["test-model".into()];
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert!(s.ttfr_ms.is_some() && s.ttfr_ms <= s.ttft_ms, "reasoning is timed separately, before content");
+    let body = only_request(&server).json().expect("json");
+    assert_eq!(body["reasoning_effort"], "low");
+    assert!(body["max_completion_tokens"].as_u64().is_some_and(|n| n > 16));
+}

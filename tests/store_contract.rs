@@ -1,0 +1,278 @@
+//! One contract suite, run against a fresh SQLite file and a fresh PostgreSQL database per test.
+
+mod store_support;
+
+use chrono::{Duration, DurationRound, Utc};
+use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
+use vigil::probe::outcome::Outcome;
+use vigil::store::{BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, StoreError};
+
+/// Runs each named contract test on both backends: `sqlite::<name>` and `postgres::<name>`.
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    every_sample_field_round_trips,
+    replaying_a_batch_never_duplicates,
+    one_regions_queries_never_see_another_region,
+    rollups_upsert_and_read_back,
+    breaker_state_and_transitions_persist,
+    outbox_items_move_through_their_lifecycle,
+    alert_state_is_one_document_per_region,
+    balances_read_back_oldest_first,
+    a_database_ahead_of_the_binary_is_refused,
+    retention_removes_only_samples_older_than_the_cutoff,
+);
+
+async fn every_sample_field_round_trips(fx: Fixture) {
+    let now = Utc::now();
+    let full = full_sample(target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), "eu"), now);
+    let bare = bare_sample(target("status-page", "", None, "eu"), now + Duration::seconds(1), Outcome::DnsError);
+    assert_eq!(fx.store.insert_samples(&[full.clone(), bare.clone()]).await.expect("insert"), 2);
+
+    let back = fx.store.samples(&SampleQuery::default()).await.expect("read");
+    assert_eq!(back, vec![full, bare]);
+}
+
+async fn replaying_a_batch_never_duplicates(fx: Fixture) {
+    let t = target("openai", "gpt-4o-mini", None, "eu");
+    let start = Utc::now() - Duration::hours(1);
+    let batch: Vec<_> = (0..1_200).map(|i| full_sample(t.clone(), start + Duration::milliseconds(i))).collect();
+
+    assert_eq!(fx.store.insert_samples(&batch).await.expect("first insert"), 1_200);
+    assert_eq!(fx.store.insert_samples(&batch).await.expect("replay"), 0);
+    let mut mixed = batch[..10].to_vec();
+    mixed.push(full_sample(t.clone(), start + Duration::seconds(5)));
+    assert_eq!(fx.store.insert_samples(&mixed).await.expect("partly new"), 1);
+
+    assert_eq!(fx.store.count_samples(&SampleQuery::default()).await.expect("count"), 1_201);
+}
+
+async fn one_regions_queries_never_see_another_region(fx: Fixture) {
+    let now = Utc::now();
+    let eu = target("groq", "llama3-70b", None, "eu-west-1");
+    let us = target("groq", "llama3-70b", None, "us-east-1");
+    let other = target("together", "llama3-70b", Some("Together"), "eu-west-1");
+    let mut batch = Vec::new();
+    for i in 0..5 {
+        batch.push(bare_sample(eu.clone(), now - Duration::minutes(i), Outcome::Ok));
+        batch.push(bare_sample(us.clone(), now - Duration::minutes(i), Outcome::Timeout));
+    }
+    batch.push(bare_sample(other.clone(), now, Outcome::Ok));
+    fx.store.insert_samples(&batch).await.expect("insert");
+
+    let q_eu = SampleQuery { region: Some("eu-west-1".into()), ..Default::default() };
+    let q_us = SampleQuery { region: Some("us-east-1".into()), ..Default::default() };
+    assert_eq!(fx.store.count_samples(&q_eu).await.expect("count eu"), 6);
+    assert_eq!(fx.store.count_samples(&q_us).await.expect("count us"), 5);
+    assert!(fx.store.samples(&q_us).await.expect("us").iter().all(|s| s.target == us));
+
+    let q_target = SampleQuery { target: Some(eu.clone()), ..q_eu.clone() };
+    assert_eq!(fx.store.count_samples(&q_target).await.expect("count target"), 5);
+    let newest = fx.store.samples(&SampleQuery { limit: Some(2), ..q_target.clone() }).await.expect("newest two");
+    assert_eq!(newest.len(), 2);
+    assert!(newest[0].started_at > newest[1].started_at, "newest first");
+    assert_eq!(newest[0].started_at, micros(now));
+
+    let window = SampleQuery { since: Some(now - Duration::seconds(150)), until: Some(now), ..q_target };
+    assert_eq!(fx.store.count_samples(&window).await.expect("window"), 2, "samples at -1m and -2m");
+}
+
+async fn rollups_upsert_and_read_back(fx: Fixture) {
+    let hour = Utc::now().duration_trunc(Duration::hours(1)).expect("hour");
+    let eu = target("anthropic", "claude-3-haiku", None, "eu");
+    let us = target("anthropic", "claude-3-haiku", None, "us");
+    let r = |t: &vigil::target::Target, h, count, bytes: &[u8]| Rollup {
+        target: t.clone(),
+        metric: "ttft".into(),
+        hour: h,
+        count,
+        histogram: bytes.to_vec(),
+    };
+    let old = r(&eu, hour - Duration::days(2), 60, &[9]);
+    fx.store.upsert_rollups(&[r(&eu, hour, 10, &[1, 2]), r(&us, hour, 7, &[3]), old.clone()]).await.expect("upsert");
+    fx.store.upsert_rollups(&[r(&eu, hour, 20, &[4, 5, 6])]).await.expect("replace");
+
+    let eu_rollups = fx.store.rollups_since(Some("eu"), hour - Duration::hours(1)).await.expect("eu rollups");
+    assert_eq!(eu_rollups, vec![r(&eu, hour, 20, &[4, 5, 6])]);
+    assert_eq!(fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").len(), 3);
+
+    assert_eq!(fx.store.purge_rollups_before(hour - Duration::days(1)).await.expect("purge"), 1);
+    assert!(!fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").contains(&old));
+}
+
+async fn breaker_state_and_transitions_persist(fx: Fixture) {
+    let now = micros(Utc::now());
+    let a = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
+    let b = target("openrouter", "mixtral-8x22b", Some("Together"), "eu");
+    let us = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "us");
+    let rec = |t: &vigil::target::Target, state: &str| BreakerRecord {
+        target: t.clone(),
+        state: state.into(),
+        since: now,
+        detail: serde_json::json!({"failures": 3, "next_half_open": "2026-11-30T12:05:00Z"}),
+    };
+    fx.store.save_breaker(&rec(&a, "closed")).await.expect("save a");
+    fx.store.save_breaker(&rec(&a, "open")).await.expect("replace a");
+    fx.store.save_breaker(&rec(&b, "half_open")).await.expect("save b");
+    fx.store.save_breaker(&rec(&us, "closed")).await.expect("save us");
+    assert_eq!(fx.store.load_breakers(Some("eu")).await.expect("eu"), vec![rec(&a, "open"), rec(&b, "half_open")]);
+    assert_eq!(fx.store.load_breakers(None).await.expect("all").len(), 3);
+
+    let tr = |t: &vigil::target::Target, from: &str, to: &str, secs| BreakerTransition {
+        target: t.clone(),
+        from_state: from.into(),
+        to_state: to.into(),
+        at: now + Duration::seconds(secs),
+        reason: format!("{from} -> {to}: 3 failed probes in 120s: server_error, server_error, timeout"),
+    };
+    for t in [
+        tr(&a, "closed", "open", 0),
+        tr(&b, "closed", "open", 1),
+        tr(&a, "open", "half_open", 2),
+        tr(&us, "closed", "open", 3),
+    ] {
+        fx.store.append_transition(&t).await.expect("append");
+    }
+    assert_eq!(
+        fx.store.transitions("eu", None, 10).await.expect("eu"),
+        vec![tr(&a, "open", "half_open", 2), tr(&b, "closed", "open", 1), tr(&a, "closed", "open", 0)]
+    );
+    assert_eq!(fx.store.transitions("eu", Some(&a), 1).await.expect("a"), vec![tr(&a, "open", "half_open", 2)]);
+}
+
+async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
+    let now = micros(Utc::now());
+    let item = |n: i64, channel: &str| OutboxItem {
+        id: uuid::Uuid::now_v7(),
+        channel: channel.into(),
+        kind: "errors".into(),
+        dedup_key: format!("openai/gpt-4o@eu#{n}"),
+        payload: serde_json::json!({"text": format!("alert {n}")}),
+        created_at: now + Duration::seconds(n),
+        next_attempt_at: now + Duration::seconds(n),
+        attempts: 0,
+        last_error: None,
+    };
+    let (a, b, c) = (item(0, "slack"), item(1, "pagerduty-1"), item(100, "email"));
+    fx.store.enqueue(&[a.clone(), b.clone(), c.clone()]).await.expect("enqueue");
+    fx.store.enqueue(&[a.clone()]).await.expect("enqueue again is ignored");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
+
+    let due = fx.store.due(now + Duration::seconds(10), 10).await.expect("due");
+    assert_eq!(due, vec![a.clone(), b.clone()], "c is not due yet; oldest first");
+    assert_eq!(fx.store.due(now + Duration::seconds(10), 1).await.expect("limit"), vec![a.clone()]);
+
+    fx.store.mark_delivered(a.id, now + Duration::seconds(11)).await.expect("delivered");
+    fx.store.mark_retry(b.id, now + Duration::seconds(60), "HTTP 503").await.expect("retry");
+    let due = fx.store.due(now + Duration::seconds(20), 10).await.expect("due after");
+    assert!(due.is_empty(), "a delivered, b retries later, c not due: {due:?}");
+
+    let retried = fx.store.due(now + Duration::seconds(60), 10).await.expect("b due again");
+    assert_eq!(retried.len(), 1);
+    assert_eq!((retried[0].id, retried[0].attempts), (b.id, 1));
+    assert_eq!(retried[0].last_error.as_deref(), Some("HTTP 503"));
+    assert_eq!(retried[0].next_attempt_at, now + Duration::seconds(60));
+
+    fx.store.mark_abandoned(b.id, now + Duration::seconds(61), "HTTP 400: invalid routing key").await.expect("abandon");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 1, "only c is left");
+    assert_eq!(fx.store.due(now + Duration::seconds(200), 10).await.expect("due"), vec![c]);
+}
+
+async fn alert_state_is_one_document_per_region(fx: Fixture) {
+    assert_eq!(fx.store.load_alert_state("eu").await.expect("first start"), None);
+    let v1 = serde_json::json!({"firing": {"errors:openai/gpt-4o": "2026-11-30T10:00:00Z"}});
+    let v2 = serde_json::json!({"firing": {}, "last_sent": {"x": 1}});
+    fx.store.save_alert_state("eu", &v1).await.expect("save");
+    fx.store.save_alert_state("us", &v2).await.expect("save us");
+    assert_eq!(fx.store.load_alert_state("eu").await.expect("load"), Some(v1));
+    fx.store.save_alert_state("eu", &v2).await.expect("replace");
+    assert_eq!(fx.store.load_alert_state("eu").await.expect("load"), Some(v2));
+}
+
+async fn balances_read_back_oldest_first(fx: Fixture) {
+    let t0 = micros(Utc::now()) - Duration::minutes(30);
+    let reading = |mins, usd| BalanceReading {
+        provider: "openrouter".into(),
+        region: "eu".into(),
+        at: t0 + Duration::minutes(mins),
+        remaining_usd: usd,
+    };
+    for r in [reading(10, 41.5), reading(0, 42.0), reading(20, 40.25)] {
+        fx.store.insert_balance(&r).await.expect("insert");
+    }
+    let other = BalanceReading { provider: "openai".into(), ..reading(5, 7.0) };
+    fx.store.insert_balance(&other).await.expect("insert other");
+    assert_eq!(
+        fx.store.balances("openrouter", t0 + Duration::minutes(5)).await.expect("read"),
+        vec![reading(10, 41.5), reading(20, 40.25)]
+    );
+}
+
+async fn a_database_ahead_of_the_binary_is_refused(fx: Fixture) {
+    fx.store.migrate().await.expect("migrating twice is a no-op");
+    match fx.kind {
+        Kind::Sqlite => fx.exec(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (99990101000000, 'from a newer vigil', TRUE, X'00', 0)",
+        ),
+        Kind::Postgres => fx.exec(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (99990101000000, 'from a newer vigil', TRUE, '\\x00'::bytea, 0)",
+        ),
+    }
+    .await;
+    let err = fx.store.migrate().await.expect_err("a newer schema must be refused");
+    assert!(matches!(err, StoreError::SchemaAhead { found: 99990101000000, .. }), "got {err:?}");
+    assert!(err.to_string().contains("newer than this vigil"), "message: {err}");
+}
+
+async fn retention_removes_only_samples_older_than_the_cutoff(fx: Fixture) {
+    let today = Utc::now().duration_trunc(Duration::days(1)).expect("midnight");
+    let t = target("deepinfra", "llama3-70b", None, "eu");
+    let at = |days: i64, hours: i64| today - Duration::days(days) + Duration::hours(hours);
+    let batch: Vec<_> = [at(10, 1), at(3, 23), at(3, 0), at(2, 0), at(1, 12), at(0, 0)]
+        .into_iter()
+        .map(|when| bare_sample(t.clone(), when, Outcome::Ok))
+        .collect();
+    fx.store.insert_samples(&batch).await.expect("insert");
+
+    let cutoff = today - Duration::days(2);
+    assert_eq!(fx.store.purge_samples_before(cutoff).await.expect("purge"), 3);
+    let left: Vec<_> =
+        fx.store.samples(&Default::default()).await.expect("read").into_iter().map(|s| s.started_at).collect();
+    assert_eq!(left, vec![at(2, 0), at(1, 12), at(0, 0)]);
+    assert_eq!(fx.store.purge_samples_before(cutoff).await.expect("purge again"), 0);
+
+    if fx.kind == Kind::Postgres {
+        // Whole day partitions went; the newer ones (and tomorrow's, pre-created) remain.
+        let names = fx
+            .text(
+                "SELECT string_agg(c.relname::text, ',' ORDER BY c.relname) FROM pg_inherits i \
+                 JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'samples'::regclass",
+            )
+            .await
+            .expect("partitions");
+        let day = |d: chrono::DateTime<Utc>| format!("samples_{}", d.format("%Y%m%d"));
+        let expected: Vec<String> = [at(2, 0), at(1, 0), at(0, 0), at(-1, 0)].into_iter().map(day).collect();
+        assert_eq!(names, expected.join(","));
+    }
+}

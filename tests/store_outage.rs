@@ -1,0 +1,201 @@
+//! Outage safety: samples survive an unreachable PostgreSQL, a killed writer and a torn spool line.
+
+mod store_support;
+
+use chrono::{Duration as ChronoDuration, Utc};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use store_support::{bare_sample, full_sample, target, Fixture, PgTestDb, TcpProxy};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use vigil::probe::outcome::Outcome;
+use vigil::sample::Sample;
+use vigil::store::{self, SampleQuery, Spool, Store, StoreError, Writer, WriterHealth};
+
+/// Liveness bound for background progress; generous so a loaded machine never flakes.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn samples(n: usize, region: &str) -> Vec<Sample> {
+    let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), region);
+    let start = Utc::now();
+    (0..n).map(|i| full_sample(t.clone(), start + ChronoDuration::microseconds(i as i64))).collect()
+}
+
+fn postgres_addr() -> SocketAddr {
+    let url = url::Url::parse(&store_support::server_url()).expect("server url");
+    let host = url.host_str().unwrap_or("127.0.0.1");
+    format!("{host}:{}", url.port().unwrap_or(5432)).parse().expect("postgres host must be an IP address")
+}
+
+/// A loopback address nothing listens on.
+async fn dead_addr() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    l.local_addr().expect("addr")
+}
+
+fn fast_writer(store: Arc<dyn Store>, spool: Spool, batch: usize) -> Writer {
+    Writer::new(store, spool, batch, Duration::from_millis(20))
+        .with_write_timeout(Duration::from_millis(800))
+        .with_retry_backoff(Duration::from_millis(50), Duration::from_millis(300))
+}
+
+async fn ids_in(store: &dyn Store) -> (i64, BTreeSet<Uuid>) {
+    let rows = store.samples(&SampleQuery::default()).await.expect("read back");
+    (rows.len() as i64, rows.into_iter().map(|s| s.id).collect())
+}
+
+async fn send_all(tx: &mpsc::Sender<Sample>, batch: &[Sample]) {
+    for s in batch {
+        tx.send(s.clone()).await.expect("writer is running");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cut_off_mid_run_loses_and_duplicates_nothing() {
+    let db = PgTestDb::create().await;
+    let direct = store::open(&db.url).await.expect("open");
+    direct.migrate().await.expect("migrate");
+    let proxy = TcpProxy::start(postgres_addr()).await;
+    let via_proxy = store::open_with_timeout(&db.url_via(proxy.addr), Duration::from_millis(800)).await.expect("open");
+    let spool_dir = tempfile::tempdir().expect("tempdir");
+    let writer = fast_writer(via_proxy, Spool::open(spool_dir.path(), 64 << 20).expect("spool"), 50);
+    let health: Arc<WriterHealth> = writer.health();
+    let (tx, rx) = mpsc::channel(256);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+
+    let (before, during, after) = (samples(200, "eu"), samples(300, "eu"), samples(100, "eu"));
+    send_all(&tx, &before).await;
+    eventually("first 200 stored", async || health.written() == 200).await;
+    assert_eq!(health.ready(), Ok(()));
+
+    proxy.cut();
+    send_all(&tx, &during).await;
+    eventually("300 spooled during the outage", async || health.spooled() == 300).await;
+    let why = health.ready().expect_err("not ready while the database is unreachable");
+    assert!(why.starts_with("storage unreachable since "), "{why}");
+    assert!(why.ends_with("; 300 samples spooled"), "{why}");
+
+    proxy.restore();
+    send_all(&tx, &after).await;
+    eventually("spool drained", async || health.spooled() == 0).await;
+    eventually("all 600 stored", async || direct.count_samples(&SampleQuery::default()).await.ok() == Some(600)).await;
+    shutdown.cancel();
+    task.await.expect("writer stopped cleanly");
+
+    let sent: BTreeSet<Uuid> = before.iter().chain(&during).chain(&after).map(|s| s.id).collect();
+    let (rows, stored) = ids_in(direct.as_ref()).await;
+    assert_eq!(rows, 600, "stored rows equal probes exactly");
+    assert_eq!(stored, sent, "every probe stored once, nothing else");
+    assert_eq!(health.ready(), Ok(()));
+    assert!(Spool::open(spool_dir.path(), 64 << 20).expect("spool").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_writer_with_a_spool_loses_nothing() {
+    let db = PgTestDb::create().await;
+    let direct = store::open(&db.url).await.expect("open");
+    direct.migrate().await.expect("migrate");
+    let spool_dir = tempfile::tempdir().expect("tempdir");
+    let batch = samples(250, "us");
+
+    // First life: the database is unreachable, everything is spooled, then the task is killed.
+    let down =
+        store::open_with_timeout(&db.url_via(dead_addr().await), Duration::from_millis(500)).await.expect("open");
+    let writer = fast_writer(down, Spool::open(spool_dir.path(), 64 << 20).expect("spool"), 25);
+    let health = writer.health();
+    let (tx, rx) = mpsc::channel(1024);
+    let task = tokio::spawn(writer.run(rx, CancellationToken::new()));
+    send_all(&tx, &batch).await;
+    eventually("all spooled", async || health.spooled() == 250).await;
+    task.abort();
+    assert!(task.await.expect_err("killed").is_cancelled());
+    assert_eq!(Spool::open(spool_dir.path(), 64 << 20).expect("reopen").len(), 250, "spool is durable on disk");
+
+    // Second life: the database is back; the leftover spool is replayed exactly once.
+    let up = store::open(&db.url).await.expect("open");
+    let writer = fast_writer(up, Spool::open(spool_dir.path(), 64 << 20).expect("spool"), 25);
+    let health = writer.health();
+    assert_eq!(health.spooled(), 250);
+    let (_tx, rx) = mpsc::channel(16);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+    eventually("spool replayed", async || health.spooled() == 0).await;
+    shutdown.cancel();
+    task.await.expect("writer stopped cleanly");
+
+    let (rows, stored) = ids_in(direct.as_ref()).await;
+    assert_eq!(rows, 250);
+    assert_eq!(stored, batch.iter().map(|s| s.id).collect::<BTreeSet<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_last_spool_line_is_skipped() {
+    let fx = Fixture::sqlite().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let batch = samples(3, "eu");
+    {
+        let mut spool = Spool::open(dir.path(), 1 << 20).expect("spool");
+        spool.append(&batch).expect("append");
+    }
+    // A crash mid-write leaves half a line at the end of the newest segment.
+    let segment = std::fs::read_dir(dir.path()).expect("list").next().expect("one segment").expect("entry").path();
+    let half = serde_json::to_string(&samples(1, "eu")[0]).expect("json");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes.extend_from_slice(&half.as_bytes()[..half.len() / 2]);
+    std::fs::write(&segment, bytes).expect("tear");
+
+    let spool = Spool::open(dir.path(), 1 << 20).expect("reopen");
+    assert_eq!(spool.len(), 3);
+    let mut writer = fast_writer(fx.store.clone(), spool, 10);
+    assert_eq!(writer.replay_step().await, 0);
+    assert_eq!(ids_in(fx.store.as_ref()).await.1, batch.iter().map(|s| s.id).collect::<BTreeSet<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_a_partial_batch() {
+    let fx = Fixture::sqlite().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Neither the size nor the age bound is reached before shutdown.
+    let writer = Writer::new(
+        fx.store.clone(),
+        Spool::open(dir.path(), 1 << 20).expect("spool"),
+        1_000,
+        Duration::from_secs(3600),
+    );
+    let health = writer.health();
+    let (tx, rx) = mpsc::channel(64);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+    let batch: Vec<_> = (0..7)
+        .map(|i| {
+            bare_sample(target("groq", "llama3-8b", None, "eu"), Utc::now() + ChronoDuration::seconds(i), Outcome::Ok)
+        })
+        .collect();
+    send_all(&tx, &batch).await;
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+    assert_eq!(health.written(), 7);
+    assert_eq!(fx.store.count_samples(&SampleQuery::default()).await.expect("count"), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_postgres_is_reported_as_unavailable() {
+    let url = format!("postgres://postgres@{}/postgres", dead_addr().await);
+    let store = store::open_with_timeout(&url, Duration::from_millis(300)).await.expect("open is lazy");
+    let err = store.ping().await.expect_err("nothing listens");
+    assert!(matches!(err, StoreError::Unavailable(_)), "got {err:?}");
+    let err = store.insert_samples(&samples(1, "eu")).await.expect_err("nothing listens");
+    assert!(matches!(err, StoreError::Unavailable(_)), "got {err:?}");
+}
