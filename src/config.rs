@@ -1026,6 +1026,19 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    #[test]
+    fn maintenance_windows_parse_and_bad_ones_name_the_key() {
+        let text = "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"2026-12-01T02:00:00Z\"\nend = \"2026-12-01T04:00:00+00:00\"";
+        let c = Config::from_toml(text, &env(&[])).expect("valid");
+        assert_eq!(c.alerts.maintenance.len(), 1);
+        assert_eq!(c.alerts.maintenance[0].provider, "openrouter");
+        assert_eq!((c.alerts.maintenance[0].end - c.alerts.maintenance[0].start).num_hours(), 2);
+        let backwards = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"2026-12-01T04:00:00Z\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert_eq!(err(backwards, &[]), "alerts.maintenance[0].end: must be after start");
+        let garbled = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
+    }
+
     fn err(text: &str, e: &[(&str, &str)]) -> String {
         match Config::from_toml(text, &env(e)) {
             Ok(_) => panic!("config should be rejected:\n{text}"),
