@@ -122,7 +122,8 @@ async fn a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers(fx: F
     let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
     enqueue(fx.store.as_ref(), &[note("b")], &ob.channels(), t0()).await.expect("enqueue");
     assert_eq!(ob.deliver_pending(t0()).await.expect("step").retried, 1);
-    assert_eq!(ob.deliver_pending(t0()).await.expect("step"), Default::default(), "not due again before its backoff");
+    let r = ob.deliver_pending(t0()).await.expect("step");
+    assert_eq!((r.delivered, r.retried, r.depth), (0, 0, 1), "not due again before its backoff, still queued");
     assert_eq!(w.requests().len(), 1);
     assert_eq!(ob.deliver_pending(after(HOUR)).await.expect("step").retried, 1);
     let r = ob.deliver_pending(after(2 * HOUR)).await.expect("step");
@@ -170,7 +171,8 @@ async fn a_permanent_rejection_is_abandoned_and_recorded(fx: Fixture) {
     enqueue(fx.store.as_ref(), &[note("e")], &ob.channels(), t0()).await.expect("enqueue");
     let r = ob.deliver_pending(t0()).await.expect("step");
     assert_eq!((r.abandoned, r.depth), (1, 0));
-    assert_eq!(ob.deliver_pending(after(24 * HOUR)).await.expect("step"), Default::default());
+    let r = ob.deliver_pending(after(24 * HOUR)).await.expect("step");
+    assert_eq!((r.delivered, r.retried, r.abandoned, r.depth), (0, 0, 0, 0));
     assert_eq!(s.requests().len(), 1);
     assert_eq!(ob.counters().snapshot().abandoned.get("slack"), Some(&1));
 }
@@ -224,6 +226,10 @@ async fn a_restart_loses_nothing_and_sends_nothing_twice(fx: Fixture) {
     assert_eq!(k[0], k[1]);
 }
 
+fn probe(s: &Sample) -> Probe<'_> {
+    Probe { sample: s, baseline: Baseline::default(), elsewhere: Elsewhere::default() }
+}
+
 fn failing(t: &Target, when: DateTime<Utc>) -> Sample {
     let mut s = Sample::new(t.clone(), when, when);
     s.outcome = Outcome::ServerError;
@@ -248,7 +254,6 @@ async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture
         status_url: None,
     };
     let t = target();
-    let probe = |s| Probe { sample: s, baseline: Baseline::default(), elsewhere: Elsewhere::default() };
     let mut engine =
         AlertEngine::restore(rules.clone(), fx.store.load_alert_state("eu-west-1").await.expect("load").as_ref());
     let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));

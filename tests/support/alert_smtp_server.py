@@ -62,7 +62,7 @@ def authenticator(server, session, envelope, mechanism, auth_data):
         and auth_data.login.decode() == USER
         and auth_data.password.decode() == PASSWORD
     )
-    return AuthResult(success=ok)
+    return AuthResult(success=ok, auth_data=auth_data if ok else None)
 
 
 async def main():
