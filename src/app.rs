@@ -4,9 +4,13 @@
 use crate::config::Config;
 use crate::http::{router, HttpState, ReadyCheck, SchedulerRunning};
 use crate::metrics::Metrics;
+use crate::monitor::{Monitor, SharedSnapshot};
 use crate::pipeline::Pipeline;
 use crate::probe::{Planned, Prober};
 use crate::scheduler::{Scheduler, SchedulerError};
+use crate::store::{self, Spool, Store, StoreError, Writer};
+use chrono::Utc;
+use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,6 +42,29 @@ pub enum AppError {
     /// Serving HTTP failed.
     #[error("http server: {0}")]
     Serve(std::io::Error),
+    /// Storage could not be opened or migrated (an unreachable database is not this: it spools).
+    #[error("storage.url: {0}")]
+    Store(#[from] StoreError),
+    /// The spool directory could not be opened.
+    #[error("storage.data_dir: {0}")]
+    Spool(#[from] store::SpoolError),
+    /// The demo providers could not start.
+    #[error("--demo: {0}")]
+    Demo(std::io::Error),
+}
+
+/// Opens the configured store and applies migrations. An unreachable database is tolerated
+/// (returned as `Ok(false)`): the daemon starts, spools, and migrates once it is back.
+pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppError> {
+    let store = store::open(config.storage.url.expose_secret()).await?;
+    match store.migrate().await {
+        Ok(()) => Ok((store, true)),
+        Err(StoreError::Unavailable(e)) => {
+            tracing::warn!(error = %e, "storage unreachable at start; probing anyway, samples are spooled until it returns");
+            Ok((store, false))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Extra set-up the command line (or a test) chooses.
@@ -45,6 +72,8 @@ pub enum AppError {
 pub struct AppOptions {
     /// Extra TLS roots the prober trusts (tests' self-signed stand-ins).
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Add the simulated providers on loopback (`vigil run --demo`).
+    pub demo: bool,
 }
 
 /// A built, not yet running, daemon.
@@ -53,11 +82,26 @@ pub struct App {
     listener: TcpListener,
     metrics: Arc<Metrics>,
     scheduler: Scheduler,
+    store: Arc<dyn Store>,
+    migrated: bool,
+    writer: Writer,
+    monitor: Monitor,
+    loaded: bool,
+    /// Keeps the demo providers' server alive as long as the app.
+    _demo: Option<crate::demo::Demo>,
 }
 
 impl App {
     /// Binds the listener and prepares every stage.
-    pub async fn build(config: Config, opts: AppOptions) -> Result<App, AppError> {
+    pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
+        let demo = if opts.demo {
+            let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
+            tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
+            config.providers.extend(demo.providers.iter().cloned());
+            Some(demo)
+        } else {
+            None
+        };
         let plans = Planned::all(&config.providers, &config.region);
         if plans.is_empty() {
             return Err(AppError::NothingToProbe);
@@ -67,8 +111,31 @@ impl App {
             .map_err(|source| AppError::Bind { addr: config.http.listen, source })?;
         let metrics = Arc::new(Metrics::new(&config.region)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
+        let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
-        Ok(App { config, listener, metrics, scheduler })
+        let (store, migrated) = open_store(&config).await?;
+        let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
+        if !spool.is_empty() {
+            tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
+        }
+        let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        let mut monitor = Monitor::new(&config, targets, Utc::now());
+        let loaded = match migrated {
+            true => match monitor.load(store.as_ref(), Utc::now()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
+                    false
+                }
+            },
+            false => false,
+        };
+        Ok(App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo: demo })
+    }
+
+    /// The metrics registry (tests read it after shutdown).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// The address the HTTP server listens on (port 0 in config picks a free one).
@@ -78,23 +145,42 @@ impl App {
 
     /// Runs until `shutdown` fires, then drains in-flight probes and stops.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler } = self;
+        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
         let running = Arc::new(SchedulerRunning::default());
-        let checks: Vec<Arc<dyn ReadyCheck>> = vec![running.clone()];
-        let app = router(HttpState { metrics: metrics.clone(), checks });
+        let health = writer.health();
+        let checks: Vec<Arc<dyn ReadyCheck>> = vec![running.clone(), health.clone()];
+        let snapshot = SharedSnapshot::default();
+        let app = router(HttpState {
+            metrics: metrics.clone(),
+            checks,
+            writer: Some(health.clone()),
+            snapshot: snapshot.clone(),
+            api_token: config.http.api_token.clone(),
+        });
         let server_stop = shutdown.clone();
         let server = tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(async move { server_stop.cancelled().await }).await
         });
 
+        // The writer stops only after the pipeline has handed over the last drained sample.
+        let writer_stop = CancellationToken::new();
+        let (store_tx, store_rx) = mpsc::channel(16_384);
+        let writer = tokio::spawn(writer.run(store_rx, writer_stop.clone()));
+        let side_jobs = tokio::spawn(side_jobs(store.clone(), config.clone(), migrated, shutdown.clone()));
+
         let (tx, rx) = mpsc::channel(16_384);
-        let pipeline = tokio::spawn(Pipeline::new(metrics, None).run(rx));
+        let pipeline = Pipeline::new(metrics, Some(store_tx)).with_monitor(monitor, store.clone(), snapshot, loaded);
+        let pipeline = tokio::spawn(pipeline.run(rx));
         tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
         running.0.store(true, Ordering::Release);
         let result = scheduler.run(tx, shutdown.clone()).await;
         running.0.store(false, Ordering::Release);
         let _ = pipeline.await;
         shutdown.cancel();
+        let _ = writer.await;
+        writer_stop.cancel();
+        let _ = side_jobs.await;
+        tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
         match server.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(AppError::Serve(e)),
@@ -103,5 +189,36 @@ impl App {
         result?;
         tracing::info!("stopped cleanly");
         Ok(())
+    }
+}
+
+/// Background upkeep: migrations retried while the database was down at start, then hourly retention.
+async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    while !migrated {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => match store.migrate().await {
+                Ok(()) => {
+                    tracing::info!("storage reachable; migrations applied");
+                    migrated = true;
+                }
+                Err(StoreError::Unavailable(_)) => {}
+                Err(e) => tracing::error!(error = %e, "migrations failed; samples stay in the spool"),
+            },
+        }
+    }
+    let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = hourly.tick() => {
+                let cutoff = chrono::Utc::now() - chrono::Duration::days(i64::from(config.storage.retention_days));
+                match store.purge_samples_before(cutoff).await {
+                    Ok(n) => tracing::info!(removed = n, %cutoff, "retention: old samples removed"),
+                    Err(e) => tracing::warn!(error = %e, "retention run failed; will retry next hour"),
+                }
+            }
+        }
     }
 }

@@ -45,6 +45,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Apply database migrations (the daemon also does it at start).
+    Migrate {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Validate and print the resolved config, secrets redacted.
     CheckConfig {
         /// Config file.
@@ -85,6 +91,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, demo } => run_daemon(load(config.as_ref())?, demo).await,
         Command::Probe { config, target, json } => probe_once(load(config.as_ref())?, target, json).await,
+        Command::Migrate { config } => {
+            let c = load(config.as_ref())?;
+            let store = crate::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
+            store.migrate().await.context("vigil migrate")?;
+            println!(
+                "schema up to date ({})",
+                crate::config::redact_url(secrecy::ExposeSecret::expose_secret(&c.storage.url))
+            );
+            Ok(())
+        }
         Command::CheckConfig { config } => {
             let c = load(config.as_ref())?;
             print!("{}", c.redacted_toml());
@@ -94,10 +110,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run_daemon(config: Config, demo: bool) -> anyhow::Result<()> {
-    if demo {
-        anyhow::bail!(UsageError("--demo is not available in this build yet".into()));
-    }
-    let app = App::build(config, AppOptions::default()).await?;
+    let app = App::build(config, AppOptions { demo, ..AppOptions::default() }).await?;
     if let Some(addr) = app.local_addr() {
         tracing::info!(%addr, "http listening");
     }

@@ -4,7 +4,7 @@
 use crate::sample::Sample;
 use crate::target::Target;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Per-target labels, in this order everywhere.
@@ -33,11 +33,11 @@ pub struct Metrics {
     credit: GaugeVec,
     alerts: IntCounterVec,
     delivery_failures: IntCounterVec,
-    spooled: IntGauge,
-    outbox_depth: IntGauge,
+    spooled: IntGaugeVec,
+    outbox_depth: IntGaugeVec,
     lag: HistogramVec,
     skipped: IntCounterVec,
-    stored: IntGauge,
+    stored: IntGaugeVec,
     region: String,
 }
 
@@ -96,14 +96,20 @@ impl Metrics {
             )?,
             alerts: IntCounterVec::new(
                 Opts::new("vigil_alerts_total", "Alert notifications delivered."),
-                &["kind", "channel"],
+                &["kind", "channel", "region"],
             )?,
             delivery_failures: IntCounterVec::new(
                 Opts::new("vigil_alert_delivery_failures_total", "Failed alert delivery attempts."),
-                &["channel"],
+                &["channel", "region"],
             )?,
-            spooled: IntGauge::new("vigil_samples_spooled", "Samples waiting on disk because storage is unreachable.")?,
-            outbox_depth: IntGauge::new("vigil_outbox_depth", "Alert notifications waiting for delivery.")?,
+            spooled: IntGaugeVec::new(
+                Opts::new("vigil_samples_spooled", "Samples waiting on disk because storage is unreachable."),
+                &["region"],
+            )?,
+            outbox_depth: IntGaugeVec::new(
+                Opts::new("vigil_outbox_depth", "Alert notifications waiting for delivery."),
+                &["region"],
+            )?,
             lag: HistogramVec::new(
                 HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
                     .buckets(LAG_BUCKETS.to_vec()),
@@ -116,12 +122,22 @@ impl Metrics {
                 ),
                 &TARGET_LABELS,
             )?,
-            stored: IntGauge::new("vigil_samples_stored", "Samples written to storage since start.")?,
+            stored: IntGaugeVec::new(
+                Opts::new("vigil_samples_stored", "Samples written to storage since start."),
+                &["region"],
+            )?,
             region: region.to_string(),
             registry,
         };
-        let build = GaugeVec::new(Opts::new("vigil_build_info", "Always 1; labels carry the version."), &["version"])?;
-        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1.0);
+        let build = GaugeVec::new(
+            Opts::new("vigil_build_info", "Always 1; labels carry the version."),
+            &["version", "region"],
+        )?;
+        build.with_label_values(&[env!("CARGO_PKG_VERSION"), region]).set(1.0);
+        // Instance-level gauges exist from the start, so dashboards and absent() see them at zero.
+        m.spooled.with_label_values(&[region]).set(0);
+        m.outbox_depth.with_label_values(&[region]).set(0);
+        m.stored.with_label_values(&[region]).set(0);
         for c in [
             Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.ttft.clone()),
@@ -234,27 +250,27 @@ impl Metrics {
 
     /// Counts a delivered alert notification.
     pub fn alert_sent(&self, kind: &str, channel: &str) {
-        self.alerts.with_label_values(&[kind, channel]).inc();
+        self.alerts.with_label_values(&[kind, channel, &self.region]).inc();
     }
 
     /// Counts a failed delivery attempt.
     pub fn delivery_failed(&self, channel: &str) {
-        self.delivery_failures.with_label_values(&[channel]).inc();
+        self.delivery_failures.with_label_values(&[channel, &self.region]).inc();
     }
 
     /// Sets the spool backlog.
     pub fn set_spooled(&self, n: u64) {
-        self.spooled.set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.spooled.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Sets how many samples have been stored since start.
     pub fn set_stored(&self, n: u64) {
-        self.stored.set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.stored.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Sets the alert outbox depth.
     pub fn set_outbox_depth(&self, n: i64) {
-        self.outbox_depth.set(n);
+        self.outbox_depth.with_label_values(&[&self.region]).set(n);
     }
 
     /// Prometheus text exposition of everything.

@@ -1,33 +1,75 @@
 //! The one place the order of the stages lives: every sample is counted in the metrics, handed
-//! to the store writer, then fed to baselines, breakers and alerts.
+//! to the store writer, then fed to baselines and breakers (and from there to alerts).
+//! A periodic tick moves breakers, publishes snapshots for readers and persists state.
 
 use crate::metrics::Metrics;
+use crate::monitor::{Monitor, SharedSnapshot};
 use crate::sample::Sample;
+use crate::store::Store;
+use crate::target::Target;
+use chrono::Utc;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// How often snapshots are rebuilt and breakers ticked.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// How often rollups and breaker states are written.
+const PERSIST_EVERY: Duration = Duration::from_secs(60);
 
 /// Consumes samples from the scheduler and fans them out in a fixed order.
 pub struct Pipeline {
     metrics: Arc<Metrics>,
-    store: Option<mpsc::Sender<Sample>>,
+    writer: Option<mpsc::Sender<Sample>>,
+    monitor: Option<Monitor>,
+    store: Option<Arc<dyn Store>>,
+    snapshot: SharedSnapshot,
+    /// False while stored state could not be loaded: persisting then would overwrite it.
+    loaded: bool,
 }
 
 impl Pipeline {
     /// A pipeline feeding `metrics` and, when given, the store writer's channel.
-    pub fn new(metrics: Arc<Metrics>, store: Option<mpsc::Sender<Sample>>) -> Self {
-        Pipeline { metrics, store }
+    pub fn new(metrics: Arc<Metrics>, writer: Option<mpsc::Sender<Sample>>) -> Self {
+        Pipeline { metrics, writer, monitor: None, store: None, snapshot: SharedSnapshot::default(), loaded: true }
+    }
+
+    /// Adds the decision stage, its store for persistence and the snapshot readers share.
+    /// `loaded` says whether the monitor's stored state was restored.
+    pub fn with_monitor(
+        mut self,
+        monitor: Monitor,
+        store: Arc<dyn Store>,
+        snapshot: SharedSnapshot,
+        loaded: bool,
+    ) -> Self {
+        self.monitor = Some(monitor);
+        self.store = Some(store);
+        self.snapshot = snapshot;
+        self.loaded = loaded;
+        self
     }
 
     /// Processes one sample (the step tests drive directly).
     pub async fn process(&mut self, sample: Sample) {
         self.metrics.observe(&sample);
-        tracing::info!(
-            target = %sample.target, provider = %sample.target.provider, model = %sample.target.model,
-            region = %sample.target.region, outcome = %sample.outcome, status = ?sample.status,
-            ttfb_ms = ?sample.ttfb_ms.map(|v| v.round()), ttft_ms = ?sample.ttft_ms.map(|v| v.round()),
-            error = sample.error.as_deref().unwrap_or(""), "sample"
-        );
-        if let Some(tx) = &self.store {
+        if sample.outcome.is_failure() {
+            tracing::warn!(
+                target = %sample.target, provider = %sample.target.provider, model = %sample.target.model,
+                region = %sample.target.region, outcome = %sample.outcome, status = ?sample.status,
+                error = sample.error.as_deref().unwrap_or(""), "probe failed"
+            );
+        } else {
+            tracing::debug!(
+                target = %sample.target, outcome = %sample.outcome, ttfb_ms = ?sample.ttfb_ms.map(|v| v.round()),
+                ttft_ms = ?sample.ttft_ms.map(|v| v.round()), "probe ok"
+            );
+        }
+        let transition = self.monitor.as_mut().and_then(|m| m.observe(&sample, Utc::now()));
+        if let Some(t) = transition {
+            self.record_transition(&sample.target, t).await;
+        }
+        if let Some(tx) = &self.writer {
             // The writer spools when storage is down, so this only blocks if the writer itself is stuck.
             if tx.send(sample).await.is_err() {
                 tracing::error!("store writer stopped; sample not stored");
@@ -35,10 +77,70 @@ impl Pipeline {
         }
     }
 
+    async fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
+        tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
+            from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
+        self.metrics.set_circuit(target, t.to.gauge());
+        if let Some(store) = &self.store {
+            if let Err(e) = store.append_transition(&t.to_record(target)).await {
+                tracing::warn!(target = %target, error = %e, "breaker transition not stored");
+            }
+            if let Some(b) = self.monitor.as_ref().and_then(|m| m.breaker(target)) {
+                if let Err(e) = store.save_breaker(&b.to_record(target)).await {
+                    tracing::warn!(target = %target, error = %e, "breaker state not stored; retried at the next persist");
+                }
+            }
+        }
+    }
+
+    /// Ticks breakers and publishes a fresh snapshot for the HTTP layer and the gauges.
+    pub async fn publish(&mut self) {
+        let now = Utc::now();
+        let Some(monitor) = self.monitor.as_mut() else { return };
+        let transitions = monitor.tick(now);
+        let snapshot = monitor.publish(now, Some(&self.metrics));
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = snapshot;
+        }
+        for (target, t) in transitions {
+            self.record_transition(&target, t).await;
+        }
+    }
+
+    /// Writes rollups and breaker states (what fails is retried next time).
+    pub async fn persist(&mut self) {
+        if let (Some(m), Some(store)) = (self.monitor.as_mut(), &self.store) {
+            if !self.loaded {
+                match m.load(store.as_ref(), Utc::now()).await {
+                    Ok(()) => self.loaded = true,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stored baselines still unreadable; not persisting over them");
+                        return;
+                    }
+                }
+            }
+            if let Err(e) = m.persist(store.as_ref()).await {
+                tracing::warn!(error = %e, "baselines not persisted; will retry");
+            }
+        }
+    }
+
     /// Runs until the scheduler's channel closes (after shutdown has drained every probe).
     pub async fn run(mut self, mut rx: mpsc::Receiver<Sample>) {
-        while let Some(sample) = rx.recv().await {
-            self.process(sample).await;
+        let mut publish = tokio::time::interval(PUBLISH_EVERY);
+        let mut persist = tokio::time::interval(PERSIST_EVERY);
+        persist.tick().await;
+        loop {
+            tokio::select! {
+                sample = rx.recv() => match sample {
+                    Some(s) => self.process(s).await,
+                    None => break,
+                },
+                _ = publish.tick() => self.publish().await,
+                _ = persist.tick() => self.persist().await,
+            }
         }
+        self.publish().await;
+        self.persist().await;
     }
 }

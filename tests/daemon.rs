@@ -31,10 +31,14 @@ async fn stand_ins() -> (StandIn, StandIn) {
     (ok, down)
 }
 
-fn config_text(ok: &StandIn, down: &StandIn) -> String {
+fn config_text(ok: &StandIn, down: &StandIn, data: &std::path::Path) -> String {
     format!(
         r#"
 region = "test-1"
+[storage]
+url = "sqlite://{data}/vigil.db"
+data_dir = "{data}"
+batch_age = "100ms"
 [http]
 listen = "127.0.0.1:0"
 [probe]
@@ -54,7 +58,8 @@ api_key_env = "VIGIL_TEST_KEY"
 models = ["m1"]
 "#,
         ok.base_url(),
-        down.base_url()
+        down.base_url(),
+        data = data.display(),
     )
 }
 
@@ -62,8 +67,10 @@ models = ["m1"]
 async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     let (ok, down) = stand_ins().await;
     let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-daemon".to_string())].into();
-    let config = Config::from_toml(&config_text(&ok, &down), &env).expect("valid config");
-    let app = App::build(config, AppOptions::default()).await.expect("app builds");
+    let data = tempfile::tempdir().expect("tempdir");
+    let config = Config::from_toml(&config_text(&ok, &down, data.path()), &env).expect("valid config");
+    let app = App::build(config.clone(), AppOptions::default()).await.expect("app builds");
+    let metrics = app.metrics();
     let addr = app.local_addr().expect("bound");
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -126,6 +133,18 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     shutdown.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "run_until_stopped returns cleanly: {stopped:?}");
+
+    // Every probe counted in the metrics was stored, once.
+    let probes: f64 = metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("vigil_probes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
+    let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
+    assert!(probes >= 6.0, "two rounds of three targets at least, got {probes}");
+    assert_eq!(stored as f64, probes, "stored samples equal vigil_probes_total");
 }
 
 #[tokio::test]
@@ -133,7 +152,7 @@ async fn probe_command_prints_json_lines_with_spec_fields() {
     let (ok, down) = stand_ins().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("vigil.toml");
-    std::fs::write(&path, config_text(&ok, &down)).expect("write config");
+    std::fs::write(&path, config_text(&ok, &down, dir.path())).expect("write config");
     let out = vigil_async()
         .args(["probe", "--json", "--config"])
         .arg(&path)

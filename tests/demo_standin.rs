@@ -344,3 +344,88 @@ async fn many_concurrent_slow_streams() {
     }
     assert_eq!(standin.requests().len(), 300);
 }
+
+#[tokio::test]
+async fn keep_records_bounds_the_log_and_still_stamps_the_newest() {
+    let standin =
+        StandIn::start(|r| Script::status(200).with_chunk(Duration::ZERO, r.path.clone())).await.expect("start");
+    standin.keep_records(3);
+    for i in 0..5 {
+        raw_exchange(&standin, &get(&format!("/{i}"))).await;
+    }
+    let records = standin.requests();
+    let paths: Vec<&str> = records.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/2", "/3", "/4"]);
+    assert!(records.iter().all(|r| r.head_written_at.is_some() && r.chunk_written_at.len() == 1));
+}
+
+/// Benchmark, not run by default: `cargo test --release --test demo_standin -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: thousands of sockets"]
+async fn bench_5000_concurrent_streams() {
+    const CONNECTIONS: usize = 5000;
+    let standin = StandIn::start(|_| Script::sse(b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n", Duration::from_millis(20)))
+        .await
+        .expect("start");
+    let addr = standin.addr();
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await?;
+                stream.write_all(&get("/")).await?;
+                let mut out = Vec::new();
+                stream.read_to_end(&mut out).await?;
+                Ok::<_, std::io::Error>(out)
+            })
+        })
+        .collect();
+    let mut ok = 0usize;
+    for task in tasks {
+        let raw =
+            tokio::time::timeout(Duration::from_secs(120), task).await.expect("in time").expect("join").expect("io");
+        let (chunks, terminated) = dechunk(&split_head(&raw).1);
+        assert!(terminated && chunks.len() == 3);
+        ok += 1;
+    }
+    let elapsed = started.elapsed();
+    let records = standin.requests();
+    let mut lag: Vec<f64> =
+        records.iter().map(|r| (r.chunk_written_at[2] - r.received_at).as_secs_f64() * 1000.0 - 60.0).collect();
+    lag.sort_by(f64::total_cmp);
+    println!(
+        "{ok} concurrent streams in {:.2}s; server-side overshoot of the 60 ms script: p50 {:.1} ms, p99 {:.1} ms",
+        elapsed.as_secs_f64(),
+        lag[lag.len() / 2],
+        lag[lag.len() * 99 / 100]
+    );
+    assert_eq!(records.len(), CONNECTIONS);
+}
+
+#[tokio::test]
+async fn empty_chunks_write_nothing_but_keep_stamps_aligned() {
+    let standin = StandIn::start(|_| {
+        Script::status(200)
+            .with_chunk(Duration::ZERO, "a")
+            .with_chunk(Duration::ZERO, "")
+            .with_chunk(Duration::ZERO, "b")
+    })
+    .await
+    .expect("start");
+    let raw = raw_exchange(&standin, &get("/")).await;
+    assert_eq!(dechunk(&split_head(&raw).1), (vec![b"a".to_vec(), b"b".to_vec()], true));
+    assert_eq!(standin.requests()[0].chunk_written_at.len(), 3);
+}
+
+#[tokio::test]
+async fn tls_abort_is_an_unclean_close() {
+    let (standin, cert) =
+        StandIn::start_tls(|_| Script::sse(b"data: 1\n\n", Duration::ZERO).with_end(End::Abort)).await.expect("start");
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_der(&cert).expect("der"))
+        .build()
+        .expect("client");
+    let response = client.get(format!("{}/", standin.base_url())).send().await.expect("head arrives");
+    assert_eq!(response.status(), 200);
+    assert!(response.bytes().await.is_err(), "cut TLS stream must fail");
+}

@@ -1,7 +1,303 @@
 //! Simulated LLM providers on loopback, for `--demo` and for tests.
 //!
-//! [`standin`] is the scriptable HTTP/1.1 server tests drive directly.
+//! [`standin`] is the scriptable HTTP/1.1 server tests drive directly; [`profiles`] holds the
+//! simulated hosts and the streams they generate; [`start_demo`] serves them all from one
+//! stand-in and returns provider configs pointing at it.
 
+pub mod profiles;
 pub mod standin;
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use secrecy::SecretString;
+use serde_json::{json, Value};
+use url::Url;
+
+use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
+use profiles::{Ask, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
+
+/// Key every demo provider is configured with.
+pub const DEMO_KEY: &str = "sk-test-demo";
+/// Credit limit reported by the demo key document.
+pub const CREDIT_LIMIT_USD: f64 = 25.0;
+/// Credit already used when the demo starts.
+pub const CREDIT_USED_AT_START_USD: f64 = 7.5;
+/// Background spend per hour, so the balance visibly drains even between probes.
+pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
+/// Requests the demo server remembers; it may run for days.
+const DEMO_RECORDS: usize = 1000;
+/// Output limit assumed when a request names none.
+const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// A running demo: the server and the providers that point at it.
+#[derive(Debug)]
+pub struct Demo {
+    /// The loopback server.
+    pub standin: StandIn,
+    /// `demo-llama`, `demo-mixtral`, `demo-anthropic`, `demo-gemini`, `demo-status`.
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// Starts the simulated providers; the same `seed` gives the same sequence of draws.
+pub async fn start_demo(seed: u64) -> std::io::Result<Demo> {
+    let state =
+        DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started: Instant::now(), spent: Mutex::new(0.0) };
+    let standin = StandIn::start(move |request| state.respond(request)).await?;
+    standin.keep_records(DEMO_RECORDS);
+    let providers = demo_providers(&format!("http://127.0.0.1:{}", standin.addr().port()))?;
+    Ok(Demo { standin, providers })
+}
+
+/// Provider configs for a demo server at `origin` (`http://127.0.0.1:PORT`).
+pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
+    let url = |path: &str| Url::parse(&format!("{origin}{path}")).map_err(std::io::Error::other);
+    let provider = |name: &str, kind: ProviderKind, base_url: Url| ProviderConfig {
+        name: name.to_string(),
+        kind,
+        base_url,
+        api_key_env: None,
+        api_key: Some(SecretString::from(DEMO_KEY)),
+        models: Vec::new(),
+        routes: Vec::new(),
+        reasoning_models: Vec::new(),
+        balance: None,
+        price: None,
+        headers: BTreeMap::new(),
+    };
+    let openrouter = |name: &str, model: &str| -> std::io::Result<ProviderConfig> {
+        Ok(ProviderConfig {
+            models: vec![model.to_string()],
+            routes: profiles::routes_of(model).map(|p| p.route.to_string()).collect(),
+            ..provider(name, ProviderKind::Openai, url("/api/v1")?)
+        })
+    };
+    let priced = |profile: Option<&Profile>| {
+        profile.map(|p| Price { input_per_mtok: p.input_per_mtok, output_per_mtok: p.output_per_mtok })
+    };
+    let llama = ProviderConfig {
+        balance: Some(BalanceConfig { min_usd: 5.0, every: Duration::from_secs(60), warn_hours: 24.0 }),
+        ..openrouter("demo-llama", LLAMA)?
+    };
+    Ok(vec![
+        llama,
+        openrouter("demo-mixtral", MIXTRAL)?,
+        ProviderConfig {
+            models: vec![ANTHROPIC_MODEL.to_string()],
+            price: priced(profiles::find(Wire::Anthropic, ANTHROPIC_MODEL, "")),
+            ..provider("demo-anthropic", ProviderKind::Anthropic, url("/v1")?)
+        },
+        ProviderConfig {
+            models: vec![GEMINI_MODEL.to_string()],
+            price: priced(profiles::find(Wire::Gemini, GEMINI_MODEL, "")),
+            ..provider("demo-gemini", ProviderKind::Gemini, url("/v1beta")?)
+        },
+        provider("demo-status", ProviderKind::Http, url("/status")?),
+    ])
+}
+
+/// Shared state of the demo handler.
+struct DemoState {
+    rng: Mutex<StdRng>,
+    started: Instant,
+    spent: Mutex<f64>,
+}
+
+impl DemoState {
+    fn respond(&self, request: &RequestRecord) -> Script {
+        let path = request.path_only();
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (request.method.as_str(), segments.as_slice()) {
+            ("POST", ["api", "v1", "chat", "completions"]) => self.chat(request),
+            ("POST", ["v1", "messages"]) => self.messages(request),
+            ("POST", ["v1beta", "models", model_method]) => self.gemini(request, model_method),
+            ("GET", ["status"]) => self.status(),
+            ("GET", ["api", "v1", "key"]) => self.key(request),
+            ("GET", ["api", "v1", "models", author, slug, "endpoints"]) => endpoints(&format!("{author}/{slug}")),
+            _ => Script::json(404, json!({"error": {"message": "not found", "code": 404}}).to_string().as_bytes()),
+        }
+    }
+
+    fn with_rng<T>(&self, f: impl FnOnce(&mut StdRng) -> T) -> T {
+        let mut rng = self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut rng)
+    }
+
+    /// Runs a profile and books what the reply will cost against the demo credit.
+    fn play(&self, profile: &Profile, ask: &Ask) -> Script {
+        let script = self.with_rng(|rng| profile.script_for(rng, ask));
+        if script.status == 200 {
+            let completion = profiles::reply_tokens(ask.max_tokens).len() as u32;
+            *self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) +=
+                profile.cost(ask.prompt_tokens, completion);
+        }
+        script
+    }
+
+    fn chat(&self, request: &RequestRecord) -> Script {
+        if !has_bearer(request) {
+            return error_json(401, json!({"error": {"code": 401, "message": "Missing Authentication header"}}));
+        }
+        let Some(body) = request.json() else {
+            return error_json(400, json!({"error": {"code": 400, "message": "request body is not JSON"}}));
+        };
+        let model = body["model"].as_str().unwrap_or_default();
+        let order = &body["provider"]["order"];
+        let route = order.get(0).and_then(Value::as_str);
+        let profile = match route {
+            Some(route) => profiles::find(Wire::OpenRouter, model, route),
+            // No pinned host: OpenRouter picks one; the first in the table stands in for it.
+            None => profiles::routes_of(model).next(),
+        };
+        let Some(profile) = profile else {
+            let what = route.map_or_else(|| format!("`{model}`"), |r| format!("`{model}` on `{r}`"));
+            return error_json(
+                404,
+                json!({"error": {"message": format!("The model {what} does not exist or you do not have access to it."),
+                    "type": "invalid_request_error", "param": null, "code": "model_not_found"}}),
+            );
+        };
+        let max_tokens = body["max_tokens"].as_u64().or_else(|| body["max_completion_tokens"].as_u64());
+        let prompt = body["messages"].as_array().map(|m| m.iter().map(|m| text_of(&m["content"])).collect());
+        self.play(profile, &ask(model, prompt.unwrap_or_default(), max_tokens))
+    }
+
+    fn messages(&self, request: &RequestRecord) -> Script {
+        if request.header("x-api-key").is_none_or(str::is_empty) {
+            return error_json(
+                401,
+                json!({"type": "error", "error": {"type": "authentication_error", "message": "x-api-key header is required"}}),
+            );
+        }
+        let Some(body) = request.json() else {
+            return error_json(
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "body is not JSON"}}),
+            );
+        };
+        let model = body["model"].as_str().unwrap_or_default();
+        let Some(profile) = profiles::find(Wire::Anthropic, model, "") else {
+            return error_json(
+                404,
+                json!({"type": "error", "error": {"type": "not_found_error", "message": format!("model: {model}")}}),
+            );
+        };
+        let mut texts: Vec<String> = vec![text_of(&body["system"])];
+        if let Some(messages) = body["messages"].as_array() {
+            texts.extend(messages.iter().map(|m| text_of(&m["content"])));
+        }
+        self.play(profile, &ask(model, texts, body["max_tokens"].as_u64()))
+    }
+
+    fn gemini(&self, request: &RequestRecord, model_method: &str) -> Script {
+        let keyed = request.header("x-goog-api-key").is_some_and(|k| !k.is_empty()) || request.path.contains("key=");
+        if !keyed {
+            return error_json(
+                403,
+                json!({"error": {"code": 403, "message": "Method doesn't allow unregistered callers.",
+                    "status": "PERMISSION_DENIED"}}),
+            );
+        }
+        let (model, method) = model_method.split_once(':').unwrap_or((model_method, ""));
+        let profile = profiles::find(Wire::Gemini, model, "");
+        let Some(profile) = profile.filter(|_| method == "streamGenerateContent") else {
+            return error_json(
+                404,
+                json!({"error": {"code": 404, "message": format!("models/{model} is not found for API version v1beta, or is not supported for {method}."),
+                    "status": "NOT_FOUND"}}),
+            );
+        };
+        let body = request.json().unwrap_or_default();
+        let mut texts = vec![parts_text(&body["systemInstruction"])];
+        if let Some(contents) = body["contents"].as_array() {
+            texts.extend(contents.iter().map(parts_text));
+        }
+        self.play(profile, &ask(model, texts, body["generationConfig"]["maxOutputTokens"].as_u64()))
+    }
+
+    fn status(&self) -> Script {
+        let delay = self.with_rng(|rng| Duration::from_micros(rng.gen_range(5_000..30_000)));
+        let body = json!({"page": {"id": "demo", "name": "vigil demo"},
+            "status": {"indicator": "none", "description": "All Systems Operational"}});
+        Script::json(200, body.to_string().as_bytes()).with_head_delay(delay)
+    }
+
+    fn key(&self, request: &RequestRecord) -> Script {
+        if !has_bearer(request) {
+            return error_json(401, json!({"error": {"code": 401, "message": "Missing Authentication header"}}));
+        }
+        let hours = self.started.elapsed().as_secs_f64() / 3600.0;
+        let spent = *self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let usage = (CREDIT_USED_AT_START_USD + CREDIT_BURN_USD_PER_HOUR * hours + spent).min(CREDIT_LIMIT_USD);
+        let body = json!({"data": {
+            "label": "sk-test-demo...", "is_management_key": false, "is_provisioning_key": false,
+            "limit": CREDIT_LIMIT_USD, "limit_reset": null, "limit_remaining": CREDIT_LIMIT_USD - usage,
+            "include_byok_in_limit": true, "usage": usage, "usage_daily": usage - CREDIT_USED_AT_START_USD,
+            "usage_weekly": usage - CREDIT_USED_AT_START_USD, "usage_monthly": usage,
+            "byok_usage": 0, "byok_usage_daily": 0, "byok_usage_weekly": 0, "byok_usage_monthly": 0,
+            "is_free_tier": false, "expires_at": null,
+            "rate_limit": {"requests": -1, "interval": "10s", "note": "This field is deprecated and safe to ignore."}}});
+        Script::json(200, body.to_string().as_bytes())
+    }
+}
+
+/// `GET /api/v1/models/{author}/{slug}/endpoints`: the model's hosts with per-token prices.
+fn endpoints(model: &str) -> Script {
+    let hosts: Vec<Value> = profiles::routes_of(model)
+        .map(|p| {
+            json!({"name": format!("{} | {}", p.route, p.model), "model_name": p.model,
+                "context_length": 8192, "provider_name": p.route, "tag": p.route.to_ascii_lowercase(),
+                "quantization": "bf16", "max_completion_tokens": 8192, "max_prompt_tokens": null,
+                "pricing": {"prompt": profiles::per_token_price(p.input_per_mtok),
+                    "completion": profiles::per_token_price(p.output_per_mtok), "request": "0", "image": "0"},
+                "supported_parameters": ["max_tokens", "temperature", "top_p", "stop", "seed"],
+                "status": 0, "uptime_last_30m": 100.0 - p.error_pct})
+        })
+        .collect();
+    if hosts.is_empty() {
+        return error_json(404, json!({"error": {"code": 404, "message": "No endpoints found for this model"}}));
+    }
+    let body = json!({"data": {"id": model, "name": model, "created": 1_713_398_400,
+        "description": "Simulated by vigil --demo.",
+        "architecture": {"modality": "text->text", "input_modalities": ["text"], "output_modalities": ["text"],
+            "tokenizer": "Other", "instruct_type": null},
+        "endpoints": hosts}});
+    Script::json(200, body.to_string().as_bytes())
+}
+
+fn error_json(status: u16, body: Value) -> Script {
+    Script::json(status, body.to_string().as_bytes())
+}
+
+fn has_bearer(request: &RequestRecord) -> bool {
+    request.header("authorization").and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|k| !k.trim().is_empty())
+}
+
+/// Rough tokenizer stand-in: ~4 characters a token plus a few per message.
+fn ask(model: &str, texts: Vec<String>, max_tokens: Option<u64>) -> Ask {
+    let chars: usize = texts.iter().map(|t| t.chars().count()).sum();
+    let prompt_tokens = u32::try_from(chars.div_ceil(4) + 4 * texts.len()).unwrap_or(u32::MAX).max(1);
+    let max_tokens = max_tokens.map_or(DEFAULT_MAX_TOKENS, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    Ask { model: model.to_string(), prompt_tokens, max_tokens }
+}
+
+/// Text of an OpenAI/Anthropic `content` (a string or a list of `{text}` blocks).
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// Text of a Gemini `{parts: [{text}]}` object.
+fn parts_text(content: &Value) -> String {
+    content["parts"]
+        .as_array()
+        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
+        .unwrap_or_default()
+}

@@ -4,6 +4,7 @@
 //! before each one, and how the body ends. The server records when each request was fully read and
 //! when each write was flushed: that is the "server truth" probe timings are checked against.
 
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -253,7 +254,7 @@ pub struct RequestRecord {
     pub received_at: Instant,
     /// When the status line and headers were flushed to the socket.
     pub head_written_at: Option<Instant>,
-    /// When each body chunk was flushed.
+    /// When each body chunk was flushed, index for index with the script's chunks.
     pub chunk_written_at: Vec<Instant>,
 }
 
@@ -275,7 +276,34 @@ impl RequestRecord {
 }
 
 type Handler = dyn Fn(&RequestRecord) -> Script + Send + Sync + 'static;
-type Records = Arc<Mutex<Vec<RequestRecord>>>;
+type Records = Arc<Mutex<RecordLog>>;
+
+/// Requests in arrival order; optionally only the newest `cap`, so a long-running demo stays small.
+#[derive(Default)]
+struct RecordLog {
+    /// Sequence number of `items[0]`.
+    first: u64,
+    items: VecDeque<RequestRecord>,
+    cap: Option<usize>,
+}
+
+impl RecordLog {
+    fn push(&mut self, record: RequestRecord) -> u64 {
+        if let Some(cap) = self.cap {
+            while self.items.len() >= cap.max(1) {
+                self.items.pop_front();
+                self.first += 1;
+            }
+        }
+        self.items.push_back(record);
+        self.first + self.items.len() as u64 - 1
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut RequestRecord> {
+        let index = usize::try_from(seq.checked_sub(self.first)?).ok()?;
+        self.items.get_mut(index)
+    }
+}
 
 /// A running stand-in server; dropping it stops the listener and every connection.
 pub struct StandIn {
@@ -374,7 +402,18 @@ impl StandIn {
 
     /// Requests received so far, in arrival order, with truth timestamps as filled so far.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        lock(&self.records).clone()
+        lock(&self.records).items.iter().cloned().collect()
+    }
+
+    /// Keeps only the newest `max` (at least one) requests from now on; older ones are forgotten.
+    pub fn keep_records(&self, max: usize) {
+        let max = max.max(1);
+        let mut log = lock(&self.records);
+        log.cap = Some(max);
+        while log.items.len() > max {
+            log.items.pop_front();
+            log.first += 1;
+        }
     }
 
     /// Stops the listener and every open connection.
@@ -395,7 +434,7 @@ impl Drop for StandIn {
     }
 }
 
-fn lock(records: &Records) -> MutexGuard<'_, Vec<RequestRecord>> {
+fn lock(records: &Records) -> MutexGuard<'_, RecordLog> {
     // A panicking handler must not make the records unreadable.
     records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -451,13 +490,9 @@ where
         None => return Ok(()),
     };
     let script = handler(&record);
-    let index = {
-        let mut all = lock(&records);
-        all.push(record);
-        all.len() - 1
-    };
+    let seq = lock(&records).push(record);
     let stamp = |f: &dyn Fn(&mut RequestRecord)| {
-        if let Some(record) = lock(&records).get_mut(index) {
+        if let Some(record) = lock(&records).get_mut(seq) {
             f(record);
         }
     };
@@ -469,11 +504,9 @@ where
 
     for chunk in &script.chunks {
         pause(chunk.delay).await;
-        if script.chunked {
-            // A zero-length chunk would end the body early.
-            if chunk.bytes.is_empty() {
-                continue;
-            }
+        // A zero-length chunk would end a chunked body early: write nothing, but still stamp it so
+        // `chunk_written_at[i]` always belongs to `chunks[i]`.
+        if script.chunked && !chunk.bytes.is_empty() {
             let mut framed = BytesMut::with_capacity(chunk.bytes.len() + 16);
             framed.extend_from_slice(format!("{:x}\r\n", chunk.bytes.len()).as_bytes());
             framed.extend_from_slice(&chunk.bytes);

@@ -1,12 +1,17 @@
-//! The HTTP surface (axum): `/metrics`, `/healthz`, `/readyz`, and later the `/v1` API and the
-//! status page. Handlers only read shared snapshots; nothing here drives probes.
+//! The HTTP surface (axum): `/metrics`, `/healthz`, `/readyz`, the `/v1` API and the status
+//! page. Handlers only read shared snapshots; nothing here drives probes.
+
+pub mod api;
 
 use crate::metrics::Metrics;
+use crate::monitor::SharedSnapshot;
+use crate::store::WriterHealth;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use secrecy::SecretString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -30,6 +35,12 @@ impl ReadyCheck for SchedulerRunning {
     }
 }
 
+impl ReadyCheck for WriterHealth {
+    fn ready(&self) -> Result<(), String> {
+        WriterHealth::ready(self)
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
@@ -37,11 +48,22 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Readiness conditions, all of which must hold.
     pub checks: Vec<Arc<dyn ReadyCheck>>,
+    /// The store writer's counters, copied into gauges at scrape time.
+    pub writer: Option<Arc<WriterHealth>>,
+    /// Latest router export and target explanations.
+    pub snapshot: SharedSnapshot,
+    /// Bearer token `/v1/*` require, when set.
+    pub api_token: Option<SecretString>,
 }
 
 /// The router; tests call it without a socket.
 pub fn router(state: HttpState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/thresholds", get(api::thresholds))
+        .route("/v1/targets", get(api::targets))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
+        .merge(v1)
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -49,6 +71,10 @@ pub fn router(state: HttpState) -> Router {
 }
 
 async fn metrics(State(s): State<HttpState>) -> Response {
+    if let Some(w) = &s.writer {
+        s.metrics.set_spooled(w.spooled());
+        s.metrics.set_stored(w.written());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
 }
 

@@ -1,0 +1,302 @@
+//! Time and memory to refresh 7-day baselines for 1,000 and 10,000 targets from hourly rollups
+//! (3 metrics × 168 hours each), beside the naive way: `percentile_cont` over raw samples in PostgreSQL.
+//!
+//! Run with `cargo bench --bench baselines`. PostgreSQL is read from `VIGIL_TEST_DATABASE_URL`
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`); the naive side runs in a throw-away
+//! database that is dropped at the end. Set `VIGIL_BENCH_SKIP_PG=1` to skip it.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use hdrhistogram::serialization::{Serializer, V2Serializer};
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::{Connection, Executor, PgConnection, Row};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+use vigil::baseline::{Baselines, Metric, HIGHEST, LOWEST, SIGFIG};
+use vigil::config::BaselineConfig;
+use vigil::sample::Sample;
+use vigil::store::Rollup;
+use vigil::target::Target;
+
+/// Counts live heap bytes, the peak since the last reset, and allocations.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const HOURS: i64 = 168;
+const PER_HOUR: usize = 60;
+const POOL: usize = 256;
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
+fn rss_bytes() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb * 1024.0)
+}
+
+/// What one step cost: wall time, RSS growth, peak heap above the start, allocations.
+struct Cost {
+    seconds: f64,
+    rss_delta: f64,
+    heap_peak_delta: f64,
+    allocs: u64,
+}
+
+fn measure<T>(f: impl FnOnce() -> T) -> (T, Cost) {
+    let rss0 = rss_bytes();
+    let live0 = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live0, Ordering::Relaxed);
+    let allocs0 = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let out = f();
+    let seconds = start.elapsed().as_secs_f64();
+    let cost = Cost {
+        seconds,
+        rss_delta: rss_bytes() - rss0,
+        heap_peak_delta: (PEAK.load(Ordering::Relaxed) - live0) as f64,
+        allocs: ALLOCS.load(Ordering::Relaxed) - allocs0,
+    };
+    (out, cost)
+}
+
+fn print_cost(what: &str, c: &Cost) {
+    println!(
+        "  {what:<44} {:>9.3} s   RSS +{:>9}   heap peak +{:>9}   {:>9} allocations",
+        c.seconds,
+        mb(c.rss_delta),
+        mb(c.heap_peak_delta),
+        c.allocs
+    );
+}
+
+fn normal(rng: &mut StdRng) -> f64 {
+    let u1: f64 = 1.0 - rng.gen::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * rng.gen::<f64>()).cos()
+}
+
+/// A pool of V2-serialized hourly histograms per metric (60 log-normal values with spikes each).
+fn rollup_pool(rng: &mut StdRng) -> Vec<[Vec<u8>; 3]> {
+    let shapes = [(200.0, 0.3), (400.0, 0.4), (60.0, 0.2)];
+    let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram bounds are valid");
+    (0..POOL)
+        .map(|_| {
+            shapes.map(|(median, sigma)| {
+                h.reset();
+                for _ in 0..PER_HOUR {
+                    let spike = if rng.gen::<f64>() < 0.01 { 5.0 } else { 1.0 };
+                    let v = median * spike * (sigma * normal(rng)).exp();
+                    h.saturating_record((v * 1000.0).round() as u64);
+                }
+                let mut bytes = Vec::new();
+                V2Serializer::new().serialize(&h, &mut bytes).expect("serializing to a Vec cannot fail");
+                bytes
+            })
+        })
+        .collect()
+}
+
+fn target(i: usize) -> Target {
+    Target {
+        provider: format!("provider-{}", i % 8),
+        model: format!("model-{}", i / 8),
+        route: Some(format!("host-{}", i % 5)),
+        region: "eu-west-1".into(),
+    }
+}
+
+fn config() -> BaselineConfig {
+    BaselineConfig {
+        window: std::time::Duration::from_secs(7 * 86_400),
+        failover_factor: 2.0,
+        min_samples_p50: 30,
+        min_samples_p95: 300,
+        min_samples_p99: 2000,
+    }
+}
+
+fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng: &mut StdRng) {
+    println!("\n{n} targets × 3 metrics × {HOURS} hourly rollups ({} rollups)", n * 3 * HOURS as usize);
+    let first_hour = now - Duration::hours(HOURS - 1);
+    let mut baselines = Baselines::new(&config());
+    let (loaded, load_cost) = measure(|| {
+        let mut loaded = 0;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+            let mut rollups = Vec::with_capacity(chunk.len() * 3 * HOURS as usize);
+            for &i in chunk {
+                let t = target(i);
+                for h in 0..HOURS {
+                    let pick = &pool[rng.gen_range(0..POOL)];
+                    for m in Metric::ALL {
+                        rollups.push(Rollup {
+                            target: t.clone(),
+                            metric: m.as_str().into(),
+                            hour: first_hour + Duration::hours(h),
+                            count: PER_HOUR as i64,
+                            histogram: pick[m as usize].clone(),
+                        });
+                    }
+                }
+            }
+            loaded += baselines.load(&rollups).loaded;
+        }
+        loaded
+    });
+    assert_eq!(loaded, n * 3 * HOURS as usize);
+    print_cost("load rollups (decode V2, build state)", &load_cost);
+    println!("  state held after load: heap {} (RSS {})", mb(LIVE.load(Ordering::Relaxed) as f64), mb(rss_bytes()));
+
+    let (_, cold) = measure(|| baselines.refresh(now));
+    print_cost("first refresh (merge 167 closed hours each)", &cold);
+
+    let targets: Vec<Target> = (0..n).map(target).collect();
+    let round = |baselines: &mut Baselines, at: DateTime<Utc>, rng: &mut StdRng| {
+        for t in &targets {
+            let mut s = Sample::new(t.clone(), at, at);
+            s.ttfb_ms = Some(200.0 * (0.3 * normal(rng)).exp());
+            s.ttft_ms = Some(400.0 * (0.4 * normal(rng)).exp());
+            s.tokens_per_s = Some(60.0 * (0.2 * normal(rng)).exp());
+            baselines.record(&s);
+        }
+    };
+    for r in 1..=3 {
+        let at = now + Duration::seconds(10 * r);
+        round(&mut baselines, at, rng);
+        let (_, c) = measure(|| baselines.refresh(at));
+        print_cost(&format!("round {r}: refresh after {n} new samples"), &c);
+    }
+    let next_hour = now + Duration::hours(1);
+    round(&mut baselines, next_hour, rng);
+    let (_, c) = measure(|| baselines.refresh(next_hour));
+    print_cost("hour boundary: fold 1 hour in, 1 hour out", &c);
+    let sample = baselines.get(&targets[0], Metric::Ttft, next_hour);
+    println!("  e.g. {} ttft: {:?}", targets[0], sample);
+    println!("  state held at the end: heap {} (RSS {})", mb(LIVE.load(Ordering::Relaxed) as f64), mb(rss_bytes()));
+}
+
+fn database_url() -> String {
+    std::env::var("VIGIL_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+async fn naive(n_list: &[usize]) -> Result<(), sqlx::Error> {
+    let admin_url = database_url();
+    let db = format!("vigil_bench_{}", std::process::id());
+    let mut admin = PgConnection::connect(&admin_url).await?;
+    admin.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}"))).await?;
+    let mut url = url::Url::parse(&admin_url).map_err(|e| sqlx::Error::Configuration(e.into()))?;
+    url.set_path(&db);
+    let result = naive_in(url.as_str(), n_list).await;
+    admin.execute(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).await?;
+    result
+}
+
+async fn naive_in(url: &str, n_list: &[usize]) -> Result<(), sqlx::Error> {
+    let mut conn = PgConnection::connect(url).await?;
+    let mut previous: Option<(usize, f64)> = None;
+    for &n in n_list {
+        let rows = n * 7 * 1440;
+        println!("\nnaive: PostgreSQL percentile_cont over {rows} raw samples ({n} targets × 10,080)");
+        if let Some((pn, secs)) = previous {
+            let estimate = secs * n as f64 / pn as f64;
+            if estimate > 150.0 {
+                println!(
+                    "  skipped: generating and querying {rows} rows would take about {estimate:.0} s here \
+                     (scaled from {pn} targets: {secs:.1} s), over the couple of minutes allowed"
+                );
+                continue;
+            }
+        }
+        conn.execute("DROP TABLE IF EXISTS samples").await?;
+        conn.execute(
+            "CREATE UNLOGGED TABLE samples (target_id int, started_at timestamptz, \
+             ttfb_ms float8, ttft_ms float8, tokens_per_s float8)",
+        )
+        .await?;
+        let start = Instant::now();
+        let insert = format!(
+            "INSERT INTO samples \
+             SELECT t, now() - m * interval '1 minute', \
+                    exp(ln(200) + 0.3 * sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())), \
+                    exp(ln(400) + 0.4 * sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())), \
+                    exp(ln(60) + 0.2 * sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())) \
+             FROM generate_series(1, {n}) t, generate_series(0, 10079) m"
+        );
+        conn.execute(sqlx::AssertSqlSafe(insert)).await?;
+        conn.execute("ANALYZE samples").await?;
+        let generated = start.elapsed().as_secs_f64();
+        println!("  generate {rows} rows with generate_series: {generated:.1} s");
+        let query = "SELECT target_id, count(*), \
+             percentile_cont(ARRAY[0.5,0.95,0.99]) WITHIN GROUP (ORDER BY ttfb_ms), \
+             percentile_cont(ARRAY[0.5,0.95,0.99]) WITHIN GROUP (ORDER BY ttft_ms), \
+             percentile_cont(ARRAY[0.5,0.95,0.99]) WITHIN GROUP (ORDER BY tokens_per_s) \
+             FROM samples WHERE started_at >= now() - interval '7 days' GROUP BY target_id";
+        let mut total = 0.0;
+        for run in 1..=2 {
+            let start = Instant::now();
+            let rows_back = sqlx::query(query).fetch_all(&mut conn).await?;
+            let secs = start.elapsed().as_secs_f64();
+            total += secs;
+            let p: Vec<f64> = rows_back.first().map(|r| r.get::<Vec<f64>, _>(3)).unwrap_or_default();
+            println!(
+                "  query run {run} (3 metrics × P50/P95/P99, {} targets): {secs:.3} s   e.g. ttft {p:.1?}",
+                rows_back.len()
+            );
+        }
+        previous = Some((n, generated + total));
+        conn.execute("DROP TABLE samples").await?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("valid time");
+    let pool = rollup_pool(&mut rng);
+    println!("vigil baselines bench: refresh from hourly HDR rollups (7-day window)");
+    for n in [1_000, 10_000] {
+        bench_rollups(n, &pool, now, &mut rng);
+    }
+    if std::env::var("VIGIL_BENCH_SKIP_PG").is_ok() {
+        println!("\nnaive PostgreSQL side skipped (VIGIL_BENCH_SKIP_PG set)");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    if let Err(e) = runtime.block_on(naive(&[1_000, 10_000])) {
+        println!("\nnaive PostgreSQL side failed: {e}");
+    }
+}

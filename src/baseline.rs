@@ -1,0 +1,882 @@
+//! Rolling baselines: hourly HdrHistogram rollups per target × metric, merged over the window.
+//!
+//! Values are bucketed exactly as an `hdrhistogram::Histogram<u64>` with bounds 1 µs..10 min and
+//! 3 significant digits buckets them, but held sparsely (bucket index → count): a dense histogram
+//! of that range is 172 KB, and a week of hourly ones per target would not fit in memory.
+//! Each series keeps its open hours plus one merged histogram of its closed hours; a refresh only
+//! folds in the hour that closed and subtracts the hour that left the window, so it never rescans
+//! raw samples or re-merges the whole window. Persisted rollups are hdrhistogram V2 bytes.
+
+use crate::config::BaselineConfig;
+use crate::probe::outcome::Outcome;
+use crate::sample::Sample;
+use crate::store::Rollup;
+use crate::target::Target;
+use chrono::{DateTime, TimeZone, Utc};
+use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// Lowest recordable value (1 µs, or 0.001 tok/s).
+pub const LOWEST: u64 = 1;
+/// Highest recordable value (10 min in µs); larger values are clamped to it.
+pub const HIGHEST: u64 = 600_000_000;
+/// Significant digits kept by every histogram.
+pub const SIGFIG: u8 = 3;
+/// Recorded units per published unit: µs per ms, milli-tokens per token.
+const SCALE: f64 = 1000.0;
+
+// Bucket layout of hdrhistogram for (LOWEST = 1, SIGFIG = 3): 2048 sub-buckets, half of them per bucket.
+const HALF_MAGNITUDE: u32 = 10;
+const HALF_COUNT: u32 = 1 << HALF_MAGNITUDE;
+const SUB_BUCKET_MASK: u64 = (2 * HALF_COUNT as u64) - 1;
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_HEADER_LEN: usize = 40;
+
+/// Baseline failures: only persisted rollups can be malformed.
+#[derive(Debug, Error)]
+pub enum BaselineError {
+    /// The rollup names a metric this version does not know.
+    #[error("rollup {target} {hour}: unknown metric {metric:?}")]
+    UnknownMetric {
+        /// Target id.
+        target: String,
+        /// Hour of the rollup.
+        hour: DateTime<Utc>,
+        /// The metric name found.
+        metric: String,
+    },
+    /// The histogram bytes are not a readable V2 histogram.
+    #[error("rollup {target} {metric} {hour}: bad histogram: {message}")]
+    Decode {
+        /// Target id.
+        target: String,
+        /// Metric name.
+        metric: String,
+        /// Hour of the rollup.
+        hour: DateTime<Utc>,
+        /// What was wrong.
+        message: String,
+    },
+    /// Serializing a rollup failed.
+    #[error("serializing rollup: {0}")]
+    Encode(String),
+}
+
+/// The metrics that get baselines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Time to first byte, ms.
+    Ttfb,
+    /// Time to first content token, ms.
+    Ttft,
+    /// Generation speed, tokens per second.
+    TokensPerS,
+}
+
+impl Metric {
+    /// Every metric, in storage order.
+    pub const ALL: [Metric; 3] = [Metric::Ttfb, Metric::Ttft, Metric::TokensPerS];
+
+    /// The stored name (`ttfb`, `ttft`, `tokens_per_s`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Ttfb => "ttfb",
+            Metric::Ttft => "ttft",
+            Metric::TokensPerS => "tokens_per_s",
+        }
+    }
+
+    /// This metric's value in a sample, in published units (ms or tok/s).
+    pub fn value(self, sample: &Sample) -> Option<f64> {
+        match self {
+            Metric::Ttfb => sample.ttfb_ms,
+            Metric::Ttft => sample.ttft_ms,
+            Metric::TokensPerS => sample.tokens_per_s,
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Metric::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| format!("unknown metric {s:?}"))
+    }
+}
+
+/// Percentiles of one metric of one target over the window; a quantile is `None` below its minimum count.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Values in the window (always reported).
+    pub count: u64,
+    /// Median, in ms (tok/s for `tokens_per_s`).
+    pub p50: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+}
+
+/// Outcome of [`Baselines::load`]: rollups taken and rollups skipped as unreadable.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Rollups loaded.
+    pub loaded: usize,
+    /// Unreadable rollups, with why (they are skipped so one bad row cannot block a start).
+    pub skipped: Vec<BaselineError>,
+}
+
+/// Sparse histogram: (hdrhistogram bucket index, count), ascending by index.
+type Sparse = Vec<(u32, u32)>;
+
+/// hdrhistogram's bucket index of a value (after clamping to the recordable range).
+fn index_for(value: u64) -> u32 {
+    let v = value.clamp(LOWEST, HIGHEST);
+    let bucket = 53 - (v | SUB_BUCKET_MASK).leading_zeros();
+    let sub_bucket = (v >> bucket) as u32;
+    ((bucket + 1) << HALF_MAGNITUDE) + sub_bucket - HALF_COUNT
+}
+
+/// Lowest value and width of the bucket at `index`.
+fn bucket_range(index: u32) -> (u64, u64) {
+    let mut bucket = (index >> HALF_MAGNITUDE) as i64 - 1;
+    let mut sub_bucket = u64::from((index & (HALF_COUNT - 1)) + HALF_COUNT);
+    if bucket < 0 {
+        sub_bucket -= u64::from(HALF_COUNT);
+        bucket = 0;
+    }
+    (sub_bucket << bucket, 1u64 << bucket)
+}
+
+/// The value hdrhistogram reports for a quantile landing in bucket `index` (its highest equivalent).
+fn reported_value(index: u32) -> u64 {
+    let (low, width) = bucket_range(index);
+    low + width - 1
+}
+
+/// Scales a published value (ms, tok/s) to the recorded integer; `None` for missing or nonsense values.
+fn to_recorded(value: f64) -> Option<u64> {
+    if !value.is_finite() || value < 0.0 {
+        return None;
+    }
+    let scaled = (value * SCALE).round();
+    Some((scaled as u64).clamp(LOWEST, HIGHEST))
+}
+
+fn sparse_insert(hist: &mut Sparse, index: u32, n: u32) {
+    match hist.binary_search_by_key(&index, |e| e.0) {
+        Ok(i) => hist[i].1 = hist[i].1.saturating_add(n),
+        Err(i) => hist.insert(i, (index, n)),
+    }
+}
+
+/// `a + b`, or `a - b` (entries reaching zero are dropped).
+fn sparse_merge(a: &[(u32, u32)], b: &[(u32, u32)], subtract: bool) -> Sparse {
+    let mut out = Vec::with_capacity(a.len() + if subtract { 0 } else { b.len() });
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let take_a = j >= b.len() || (i < a.len() && a[i].0 < b[j].0);
+        let take_b = i >= a.len() || (j < b.len() && b[j].0 < a[i].0);
+        if take_a {
+            out.push(a[i]);
+            i += 1;
+        } else if take_b {
+            if !subtract {
+                out.push(b[j]);
+            }
+            j += 1;
+        } else {
+            let c = if subtract { a[i].1.saturating_sub(b[j].1) } else { a[i].1.saturating_add(b[j].1) };
+            if c > 0 {
+                out.push((a[i].0, c));
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    out
+}
+
+fn sparse_total(hist: &[(u32, u32)]) -> u64 {
+    hist.iter().map(|e| u64::from(e.1)).sum()
+}
+
+/// Nearest-rank quantiles (as hdrhistogram computes them) over the sum of two sparse histograms.
+fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
+    let mut out = [0u64; 3];
+    let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
+    let mut a = a.peekable();
+    let (mut j, mut seen, mut k) = (0, 0u64, 0);
+    while k < 3 {
+        let (index, count) = match (a.peek().copied(), b.get(j).copied()) {
+            (None, None) => break,
+            (Some(x), Some(y)) if x.0 == y.0 => {
+                a.next();
+                j += 1;
+                (x.0, x.1.saturating_add(y.1))
+            }
+            (Some(x), Some(y)) if y.0 < x.0 => {
+                j += 1;
+                y
+            }
+            (None, Some(y)) => {
+                j += 1;
+                y
+            }
+            (Some(x), _) => {
+                a.next();
+                x
+            }
+        };
+        seen += u64::from(count);
+        while k < 3 && seen >= ranks[k] {
+            out[k] = reported_value(index);
+            k += 1;
+        }
+    }
+    out
+}
+
+/// A sparse histogram packed as LEB128 (index delta, count) pairs: about 2 bytes an entry instead of 8,
+/// which is what lets a week of hourly rollups for thousands of targets stay in memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Packed(Box<[u8]>);
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+impl Packed {
+    fn pack(entries: impl IntoIterator<Item = (u32, u32)>) -> Packed {
+        let mut out = Vec::new();
+        let mut previous = 0;
+        for (index, count) in entries {
+            put_varint(&mut out, index - previous);
+            put_varint(&mut out, count);
+            previous = index;
+        }
+        Packed(out.into_boxed_slice())
+    }
+
+    fn iter(&self) -> PackedIter<'_> {
+        PackedIter { bytes: &self.0, pos: 0, index: 0 }
+    }
+
+    fn unpack(&self) -> Sparse {
+        self.iter().collect()
+    }
+
+    /// `self ± other` as a new packed histogram.
+    fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
+        Packed::pack(sparse_merge(&self.unpack(), other, subtract))
+    }
+}
+
+struct PackedIter<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    index: u32,
+}
+
+impl PackedIter<'_> {
+    fn varint(&mut self) -> Option<u32> {
+        let mut v = 0u32;
+        for shift in (0..35).step_by(7) {
+            let b = *self.bytes.get(self.pos)?;
+            self.pos += 1;
+            v |= u32::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+impl Iterator for PackedIter<'_> {
+    type Item = (u32, u32);
+    fn next(&mut self) -> Option<(u32, u32)> {
+        let delta = self.varint()?;
+        let count = self.varint()?;
+        self.index += delta;
+        Some((self.index, count))
+    }
+}
+
+/// Encodes a sparse histogram as hdrhistogram V2 bytes, through a reusable dense scratch histogram.
+fn encode_v2(scratch: &mut Histogram<u64>, hist: &[(u32, u32)]) -> Result<Vec<u8>, BaselineError> {
+    scratch.reset();
+    for &(index, count) in hist {
+        let (low, _) = bucket_range(index);
+        scratch.record_n(low, u64::from(count)).map_err(|e| BaselineError::Encode(e.to_string()))?;
+    }
+    let mut bytes = Vec::with_capacity(V2_HEADER_LEN + 4 * hist.len());
+    V2Serializer::new().serialize(scratch, &mut bytes).map_err(|e| BaselineError::Encode(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Decodes V2 bytes into a sparse histogram. Our own layout is read directly (a start loads
+/// millions of rollups); anything else goes through hdrhistogram's deserializer.
+fn decode_v2(bytes: &[u8]) -> Result<Sparse, String> {
+    if let Some(sparse) = decode_v2_fast(bytes) {
+        return Ok(sparse);
+    }
+    let hist: Histogram<u64> =
+        Deserializer::new().deserialize(&mut std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
+    let mut sparse = Sparse::new();
+    for v in hist.iter_recorded() {
+        let count = u32::try_from(v.count_at_value()).map_err(|_| "count too large".to_string())?;
+        sparse_insert(&mut sparse, index_for(v.value_iterated_to()), count);
+    }
+    Ok(sparse)
+}
+
+fn decode_v2_fast(bytes: &[u8]) -> Option<Sparse> {
+    let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
+    let int = |at: usize| -> Option<u32> { Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?)) };
+    let ours = int(0)? == V2_COOKIE
+        && int(8)? == 0
+        && int(12)? == u32::from(SIGFIG)
+        && u64::from_be_bytes(word(16)?) == LOWEST
+        && f64::from_be_bytes(word(32)?) == 1.0;
+    if !ours {
+        return None;
+    }
+    let payload = bytes.get(V2_HEADER_LEN..V2_HEADER_LEN + int(4)? as usize)?;
+    let max_index = index_for(HIGHEST);
+    let (mut pos, mut index, mut sparse) = (0usize, 0u64, Sparse::new());
+    while pos < payload.len() {
+        let mut raw = 0u64;
+        for shift in 0..9 {
+            let b = *payload.get(pos)?;
+            pos += 1;
+            if shift == 8 {
+                raw |= u64::from(b) << 56;
+                break;
+            }
+            raw |= u64::from(b & 0x7f) << (7 * shift);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        let n = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+        if n < 0 {
+            index += n.unsigned_abs();
+        } else {
+            if n > 0 {
+                let at = u32::try_from(index).ok()?.min(max_index);
+                sparse_insert(&mut sparse, at, u32::try_from(n).ok()?);
+            }
+            index += 1;
+        }
+    }
+    Some(sparse)
+}
+
+fn hour_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(3600)
+}
+
+fn hour_start(hour: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(hour * 3600, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+#[derive(Debug, Clone)]
+struct Hour {
+    hour: i64,
+    hist: Packed,
+    count: u32,
+    /// Count at the last persist; the hour is dirty while it differs.
+    persisted: u32,
+}
+
+/// One target × metric: its hours in the window and the merge of the closed ones.
+#[derive(Debug, Clone, Default)]
+struct Series {
+    hours: VecDeque<Hour>,
+    closed: Packed,
+    closed_count: u64,
+    /// Hours before this index are merged into `closed`; `None` means `closed` must be rebuilt.
+    closed_before: Option<i64>,
+    cached: Option<Baseline>,
+}
+
+impl Series {
+    fn record(&mut self, hour: i64, index: u32) {
+        let pos = self.hours.iter().rposition(|h| h.hour <= hour);
+        let slot = match pos {
+            Some(p) if self.hours[p].hour == hour => p,
+            _ => {
+                let at = pos.map_or(0, |p| p + 1);
+                self.hours.insert(at, Hour { hour, hist: Packed::default(), count: 0, persisted: 0 });
+                at
+            }
+        };
+        let h = &mut self.hours[slot];
+        h.hist = h.hist.merged(&[(index, 1)], false);
+        h.count = h.count.saturating_add(1);
+        // A late sample for an hour already folded into the merge goes there too.
+        if self.closed_before.is_some_and(|before| hour < before) {
+            self.closed = self.closed.merged(&[(index, 1)], false);
+            self.closed_count += 1;
+        }
+        self.cached = None;
+    }
+
+    /// Moves the window to end at hour `current` (inclusive), `window` hours long.
+    fn advance(&mut self, current: i64, window: i64, scratch: &mut [u64]) {
+        let oldest = current - window + 1;
+        while self.hours.front().is_some_and(|h| h.hour < oldest) {
+            if let Some(h) = self.hours.pop_front() {
+                if self.closed_before.is_some_and(|before| h.hour < before) {
+                    self.closed = self.closed.merged(&h.hist.unpack(), true);
+                    self.closed_count = self.closed_count.saturating_sub(u64::from(h.count));
+                }
+                self.cached = None;
+            }
+        }
+        match self.closed_before {
+            Some(before) if before >= current => {}
+            Some(before) if self.hours.iter().filter(|h| h.hour >= before && h.hour < current).count() <= 4 => {
+                for h in self.hours.iter().filter(|h| h.hour >= before && h.hour < current) {
+                    self.closed = self.closed.merged(&h.hist.unpack(), false);
+                    self.closed_count += u64::from(h.count);
+                    self.cached = None;
+                }
+                self.closed_before = Some(current);
+            }
+            _ => self.rebuild_closed(current, scratch),
+        }
+    }
+
+    /// Merges every hour before `current` at once through a dense scratch array (after a load).
+    fn rebuild_closed(&mut self, current: i64, scratch: &mut [u64]) {
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        let mut total = 0;
+        for h in self.hours.iter().filter(|h| h.hour < current) {
+            for (index, count) in h.hist.iter() {
+                let i = index as usize;
+                scratch[i] += u64::from(count);
+                lo = lo.min(i);
+                hi = hi.max(i);
+            }
+            total += u64::from(h.count);
+        }
+        let mut merged = Sparse::new();
+        if lo <= hi {
+            for (i, slot) in scratch.iter_mut().enumerate().take(hi + 1).skip(lo) {
+                if *slot > 0 {
+                    merged.push((i as u32, u32::try_from(*slot).unwrap_or(u32::MAX)));
+                    *slot = 0;
+                }
+            }
+        }
+        self.closed = Packed::pack(merged);
+        self.closed_count = total;
+        self.closed_before = Some(current);
+        self.cached = None;
+    }
+
+    fn compute(&self, min: [u64; 3]) -> Baseline {
+        let before = self.closed_before.unwrap_or(i64::MIN);
+        let open: Vec<&Hour> = self.hours.iter().filter(|h| h.hour >= before).collect();
+        let recent = open.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.hist.unpack(), false));
+        let count = self.closed_count + open.iter().map(|h| u64::from(h.count)).sum::<u64>();
+        if count == 0 {
+            return Baseline::default();
+        }
+        let values = quantiles(self.closed.iter(), &recent, count, [0.5, 0.95, 0.99]);
+        let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
+        Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
+    }
+}
+
+/// Rolling P50/P95/P99 of `ttfb`, `ttft` and `tokens_per_s` per target (region included).
+#[derive(Debug)]
+pub struct Baselines {
+    window_hours: i64,
+    min: [u64; 3],
+    series: HashMap<Target, [Series; 3]>,
+    scratch: Vec<u64>,
+}
+
+impl Baselines {
+    /// Empty baselines following `[baseline]`.
+    pub fn new(config: &BaselineConfig) -> Self {
+        let window_hours = (config.window.as_secs().div_ceil(3600)).max(1) as i64;
+        Baselines {
+            window_hours,
+            min: [config.min_samples_p50, config.min_samples_p95, config.min_samples_p99],
+            series: HashMap::new(),
+            scratch: vec![0; index_for(HIGHEST) as usize + 1],
+        }
+    }
+
+    /// Start of the oldest hour in the window ending at `now`: load rollups from here.
+    pub fn window_start(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        hour_start(hour_of(now) - self.window_hours + 1)
+    }
+
+    /// Adds a sample's `ttfb`, `ttft` and `tokens_per_s` to its hour; samples that are not `ok` are ignored.
+    pub fn record(&mut self, sample: &Sample) {
+        if sample.outcome != Outcome::Ok {
+            return;
+        }
+        let hour = hour_of(sample.started_at);
+        let series = match self.series.get_mut(&sample.target) {
+            Some(s) => s,
+            None => self.series.entry(sample.target.clone()).or_default(),
+        };
+        for metric in Metric::ALL {
+            if let Some(v) = metric.value(sample).and_then(to_recorded) {
+                series[metric.slot()].record(hour, index_for(v));
+            }
+        }
+    }
+
+    /// Moves every series' window to `now` and recomputes what changed; returns series recomputed.
+    pub fn refresh(&mut self, now: DateTime<Utc>) -> usize {
+        let current = hour_of(now);
+        let mut recomputed = 0;
+        for series in self.series.values_mut() {
+            for s in series.iter_mut() {
+                s.advance(current, self.window_hours, &mut self.scratch);
+                if s.cached.is_none() {
+                    s.cached = Some(s.compute(self.min));
+                    recomputed += 1;
+                }
+            }
+        }
+        self.series.retain(|_, s| s.iter().any(|x| !x.hours.is_empty()));
+        recomputed
+    }
+
+    /// The baseline of one target's metric over the window ending at `now` (zero count when unknown).
+    pub fn get(&mut self, target: &Target, metric: Metric, now: DateTime<Utc>) -> Baseline {
+        let Some(series) = self.series.get_mut(target) else {
+            return Baseline::default();
+        };
+        let s = &mut series[metric.slot()];
+        s.advance(hour_of(now), self.window_hours, &mut self.scratch);
+        if s.cached.is_none() {
+            s.cached = Some(s.compute(self.min));
+        }
+        s.cached.unwrap_or_default()
+    }
+
+    /// Baselines as of the last [`refresh`](Self::refresh), for read-only snapshots (HTTP, metrics, export).
+    pub fn snapshot(&self) -> Vec<(Target, Metric, Baseline)> {
+        let mut out: Vec<_> = self
+            .series
+            .iter()
+            .flat_map(|(t, s)| Metric::ALL.map(|m| (t.clone(), m, s[m.slot()].cached.unwrap_or_default())))
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
+    /// Targets with data.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.series.keys()
+    }
+
+    /// Hours changed since the last [`mark_persisted`](Self::mark_persisted), as V2-serialized rollups.
+    pub fn dirty_rollups(&self) -> Result<Vec<Rollup>, BaselineError> {
+        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG)
+            .map_err(|e| BaselineError::Encode(e.to_string()))?;
+        let mut out = Vec::new();
+        for (target, series) in &self.series {
+            for metric in Metric::ALL {
+                for h in series[metric.slot()].hours.iter().filter(|h| h.count != h.persisted) {
+                    out.push(Rollup {
+                        target: target.clone(),
+                        metric: metric.as_str().to_string(),
+                        hour: hour_start(h.hour),
+                        count: i64::from(h.count),
+                        histogram: encode_v2(&mut scratch, &h.hist.unpack())?,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks rollups as stored; an hour that gained values since they were taken stays dirty.
+    pub fn mark_persisted(&mut self, rollups: &[Rollup]) {
+        for r in rollups {
+            let (Some(series), Ok(metric)) = (self.series.get_mut(&r.target), r.metric.parse::<Metric>()) else {
+                continue;
+            };
+            let hour = hour_of(r.hour);
+            if let Some(h) = series[metric.slot()].hours.iter_mut().find(|h| h.hour == hour) {
+                h.persisted = u32::try_from(r.count).unwrap_or(0);
+            }
+        }
+    }
+
+    /// Loads stored rollups (replacing hours already held); unreadable ones are skipped and reported.
+    pub fn load(&mut self, rollups: &[Rollup]) -> LoadReport {
+        let mut report = LoadReport::default();
+        for r in rollups {
+            let metric = match r.metric.parse::<Metric>() {
+                Ok(m) => m,
+                Err(_) => {
+                    report.skipped.push(BaselineError::UnknownMetric {
+                        target: r.target.id(),
+                        hour: r.hour,
+                        metric: r.metric.clone(),
+                    });
+                    continue;
+                }
+            };
+            let hist = match decode_v2(&r.histogram) {
+                Ok(h) => h,
+                Err(message) => {
+                    report.skipped.push(BaselineError::Decode {
+                        target: r.target.id(),
+                        metric: r.metric.clone(),
+                        hour: r.hour,
+                        message,
+                    });
+                    continue;
+                }
+            };
+            let count = u32::try_from(sparse_total(&hist)).unwrap_or(u32::MAX);
+            let hour = hour_of(r.hour);
+            let series = match self.series.get_mut(&r.target) {
+                Some(s) => s,
+                None => self.series.entry(r.target.clone()).or_default(),
+            };
+            let s = &mut series[metric.slot()];
+            let loaded = Hour { hour, hist: Packed::pack(hist), count, persisted: count };
+            match s.hours.binary_search_by_key(&hour, |h| h.hour) {
+                Ok(i) => s.hours[i] = loaded,
+                Err(i) => s.hours.insert(i, loaded),
+            }
+            s.closed_before = None;
+            s.cached = None;
+            report.loaded += 1;
+        }
+        report
+    }
+
+    /// Forgets everything and rebuilds from raw samples (`vigil baselines --rebuild`); every hour becomes dirty.
+    pub fn rebuild_from_samples(&mut self, samples: &[Sample]) {
+        self.series.clear();
+        for s in samples {
+            self.record(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+    use rand::{Rng, SeedableRng};
+    use std::time::Duration as StdDuration;
+
+    fn config(min: u64) -> BaselineConfig {
+        BaselineConfig {
+            window: StdDuration::from_secs(7 * 86400),
+            failover_factor: 2.0,
+            min_samples_p50: min,
+            min_samples_p95: min,
+            min_samples_p99: min,
+        }
+    }
+
+    fn target(route: &str) -> Target {
+        Target { provider: "openrouter".into(), model: "m".into(), route: Some(route.into()), region: "eu".into() }
+    }
+
+    fn sample(t: &Target, at: DateTime<Utc>, ttfb: f64, outcome: Outcome) -> Sample {
+        let mut s = Sample::new(t.clone(), at, at);
+        s.ttfb_ms = Some(ttfb);
+        s.ttft_ms = Some(ttfb * 1.5);
+        s.tokens_per_s = Some(60.0);
+        s.outcome = outcome;
+        s
+    }
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).single().expect("valid time")
+    }
+
+    #[test]
+    fn bucketing_matches_hdrhistogram() {
+        let h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut values: Vec<u64> = (0..20_000).map(|_| rng.gen_range(1..=HIGHEST)).collect();
+        values.extend([1, 2, 2047, 2048, 2049, 4095, 4096, 65_535, HIGHEST]);
+        for v in values {
+            let (low, width) = bucket_range(index_for(v));
+            assert_eq!(low, h.lowest_equivalent(v), "lowest of {v}");
+            assert_eq!(low + width - 1, h.highest_equivalent(v), "highest of {v}");
+        }
+    }
+
+    #[test]
+    fn quantiles_match_hdrhistogram_on_the_same_values() {
+        let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut a, mut b) = (Sparse::new(), Sparse::new());
+        for i in 0..5000 {
+            let v = rng.gen_range(1_000..2_000_000u64);
+            h.record(v).expect("record");
+            sparse_insert(if i % 3 == 0 { &mut b } else { &mut a }, index_for(v), 1);
+        }
+        let got = quantiles(Packed::pack(a.clone()).iter(), &b, 5000, [0.5, 0.95, 0.99]);
+        let want = [0.5, 0.95, 0.99].map(|q| h.value_at_quantile(q));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn v2_round_trip_agrees_with_hdrhistogram_deserializer() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut sparse = Sparse::new();
+        for _ in 0..500 {
+            sparse_insert(&mut sparse, index_for(rng.gen_range(1..HIGHEST)), rng.gen_range(1..1000));
+        }
+        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
+        let bytes = encode_v2(&mut scratch, &sparse).expect("encode");
+        assert_eq!(decode_v2_fast(&bytes).expect("our layout"), sparse);
+        let via_library: Histogram<u64> =
+            Deserializer::new().deserialize(&mut std::io::Cursor::new(&bytes)).expect("library decode");
+        let mut from_library = Sparse::new();
+        for v in via_library.iter_recorded() {
+            sparse_insert(&mut from_library, index_for(v.value_iterated_to()), v.count_at_value() as u32);
+        }
+        assert_eq!(from_library, sparse);
+    }
+
+    #[test]
+    fn packed_histograms_round_trip_merge_and_subtract() {
+        let entries: Sparse = vec![(0, 1), (5, 300), (21_000, 70_000), (21_503, u32::MAX)];
+        let p = Packed::pack(entries.clone());
+        assert_eq!(p.unpack(), entries);
+        assert!(p.0.len() < 8 * entries.len());
+        let added = p.merged(&[(5, 1), (6, 2)], false).unpack();
+        assert_eq!(added, [(0, 1), (5, 301), (6, 2), (21_000, 70_000), (21_503, u32::MAX)]);
+        assert_eq!(p.merged(&[(5, 300)], true).unpack(), [(0, 1), (21_000, 70_000), (21_503, u32::MAX)]);
+    }
+
+    #[test]
+    fn foreign_layouts_decode_through_the_library() {
+        let mut other = Histogram::<u64>::new_with_bounds(1, 10_000_000, 2).expect("histogram");
+        other.record_n(123_456, 5).expect("record");
+        let mut bytes = Vec::new();
+        V2Serializer::new().serialize(&other, &mut bytes).expect("serialize");
+        let sparse = decode_v2(&bytes).expect("decodes");
+        assert_eq!(sparse_total(&sparse), 5);
+        assert!(decode_v2(b"not a histogram").is_err());
+    }
+
+    #[test]
+    fn only_ok_samples_count_and_quantiles_stay_null_below_minimum() {
+        let mut b = Baselines::new(&config(10));
+        let t = target("A");
+        for i in 0..9 {
+            b.record(&sample(&t, t0() + Duration::minutes(i), 100.0 + i as f64, Outcome::Ok));
+        }
+        b.record(&sample(&t, t0(), 9999.0, Outcome::ServerError));
+        let now = t0() + Duration::minutes(30);
+        assert_eq!(b.get(&t, Metric::Ttfb, now), Baseline { count: 9, p50: None, p95: None, p99: None });
+        b.record(&sample(&t, t0() + Duration::minutes(10), 109.0, Outcome::Ok));
+        let got = b.get(&t, Metric::Ttfb, now);
+        assert_eq!(got.count, 10);
+        assert_eq!(got.p50, Some(104.063), "5th of 100..109 ms, reported at its bucket's top (µs resolution 1/1024)");
+        assert_eq!(b.get(&t, Metric::TokensPerS, now).p99, Some(60.031));
+        assert_eq!(b.get(&target("unknown"), Metric::Ttft, now), Baseline::default());
+    }
+
+    #[test]
+    fn window_slides_hour_by_hour_and_old_hours_drop_out() {
+        let mut b = Baselines::new(&BaselineConfig { window: StdDuration::from_secs(3 * 3600), ..config(1) });
+        let t = target("A");
+        for hour in 0..3 {
+            b.record(&sample(&t, t0() + Duration::hours(hour), 100.0 * (hour + 1) as f64, Outcome::Ok));
+        }
+        let at = |h: i64| t0() + Duration::hours(h) + Duration::minutes(5);
+        assert_eq!(b.get(&t, Metric::Ttfb, at(2)).count, 3);
+        assert_eq!(b.get(&t, Metric::Ttfb, at(3)).count, 2);
+        b.refresh(at(4));
+        let late = b.get(&t, Metric::Ttfb, at(4));
+        assert_eq!(late.count, 1);
+        assert_eq!(late.p50, Some(300.031));
+        b.refresh(at(5));
+        assert_eq!(b.targets().count(), 0, "a target with no hour left in the window is forgotten");
+    }
+
+    #[test]
+    fn a_late_sample_for_a_closed_hour_is_counted_once() {
+        let mut b = Baselines::new(&config(1));
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        let now = t0() + Duration::hours(2);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1);
+        b.record(&sample(&t, t0() + Duration::minutes(59), 200.0, Outcome::Ok));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2);
+        b.refresh(now + Duration::hours(1));
+        assert_eq!(b.get(&t, Metric::Ttfb, now + Duration::hours(1)).count, 2);
+    }
+
+    #[test]
+    fn dirty_rollups_persist_and_load_back_to_the_same_baselines() {
+        let mut b = Baselines::new(&config(5));
+        let t = target("A");
+        for m in 0..200 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
+        }
+        let rollups = b.dirty_rollups().expect("serialize");
+        assert_eq!(rollups.len(), 4 * 3, "four hours × three metrics");
+        assert_eq!(rollups.iter().filter(|r| r.metric == "ttfb").map(|r| r.count).sum::<i64>(), 200);
+        b.mark_persisted(&rollups);
+        assert!(b.dirty_rollups().expect("serialize").is_empty());
+        b.record(&sample(&t, t0() + Duration::minutes(201), 80.0, Outcome::Ok));
+        assert_eq!(b.dirty_rollups().expect("serialize").len(), 3, "only the touched hour is dirty again");
+
+        let now = t0() + Duration::minutes(199);
+        let mut restarted = Baselines::new(&config(5));
+        let report = restarted.load(&rollups);
+        assert_eq!((report.loaded, report.skipped.len()), (12, 0));
+        b.rebuild_from_samples(&[]);
+        for m in 0..200 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
+        }
+        for metric in Metric::ALL {
+            assert_eq!(restarted.get(&t, metric, now), b.get(&t, metric, now), "{metric}");
+        }
+    }
+
+    #[test]
+    fn unreadable_rollups_are_skipped_with_a_reason() {
+        let mut b = Baselines::new(&config(1));
+        let bad = Rollup { target: target("A"), metric: "ttfb".into(), hour: t0(), count: 1, histogram: vec![1, 2] };
+        let unknown = Rollup { metric: "latency".into(), ..bad.clone() };
+        let report = b.load(&[bad, unknown]);
+        assert_eq!(report.loaded, 0);
+        let messages: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
+        assert!(messages[0].contains("bad histogram"), "{messages:?}");
+        assert!(messages[1].contains("unknown metric \"latency\""), "{messages:?}");
+    }
+}

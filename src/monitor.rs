@@ -1,0 +1,298 @@
+//! The decision stage: turns each sample into baselines, window error counts and breaker state,
+//! persists them, and publishes read-only snapshots (router export, target explanations) that
+//! the HTTP layer and the metrics read.
+
+use crate::baseline::{Baseline, Baselines, Metric};
+use crate::breaker::{Breaker, BreakerSettings, Explanation, Probe, State, Transition};
+use crate::config::Config;
+use crate::export::{self, ExportParams, TargetStats, Thresholds};
+use crate::metrics::Metrics;
+use crate::sample::Sample;
+use crate::store::{Rollup, Store, StoreError};
+use crate::target::Target;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+/// Rollup metric names under which hourly probe and error counts are kept (no histogram).
+const PROBES: &str = "probes";
+const ERRORS: &str = "errors";
+
+/// Probe and error counts of one hour; `persisted` remembers what the store already has.
+#[derive(Debug, Clone, Copy, Default)]
+struct HourCount {
+    probes: i64,
+    errors: i64,
+    persisted: (i64, i64),
+}
+
+/// One target as `GET /v1/targets` explains it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetView {
+    /// Stable id.
+    pub target: String,
+    /// Provider.
+    pub provider: String,
+    /// Model.
+    pub model: String,
+    /// Pinned route.
+    pub route: Option<String>,
+    /// Region.
+    pub region: String,
+    /// The most recent sample.
+    pub last_sample: Option<Sample>,
+    /// TTFB, TTFT and tokens/s baselines over the window.
+    pub baselines: BTreeMap<String, Baseline>,
+    /// Probes and failed probes in the window.
+    pub probes: i64,
+    /// Failed probes in the window.
+    pub errors: i64,
+    /// Breaker state, why, since when, and when the next half-open probe is due.
+    pub breaker: Explanation,
+}
+
+/// What readers see; replaced as a whole on each publish.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The router export.
+    pub thresholds: Option<Thresholds>,
+    /// Every target, explained.
+    pub targets: Vec<TargetView>,
+}
+
+/// Shared handle to the latest snapshot.
+pub type SharedSnapshot = Arc<RwLock<Snapshot>>;
+
+/// Baselines, counts and breakers of this region's targets.
+pub struct Monitor {
+    region: String,
+    window: Duration,
+    probe_interval: std::time::Duration,
+    baseline_window: std::time::Duration,
+    failover_factor: f64,
+    settings: BreakerSettings,
+    baselines: Baselines,
+    counts: HashMap<Target, BTreeMap<DateTime<Utc>, HourCount>>,
+    breakers: HashMap<Target, Breaker>,
+    last: HashMap<Target, Sample>,
+    cost: HashMap<Target, f64>,
+    targets: Vec<Target>,
+}
+
+fn hour(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(Duration::hours(1)).unwrap_or(t)
+}
+
+impl Monitor {
+    /// An empty monitor for `targets` following the config's `[baseline]` and `[breaker]`.
+    pub fn new(config: &Config, targets: Vec<Target>, now: DateTime<Utc>) -> Self {
+        let settings = BreakerSettings::from_config(&config.breaker, &config.baseline);
+        let breakers = targets.iter().map(|t| (t.clone(), Breaker::new(settings, now))).collect();
+        Monitor {
+            region: config.region.clone(),
+            window: Duration::from_std(config.baseline.window).unwrap_or(Duration::days(7)),
+            probe_interval: config.probe.interval,
+            baseline_window: config.baseline.window,
+            failover_factor: config.baseline.failover_factor,
+            settings,
+            baselines: Baselines::new(&config.baseline),
+            counts: HashMap::new(),
+            breakers,
+            last: HashMap::new(),
+            cost: HashMap::new(),
+            targets,
+        }
+    }
+
+    /// Restores rollups, counts and breaker states from the store (after a restart or upgrade).
+    pub async fn load(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let since = self.baselines.window_start(now);
+        let rollups = store.rollups_since(Some(&self.region), since).await?;
+        let (counts, hist): (Vec<Rollup>, Vec<Rollup>) =
+            rollups.into_iter().partition(|r| r.metric == PROBES || r.metric == ERRORS);
+        let report = self.baselines.load(&hist);
+        for skipped in &report.skipped {
+            tracing::warn!(error = %skipped, "unreadable rollup skipped");
+        }
+        for r in counts {
+            let h = self.counts.entry(r.target.clone()).or_default().entry(r.hour).or_default();
+            if r.metric == PROBES {
+                h.probes = r.count;
+                h.persisted.0 = r.count;
+            } else {
+                h.errors = r.count;
+                h.persisted.1 = r.count;
+            }
+        }
+        for record in store.load_breakers(Some(&self.region)).await? {
+            if !self.breakers.contains_key(&record.target) {
+                continue; // a target no longer configured
+            }
+            match Breaker::from_record(self.settings, &record) {
+                Ok(b) => {
+                    self.breakers.insert(record.target.clone(), b);
+                }
+                Err(e) => {
+                    tracing::warn!(target = %record.target, error = %e, "stored breaker state unreadable; starting closed")
+                }
+            }
+        }
+        self.baselines.refresh(now);
+        tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
+        Ok(())
+    }
+
+    /// Rebuilds baselines and counts from raw samples (`vigil baselines --rebuild`).
+    pub fn rebuild(&mut self, samples: &[Sample], now: DateTime<Utc>) {
+        self.baselines.rebuild_from_samples(samples);
+        self.counts.clear();
+        for s in samples {
+            self.count(s);
+        }
+        self.baselines.refresh(now);
+    }
+
+    fn count(&mut self, s: &Sample) {
+        let h = self.counts.entry(s.target.clone()).or_default().entry(hour(s.started_at)).or_default();
+        h.probes += 1;
+        if s.outcome.is_failure() {
+            h.errors += 1;
+        }
+    }
+
+    /// Feeds one sample; returns the breaker transition it caused, if any.
+    pub fn observe(&mut self, sample: &Sample, now: DateTime<Utc>) -> Option<Transition> {
+        // Judge against the baseline as it was before this probe joined it.
+        let p95 = self.baselines.get(&sample.target, Metric::Ttfb, now).p95;
+        self.baselines.record(sample);
+        self.count(sample);
+        if let Some(c) = sample.cost_usd {
+            self.cost.insert(sample.target.clone(), c);
+        }
+        self.last.insert(sample.target.clone(), sample.clone());
+        let settings = self.settings;
+        let breaker = self.breakers.entry(sample.target.clone()).or_insert_with(|| Breaker::new(settings, now));
+        breaker.observe(Probe::from(sample), p95, now)
+    }
+
+    /// Moves open breakers whose wait is over to half-open.
+    pub fn tick(&mut self, now: DateTime<Utc>) -> Vec<(Target, Transition)> {
+        self.breakers.iter_mut().filter_map(|(t, b)| b.tick(now).map(|tr| (t.clone(), tr))).collect()
+    }
+
+    /// The current breaker of a target.
+    pub fn breaker(&self, target: &Target) -> Option<&Breaker> {
+        self.breakers.get(target)
+    }
+
+    /// Current baseline of one metric.
+    pub fn baseline(&mut self, target: &Target, metric: Metric, now: DateTime<Utc>) -> Baseline {
+        self.baselines.get(target, metric, now)
+    }
+
+    fn window_counts(&self, target: &Target, now: DateTime<Utc>) -> (i64, i64) {
+        let from = now - self.window;
+        self.counts
+            .get(target)
+            .map(|hours| hours.range(hour(from)..).fold((0, 0), |(p, e), (_, h)| (p + h.probes, e + h.errors)))
+            .unwrap_or((0, 0))
+    }
+
+    /// Builds the router export and the target explanations, and updates the baseline and breaker gauges.
+    pub fn publish(&mut self, now: DateTime<Utc>, metrics: Option<&Metrics>) -> Snapshot {
+        self.baselines.refresh(now);
+        // Drop counts older than the window so memory stays bounded.
+        let oldest = hour(now - self.window);
+        for hours in self.counts.values_mut() {
+            while hours.first_key_value().is_some_and(|(h, _)| *h < oldest) {
+                hours.pop_first();
+            }
+        }
+        let mut stats = Vec::with_capacity(self.targets.len());
+        let mut views = Vec::with_capacity(self.targets.len());
+        for t in self.targets.clone() {
+            let b: BTreeMap<String, Baseline> =
+                Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(&t, *m, now))).collect();
+            let (probes, errors) = self.window_counts(&t, now);
+            let breaker = self.breakers.get(&t).map(|b| b.explain());
+            let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
+            if let Some(m) = metrics {
+                for (name, metric) in [("ttfb", Metric::Ttfb), ("ttft", Metric::Ttft)] {
+                    let base = b.get(metric.as_str()).copied().unwrap_or_default();
+                    for (q, v) in [("0.5", base.p50), ("0.95", base.p95), ("0.99", base.p99)] {
+                        m.set_baseline(&t, name, q, v.map(|ms| ms / 1000.0));
+                    }
+                }
+                m.set_circuit(&t, state.gauge());
+            }
+            stats.push(TargetStats {
+                target: t.clone(),
+                ttfb: b.get("ttfb").copied().unwrap_or_default(),
+                ttft: b.get("ttft").copied().unwrap_or_default(),
+                tokens_per_s: b.get("tokens_per_s").copied().unwrap_or_default(),
+                probes: u64::try_from(probes).unwrap_or(0),
+                errors: u64::try_from(errors).unwrap_or(0),
+                breaker: state,
+                cost_per_probe_usd: self.cost.get(&t).copied(),
+            });
+            views.push(TargetView {
+                target: t.id(),
+                provider: t.provider.clone(),
+                model: t.model.clone(),
+                route: t.route.clone(),
+                region: t.region.clone(),
+                last_sample: self.last.get(&t).cloned(),
+                baselines: b,
+                probes,
+                errors,
+                breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
+            });
+        }
+        let params = ExportParams {
+            region: self.region.clone(),
+            generated_at: now,
+            probe_interval: self.probe_interval,
+            window: self.baseline_window,
+            failover_factor: self.failover_factor,
+        };
+        Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views }
+    }
+
+    /// Writes changed rollups, counts and breaker states; what fails stays dirty for the next try.
+    pub async fn persist(&mut self, store: &dyn Store) -> Result<(), StoreError> {
+        let mut rollups = self.baselines.dirty_rollups().map_err(|e| StoreError::Other(e.to_string()))?;
+        let hist_len = rollups.len();
+        for (t, hours) in &self.counts {
+            for (h, c) in hours {
+                if c.persisted.0 != c.probes {
+                    rollups.push(count_rollup(t, PROBES, *h, c.probes));
+                }
+                if c.persisted.1 != c.errors {
+                    rollups.push(count_rollup(t, ERRORS, *h, c.errors));
+                }
+            }
+        }
+        if !rollups.is_empty() {
+            store.upsert_rollups(&rollups).await?;
+            self.baselines.mark_persisted(&rollups[..hist_len]);
+            for r in &rollups[hist_len..] {
+                if let Some(c) = self.counts.get_mut(&r.target).and_then(|h| h.get_mut(&r.hour)) {
+                    if r.metric == PROBES {
+                        c.persisted.0 = r.count;
+                    } else {
+                        c.persisted.1 = r.count;
+                    }
+                }
+            }
+        }
+        for (t, b) in &self.breakers {
+            store.save_breaker(&b.to_record(t)).await?;
+        }
+        Ok(())
+    }
+}
+
+fn count_rollup(t: &Target, metric: &str, hour: DateTime<Utc>, count: i64) -> Rollup {
+    Rollup { target: t.clone(), metric: metric.into(), hour, count, histogram: Vec::new() }
+}

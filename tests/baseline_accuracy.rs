@@ -1,0 +1,171 @@
+//! Rollup percentiles agree with exact percentiles of the raw values within 1 %, over a simulated
+//! week at one probe a minute, including a persist → load round trip through V2 serialization.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use vigil::baseline::{Baseline, Baselines, Metric};
+use vigil::config::BaselineConfig;
+use vigil::probe::outcome::Outcome;
+use vigil::sample::Sample;
+use vigil::target::Target;
+
+const MINUTES_PER_WEEK: i64 = 7 * 24 * 60;
+
+/// Latency shape: log-normal around a median, with occasional spikes.
+struct Shape {
+    median: f64,
+    sigma: f64,
+    spike_chance: f64,
+    spike_factor: f64,
+}
+
+fn standard_normal(rng: &mut StdRng) -> f64 {
+    let u1: f64 = 1.0 - rng.gen::<f64>();
+    let u2: f64 = rng.gen();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+fn draw(rng: &mut StdRng, s: &Shape) -> f64 {
+    let v = s.median * (s.sigma * standard_normal(rng)).exp();
+    if rng.gen::<f64>() < s.spike_chance {
+        v * s.spike_factor * (1.0 + rng.gen::<f64>())
+    } else {
+        v
+    }
+}
+
+fn exact(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
+}
+
+fn config() -> BaselineConfig {
+    BaselineConfig {
+        window: std::time::Duration::from_secs(7 * 86_400),
+        failover_factor: 2.0,
+        min_samples_p50: 30,
+        min_samples_p95: 300,
+        min_samples_p99: 2000,
+    }
+}
+
+struct Week {
+    targets: Vec<Target>,
+    raw: Vec<[Vec<f64>; 3]>,
+    baselines: Baselines,
+    now: DateTime<Utc>,
+}
+
+fn simulate_week() -> Week {
+    let mut rng = StdRng::seed_from_u64(20_261_130);
+    let start = Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).single().expect("valid time");
+    // (ttfb, extra time to first token, tokens/s) per target.
+    let shapes = [
+        (
+            Shape { median: 180.0, sigma: 0.25, spike_chance: 0.01, spike_factor: 8.0 },
+            Shape { median: 60.0, sigma: 0.4, spike_chance: 0.02, spike_factor: 5.0 },
+            Shape { median: 65.0, sigma: 0.15, spike_chance: 0.01, spike_factor: 0.3 },
+        ),
+        (
+            Shape { median: 420.0, sigma: 0.6, spike_chance: 0.03, spike_factor: 4.0 },
+            Shape { median: 900.0, sigma: 0.8, spike_chance: 0.05, spike_factor: 3.0 },
+            Shape { median: 39.0, sigma: 0.3, spike_chance: 0.0, spike_factor: 1.0 },
+        ),
+        (
+            Shape { median: 35.0, sigma: 0.1, spike_chance: 0.002, spike_factor: 100.0 },
+            Shape { median: 8.0, sigma: 1.0, spike_chance: 0.01, spike_factor: 50.0 },
+            Shape { median: 700.0, sigma: 0.5, spike_chance: 0.02, spike_factor: 0.1 },
+        ),
+    ];
+    let mut baselines = Baselines::new(&config());
+    let mut targets = Vec::new();
+    let mut raw = Vec::new();
+    for (i, (ttfb, gap, tps)) in shapes.iter().enumerate() {
+        let target = Target {
+            provider: "openrouter".into(),
+            model: "meta-llama/llama-3-70b-instruct".into(),
+            route: Some(format!("host-{i}")),
+            region: "eu-west-1".into(),
+        };
+        let mut values: [Vec<f64>; 3] = Default::default();
+        for minute in 0..MINUTES_PER_WEEK {
+            let at = start + Duration::minutes(minute) + Duration::milliseconds(rng.gen_range(0..59_000));
+            let mut s = Sample::new(target.clone(), at, at);
+            let b = draw(&mut rng, ttfb);
+            let t = b + draw(&mut rng, gap);
+            let k = draw(&mut rng, tps);
+            s.ttfb_ms = Some(b);
+            s.ttft_ms = Some(t);
+            s.tokens_per_s = Some(k);
+            if rng.gen::<f64>() < 0.005 {
+                // Failed probes carry odd timings; baselines must ignore them.
+                s.outcome = Outcome::Timeout;
+                s.ttfb_ms = Some(10_000.0);
+            } else {
+                values[0].push(b);
+                values[1].push(t);
+                values[2].push(k);
+            }
+            baselines.record(&s);
+        }
+        targets.push(target);
+        raw.push(values);
+    }
+    let now = start + Duration::minutes(MINUTES_PER_WEEK) - Duration::seconds(1);
+    Week { targets, raw, baselines, now }
+}
+
+fn assert_within_one_percent(label: &str, got: &Baseline, raw: &mut [f64]) -> f64 {
+    assert_eq!(got.count, raw.len() as u64, "{label}: every ok value counted");
+    let mut worst: f64 = 0.0;
+    for (q, value) in [(0.5, got.p50), (0.95, got.p95), (0.99, got.p99)] {
+        let want = exact(raw, q);
+        let have = value.unwrap_or_else(|| panic!("{label} p{q}: published above the minimum count"));
+        let err = (have - want).abs() / want;
+        assert!(err <= 0.01, "{label} p{q}: rollup {have} vs exact {want} ({:.3} %)", err * 100.0);
+        worst = worst.max(err);
+    }
+    worst
+}
+
+#[test]
+fn a_week_of_rollups_matches_exact_percentiles_within_one_percent() {
+    let mut week = simulate_week();
+    week.baselines.refresh(week.now);
+    let mut worst: f64 = 0.0;
+    for (target, raw) in week.targets.iter().zip(week.raw.iter_mut()) {
+        for (metric, values) in Metric::ALL.into_iter().zip(raw.iter_mut()) {
+            let got = week.baselines.get(target, metric, week.now);
+            worst = worst.max(assert_within_one_percent(&format!("{target} {metric}"), &got, values));
+        }
+    }
+    println!("worst relative error over {} series: {:.4} %", week.targets.len() * 3, worst * 100.0);
+}
+
+#[test]
+fn the_week_survives_persist_and_load_through_v2_bytes() {
+    let mut week = simulate_week();
+    let rollups = week.baselines.dirty_rollups().expect("rollups serialize");
+    assert_eq!(rollups.len(), week.targets.len() * 3 * 168, "one rollup per target × metric × hour");
+    assert!(rollups.iter().all(|r| r.histogram.len() < 1024), "hourly rollups stay small");
+
+    let mut restarted = Baselines::new(&config());
+    let report = restarted.load(&rollups);
+    assert_eq!((report.loaded, report.skipped.len()), (rollups.len(), 0));
+    restarted.refresh(week.now);
+    week.baselines.refresh(week.now);
+    for (target, raw) in week.targets.iter().zip(week.raw.iter_mut()) {
+        for (metric, values) in Metric::ALL.into_iter().zip(raw.iter_mut()) {
+            let loaded = restarted.get(target, metric, week.now);
+            assert_eq!(loaded, week.baselines.get(target, metric, week.now), "{target} {metric}: same as before");
+            assert_within_one_percent(&format!("{target} {metric} after load"), &loaded, values);
+        }
+    }
+    // An hour later the first hour has left the window.
+    let later = week.now + Duration::hours(1);
+    let first_hour = restarted.get(&week.targets[0], Metric::Ttfb, week.now).count
+        - restarted.get(&week.targets[0], Metric::Ttfb, later).count;
+    assert!((50..=60).contains(&first_hour), "dropped {first_hour} values of the oldest hour");
+}
