@@ -228,6 +228,19 @@ pub struct AlertsConfig {
     pub pagerduty: Vec<PagerDutyConfig>,
     /// Generic signed webhooks.
     pub webhook: Vec<WebhookConfig>,
+    /// Per-provider maintenance windows: alerts are recorded but not notified.
+    pub maintenance: Vec<MaintenanceWindow>,
+}
+
+/// `[[alerts.maintenance]] provider, start, end` (RFC 3339).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaintenanceWindow {
+    /// Provider name.
+    pub provider: String,
+    /// Window start (inclusive).
+    pub start: chrono::DateTime<chrono::Utc>,
+    /// Window end (exclusive).
+    pub end: chrono::DateTime<chrono::Utc>,
 }
 
 /// `[[alerts.slack]]`.
@@ -451,6 +464,8 @@ struct RawAlerts {
     pagerduty: Vec<RawPagerDuty>,
     #[serde(skip_serializing)]
     webhook: Vec<RawWebhook>,
+    #[serde(skip_serializing)]
+    maintenance: Vec<RawMaintenance>,
 }
 
 impl Default for RawAlerts {
@@ -465,6 +480,7 @@ impl Default for RawAlerts {
             email: vec![],
             pagerduty: vec![],
             webhook: vec![],
+            maintenance: vec![],
         }
     }
 }
@@ -491,6 +507,14 @@ struct RawPagerDuty {
     name: Option<String>,
     routing_key_env: String,
     events_url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMaintenance {
+    provider: String,
+    start: String,
+    end: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -967,6 +991,19 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         };
         webhook.push(WebhookConfig { name: name(w.name, "webhook", i), url, secret });
     }
+    let mut maintenance = Vec::new();
+    for (i, m) in raw.maintenance.into_iter().enumerate() {
+        let time = |field: &str, v: &str| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| invalid(format!("alerts.maintenance[{i}].{field}"), format!("{v:?} is not RFC 3339: {e}")))
+        };
+        let (start, end) = (time("start", &m.start)?, time("end", &m.end)?);
+        if end <= start {
+            return Err(invalid(format!("alerts.maintenance[{i}].end"), "must be after start"));
+        }
+        maintenance.push(MaintenanceWindow { provider: m.provider, start, end });
+    }
     Ok(AlertsConfig {
         renotify: parse_duration("alerts.renotify", &raw.renotify)?,
         error_probes: raw.error_probes.max(1),
@@ -977,6 +1014,7 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         email,
         pagerduty,
         webhook,
+        maintenance,
     })
 }
 
@@ -986,6 +1024,19 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn maintenance_windows_parse_and_bad_ones_name_the_key() {
+        let text = "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"2026-12-01T02:00:00Z\"\nend = \"2026-12-01T04:00:00+00:00\"";
+        let c = Config::from_toml(text, &env(&[])).expect("valid");
+        assert_eq!(c.alerts.maintenance.len(), 1);
+        assert_eq!(c.alerts.maintenance[0].provider, "openrouter");
+        assert_eq!((c.alerts.maintenance[0].end - c.alerts.maintenance[0].start).num_hours(), 2);
+        let backwards = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"2026-12-01T04:00:00Z\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert_eq!(err(backwards, &[]), "alerts.maintenance[0].end: must be after start");
+        let garbled = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
     }
 
     fn err(text: &str, e: &[(&str, &str)]) -> String {

@@ -10,7 +10,9 @@
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
 //! providers on loopback for `--demo` and for tests.
 
+pub mod alert;
 pub mod app;
+pub mod balance;
 pub mod baseline;
 pub mod breaker;
 pub mod cli;

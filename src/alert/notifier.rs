@@ -1,0 +1,198 @@
+//! The `Notifier` seam: one implementation per channel kind, built from config, plus the
+//! HTTP response classification they share and `alert_test`.
+
+use super::email::EmailNotifier;
+use super::pagerduty::PagerDutyNotifier;
+use super::slack::SlackNotifier;
+use super::webhook::WebhookNotifier;
+use super::{Alert, AlertKind, AlertStatus, Notification, Severity};
+use crate::config::AlertsConfig;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use uuid::Uuid;
+
+/// Why a delivery attempt failed, and whether trying again can help.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum DeliveryError {
+    /// Try again later (5xx, 429, timeout, connection refused), not before `retry_after` if given.
+    #[error("{message}")]
+    Retryable {
+        /// What the receiver asked for (`Retry-After`).
+        retry_after: Option<Duration>,
+        /// What went wrong.
+        message: String,
+    },
+    /// Retrying will not help (bad URL, 4xx, rejected recipient).
+    #[error("{message}")]
+    Permanent {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl DeliveryError {
+    /// A retryable error without a receiver-given delay.
+    pub fn retry(message: impl Into<String>) -> Self {
+        DeliveryError::Retryable { retry_after: None, message: message.into() }
+    }
+
+    /// A permanent error.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        DeliveryError::Permanent { message: message.into() }
+    }
+}
+
+/// A channel that can deliver a notification.
+#[async_trait]
+pub trait Notifier: Send + Sync {
+    /// Channel name from config (`slack`, `pagerduty-1`).
+    fn name(&self) -> &str;
+    /// Sends once; the same `idempotency_key` is used for every retry of one outbox item.
+    async fn send(&self, n: &Notification, idempotency_key: Uuid) -> Result<(), DeliveryError>;
+}
+
+/// A channel could not be built from its config.
+#[derive(Debug, Error)]
+#[error("alerts channel {channel}: {message}")]
+pub struct NotifierError {
+    /// Channel name.
+    pub channel: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Default per-request timeout of channel HTTP and SMTP calls.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds every configured channel, in config order (slack, email, pagerduty, webhook).
+pub fn build_notifiers(cfg: &AlertsConfig, timeout: Duration) -> Result<Vec<Arc<dyn Notifier>>, NotifierError> {
+    let mut out: Vec<Arc<dyn Notifier>> = Vec::new();
+    for c in &cfg.slack {
+        out.push(Arc::new(SlackNotifier::new(c, timeout)?));
+    }
+    for c in &cfg.email {
+        out.push(Arc::new(EmailNotifier::new(c, timeout)?));
+    }
+    for c in &cfg.pagerduty {
+        out.push(Arc::new(PagerDutyNotifier::new(c, timeout)?));
+    }
+    for c in &cfg.webhook {
+        out.push(Arc::new(WebhookNotifier::new(c, timeout)?));
+    }
+    Ok(out)
+}
+
+/// An HTTP client for a channel: rustls, timeouts, no redirects to other hosts' secrets.
+pub(crate) fn http_client(channel: &str, timeout: Duration) -> Result<reqwest::Client, NotifierError> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("vigil/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| NotifierError { channel: channel.to_string(), message: e.to_string() })
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+pub fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = DateTime::parse_from_rfc2822(v).ok()?.with_timezone(&Utc);
+    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+}
+
+/// Maps a failed send (no response) to a retryable error; the message never holds the URL.
+pub(crate) fn transport_error(channel: &str, e: reqwest::Error) -> DeliveryError {
+    let what = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else {
+        "request failed"
+    };
+    DeliveryError::retry(format!("{channel}: {what}: {}", e.without_url()))
+}
+
+/// Shared status rules: 2xx ok; 429 and 408 retry (honouring `Retry-After`); other 4xx permanent; 5xx retry.
+pub(crate) async fn check_response(channel: &str, resp: reqwest::Response) -> Result<(u16, String), DeliveryError> {
+    let status = resp.status();
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, Utc::now()));
+    let body = resp.text().await.unwrap_or_default();
+    let short: String = body.chars().take(300).collect();
+    let code = status.as_u16();
+    if status.is_success() {
+        Ok((code, body))
+    } else if code == 429 || code == 408 || status.is_server_error() {
+        Err(DeliveryError::Retryable { retry_after, message: format!("{channel}: HTTP {code}: {short}") })
+    } else {
+        Err(DeliveryError::permanent(format!("{channel}: HTTP {code}: {short}")))
+    }
+}
+
+/// The message `vigil alert-test` sends.
+pub fn test_notification(region: &str, now: DateTime<Utc>, status_url: Option<String>) -> Notification {
+    let mut a = Alert::new(
+        AlertKind::Errors,
+        region,
+        "vigil",
+        None,
+        "test notification from `vigil alert-test`: this channel works".into(),
+    );
+    a.severity = Severity::Info;
+    a.since = now;
+    a.dedup_key = format!("vigil:{region}:alert-test:{}", now.timestamp());
+    Notification {
+        key: format!("alert-test-{}", now.timestamp_millis()),
+        region: region.to_string(),
+        provider: "vigil".into(),
+        status: AlertStatus::Firing,
+        reminder: false,
+        test: true,
+        created_at: now,
+        status_url,
+        alerts: vec![a],
+    }
+}
+
+/// Sends a test notification through each channel (or those whose name equals `name_filter`),
+/// directly, not through the outbox. An empty result means no channel matched.
+pub async fn alert_test(
+    channels: &[Arc<dyn Notifier>],
+    name_filter: Option<&str>,
+    region: &str,
+    now: DateTime<Utc>,
+) -> Vec<(String, Result<(), DeliveryError>)> {
+    let n = test_notification(region, now, None);
+    let mut out = Vec::new();
+    for c in channels.iter().filter(|c| name_filter.is_none_or(|f| c.name() == f)) {
+        let r = c.send(&n, Uuid::new_v4()).await;
+        match &r {
+            Ok(()) => tracing::info!(channel = c.name(), "test notification delivered"),
+            Err(e) => tracing::warn!(channel = c.name(), error = %e, "test notification failed"),
+        }
+        out.push((c.name().to_string(), r));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let now = DateTime::parse_from_rfc3339("2015-10-21T07:27:00Z").expect("t").with_timezone(&Utc);
+        assert_eq!(parse_retry_after("30", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now), Some(Duration::from_secs(60)));
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+}

@@ -1,0 +1,168 @@
+//! Email through a real SMTP server process (Python aiosmtpd) on loopback.
+//! Needs `pip install aiosmtpd`.
+
+use chrono::{DateTime, Utc};
+use secrecy::SecretString;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use uuid::Uuid;
+use vigil::alert::email::EmailNotifier;
+use vigil::alert::notifier::{DeliveryError, Notifier};
+use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
+use vigil::config::EmailConfig;
+use vigil::target::Target;
+
+/// A running aiosmtpd process writing what it receives to a temp dir; killed when dropped.
+struct SmtpServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SmtpServer {
+    fn start(auth: Option<(&str, &str)>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = format!("{}/tests/support/alert_smtp_server.py", env!("CARGO_MANIFEST_DIR"));
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        if let Some((user, password)) = auth {
+            cmd.env("SMTP_TEST_USER", user).env("SMTP_TEST_PASSWORD", password);
+        }
+        let mut child = cmd.spawn().expect("python3 must be installed to run the SMTP test server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read port");
+        let line = line.trim();
+        if line == "NO_AIOSMTPD" || line.is_empty() {
+            let _ = child.kill();
+            panic!("the SMTP test server needs aiosmtpd: run `pip install aiosmtpd` (got {line:?})");
+        }
+        let port = line.parse().expect("port number from the SMTP server");
+        SmtpServer { child, port, dir }
+    }
+
+    /// Waits (bounded) for the n-th received message and returns its parsed record.
+    async fn message(&self, n: usize) -> serde_json::Value {
+        let path: PathBuf = self.dir.path().join(format!("msg{n}.json"));
+        for _ in 0..200 {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return serde_json::from_str(&text).expect("record JSON");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("SMTP server never received message {n}");
+    }
+
+    fn received(&self) -> usize {
+        std::fs::read_dir(self.dir.path())
+            .expect("dir")
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .count()
+    }
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn notification() -> Notification {
+    let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc);
+    let t = Target {
+        provider: "anthropic".into(),
+        model: "claude-3-haiku".into(),
+        route: None,
+        region: "us-east-1".into(),
+    };
+    let mut a = Alert::new(
+        AlertKind::ModelUnavailable,
+        "us-east-1",
+        "anthropic",
+        Some(&t),
+        "model claude-3-haiku is not served: <not_found_error>".into(),
+    );
+    a.since = now;
+    Notification {
+        key: "k".into(),
+        region: "us-east-1".into(),
+        provider: "anthropic".into(),
+        status: AlertStatus::Firing,
+        reminder: false,
+        test: false,
+        created_at: now,
+        status_url: Some("https://vigil.example.com/".into()),
+        alerts: vec![a],
+    }
+}
+
+fn channel(url: String) -> EmailNotifier {
+    let cfg = EmailConfig {
+        name: "email".into(),
+        smtp_url: SecretString::from(url),
+        from: "vigil@example.com".into(),
+        to: vec!["oncall@example.com".into(), "Platform Team <platform@example.com>".into()],
+    };
+    EmailNotifier::new(&cfg, Duration::from_secs(5)).expect("email channel")
+}
+
+#[tokio::test]
+async fn a_local_relay_receives_multipart_text_and_html_to_every_recipient() {
+    let server = SmtpServer::start(None);
+    let key = Uuid::new_v4();
+    channel(format!("smtp://127.0.0.1:{}?tls=none", server.port)).send(&notification(), key).await.expect("delivered");
+    let m = server.message(0).await;
+    assert_eq!(m["mail_from"], "vigil@example.com");
+    assert_eq!(m["rcpt_tos"], serde_json::json!(["oncall@example.com", "platform@example.com"]));
+    assert_eq!(m["subject"], "[FIRING] anthropic: model_unavailable (us-east-1)");
+    assert!(m["to"].as_str().expect("to").contains("Platform Team"), "{}", m["to"]);
+    assert_eq!(m["message_id"], format!("<{key}@vigil>"));
+    assert_eq!(m["content_type"], "multipart/alternative");
+    let parts = m["parts"].as_array().expect("parts");
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0]["content_type"], "text/plain");
+    assert_eq!(parts[1]["content_type"], "text/html");
+    let text = parts[0]["text"].as_str().expect("text");
+    assert!(
+        text.contains("ERROR model_unavailable anthropic/claude-3-haiku: model claude-3-haiku is not served"),
+        "{text}"
+    );
+    let html = parts[1]["text"].as_str().expect("html");
+    assert!(html.contains("<table") && html.contains("&lt;not_found_error&gt;"), "{html}");
+    assert!(html.contains("href=\"https://vigil.example.com/\""), "{html}");
+    assert_eq!(m["auth_login"], serde_json::Value::Null);
+}
+
+#[tokio::test]
+async fn credentials_in_the_url_log_in() {
+    let server = SmtpServer::start(Some(("vigil", "s3cret+x")));
+    channel(format!("smtp://vigil:s3cret+x@127.0.0.1:{}?tls=none", server.port))
+        .send(&notification(), Uuid::new_v4())
+        .await
+        .expect("delivered");
+    assert_eq!(server.message(0).await["auth_login"], "vigil");
+}
+
+#[tokio::test]
+async fn a_server_requiring_a_login_rejects_an_anonymous_sender_permanently() {
+    let server = SmtpServer::start(Some(("vigil", "right")));
+    let e = channel(format!("smtp://127.0.0.1:{}?tls=none", server.port))
+        .send(&notification(), Uuid::new_v4())
+        .await
+        .expect_err("no credentials");
+    assert!(matches!(e, DeliveryError::Permanent { .. }), "{e:?}");
+    assert_eq!(server.received(), 0);
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_retryable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let e = channel(format!("smtp://127.0.0.1:{port}?tls=none"))
+        .send(&notification(), Uuid::new_v4())
+        .await
+        .expect_err("nobody listens");
+    assert!(matches!(e, DeliveryError::Retryable { .. }), "{e:?}");
+}

@@ -1,0 +1,298 @@
+//! The durable outbox on real stores (an SQLite file and a throw-away PostgreSQL database)
+//! delivering to real HTTP receivers on loopback: outages, rate limits, hangs, rejections,
+//! deadlines and restarts lose nothing and deliver each alert once.
+
+#[path = "support/alert_receiver.rs"]
+mod receiver;
+#[path = "store_support/mod.rs"]
+mod store_support;
+
+use chrono::{DateTime, Utc};
+use receiver::{Receiver, Reply};
+use secrecy::SecretString;
+use std::sync::Arc;
+use std::time::Duration;
+use store_support::Fixture;
+use vigil::alert::notifier::Notifier;
+use vigil::alert::outbox::{enqueue, item_id, Outbox, OutboxConfig};
+use vigil::alert::pagerduty::PagerDutyNotifier;
+use vigil::alert::rules::{AlertEngine, Baseline, Elsewhere, Probe, Round, RuleConfig};
+use vigil::alert::slack::SlackNotifier;
+use vigil::alert::webhook::WebhookNotifier;
+use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
+use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
+use vigil::probe::outcome::Outcome;
+use vigil::sample::Sample;
+use vigil::store::Store;
+use vigil::target::Target;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
+}
+
+fn after(secs: i64) -> DateTime<Utc> {
+    t0() + chrono::Duration::seconds(secs)
+}
+
+const HOUR: i64 = 3600;
+
+fn target() -> Target {
+    Target { provider: "openrouter".into(), model: "m".into(), route: None, region: "eu-west-1".into() }
+}
+
+fn note(key: &str) -> Notification {
+    let mut a =
+        Alert::new(AlertKind::Errors, "eu-west-1", "openrouter", Some(&target()), "2 consecutive failed probes".into());
+    a.since = t0();
+    Notification {
+        key: key.into(),
+        region: "eu-west-1".into(),
+        provider: "openrouter".into(),
+        status: AlertStatus::Firing,
+        reminder: false,
+        test: false,
+        created_at: t0(),
+        status_url: None,
+        alerts: vec![a],
+    }
+}
+
+fn webhook(r: &Receiver, timeout: Duration) -> Arc<dyn Notifier> {
+    let cfg = WebhookConfig {
+        name: "webhook".into(),
+        url: SecretString::from(r.url("/hook")),
+        secret: Some(SecretString::from("whsec-test".to_string())),
+    };
+    Arc::new(WebhookNotifier::new(&cfg, timeout).expect("webhook"))
+}
+
+fn slack(r: &Receiver) -> Arc<dyn Notifier> {
+    let cfg = SlackConfig { name: "slack".into(), webhook_url: SecretString::from(r.url("/services/T/B/X")) };
+    Arc::new(SlackNotifier::new(&cfg, Duration::from_secs(5)).expect("slack"))
+}
+
+fn pagerduty(r: &Receiver) -> Arc<dyn Notifier> {
+    let cfg = PagerDutyConfig {
+        name: "pagerduty".into(),
+        routing_key: SecretString::from("pd-routing-key-test".to_string()),
+        events_url: r.url("/v2/enqueue").parse().expect("url"),
+    };
+    Arc::new(PagerDutyNotifier::new(&cfg, Duration::from_secs(5)).expect("pagerduty"))
+}
+
+fn outbox(store: &Arc<dyn Store>, channels: Vec<Arc<dyn Notifier>>, deadline: Duration) -> Outbox {
+    Outbox::new(Arc::clone(store), channels, OutboxConfig::with_deadline(deadline))
+}
+
+fn keys(r: &Receiver) -> Vec<String> {
+    r.requests().iter().map(|q| q.header("idempotency-key").expect("idempotency key")).collect()
+}
+
+async fn each_channel_gets_the_alert_once_even_when_enqueued_twice(fx: Fixture) {
+    let (s, p, w) = (
+        Receiver::start(Reply::new(200, "ok")).await,
+        Receiver::start(Reply::new(202, "{}")).await,
+        Receiver::start(Reply::new(200, "")).await,
+    );
+    let ob = outbox(
+        &fx.store,
+        vec![slack(&s), pagerduty(&p), webhook(&w, Duration::from_secs(5))],
+        Duration::from_secs(86400),
+    );
+    let n = [note("a")];
+    assert_eq!(enqueue(fx.store.as_ref(), &n, &ob.channels(), t0()).await.expect("enqueue"), 3);
+    enqueue(fx.store.as_ref(), &n, &ob.channels(), after(1)).await.expect("enqueue again");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
+    let r = ob.deliver_pending(after(2)).await.expect("step");
+    assert_eq!((r.delivered, r.retried, r.abandoned, r.depth), (3, 0, 0, 0));
+    let r = ob.deliver_pending(after(HOUR)).await.expect("step");
+    assert_eq!(r.delivered, 0);
+    assert_eq!((s.requests().len(), p.requests().len(), w.requests().len()), (1, 1, 1));
+    assert_eq!(keys(&w), [item_id(&n[0], "webhook").to_string()]);
+    let c = ob.counters().snapshot();
+    for ch in ["slack", "pagerduty", "webhook"] {
+        assert_eq!(c.sent.get(&("errors".to_string(), ch.to_string())), Some(&1), "{ch}");
+    }
+    assert_eq!(c.outbox_depth, 0);
+}
+
+async fn a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    w.script([Reply::new(500, "down"), Reply::new(503, "still down")]);
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    enqueue(fx.store.as_ref(), &[note("b")], &ob.channels(), t0()).await.expect("enqueue");
+    assert_eq!(ob.deliver_pending(t0()).await.expect("step").retried, 1);
+    let r = ob.deliver_pending(t0()).await.expect("step");
+    assert_eq!((r.delivered, r.retried, r.depth), (0, 0, 1), "not due again before its backoff, still queued");
+    assert_eq!(w.requests().len(), 1);
+    assert_eq!(ob.deliver_pending(after(HOUR)).await.expect("step").retried, 1);
+    let r = ob.deliver_pending(after(2 * HOUR)).await.expect("step");
+    assert_eq!((r.delivered, r.depth), (1, 0));
+    assert_eq!(ob.deliver_pending(after(3 * HOUR)).await.expect("step").delivered, 0);
+    assert_eq!(w.acknowledged().len(), 1, "exactly one accepted delivery");
+    let k = keys(&w);
+    assert_eq!(k.len(), 3);
+    assert!(k.iter().all(|x| *x == k[0]), "every retry carries the same idempotency key: {k:?}");
+    let c = ob.counters().snapshot();
+    assert_eq!(c.delivery_failures.get("webhook"), Some(&2));
+    assert_eq!(c.sent.get(&("errors".to_string(), "webhook".to_string())), Some(&1));
+}
+
+async fn retry_after_is_honoured(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    w.script([Reply::new(429, "slow down").header("Retry-After", "600")]);
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    enqueue(fx.store.as_ref(), &[note("c")], &ob.channels(), t0()).await.expect("enqueue");
+    assert_eq!(ob.deliver_pending(t0()).await.expect("step").retried, 1);
+    // The first backoff is at most 5 s: only Retry-After keeps it from being due here.
+    assert_eq!(ob.deliver_pending(after(300)).await.expect("step").delivered, 0);
+    assert_eq!(w.requests().len(), 1);
+    assert_eq!(ob.deliver_pending(after(601)).await.expect("step").delivered, 1);
+    assert_eq!(w.acknowledged().len(), 1);
+}
+
+async fn a_hanging_receiver_times_out_and_the_retry_lands_once(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    w.script([Reply::hang(Duration::from_secs(3))]);
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_millis(300))], Duration::from_secs(86400));
+    enqueue(fx.store.as_ref(), &[note("d")], &ob.channels(), t0()).await.expect("enqueue");
+    assert_eq!(ob.deliver_pending(t0()).await.expect("step").retried, 1, "the client gave up on the hang");
+    assert_eq!(ob.deliver_pending(after(HOUR)).await.expect("step").delivered, 1);
+    assert_eq!(w.acknowledged().len(), 1);
+    let k = keys(&w);
+    assert_eq!(k.len(), 2);
+    assert_eq!(k[0], k[1], "the receiver can drop the repeat by its idempotency key");
+}
+
+async fn a_permanent_rejection_is_abandoned_and_recorded(fx: Fixture) {
+    let s = Receiver::start(Reply::new(200, "ok")).await;
+    s.script([Reply::new(410, "channel_is_archived")]);
+    let ob = outbox(&fx.store, vec![slack(&s)], Duration::from_secs(86400));
+    enqueue(fx.store.as_ref(), &[note("e")], &ob.channels(), t0()).await.expect("enqueue");
+    let r = ob.deliver_pending(t0()).await.expect("step");
+    assert_eq!((r.abandoned, r.depth), (1, 0));
+    let r = ob.deliver_pending(after(24 * HOUR)).await.expect("step");
+    assert_eq!((r.delivered, r.retried, r.abandoned, r.depth), (0, 0, 0, 0));
+    assert_eq!(s.requests().len(), 1);
+    assert_eq!(ob.counters().snapshot().abandoned.get("slack"), Some(&1));
+}
+
+async fn delivery_gives_up_only_after_the_deadline(fx: Fixture) {
+    let w = Receiver::start(Reply::new(503, "maintenance")).await;
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(HOUR as u64));
+    enqueue(fx.store.as_ref(), &[note("f")], &ob.channels(), t0()).await.expect("enqueue");
+    let mut abandoned_at = None;
+    for step in 0..12 {
+        let now = after(step * 10 * 60);
+        let r = ob.deliver_pending(now).await.expect("step");
+        if r.abandoned == 1 {
+            abandoned_at = Some(now);
+            break;
+        }
+    }
+    let at = abandoned_at.expect("abandoned within the steps");
+    assert!(at >= after(HOUR), "not before the deadline: {at}");
+    assert!(w.requests().len() >= 2, "kept trying until then");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 0);
+}
+
+async fn an_unconfigured_channel_is_abandoned(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    enqueue(fx.store.as_ref(), &[note("g")], &["email-old".to_string()], t0()).await.expect("enqueue");
+    assert_eq!(ob.deliver_pending(t0()).await.expect("step").abandoned, 1);
+    assert!(w.requests().is_empty());
+}
+
+async fn a_restart_loses_nothing_and_sends_nothing_twice(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    w.script([Reply::hang(Duration::from_secs(3))]);
+    {
+        let first = outbox(&fx.store, vec![webhook(&w, Duration::from_millis(300))], Duration::from_secs(86400));
+        enqueue(fx.store.as_ref(), &[note("h")], &first.channels(), t0()).await.expect("enqueue");
+        assert_eq!(first.deliver_pending(t0()).await.expect("step").retried, 1);
+    }
+    // A new process: a fresh connection to the same database and a new worker.
+    let reopened = vigil::store::open(&fx.url).await.expect("reopen store");
+    let second = outbox(&reopened, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    assert_eq!(reopened.outbox_depth().await.expect("depth"), 1, "the undelivered alert survived");
+    assert_eq!(second.deliver_pending(after(HOUR)).await.expect("step").delivered, 1);
+    drop(second);
+    let third = outbox(&reopened, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    assert_eq!(third.deliver_pending(after(2 * HOUR)).await.expect("step").delivered, 0);
+    assert_eq!(w.acknowledged().len(), 1);
+    let k = keys(&w);
+    assert_eq!(k.len(), 2);
+    assert_eq!(k[0], k[1]);
+}
+
+fn probe(s: &Sample) -> Probe<'_> {
+    Probe { sample: s, baseline: Baseline::default(), elsewhere: Elsewhere::default() }
+}
+
+fn failing(t: &Target, when: DateTime<Utc>) -> Sample {
+    let mut s = Sample::new(t.clone(), when, when);
+    s.outcome = Outcome::ServerError;
+    s
+}
+
+async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let rules = RuleConfig {
+        region: "eu-west-1".into(),
+        failover_factor: 2.0,
+        latency_window: 10,
+        latency_min_samples: 5,
+        error_probes: 2,
+        error_window: Duration::from_secs(120),
+        resolve_after: 3,
+        renotify: Duration::from_secs(3600),
+        daily_budget_usd: 5.0,
+        unhealthy_fraction: 0.6,
+        unhealthy_min_targets: 3,
+        maintenance: vec![],
+        status_url: None,
+    };
+    let t = target();
+    let mut engine =
+        AlertEngine::restore(rules.clone(), fx.store.load_alert_state("eu-west-1").await.expect("load").as_ref());
+    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    for m in 0..2 {
+        let s = failing(&t, after(m * 60));
+        let ns = engine.evaluate(&Round { probes: vec![probe(&s)], ..Round::default() }, after(m * 60));
+        enqueue(fx.store.as_ref(), &ns, &ob.channels(), after(m * 60)).await.expect("enqueue");
+        fx.store.save_alert_state("eu-west-1", &engine.state_json()).await.expect("save");
+    }
+    assert_eq!(ob.deliver_pending(after(120)).await.expect("step").delivered, 1);
+    // Restart: the engine comes back from storage and does not fire the same alert again.
+    let mut engine = AlertEngine::restore(rules, fx.store.load_alert_state("eu-west-1").await.expect("load").as_ref());
+    assert_eq!(engine.firing().len(), 1);
+    let s = failing(&t, after(180));
+    assert!(engine.evaluate(&Round { probes: vec![probe(&s)], ..Round::default() }, after(180)).is_empty());
+    let body = w.requests()[0].json();
+    assert_eq!(body["alerts"][0]["kind"], "errors");
+    assert_eq!(body["alerts"][0]["target"], "openrouter/m");
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::Fixture::sqlite().await).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(super::Fixture::postgres().await).await })*
+        }
+    };
+}
+
+on_both_stores!(
+    each_channel_gets_the_alert_once_even_when_enqueued_twice,
+    a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers,
+    retry_after_is_honoured,
+    a_hanging_receiver_times_out_and_the_retry_lands_once,
+    a_permanent_rejection_is_abandoned_and_recorded,
+    delivery_gives_up_only_after_the_deadline,
+    an_unconfigured_channel_is_abandoned,
+    a_restart_loses_nothing_and_sends_nothing_twice,
+    engine_state_and_outbox_survive_a_restart_through_the_store,
+);
