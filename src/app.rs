@@ -167,6 +167,7 @@ impl App {
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let writer = tokio::spawn(writer.run(store_rx, writer_stop.clone()));
         let side_jobs = tokio::spawn(side_jobs(store.clone(), config.clone(), migrated, shutdown.clone()));
+        let balances = tokio::spawn(poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()));
 
         let (tx, rx) = mpsc::channel(16_384);
         let pipeline = Pipeline::new(metrics, Some(store_tx)).with_monitor(monitor, store.clone(), snapshot, loaded);
@@ -180,6 +181,7 @@ impl App {
         let _ = writer.await;
         writer_stop.cancel();
         let _ = side_jobs.await;
+        let _ = balances.await;
         tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
         match server.await {
             Ok(Ok(())) => {}
@@ -221,4 +223,47 @@ async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, sh
             }
         }
     }
+}
+
+/// Polls the credit of every provider with a `balance` setting, storing readings and the gauge.
+async fn poll_balances(store: Arc<dyn Store>, config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    let mut jobs = tokio::task::JoinSet::new();
+    for p in config.providers.iter().filter(|p| p.balance.is_some() && p.kind == crate::config::ProviderKind::Openai) {
+        let (Some(balance), Some(key)) = (p.balance.clone(), p.api_key.clone()) else { continue };
+        let client = match crate::balance::BalanceClient::new(&p.name, p.base_url.clone(), key, config.probe.timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(provider = %p.name, error = %e, "credit polling disabled");
+                continue;
+            }
+        };
+        let (store, metrics, shutdown, provider, region) =
+            (store.clone(), metrics.clone(), shutdown.clone(), p.name.clone(), config.region.clone());
+        jobs.spawn(async move {
+            let mut tick = tokio::time::interval(balance.every);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match client.check().await.map(|c| c.remaining()) {
+                    Ok(Some(usd)) => {
+                        metrics.set_credit(&provider, usd);
+                        let reading = crate::store::BalanceReading {
+                            provider: provider.clone(), region: region.clone(), at: Utc::now(), remaining_usd: usd,
+                        };
+                        if let Err(e) = store.insert_balance(&reading).await {
+                            tracing::warn!(provider = %provider, error = %e, "credit reading not stored");
+                        }
+                        if usd < balance.min_usd {
+                            tracing::warn!(provider = %provider, remaining_usd = usd, min_usd = balance.min_usd, "credit low");
+                        }
+                    }
+                    Ok(None) => tracing::debug!(provider = %provider, "credit unlimited or not readable with this key"),
+                    Err(e) => tracing::warn!(provider = %provider, error = %e, "credit check failed"),
+                }
+            }
+        });
+    }
+    while jobs.join_next().await.is_some() {}
 }

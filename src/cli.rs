@@ -90,6 +90,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send a test notification through each configured channel (or one) and report per channel.
+    AlertTest {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only the channel with this name (`slack`, `email`, `pagerduty`, `webhook`, or its `name`).
+        #[arg(long)]
+        channel: Option<String>,
+    },
     /// Apply database migrations (the daemon also does it at start).
     Migrate {
         /// Config file.
@@ -265,6 +274,34 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let window = crate::config::parse_duration("--window", &window)?;
             let region = region.unwrap_or_else(|| c.region.clone());
             report(&c, window, &region, json).await
+        }
+        Command::AlertTest { config, channel } => {
+            let c = load(config.as_ref())?;
+            let channels = crate::alert::notifier::build_notifiers(&c.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
+                .map_err(|e| anyhow::anyhow!("{}: {}", e.channel, e.message))?;
+            let results =
+                crate::alert::notifier::alert_test(&channels, channel.as_deref(), &c.region, chrono::Utc::now()).await;
+            if results.is_empty() {
+                let names: Vec<&str> = channels.iter().map(|n| n.name()).collect();
+                anyhow::bail!(UsageError(match channel {
+                    Some(ch) => format!("--channel {ch}: no such channel (configured: {})", names.join(", ")),
+                    None => "no alert channel is configured ([[alerts.slack]], [[alerts.email]], …)".into(),
+                }));
+            }
+            let mut failed = 0;
+            for (name, r) in &results {
+                match r {
+                    Ok(()) => println!("{name}: accepted"),
+                    Err(e) => {
+                        failed += 1;
+                        println!("{name}: FAILED: {e}");
+                    }
+                }
+            }
+            if failed > 0 {
+                anyhow::bail!("{failed} of {} channels did not accept the test notification", results.len());
+            }
+            Ok(())
         }
         Command::Migrate { config } => {
             let c = load(config.as_ref())?;

@@ -214,9 +214,8 @@ impl Metrics {
     /// Makes every target visible at zero before its first probe, so rate() and absent() behave.
     pub fn register_target(&self, t: &Target) {
         let l = labels(t);
-        for o in crate::probe::outcome::Outcome::ALL {
-            self.probes.with_label_values(&[l[0], l[1], l[2], l[3], o.as_str()]);
-        }
+        // Only `ok` up front: other outcomes appear when first seen, keeping series per target low.
+        self.probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"]);
         self.cost.with_label_values(&l);
         self.skipped.with_label_values(&l);
     }

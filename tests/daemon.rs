@@ -269,3 +269,40 @@ fn check_config_redacts_secrets() {
     assert!(text.contains("name = \"openai\"") && text.contains("<redacted>"), "{text}");
     assert!(!text.contains("sk-test-secret-value") && !text.contains("hunter2"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_mode_probes_simulated_providers_and_reads_their_credit() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[storage]\nurl = \"sqlite://{d}/vigil.db\"\ndata_dir = \"{d}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"2s\"\ntimeout = \"2s\"\n[[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
+        d = data.path().display()
+    );
+    let config = Config::from_toml(&text, &BTreeMap::new()).expect("valid config");
+    let app = App::build(config, AppOptions { demo: true, ..AppOptions::default() }).await.expect("demo app builds");
+    let base = format!("http://{}", app.local_addr().expect("bound"));
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let http = reqwest::Client::new();
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+        if text.contains("vigil_credit_remaining_usd{") && demo_ok(&text) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(text.contains(r#"vigil_credit_remaining_usd{provider="demo-llama",region="local"}"#), "{text}");
+    assert!(demo_ok(&text), "{text}");
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}
+
+/// A demo-llama route has at least one successful probe counted.
+fn demo_ok(metrics: &str) -> bool {
+    metrics.lines().any(|l| {
+        l.starts_with("vigil_probes_total{")
+            && l.contains(r#"outcome="ok",provider="demo-llama""#)
+            && !l.ends_with(" 0")
+    })
+}
