@@ -55,4 +55,12 @@ if ! pg_ok; then
 fi
 
 log "cargo test"
-cargo test --no-fail-fast -- --test-threads=4
+out=$(mktemp)
+status=0
+cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 2>&1 | tee "$out" || status=$?
+passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) n += $i } END { print n + 0 }' "$out")
+failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
+rm -f "$out"
+echo
+echo "vigil: ${passed:-0} passed, ${failed:-0} failed"
+exit "$status"
