@@ -43,7 +43,7 @@ impl Adapter for Anthropic {
     fn interpret(&self, event: &SseEvent) -> Signals {
         let v = match parse_json(event) {
             Ok(v) => v,
-            Err(s) => return s,
+            Err(s) => return *s,
         };
         let kind = v.get("type").and_then(Value::as_str).or(event.event.as_deref()).unwrap_or("");
         match kind {

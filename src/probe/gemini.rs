@@ -38,7 +38,7 @@ impl Adapter for Gemini {
     fn interpret(&self, event: &SseEvent) -> Signals {
         let v = match parse_json(event) {
             Ok(v) => v,
-            Err(s) => return s,
+            Err(s) => return *s,
         };
         if let Some(err) = v.get("error") {
             return error_signal(err);

@@ -138,10 +138,12 @@ pub fn join(base: &Url, path: &str) -> Result<Url, String> {
 }
 
 /// Parses an event's JSON, turning malformed data into a stream error signal.
-pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Signals> {
-    serde_json::from_str(&event.data).map_err(|e| Signals {
-        error: Some((Some(Outcome::StreamError), format!("malformed event JSON: {e}"))),
-        ..Signals::default()
+pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Box<Signals>> {
+    serde_json::from_str(&event.data).map_err(|e| {
+        Box::new(Signals {
+            error: Some((Some(Outcome::StreamError), format!("malformed event JSON: {e}"))),
+            ..Signals::default()
+        })
     })
 }
 

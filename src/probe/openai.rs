@@ -52,7 +52,7 @@ impl Adapter for OpenAi {
         }
         let v = match parse_json(event) {
             Ok(v) => v,
-            Err(s) => return s,
+            Err(s) => return *s,
         };
         // Groq sends `event: error`; OpenAI and OpenRouter put a top-level `error` in a data event.
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
