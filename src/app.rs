@@ -48,6 +48,9 @@ pub enum AppError {
     /// The spool directory could not be opened.
     #[error("storage.data_dir: {0}")]
     Spool(#[from] store::SpoolError),
+    /// An alert channel could not be set up.
+    #[error("alerts: {0}")]
+    Alerts(String),
     /// The demo providers could not start.
     #[error("--demo: {0}")]
     Demo(std::io::Error),
@@ -170,8 +173,36 @@ impl App {
         let balances = tokio::spawn(poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()));
 
         let (tx, rx) = mpsc::channel(16_384);
-        let pipeline = Pipeline::new(metrics, Some(store_tx)).with_monitor(monitor, store.clone(), snapshot, loaded);
+        let notifiers =
+            crate::alert::notifier::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
+                .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
+        let outbox = Arc::new(crate::alert::outbox::Outbox::new(
+            store.clone(),
+            notifiers,
+            crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline),
+        ));
+        let saved = match store.load_alert_state(&config.region).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "alert state not loaded; starting fresh");
+                None
+            }
+        };
+        let engine = crate::alert::rules::AlertEngine::restore(
+            crate::alert::rules::RuleConfig::from_config(&config),
+            saved.as_ref(),
+        );
+        let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval);
+        let pipeline = Pipeline::new(metrics.clone(), Some(store_tx))
+            .with_monitor(monitor, store.clone(), snapshot, loaded)
+            .with_alerts(alerting);
         let pipeline = tokio::spawn(pipeline.run(rx));
+        let outbox_stop = CancellationToken::new();
+        let delivery = {
+            let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
+            tokio::spawn(async move { outbox.run(stop).await })
+        };
+        let counting = tokio::spawn(count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone()));
         tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
         running.0.store(true, Ordering::Release);
         let result = scheduler.run(tx, shutdown.clone()).await;
@@ -182,6 +213,11 @@ impl App {
         writer_stop.cancel();
         let _ = side_jobs.await;
         let _ = balances.await;
+        // The last round's notifications were enqueued by the pipeline; what is not delivered
+        // now stays in the outbox for the next start.
+        outbox_stop.cancel();
+        let _ = delivery.await;
+        let _ = counting.await;
         tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
         match server.await {
             Ok(Ok(())) => {}
@@ -266,4 +302,36 @@ async fn poll_balances(store: Arc<dyn Store>, config: Config, metrics: Arc<Metri
         });
     }
     while jobs.join_next().await.is_some() {}
+}
+
+/// Copies the outbox's delivery counters into the Prometheus metrics every second.
+async fn count_alerts(
+    counters: Arc<crate::alert::outbox::AlertCounters>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut last = crate::alert::outbox::CountersSnapshot::default();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        let stopping = tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = tick.tick() => false,
+        };
+        let now = counters.snapshot();
+        for ((kind, channel), n) in &now.sent {
+            for _ in last.sent.get(&(kind.clone(), channel.clone())).copied().unwrap_or(0)..*n {
+                metrics.alert_sent(kind, channel);
+            }
+        }
+        for (channel, n) in &now.delivery_failures {
+            for _ in last.delivery_failures.get(channel).copied().unwrap_or(0)..*n {
+                metrics.delivery_failed(channel);
+            }
+        }
+        metrics.set_outbox_depth(now.outbox_depth);
+        last = now;
+        if stopping {
+            return;
+        }
+    }
 }

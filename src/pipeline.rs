@@ -2,6 +2,8 @@
 //! to the store writer, then fed to baselines and breakers (and from there to alerts).
 //! A periodic tick moves breakers, publishes snapshots for readers and persists state.
 
+use crate::alert::rules::{self, AlertEngine, BreakerChange};
+use crate::baseline::Metric;
 use crate::metrics::Metrics;
 use crate::monitor::{Monitor, SharedSnapshot};
 use crate::sample::Sample;
@@ -26,12 +28,39 @@ pub struct Pipeline {
     snapshot: SharedSnapshot,
     /// False while stored state could not be loaded: persisting then would overwrite it.
     loaded: bool,
+    alerts: Option<Alerting>,
+}
+
+/// The alert stage: samples and breaker changes of one probe interval are evaluated together,
+/// so `region_unhealthy` sees a whole round, and the notifications go to the outbox.
+pub struct Alerting {
+    engine: AlertEngine,
+    channels: Vec<String>,
+    region: String,
+    round: Vec<(Sample, rules::Baseline)>,
+    changes: Vec<BreakerChange>,
+    every: Duration,
+}
+
+impl Alerting {
+    /// An alert stage evaluating once per `every` (the probe interval) for `channels`.
+    pub fn new(engine: AlertEngine, channels: Vec<String>, region: &str, every: Duration) -> Self {
+        Alerting { engine, channels, region: region.to_string(), round: Vec::new(), changes: Vec::new(), every }
+    }
 }
 
 impl Pipeline {
     /// A pipeline feeding `metrics` and, when given, the store writer's channel.
     pub fn new(metrics: Arc<Metrics>, writer: Option<mpsc::Sender<Sample>>) -> Self {
-        Pipeline { metrics, writer, monitor: None, store: None, snapshot: SharedSnapshot::default(), loaded: true }
+        Pipeline {
+            metrics,
+            writer,
+            monitor: None,
+            store: None,
+            snapshot: SharedSnapshot::default(),
+            loaded: true,
+            alerts: None,
+        }
     }
 
     /// Adds the decision stage, its store for persistence and the snapshot readers share.
@@ -48,6 +77,38 @@ impl Pipeline {
         self.snapshot = snapshot;
         self.loaded = loaded;
         self
+    }
+
+    /// Adds the alert stage.
+    pub fn with_alerts(mut self, alerts: Alerting) -> Self {
+        self.alerts = Some(alerts);
+        self
+    }
+
+    /// Evaluates the alert rules over the samples and breaker changes since the last call and
+    /// writes the notifications to the outbox (the step tests drive directly).
+    pub async fn evaluate_alerts(&mut self) {
+        let (Some(a), Some(store)) = (self.alerts.as_mut(), &self.store) else { return };
+        let now = Utc::now();
+        let round = std::mem::take(&mut a.round);
+        let changes = std::mem::take(&mut a.changes);
+        let probes = round
+            .iter()
+            .map(|(sample, baseline)| rules::Probe {
+                sample,
+                baseline: *baseline,
+                elsewhere: rules::Elsewhere::default(),
+            })
+            .collect();
+        let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits: Vec::new() }, now);
+        if !notes.is_empty() {
+            if let Err(e) = crate::alert::outbox::enqueue(store.as_ref(), &notes, &a.channels, now).await {
+                tracing::error!(error = %e, notifications = notes.len(), "alerts not written to the outbox");
+            }
+        }
+        if let Err(e) = store.save_alert_state(&a.region, &a.engine.state_json()).await {
+            tracing::warn!(error = %e, "alert state not saved; will retry next round");
+        }
     }
 
     /// Processes one sample (the step tests drive directly).
@@ -75,6 +136,13 @@ impl Pipeline {
         for (target, t) in transitions {
             self.record_transition(&target, t).await;
         }
+        if let Some(a) = self.alerts.as_mut() {
+            let baseline = self.monitor.as_mut().map_or(rules::Baseline::default(), |m| rules::Baseline {
+                ttfb_p95_ms: m.baseline(&sample.target, Metric::Ttfb, now).p95,
+                ttft_p95_ms: m.baseline(&sample.target, Metric::Ttft, now).p95,
+            });
+            a.round.push((sample.clone(), baseline));
+        }
         if let Some(tx) = &self.writer {
             // The writer spools when storage is down, so this only blocks if the writer itself is stuck.
             if tx.send(sample).await.is_err() {
@@ -84,6 +152,14 @@ impl Pipeline {
     }
 
     async fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
+        if let Some(a) = self.alerts.as_mut() {
+            a.changes.push(BreakerChange {
+                target: target.clone(),
+                from: t.from.as_str().into(),
+                to: t.to.as_str().into(),
+                reason: t.reason.clone(),
+            });
+        }
         tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
             from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
         self.metrics.set_circuit(target, t.to.gauge());
@@ -136,6 +212,8 @@ impl Pipeline {
         let mut publish = tokio::time::interval(PUBLISH_EVERY);
         let mut persist = tokio::time::interval(PERSIST_EVERY);
         persist.tick().await;
+        let every = self.alerts.as_ref().map_or(PERSIST_EVERY, |a| a.every);
+        let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
                 sample = rx.recv() => match sample {
@@ -144,8 +222,10 @@ impl Pipeline {
                 },
                 _ = publish.tick() => self.publish().await,
                 _ = persist.tick() => self.persist().await,
+                _ = evaluate.tick(), if self.alerts.is_some() => self.evaluate_alerts().await,
             }
         }
+        self.evaluate_alerts().await;
         self.publish().await;
         self.persist().await;
     }

@@ -1,0 +1,125 @@
+//! Alerts under a running daemon: a stand-in provider fails, the signed webhook receives one
+//! firing notification; it recovers, the webhook receives one resolve. Nothing is sent twice.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use vigil::app::{App, AppOptions};
+use vigil::config::Config;
+use vigil::demo::standin::{Script, StandIn};
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+/// Webhook deliveries of notifications (status, alert kinds), in arrival order.
+fn deliveries(hook: &StandIn) -> Vec<(String, Vec<String>)> {
+    hook.requests()
+        .iter()
+        .filter_map(|r| r.json())
+        .map(|v| {
+            let kinds = v["alerts"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x["kind"].as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            (v["status"].as_str().unwrap_or_default().to_string(), kinds)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_provider_pages_once_and_resolves_once() {
+    let healthy = Arc::new(AtomicBool::new(true));
+    let flag = healthy.clone();
+    let (ok, err) = (fixture("openai-chat-stream.sse"), fixture("openai-error-503.json"));
+    let provider = StandIn::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            Script::sse(&ok, Duration::from_millis(1))
+        } else {
+            Script::json(503, &err)
+        }
+    })
+    .await
+    .expect("stand-in");
+    let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("webhook receiver");
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        r#"
+region = "eu-test-1"
+[storage]
+url = "sqlite://{d}/vigil.db"
+data_dir = "{d}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[alerts]
+error_probes = 2
+resolve_after = 2
+[[alerts.webhook]]
+url_env = "VIGIL_TEST_HOOK"
+secret_env = "VIGIL_TEST_HOOK_SECRET"
+[[provider]]
+name = "flaky"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m"]
+"#,
+        d = data.path().display(),
+        base = provider.base_url()
+    );
+    let env: BTreeMap<String, String> = [
+        ("VIGIL_TEST_KEY".to_string(), "sk-test-alerting".to_string()),
+        ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
+        ("VIGIL_TEST_HOOK_SECRET".to_string(), "hook-secret".to_string()),
+    ]
+    .into();
+    let config = Config::from_toml(&text, &env).expect("valid config");
+    let app = App::build(config, AppOptions::default()).await.expect("app builds");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+
+    // Healthy first: nothing is sent.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(deliveries(&hook).is_empty(), "{:?}", deliveries(&hook));
+
+    healthy.store(false, Ordering::SeqCst);
+    let mut firing = Vec::new();
+    for _ in 0..300 {
+        firing = deliveries(&hook);
+        if firing.iter().any(|(s, k)| s == "firing" && k.contains(&"errors".to_string())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(firing.iter().any(|(s, k)| s == "firing" && k.contains(&"errors".to_string())), "{firing:?}");
+    let first = hook.requests().into_iter().next().expect("a delivery");
+    assert!(first.header("x-vigil-signature").is_some_and(|s| s.starts_with("sha256=")));
+    assert!(first.header("idempotency-key").is_some());
+
+    healthy.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for _ in 0..300 {
+        all = deliveries(&hook);
+        if all.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+
+    let count = |status: &str| all.iter().filter(|(s, k)| s == status && k.contains(&"errors".to_string())).count();
+    assert_eq!(count("firing"), 1, "one page for the outage: {all:?}");
+    assert_eq!(count("resolved"), 1, "one resolve when it clears: {all:?}");
+    let keys: Vec<String> =
+        hook.requests().iter().filter_map(|r| r.header("idempotency-key").map(String::from)).collect();
+    let unique: std::collections::HashSet<&String> = keys.iter().collect();
+    assert_eq!(unique.len(), keys.len(), "nothing delivered twice");
+}
