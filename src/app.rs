@@ -192,7 +192,8 @@ impl App {
             crate::alert::rules::RuleConfig::from_config(&config),
             saved.as_ref(),
         );
-        let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval);
+        let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
+            .with_credit(&config.providers);
         let pipeline = Pipeline::new(metrics.clone(), Some(store_tx))
             .with_monitor(monitor, store.clone(), snapshot, loaded)
             .with_alerts(alerting);

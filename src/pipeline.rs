@@ -40,12 +40,31 @@ pub struct Alerting {
     round: Vec<(Sample, rules::Baseline)>,
     changes: Vec<BreakerChange>,
     every: Duration,
+    /// Providers whose credit is watched: (name, `balance.min_usd`, `balance.warn_hours`).
+    credit: Vec<(String, f64, f64)>,
 }
 
 impl Alerting {
     /// An alert stage evaluating once per `every` (the probe interval) for `channels`.
     pub fn new(engine: AlertEngine, channels: Vec<String>, region: &str, every: Duration) -> Self {
-        Alerting { engine, channels, region: region.to_string(), round: Vec::new(), changes: Vec::new(), every }
+        Alerting {
+            engine,
+            channels,
+            region: region.to_string(),
+            round: Vec::new(),
+            changes: Vec::new(),
+            every,
+            credit: Vec::new(),
+        }
+    }
+
+    /// Also evaluates `credit_low` from the stored balance readings of these providers.
+    pub fn with_credit(mut self, providers: &[crate::config::ProviderConfig]) -> Self {
+        self.credit = providers
+            .iter()
+            .filter_map(|p| p.balance.as_ref().map(|b| (p.name.clone(), b.min_usd, b.warn_hours)))
+            .collect();
+        self
     }
 }
 
@@ -100,7 +119,21 @@ impl Pipeline {
                 elsewhere: rules::Elsewhere::default(),
             })
             .collect();
-        let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits: Vec::new() }, now);
+        let mut credits = Vec::new();
+        for (provider, min_usd, warn_hours) in &a.credit {
+            // A day of readings is enough to measure the burn rate the projection needs.
+            match store.balances(provider, now - chrono::Duration::hours(24)).await {
+                Ok(r) if !r.is_empty() => credits.push(rules::CreditCheck {
+                    provider: provider.clone(),
+                    readings: r.iter().map(|b| (b.at, b.remaining_usd)).collect(),
+                    min_usd: *min_usd,
+                    warn_hours: *warn_hours,
+                }),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(provider = %provider, error = %e, "credit readings not read"),
+            }
+        }
+        let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
         if !notes.is_empty() {
             if let Err(e) = crate::alert::outbox::enqueue(store.as_ref(), &notes, &a.channels, now).await {
                 tracing::error!(error = %e, notifications = notes.len(), "alerts not written to the outbox");

@@ -123,3 +123,71 @@ models = ["m"]
     let unique: std::collections::HashSet<&String> = keys.iter().collect();
     assert_eq!(unique.len(), keys.len(), "nothing delivered twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_five_dollars_left_raises_exactly_one_credit_low() {
+    let stream = fixture("openai-chat-stream.sse");
+    let forbidden = fixture("openrouter-credits-403.json");
+    let key = br#"{"data":{"label":"sk-or-v1-REDACTED","limit":100,"limit_remaining":5.0,"usage":95.0,"is_free_tier":false}}"#;
+    let provider = StandIn::start(move |r| match r.path_only() {
+        "/api/v1/key" => Script::json(200, key),
+        "/api/v1/credits" => Script::json(403, &forbidden),
+        _ => Script::sse(&stream, Duration::from_millis(1)),
+    })
+    .await
+    .expect("stand-in");
+    let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("webhook receiver");
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        r#"
+region = "eu-test-1"
+[storage]
+url = "sqlite://{d}/vigil.db"
+data_dir = "{d}"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[[alerts.webhook]]
+url_env = "VIGIL_TEST_HOOK"
+[[provider]]
+name = "openrouter"
+base_url = "{base}/api/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m"]
+balance = {{ min_usd = 20.0, every = "1s" }}
+"#,
+        d = data.path().display(),
+        base = provider.base_url()
+    );
+    let env: BTreeMap<String, String> = [
+        ("VIGIL_TEST_KEY".to_string(), "sk-or-v1-test".to_string()),
+        ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
+    ]
+    .into();
+    let app = App::build(Config::from_toml(&text, &env).expect("valid config"), AppOptions::default())
+        .await
+        .expect("app builds");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let credit_low = |d: &[(String, Vec<String>)]| {
+        d.iter().filter(|(s, k)| s == "firing" && k.contains(&"credit_low".to_string())).count()
+    };
+    for _ in 0..200 {
+        if credit_low(&deliveries(&hook)) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A few more rounds on the same low balance must not page again.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    let all = deliveries(&hook);
+    assert_eq!(credit_low(&all), 1, "exactly one credit_low: {all:?}");
+    let body = hook.requests().iter().filter_map(|r| r.json()).find(|v| v["alerts"][0]["kind"] == "credit_low");
+    let summary = body.map(|v| v["alerts"][0]["summary"].as_str().unwrap_or_default().to_string()).unwrap_or_default();
+    assert!(summary.contains("$5.00"), "{summary}");
+}
