@@ -111,12 +111,18 @@ impl Pipeline {
         let now = Utc::now();
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
+        let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
+        let elsewhere = other_regions(store.as_ref(), &a.region, recent).await;
         let probes = round
             .iter()
-            .map(|(sample, baseline)| rules::Probe {
-                sample,
-                baseline: *baseline,
-                elsewhere: rules::Elsewhere::default(),
+            .map(|(sample, baseline)| {
+                let t = &sample.target;
+                let key = (t.provider.clone(), t.model.clone(), t.route.clone());
+                rules::Probe {
+                    sample,
+                    baseline: *baseline,
+                    elsewhere: elsewhere.get(&key).copied().unwrap_or_default(),
+                }
             })
             .collect();
         let mut credits = Vec::new();
@@ -262,4 +268,34 @@ impl Pipeline {
         self.publish().await;
         self.persist().await;
     }
+}
+
+/// What the other regions sharing this store saw of each target recently: how many regions
+/// probe it and in how many its latest probe failed. Read from shared storage, never pushed.
+async fn other_regions(
+    store: &dyn Store,
+    region: &str,
+    since: chrono::DateTime<Utc>,
+) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
+    let q = crate::store::SampleQuery { since: Some(since), ..crate::store::SampleQuery::default() };
+    let samples = match store.samples(&q).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
+            return Default::default();
+        }
+    };
+    // Samples come oldest first, so the last one seen per (target, region) is its latest.
+    let mut latest: std::collections::HashMap<(String, String, Option<String>, String), bool> = Default::default();
+    for s in samples.iter().filter(|s| s.target.region != region) {
+        let t = &s.target;
+        latest.insert((t.provider.clone(), t.model.clone(), t.route.clone(), t.region.clone()), s.outcome.is_failure());
+    }
+    let mut out: std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> = Default::default();
+    for ((provider, model, route, _), failed) in latest {
+        let e = out.entry((provider, model, route)).or_default();
+        e.regions += 1;
+        e.degraded += u32::from(failed);
+    }
+    out
 }

@@ -191,3 +191,95 @@ balance = {{ min_usd = 20.0, every = "1s" }}
     let summary = body.map(|v| v["alerts"][0]["summary"].as_str().unwrap_or_default().to_string()).unwrap_or_default();
     assert!(summary.contains("$5.00"), "{summary}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_seen_from_two_regions_is_reported_as_global() {
+    let err = fixture("openai-error-503.json");
+    let provider = StandIn::start(move |_| Script::json(503, &err)).await.expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("webhook receiver");
+    let mut running = Vec::new();
+    let shutdown = CancellationToken::new();
+    // Two regional instances sharing one store, as a fleet shares one PostgreSQL.
+    for region in ["eu-test-1", "us-test-1"] {
+        let text = format!(
+            r#"
+region = "{region}"
+[storage]
+url = "sqlite://{d}/shared.db"
+data_dir = "{d}/{region}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[alerts]
+error_probes = 3
+[[alerts.webhook]]
+url_env = "VIGIL_TEST_HOOK"
+[[provider]]
+name = "flaky"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m"]
+"#,
+            d = data.path().display(),
+            base = provider.base_url()
+        );
+        let env: BTreeMap<String, String> = [
+            ("VIGIL_TEST_KEY".to_string(), "sk-test-regions".to_string()),
+            ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
+        ]
+        .into();
+        let app = App::build(Config::from_toml(&text, &env).expect("valid config"), AppOptions::default())
+            .await
+            .expect("app builds");
+        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
+    }
+    // (idempotency key, region, scope) of every `errors` page received.
+    let pages = |hook: &StandIn| -> Vec<(String, String, serde_json::Value)> {
+        hook.requests()
+            .iter()
+            .filter_map(|r| Some((r.header("idempotency-key")?.to_string(), r.json()?)))
+            .flat_map(|(key, v)| {
+                let region = v["region"].as_str().unwrap_or_default().to_string();
+                v["alerts"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|a| a["kind"] == "errors" && a["status"] == "firing")
+                    .map(move |a| (key.clone(), region.clone(), a["scope"].clone()))
+            })
+            .collect()
+    };
+    for _ in 0..200 {
+        let regions: std::collections::HashSet<String> = pages(&hook).into_iter().map(|(_, r, _)| r).collect();
+        if regions.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    for r in running {
+        let stopped = tokio::time::timeout(Duration::from_secs(10), r).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    }
+    let got = pages(&hook);
+    // Instances sharing one store may each deliver an item; receivers dedupe on the
+    // Idempotency-Key, so count distinct keys: one page per region.
+    let mut by_key: BTreeMap<String, (String, serde_json::Value)> = BTreeMap::new();
+    for (key, region, scope) in got {
+        by_key.insert(key, (region, scope));
+    }
+    let regions: Vec<&String> = by_key.values().map(|(r, _)| r).collect();
+    assert_eq!(by_key.len(), 2, "one errors page per region: {by_key:?}");
+    assert!(regions.contains(&&"eu-test-1".to_string()) && regions.contains(&&"us-test-1".to_string()), "{by_key:?}");
+    for (region, scope) in by_key.values() {
+        assert_eq!(scope["scope"], "global", "{region}: {scope}");
+        assert_eq!(scope["affected"], 2, "{region}: {scope}");
+        assert_eq!(scope["regions"], 2, "{region}: {scope}");
+    }
+}
