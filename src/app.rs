@@ -179,7 +179,10 @@ impl App {
         let outbox = Arc::new(crate::alert::outbox::Outbox::new(
             store.clone(),
             notifiers,
-            crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline),
+            crate::alert::outbox::OutboxConfig {
+                region: Some(config.region.clone()),
+                ..crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline)
+            },
         ));
         let saved = match store.load_alert_state(&config.region).await {
             Ok(s) => s,

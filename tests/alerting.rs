@@ -193,7 +193,7 @@ balance = {{ min_usd = 20.0, every = "1s" }}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outage_seen_from_two_regions_is_reported_as_global() {
+async fn an_outage_seen_from_two_regions_is_reported_as_global_and_paged_once_per_region() {
     let err = fixture("openai-error-503.json");
     let provider = StandIn::start(move |_| Script::json(503, &err)).await.expect("stand-in");
     let data = tempfile::tempdir().expect("tempdir");
@@ -268,8 +268,8 @@ models = ["m"]
         assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
     }
     let got = pages(&hook);
-    // Instances sharing one store may each deliver an item; receivers dedupe on the
-    // Idempotency-Key, so count distinct keys: one page per region.
+    // Each instance delivers only its own region's items, even from a shared store.
+    assert_eq!(got.len(), 2, "exactly one errors page per region, none delivered twice: {got:?}");
     let mut by_key: BTreeMap<String, (String, serde_json::Value)> = BTreeMap::new();
     for (key, region, scope) in got {
         by_key.insert(key, (region, scope));

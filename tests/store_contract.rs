@@ -163,6 +163,7 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     let now = micros(Utc::now());
     let item = |n: i64, channel: &str| OutboxItem {
         id: uuid::Uuid::now_v7(),
+        region: "eu-west-1".into(),
         channel: channel.into(),
         kind: "errors".into(),
         dedup_key: format!("openai/gpt-4o@eu#{n}"),
@@ -177,16 +178,16 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     fx.store.enqueue(std::slice::from_ref(&a)).await.expect("enqueue again is ignored");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
 
-    let due = fx.store.due(now + Duration::seconds(10), 10).await.expect("due");
+    let due = fx.store.due(None, now + Duration::seconds(10), 10).await.expect("due");
     assert_eq!(due, vec![a.clone(), b.clone()], "c is not due yet; oldest first");
-    assert_eq!(fx.store.due(now + Duration::seconds(10), 1).await.expect("limit"), vec![a.clone()]);
+    assert_eq!(fx.store.due(None, now + Duration::seconds(10), 1).await.expect("limit"), vec![a.clone()]);
 
     fx.store.mark_delivered(a.id, now + Duration::seconds(11)).await.expect("delivered");
     fx.store.mark_retry(b.id, now + Duration::seconds(60), "HTTP 503").await.expect("retry");
-    let due = fx.store.due(now + Duration::seconds(20), 10).await.expect("due after");
+    let due = fx.store.due(None, now + Duration::seconds(20), 10).await.expect("due after");
     assert!(due.is_empty(), "a delivered, b retries later, c not due: {due:?}");
 
-    let retried = fx.store.due(now + Duration::seconds(60), 10).await.expect("b due again");
+    let retried = fx.store.due(None, now + Duration::seconds(60), 10).await.expect("b due again");
     assert_eq!(retried.len(), 1);
     assert_eq!((retried[0].id, retried[0].attempts), (b.id, 1));
     assert_eq!(retried[0].last_error.as_deref(), Some("HTTP 503"));
@@ -194,7 +195,12 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
 
     fx.store.mark_abandoned(b.id, now + Duration::seconds(61), "HTTP 400: invalid routing key").await.expect("abandon");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 1, "only c is left");
-    assert_eq!(fx.store.due(now + Duration::seconds(200), 10).await.expect("due"), vec![c]);
+    assert_eq!(fx.store.due(None, now + Duration::seconds(200), 10).await.expect("due"), vec![c.clone()]);
+    assert_eq!(fx.store.due(Some("eu-west-1"), now + Duration::seconds(200), 10).await.expect("own region"), vec![c]);
+    assert!(
+        fx.store.due(Some("us-east-1"), now + Duration::seconds(200), 10).await.expect("other region").is_empty(),
+        "an instance never takes another region's items"
+    );
 }
 
 async fn alert_state_is_one_document_per_region(fx: Fixture) {

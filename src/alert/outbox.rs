@@ -31,6 +31,8 @@ pub struct OutboxConfig {
     pub batch: i64,
     /// Sleep of the `run` loop between steps when idle.
     pub poll_every: Duration,
+    /// Deliver only this region's items (instances sharing a database); `None` delivers all.
+    pub region: Option<String>,
 }
 
 impl OutboxConfig {
@@ -42,6 +44,7 @@ impl OutboxConfig {
             max_backoff: Duration::from_secs(15 * 60),
             batch: 100,
             poll_every: Duration::from_secs(2),
+            region: None,
         }
     }
 }
@@ -125,6 +128,7 @@ pub fn items_for(notifications: &[Notification], channels: &[String], now: DateT
         for c in channels {
             out.push(OutboxItem {
                 id: item_id(n, c),
+                region: n.region.clone(),
                 channel: c.clone(),
                 kind: n.primary_kind().as_str().to_string(),
                 dedup_key: dedup_key.clone(),
@@ -194,7 +198,7 @@ impl Outbox {
 
     /// One step: sends every item due at `now` (channels in parallel, each channel in order).
     pub async fn deliver_pending(&self, now: DateTime<Utc>) -> Result<DeliveryReport, StoreError> {
-        let due = self.store.due(now, self.cfg.batch).await?;
+        let due = self.store.due(self.cfg.region.as_deref(), now, self.cfg.batch).await?;
         let mut per_channel: BTreeMap<String, Vec<OutboxItem>> = BTreeMap::new();
         for item in due {
             per_channel.entry(item.channel.clone()).or_default().push(item);

@@ -171,6 +171,8 @@ pub struct BreakerTransition {
 pub struct OutboxItem {
     /// Unique id; also the idempotency key receivers see.
     pub id: Uuid,
+    /// Region whose instance delivers it (instances sharing a database deliver only their own).
+    pub region: String,
     /// Channel name (`slack`, `pagerduty-1`).
     pub channel: String,
     /// Alert kind (`errors`, `credit_low`…), for metrics.
@@ -242,8 +244,8 @@ pub trait Store: Send + Sync {
 
     /// Adds notifications to the outbox (ignored when the id exists).
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError>;
-    /// Undelivered items due at `now`, oldest first.
-    async fn due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError>;
+    /// Undelivered items due at `now`, oldest first; only `region`'s when given.
+    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError>;
     /// Marks an item delivered.
     async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError>;
     /// Records a failed attempt and when to try next.

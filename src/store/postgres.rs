@@ -301,6 +301,7 @@ fn json_of(row: &PgRow, col: &str) -> Result<serde_json::Value, sqlx::Error> {
 fn outbox_of(row: &PgRow) -> Result<OutboxItem, sqlx::Error> {
     Ok(OutboxItem {
         id: row.try_get("id")?,
+        region: row.try_get("region")?,
         channel: row.try_get("channel")?,
         kind: row.try_get("kind")?,
         dedup_key: row.try_get("dedup_key")?,
@@ -559,7 +560,8 @@ impl Store for PgStore {
         for i in items {
             sqlx::query(
                 "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
-                 attempts, last_error) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                 attempts, last_error, region) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (id) DO NOTHING",
             )
             .bind(i.id)
             .bind(&i.channel)
@@ -570,6 +572,7 @@ impl Store for PgStore {
             .bind(i.next_attempt_at)
             .bind(i.attempts)
             .bind(i.last_error.as_deref().map(clean))
+            .bind(&i.region)
             .execute(&mut *tx)
             .await
             .map_err(map_sqlx)?;
@@ -577,14 +580,15 @@ impl Store for PgStore {
         tx.commit().await.map_err(map_sqlx)
     }
 
-    async fn due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
+    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, attempts, last_error \
-             FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= $1 \
-             ORDER BY created_at, id LIMIT $2",
+            "SELECT id, region, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, \
+             attempts, last_error FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL \
+             AND next_attempt_at <= $1 AND ($3::text IS NULL OR region = $3) ORDER BY created_at, id LIMIT $2",
         )
         .bind(now)
         .bind(limit.max(0))
+        .bind(region)
         .fetch_all(&self.pool)
         .await
         .map_err(map_sqlx)?;

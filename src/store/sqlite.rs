@@ -154,6 +154,7 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, q: &SampleQuery) {
 fn outbox_of(row: &SqliteRow) -> Result<OutboxItem, sqlx::Error> {
     Ok(OutboxItem {
         id: uuid_of(row, "id")?,
+        region: row.try_get("region")?,
         channel: row.try_get("channel")?,
         kind: row.try_get("kind")?,
         dedup_key: row.try_get("dedup_key")?,
@@ -423,7 +424,7 @@ impl Store for SqliteStore {
         for i in items {
             sqlx::query(
                 "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
-                 attempts, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                 attempts, last_error, region) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
             )
             .bind(i.id.hyphenated().to_string())
             .bind(&i.channel)
@@ -434,6 +435,7 @@ impl Store for SqliteStore {
             .bind(ts(i.next_attempt_at))
             .bind(i.attempts)
             .bind(&i.last_error)
+            .bind(&i.region)
             .execute(&mut *tx)
             .await
             .map_err(map_sqlx)?;
@@ -441,13 +443,15 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(map_sqlx)
     }
 
-    async fn due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
+    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, channel, kind, dedup_key, payload, created_at, next_attempt_at, attempts, last_error \
+            "SELECT id, region, channel, kind, dedup_key, payload, created_at, next_attempt_at, attempts, last_error \
              FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= ? \
-             ORDER BY created_at, id LIMIT ?",
+             AND (? IS NULL OR region = ?) ORDER BY created_at, id LIMIT ?",
         )
         .bind(ts(now))
+        .bind(region)
+        .bind(region)
         .bind(limit.max(0))
         .fetch_all(&self.pool)
         .await
