@@ -1,9 +1,10 @@
 //! Anthropic Messages API: system prompt in `system`, events typed by `type`.
 
-use super::{as_u32, error_signal, join, parse_json, Adapter, ProbeParams, RequestSpec, Signals, Usage};
+use super::{
+    as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
+};
 use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
 use crate::probe::sse::SseEvent;
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
 /// Adapter for `POST {base}/messages` with `stream: true`.
@@ -28,16 +29,7 @@ impl Adapter for Anthropic {
             body["max_tokens"] = json!(p.max_tokens);
             body["temperature"] = json!(0);
         }
-        let mut headers = vec![
-            ("accept".to_string(), "text/event-stream".to_string()),
-            ("anthropic-version".to_string(), "2023-06-01".to_string()),
-        ];
-        if let Some(key) = &p.provider.api_key {
-            headers.push(("x-api-key".into(), key.expose_secret().to_string()));
-        }
-        headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        Ok(RequestSpec { method: http::Method::POST, url, headers, body: Some(body) })
+        streaming_post(p, url, &body, "x-api-key", str::to_string, &[("anthropic-version", "2023-06-01")])
     }
 
     fn interpret(&self, event: &SseEvent) -> Signals {

@@ -1,9 +1,10 @@
 //! Gemini `streamGenerateContent?alt=sse`: CRLF-framed data events, no `[DONE]`.
 
-use super::{as_u32, error_signal, join, parse_json, Adapter, ProbeParams, RequestSpec, Signals, Usage};
+use super::{
+    as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
+};
 use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
 use crate::probe::sse::SseEvent;
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
 /// Adapter for Gemini's streaming endpoint.
@@ -26,13 +27,7 @@ impl Adapter for Gemini {
             "contents": [{"role": "user", "parts": [{"text": USER_PROMPT}]}],
             "generationConfig": generation,
         });
-        let mut headers = vec![("accept".to_string(), "text/event-stream".to_string())];
-        if let Some(key) = &p.provider.api_key {
-            headers.push(("x-goog-api-key".into(), key.expose_secret().to_string()));
-        }
-        headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        Ok(RequestSpec { method: http::Method::POST, url, headers, body: Some(body) })
+        streaming_post(p, url, &body, "x-goog-api-key", str::to_string, &[])
     }
 
     fn interpret(&self, event: &SseEvent) -> Signals {

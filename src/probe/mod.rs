@@ -147,6 +147,26 @@ pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Box<Signals>> {
     })
 }
 
+/// A streaming JSON POST: SSE accept header, the key under `key_header` (formatted by
+/// `key_value`), the adapter's `extra` headers, then the provider's own headers.
+pub fn streaming_post(
+    p: &ProbeParams<'_>,
+    url: Url,
+    body: &serde_json::Value,
+    key_header: &str,
+    key_value: impl Fn(&str) -> String,
+    extra: &[(&str, &str)],
+) -> Result<RequestSpec, String> {
+    let mut headers = vec![("accept".to_string(), "text/event-stream".to_string())];
+    headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    if let Some(key) = &p.provider.api_key {
+        headers.push((key_header.to_string(), key_value(secrecy::ExposeSecret::expose_secret(key))));
+    }
+    headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+    Ok(RequestSpec { method: ::http::Method::POST, url, headers, body: Some(body) })
+}
+
 /// Reads a non-negative integer field as u32.
 pub fn as_u32(v: &serde_json::Value) -> Option<u32> {
     v.as_u64().and_then(|n| u32::try_from(n).ok())

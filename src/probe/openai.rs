@@ -1,9 +1,10 @@
 //! OpenAI chat completions (also OpenRouter, Groq, Together, DeepInfra, vLLM, Ollama, llama.cpp).
 
-use super::{as_u32, error_signal, join, parse_json, Adapter, ProbeParams, RequestSpec, Signals, Usage};
+use super::{
+    as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
+};
 use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
 use crate::probe::sse::SseEvent;
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
 /// Adapter for `POST {base}/chat/completions` with `stream: true`.
@@ -37,13 +38,7 @@ impl Adapter for OpenAi {
         if let Some(route) = p.route {
             body["provider"] = json!({"order": [route], "allow_fallbacks": false});
         }
-        let mut headers = vec![("accept".to_string(), "text/event-stream".to_string())];
-        if let Some(key) = &p.provider.api_key {
-            headers.push(("authorization".into(), format!("Bearer {}", key.expose_secret())));
-        }
-        headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        Ok(RequestSpec { method: http::Method::POST, url, headers, body: Some(body) })
+        streaming_post(p, url, &body, "authorization", |key| format!("Bearer {key}"), &[])
     }
 
     fn interpret(&self, event: &SseEvent) -> Signals {
