@@ -1,5 +1,6 @@
 //! Time and memory to refresh 7-day baselines for 1,000 and 10,000 targets from hourly rollups
-//! (3 metrics × 168 hours each), beside the naive way: `percentile_cont` over raw samples in PostgreSQL.
+//! (3 metrics and 2 counts × 168 hours each), beside the naive way: `percentile_cont` over raw samples
+//! in PostgreSQL.
 //!
 //! Run with `cargo bench --bench baselines`. PostgreSQL is read from `VIGIL_TEST_DATABASE_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/postgres`); the naive side runs in a throw-away
@@ -15,7 +16,7 @@ use sqlx::{Connection, Executor, PgConnection, Row};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-use vigil::baseline::{Baselines, Metric, HIGHEST, LOWEST, SIGFIG};
+use vigil::baseline::{Baselines, Metric, ERRORS, HIGHEST, LOWEST, PROBES, SIGFIG};
 use vigil::config::BaselineConfig;
 use vigil::sample::Sample;
 use vigil::store::Rollup;
@@ -161,39 +162,47 @@ fn config() -> BaselineConfig {
     }
 }
 
-fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng: &mut StdRng) {
-    println!("\n{n} targets × 3 metrics × {HOURS} hourly rollups ({} rollups)", n * 3 * HOURS as usize);
+fn rollup(t: &Target, metric: &str, hour: DateTime<Utc>, count: i64, histogram: Vec<u8>) -> Rollup {
+    Rollup { target: t.clone(), metric: metric.into(), hour, count, histogram }
+}
+
+/// One target's stored hour: three histograms plus probe and error counts.
+fn hour_rollups(t: &Target, hour: DateTime<Utc>, pick: &[Vec<u8>; 3], out: &mut Vec<Rollup>) {
+    for m in Metric::ALL {
+        out.push(rollup(t, m.as_str(), hour, PER_HOUR as i64, pick[m as usize].clone()));
+    }
+    out.push(rollup(t, PROBES, hour, PER_HOUR as i64, Vec::new()));
+    out.push(rollup(t, ERRORS, hour, 0, Vec::new()));
+}
+
+async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng: &mut StdRng) {
+    println!("\n{n} targets × (3 histograms + 2 counts) × {HOURS} hourly rollups ({} rollups)", n * 5 * HOURS as usize);
     let first_hour = now - Duration::hours(HOURS - 1);
     let mut baselines = Baselines::new(&config());
+    // Which pool entry each target's oldest hour used: the hour boundary reads it back.
+    let mut oldest_picks = vec![0usize; n];
     let (loaded, load_cost) = measure(|| {
         let mut loaded = 0;
-        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
-            let mut rollups = Vec::with_capacity(chunk.len() * 3 * HOURS as usize);
-            for &i in chunk {
-                let t = target(i);
-                for h in 0..HOURS {
-                    let pick = &pool[rng.gen_range(0..POOL)];
-                    for m in Metric::ALL {
-                        rollups.push(Rollup {
-                            target: t.clone(),
-                            metric: m.as_str().into(),
-                            hour: first_hour + Duration::hours(h),
-                            count: PER_HOUR as i64,
-                            histogram: pick[m as usize].clone(),
-                        });
-                    }
+        // An hour at a time, as Baselines::load_from reads the store.
+        for h in 0..HOURS {
+            let mut rollups = Vec::with_capacity(n * 5);
+            for (i, oldest) in oldest_picks.iter_mut().enumerate() {
+                let p = rng.gen_range(0..POOL);
+                if h == 0 {
+                    *oldest = p;
                 }
+                hour_rollups(&target(i), first_hour + Duration::hours(h), &pool[p], &mut rollups);
             }
-            loaded += baselines.load(&rollups).loaded;
+            loaded += baselines.load(&rollups, now).loaded;
         }
         loaded
     });
-    assert_eq!(loaded, n * 3 * HOURS as usize);
-    print_cost("load rollups (decode V2, build state)", &load_cost);
+    assert_eq!(loaded, n * 5 * HOURS as usize);
+    print_cost("load rollups hour by hour (decode V2, fold)", &load_cost);
     println!("  state held after load: heap {} (RSS {})", mb(LIVE.load(Ordering::Relaxed) as f64), mb(rss_bytes()));
 
     let (_, cold) = measure(|| baselines.refresh(now));
-    print_cost("first refresh (merge 167 closed hours each)", &cold);
+    print_cost("first refresh (percentiles of every series)", &cold);
 
     let targets: Vec<Target> = (0..n).map(target).collect();
     let round = |baselines: &mut Baselines, at: DateTime<Utc>, rng: &mut StdRng| {
@@ -211,13 +220,42 @@ fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng: &mut 
         let (_, c) = measure(|| baselines.refresh(at));
         print_cost(&format!("round {r}: refresh after {n} new samples"), &c);
     }
+    let (dirty, c) = measure(|| baselines.dirty_rollups().expect("rollups serialize"));
+    print_cost(&format!("persist: serialize {} dirty rollups", dirty.len()), &c);
+    baselines.mark_persisted(&dirty);
+
     let next_hour = now + Duration::hours(1);
+    let mut expiring = Vec::with_capacity(n * 5);
+    for (i, p) in oldest_picks.iter().enumerate() {
+        hour_rollups(&target(i), first_hour, &pool[*p], &mut expiring);
+    }
+    let store_read = read_back_one_hour(&expiring, first_hour).await;
     round(&mut baselines, next_hour, rng);
-    let (_, c) = measure(|| baselines.refresh(next_hour));
-    print_cost("hour boundary: fold 1 hour in, 1 hour out", &c);
+    let (_, c) = measure(|| {
+        let (_, until) = baselines.expiring(next_hour).expect("the oldest hour expires");
+        baselines.expire(&expiring, until);
+        baselines.refresh(next_hour)
+    });
+    print_cost("hour boundary: fold 1 hour in, subtract 1 out", &c);
+    if let Some(secs) = store_read {
+        println!("  + reading that hour back from SQLite ({} rollups): {secs:.3} s wall", expiring.len());
+    }
     let sample = baselines.get(&targets[0], Metric::Ttft, next_hour);
     println!("  e.g. {} ttft: {:?}", targets[0], sample);
     println!("  state held at the end: heap {} (RSS {})", mb(LIVE.load(Ordering::Relaxed) as f64), mb(rss_bytes()));
+}
+
+/// Stores one hour of rollups in a throw-away SQLite file and times reading it back, as
+/// `Monitor::expire` does at each hour boundary.
+async fn read_back_one_hour(rollups: &[Rollup], hour: DateTime<Utc>) -> Option<f64> {
+    let dir = tempfile::tempdir().ok()?;
+    let store = vigil::store::open(&format!("sqlite://{}", dir.path().join("bench.db").display())).await.ok()?;
+    store.migrate().await.ok()?;
+    store.upsert_rollups(rollups).await.ok()?;
+    let start = Instant::now();
+    let back = store.rollups_between(None, hour, Some(hour + Duration::hours(1))).await.ok()?;
+    let secs = start.elapsed().as_secs_f64();
+    (back.len() == rollups.len()).then_some(secs)
 }
 
 fn database_url() -> String {
@@ -304,14 +342,14 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000, 10_000]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     for &n in &sizes {
-        bench_rollups(n, &pool, now, &mut rng);
+        runtime.block_on(bench_rollups(n, &pool, now, &mut rng));
     }
     if std::env::var("VIGIL_BENCH_SKIP_PG").is_ok() {
         println!("\nnaive PostgreSQL side skipped (VIGIL_BENCH_SKIP_PG set)");
         return;
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     if let Err(e) = runtime.block_on(naive(&sizes)) {
         println!("\nnaive PostgreSQL side failed: {e}");
     }

@@ -3,9 +3,10 @@
 //! Values are bucketed exactly as an `hdrhistogram::Histogram<u64>` with bounds 1 µs..10 min and
 //! 3 significant digits buckets them, but held sparsely (bucket index → count): a dense histogram
 //! of that range is 172 KB, and a week of hourly ones per target would not fit in memory.
-//! Each series keeps its open hours plus one merged histogram of its closed hours; a refresh only
-//! folds in the hour that closed and subtracts the hour that left the window, so it never rescans
-//! raw samples or re-merges the whole window. Persisted rollups are hdrhistogram V2 bytes.
+//! Each series holds its recent hours one by one plus one merged histogram of the rest of the
+//! window; a refresh folds in an hour once it is stored, and the hour leaving the window is read
+//! back from storage and subtracted, so nothing rescans raw samples or re-merges the window and
+//! memory does not grow with its length. Persisted rollups are hdrhistogram V2 bytes.
 
 use crate::config::BaselineConfig;
 use crate::probe::outcome::Outcome;
@@ -438,123 +439,210 @@ fn hour_start(hour: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(hour * 3600, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// Rollup metric name of an hour's probe count (stored without a histogram).
+pub const PROBES: &str = "probes";
+/// Rollup metric name of an hour's failed-probe count (stored without a histogram).
+pub const ERRORS: &str = "errors";
+
+/// The current hour and this many before it stay held one by one, so a probe that finishes
+/// after the hour turned still lands in the hour it started in.
+const HOLD: i64 = 1;
+
+/// What one hour of one series adds up: a histogram, or probe and error counts.
+trait Tally: Default + Clone {
+    fn add(&mut self, other: &Self);
+    fn subtract(&mut self, other: &Self);
+    fn is_empty(&self) -> bool;
+}
+
+/// A histogram with its total.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Hist {
+    packed: Packed,
+    count: u64,
+}
+
+impl Tally for Hist {
+    fn add(&mut self, other: &Self) {
+        self.packed = self.packed.merged(&other.packed.unpack(), false);
+        self.count += other.count;
+    }
+    fn subtract(&mut self, other: &Self) {
+        self.packed = self.packed.merged(&other.packed.unpack(), true);
+        self.count = self.count.saturating_sub(other.count);
+    }
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Probes and failed probes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Counts {
+    probes: i64,
+    errors: i64,
+}
+
+impl Tally for Counts {
+    fn add(&mut self, other: &Self) {
+        self.probes += other.probes;
+        self.errors += other.errors;
+    }
+    fn subtract(&mut self, other: &Self) {
+        self.probes = (self.probes - other.probes).max(0);
+        self.errors = (self.errors - other.errors).max(0);
+    }
+    fn is_empty(&self) -> bool {
+        self.probes == 0 && self.errors == 0
+    }
+}
+
+/// An hour held on its own; `version` counts changes and `persisted` the version the store has.
 #[derive(Debug, Clone)]
-struct Hour {
+struct Held<T> {
     hour: i64,
-    hist: Packed,
-    count: u32,
-    /// Count at the last persist; the hour is dirty while it differs.
+    tally: T,
+    version: u32,
     persisted: u32,
 }
 
-/// One target × metric: its hours in the window and the merge of the closed ones.
+/// One series over the window: recent hours held one by one, every other hour of the window
+/// folded into one tally. Only the held hours and the fold live in memory; an hour leaving the
+/// window is read back from storage to be subtracted (see [`Baselines::expire`]).
 #[derive(Debug, Clone, Default)]
-struct Series {
-    hours: VecDeque<Hour>,
-    closed: Packed,
-    closed_count: u64,
-    /// Hours before this index are merged into `closed`; `None` means `closed` must be rebuilt.
-    closed_before: Option<i64>,
-    cached: Option<Baseline>,
+struct Window<T> {
+    held: VecDeque<Held<T>>,
+    folded: T,
 }
 
-impl Series {
-    fn record(&mut self, hour: i64, index: u32) {
-        let pos = self.hours.iter().rposition(|h| h.hour <= hour);
+impl<T: Tally> Window<T> {
+    /// The held hour `hour`, created when `create` (a sample for an hour already folded is refused).
+    fn held_mut(&mut self, hour: i64, create: bool) -> Option<&mut Held<T>> {
+        let pos = self.held.iter().rposition(|h| h.hour <= hour);
         let slot = match pos {
-            Some(p) if self.hours[p].hour == hour => p,
+            Some(p) if self.held[p].hour == hour => p,
+            _ if !create => return None,
             _ => {
                 let at = pos.map_or(0, |p| p + 1);
-                self.hours.insert(at, Hour { hour, hist: Packed::default(), count: 0, persisted: 0 });
+                self.held.insert(at, Held { hour, tally: T::default(), version: 0, persisted: 0 });
                 at
             }
         };
-        let h = &mut self.hours[slot];
-        h.hist = h.hist.merged(&[(index, 1)], false);
-        h.count = h.count.saturating_add(1);
-        // A late sample for an hour already folded into the merge goes there too.
-        if self.closed_before.is_some_and(|before| hour < before) {
-            self.closed = self.closed.merged(&[(index, 1)], false);
-            self.closed_count += 1;
-        }
-        self.cached = None;
+        Some(&mut self.held[slot])
     }
 
-    /// Moves the window to end at hour `current` (inclusive), `window` hours long.
-    fn advance(&mut self, current: i64, window: i64, scratch: &mut [u64]) {
-        let oldest = current - window + 1;
-        while self.hours.front().is_some_and(|h| h.hour < oldest) {
-            if let Some(h) = self.hours.pop_front() {
-                if self.closed_before.is_some_and(|before| h.hour < before) {
-                    self.closed = self.closed.merged(&h.hist.unpack(), true);
-                    self.closed_count = self.closed_count.saturating_sub(u64::from(h.count));
+    /// Drops held hours older than `oldest` (never folded: nothing to subtract) and folds stored
+    /// hours older than `hold_from`. Returns whether anything changed and the oldest hour folded.
+    fn advance(&mut self, hold_from: i64, oldest: i64) -> (bool, Option<i64>) {
+        let mut changed = false;
+        let mut first_folded = None;
+        while let Some(h) = self.held.front() {
+            if h.hour < oldest {
+                self.held.pop_front();
+                changed = true;
+            } else if h.hour < hold_from && h.version == h.persisted {
+                if let Some(h) = self.held.pop_front() {
+                    self.folded.add(&h.tally);
+                    first_folded = first_folded.or(Some(h.hour));
+                    changed = true;
                 }
-                self.cached = None;
+            } else {
+                break;
             }
         }
-        match self.closed_before {
-            Some(before) if before >= current => {}
-            Some(before) if self.hours.iter().filter(|h| h.hour >= before && h.hour < current).count() <= 4 => {
-                for h in self.hours.iter().filter(|h| h.hour >= before && h.hour < current) {
-                    self.closed = self.closed.merged(&h.hist.unpack(), false);
-                    self.closed_count += u64::from(h.count);
-                    self.cached = None;
-                }
-                self.closed_before = Some(current);
-            }
-            _ => self.rebuild_closed(current, scratch),
+        (changed, first_folded)
+    }
+
+    /// Takes a stored hour: merged into a held hour (the store had what came before a restart),
+    /// held when recent, else folded.
+    fn load(&mut self, hour: i64, tally: &T, hold_from: i64) {
+        if let Some(h) = self.held_mut(hour, hour >= hold_from) {
+            h.tally.add(tally);
+            // The store has only its part: the held hour stays dirty when it had more.
+            let dirty = h.version != h.persisted;
+            h.version = h.version.wrapping_add(1);
+            h.persisted = if dirty { h.persisted } else { h.version };
+        } else {
+            self.folded.add(tally);
         }
     }
 
-    /// Merges every hour before `current` at once through a dense scratch array (after a load).
-    fn rebuild_closed(&mut self, current: i64, scratch: &mut [u64]) {
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        let mut total = 0;
-        for h in self.hours.iter().filter(|h| h.hour < current) {
-            for (index, count) in h.hist.iter() {
-                let i = index as usize;
-                scratch[i] += u64::from(count);
-                lo = lo.min(i);
-                hi = hi.max(i);
-            }
-            total += u64::from(h.count);
-        }
-        let mut merged = Sparse::new();
-        if lo <= hi {
-            for (i, slot) in scratch.iter_mut().enumerate().take(hi + 1).skip(lo) {
-                if *slot > 0 {
-                    merged.push((i as u32, u32::try_from(*slot).unwrap_or(u32::MAX)));
-                    *slot = 0;
-                }
-            }
-        }
-        self.closed = Packed::pack(merged);
-        self.closed_count = total;
-        self.closed_before = Some(current);
-        self.cached = None;
+    fn holds(&self, hour: i64) -> bool {
+        self.held.iter().any(|h| h.hour == hour)
     }
 
-    fn compute(&self, min: [u64; 3]) -> Baseline {
-        let before = self.closed_before.unwrap_or(i64::MIN);
-        let open: Vec<&Hour> = self.hours.iter().filter(|h| h.hour >= before).collect();
-        let recent = open.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.hist.unpack(), false));
-        let count = self.closed_count + open.iter().map(|h| u64::from(h.count)).sum::<u64>();
-        if count == 0 {
-            return Baseline::default();
-        }
-        let values = quantiles(self.closed.iter(), &recent, count, [0.5, 0.95, 0.99]);
-        let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
-        Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
+    fn total(&self, mut f: impl FnMut(&T) -> u64) -> u64 {
+        f(&self.folded) + self.held.iter().map(|h| f(&h.tally)).sum::<u64>()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.folded.is_empty()
     }
 }
 
-/// Rolling P50/P95/P99 of `ttfb`, `ttft` and `tokens_per_s` per target (region included).
+/// One target's windows: a histogram per metric and the probe/error counts.
+#[derive(Debug, Clone, Default)]
+struct Series {
+    metrics: [Window<Hist>; 3],
+    counts: Window<Counts>,
+    cached: [Option<Baseline>; 3],
+}
+
+impl Series {
+    fn compute(&self, slot: usize, min: [u64; 3]) -> Baseline {
+        let w = &self.metrics[slot];
+        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+        let count = w.total(|h| h.count);
+        if count == 0 {
+            return Baseline::default();
+        }
+        let values = quantiles(w.folded.packed.iter(), &recent, count, [0.5, 0.95, 0.99]);
+        let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
+        Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
+    }
+
+    fn advance(&mut self, hold_from: i64, oldest: i64) -> Option<i64> {
+        let mut first = None;
+        for (slot, w) in self.metrics.iter_mut().enumerate() {
+            let (changed, folded) = w.advance(hold_from, oldest);
+            if changed {
+                self.cached[slot] = None;
+            }
+            first = min_opt(first, folded);
+        }
+        min_opt(first, self.counts.advance(hold_from, oldest).1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.counts.is_empty() && self.metrics.iter().all(Window::is_empty)
+    }
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Rolling P50/P95/P99 of `ttfb`, `ttft` and `tokens_per_s`, and probe/error counts, per target
+/// (region included) over the window.
+///
+/// Memory is one folded histogram per series plus the held hours, not a histogram per hour of the
+/// window: at an hour boundary the hour leaving the window is read back from storage and
+/// subtracted ([`expiring`](Self::expiring), [`expire`](Self::expire)). Until that read succeeds
+/// (storage down) the window simply reaches further back.
 #[derive(Debug)]
 pub struct Baselines {
     window_hours: i64,
     min: [u64; 3],
-    series: HashMap<Target, [Series; 3]>,
-    scratch: Vec<u64>,
+    series: HashMap<Target, Series>,
+    /// Hours at or after this stay held; it only moves forward.
+    hold_from: i64,
+    /// Oldest hour that may be in a fold; `None` while nothing is folded.
+    folded_from: Option<i64>,
+    /// Samples too late for their hour (already folded), left out of the baselines.
+    late: u64,
 }
 
 impl Baselines {
@@ -565,60 +653,146 @@ impl Baselines {
             window_hours,
             min: [config.min_samples_p50, config.min_samples_p95, config.min_samples_p99],
             series: HashMap::new(),
-            scratch: vec![0; index_for(HIGHEST) as usize + 1],
+            hold_from: i64::MIN,
+            folded_from: None,
+            late: 0,
         }
     }
 
     /// Start of the oldest hour in the window ending at `now`: load rollups from here.
     pub fn window_start(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        hour_start(hour_of(now) - self.window_hours + 1)
+        hour_start(self.oldest(now))
     }
 
-    /// Adds a sample's `ttfb`, `ttft` and `tokens_per_s` to its hour; samples that are not `ok` are ignored.
+    fn oldest(&self, now: DateTime<Utc>) -> i64 {
+        hour_of(now) - self.window_hours + 1
+    }
+
+    /// Moves `hold_from` to `now` and returns (hold_from, oldest hour of the window).
+    fn bounds(&mut self, now: DateTime<Utc>) -> (i64, i64) {
+        self.hold_from = self.hold_from.max(hour_of(now) - HOLD);
+        (self.hold_from, self.oldest(now))
+    }
+
+    /// Samples left out because their hour was already folded (they stay in storage; `--rebuild` counts them).
+    pub fn late_samples(&self) -> u64 {
+        self.late
+    }
+
+    /// Counts a sample and adds its `ttfb`, `ttft` and `tokens_per_s` to its hour (histograms take `ok` samples only).
     pub fn record(&mut self, sample: &Sample) {
-        if sample.outcome != Outcome::Ok {
-            return;
-        }
         let hour = hour_of(sample.started_at);
+        let create = hour >= self.hold_from;
         let series = match self.series.get_mut(&sample.target) {
             Some(s) => s,
             None => self.series.entry(sample.target.clone()).or_default(),
         };
+        let Some(h) = series.counts.held_mut(hour, create) else {
+            self.late += 1;
+            tracing::debug!(target = %sample.target, started_at = %sample.started_at, "sample too late for its hour's baseline");
+            return;
+        };
+        h.tally.probes += 1;
+        h.tally.errors += i64::from(sample.outcome.is_failure());
+        h.version = h.version.wrapping_add(1);
+        if sample.outcome != Outcome::Ok {
+            return;
+        }
         for metric in Metric::ALL {
-            if let Some(v) = metric.value(sample).and_then(to_recorded) {
-                series[metric.slot()].record(hour, index_for(v));
+            let Some(index) = metric.value(sample).and_then(to_recorded).map(index_for) else { continue };
+            let slot = metric.slot();
+            if let Some(h) = series.metrics[slot].held_mut(hour, true) {
+                h.tally.packed = h.tally.packed.merged(&[(index, 1)], false);
+                h.tally.count += 1;
+                h.version = h.version.wrapping_add(1);
+                series.cached[slot] = None;
             }
         }
     }
 
     /// Moves every series' window to `now` and recomputes what changed; returns series recomputed.
     pub fn refresh(&mut self, now: DateTime<Utc>) -> usize {
-        let current = hour_of(now);
+        self.fold(now);
         let mut recomputed = 0;
         for series in self.series.values_mut() {
-            for s in series.iter_mut() {
-                s.advance(current, self.window_hours, &mut self.scratch);
-                if s.cached.is_none() {
-                    s.cached = Some(s.compute(self.min));
+            for slot in 0..3 {
+                if series.cached[slot].is_none() {
+                    series.cached[slot] = Some(series.compute(slot, self.min));
                     recomputed += 1;
                 }
             }
         }
-        self.series.retain(|_, s| s.iter().any(|x| !x.hours.is_empty()));
         recomputed
+    }
+
+    /// Moves every window to `now` without recomputing percentiles.
+    fn fold(&mut self, now: DateTime<Utc>) {
+        let (hold_from, oldest) = self.bounds(now);
+        let mut first = None;
+        for series in self.series.values_mut() {
+            first = min_opt(first, series.advance(hold_from, oldest));
+        }
+        self.folded_from = min_opt(self.folded_from, first);
+        self.series.retain(|_, s| !s.is_empty());
+    }
+
+    /// Hours folded into the baselines that have left the window ending at `now`: read their
+    /// rollups back (`[from, until)`) and pass them to [`expire`](Self::expire).
+    pub fn expiring(&self, now: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let oldest = self.oldest(now);
+        self.folded_from.filter(|from| *from < oldest).map(|from| (hour_start(from), hour_start(oldest)))
+    }
+
+    /// Subtracts the stored rollups of hours before `until` (from [`expiring`](Self::expiring)) from the folds.
+    pub fn expire(&mut self, rollups: &[Rollup], until: DateTime<Utc>) -> LoadReport {
+        let until_hour = hour_of(until);
+        let from = self.folded_from.unwrap_or(i64::MIN);
+        let mut report = LoadReport::default();
+        for r in rollups.iter().filter(|r| (from..until_hour).contains(&hour_of(r.hour))) {
+            let Some(series) = self.series.get_mut(&r.target) else { continue };
+            let hour = hour_of(r.hour);
+            // An hour still held was never folded (its store copy may be partial): dropping it is enough.
+            match decode(r, &mut report) {
+                Some(Decoded::Counts(c)) if !series.counts.holds(hour) => series.counts.folded.subtract(&c),
+                Some(Decoded::Hist(slot, h)) if !series.metrics[slot].holds(hour) => {
+                    series.metrics[slot].folded.subtract(&h);
+                    series.cached[slot] = None;
+                }
+                _ => continue,
+            }
+            report.loaded += 1;
+        }
+        for series in self.series.values_mut() {
+            series.advance(i64::MIN, until_hour);
+        }
+        self.folded_from = Some(until_hour);
+        report
     }
 
     /// The baseline of one target's metric over the window ending at `now` (zero count when unknown).
     pub fn get(&mut self, target: &Target, metric: Metric, now: DateTime<Utc>) -> Baseline {
+        let (hold_from, oldest) = self.bounds(now);
         let Some(series) = self.series.get_mut(target) else {
             return Baseline::default();
         };
-        let s = &mut series[metric.slot()];
-        s.advance(hour_of(now), self.window_hours, &mut self.scratch);
-        if s.cached.is_none() {
-            s.cached = Some(s.compute(self.min));
+        let folded = series.advance(hold_from, oldest);
+        self.folded_from = min_opt(self.folded_from, folded);
+        let slot = metric.slot();
+        if let Some(b) = series.cached[slot] {
+            return b;
         }
-        s.cached.unwrap_or_default()
+        let b = series.compute(slot, self.min);
+        series.cached[slot] = Some(b);
+        b
+    }
+
+    /// Probes and failed probes of a target in the window (as of the last refresh).
+    pub fn window_counts(&self, target: &Target) -> (i64, i64) {
+        self.series.get(target).map_or((0, 0), |s| {
+            let c = &s.counts;
+            let sum = |f: fn(&Counts) -> i64| f(&c.folded) + c.held.iter().map(|h| f(&h.tally)).sum::<i64>();
+            (sum(|c| c.probes), sum(|c| c.errors))
+        })
     }
 
     /// Baselines as of the last [`refresh`](Self::refresh), for read-only snapshots (HTTP, metrics, export).
@@ -626,7 +800,8 @@ impl Baselines {
         let mut out: Vec<_> = self
             .series
             .iter()
-            .flat_map(|(t, s)| Metric::ALL.map(|m| (t.clone(), m, s[m.slot()].cached.unwrap_or_default())))
+            .filter(|(_, s)| s.metrics.iter().any(|w| !w.is_empty()))
+            .flat_map(|(t, s)| Metric::ALL.map(|m| (t.clone(), m, s.cached[m.slot()].unwrap_or_default())))
             .collect();
         out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         out
@@ -637,91 +812,158 @@ impl Baselines {
         self.series.keys()
     }
 
-    /// Hours changed since the last [`mark_persisted`](Self::mark_persisted), as V2-serialized rollups.
+    /// Held hours changed since the last [`mark_persisted`](Self::mark_persisted), as rollups
+    /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
     pub fn dirty_rollups(&self) -> Result<Vec<Rollup>, BaselineError> {
         let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG)
             .map_err(|e| BaselineError::Encode(e.to_string()))?;
         let mut out = Vec::new();
+        let rollup = |target: &Target, metric: &str, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
+            target: target.clone(),
+            metric: metric.to_string(),
+            hour: hour_start(hour),
+            count,
+            histogram,
+        };
         for (target, series) in &self.series {
             for metric in Metric::ALL {
-                for h in series[metric.slot()].hours.iter().filter(|h| h.count != h.persisted) {
-                    out.push(Rollup {
-                        target: target.clone(),
-                        metric: metric.as_str().to_string(),
-                        hour: hour_start(h.hour),
-                        count: i64::from(h.count),
-                        histogram: encode_v2(&mut scratch, &h.hist.unpack())?,
-                    });
+                for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
+                    let bytes = encode_v2(&mut scratch, &h.tally.packed.unpack())?;
+                    let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
+                    out.push(rollup(target, metric.as_str(), h.hour, count, bytes));
                 }
+            }
+            for h in series.counts.held.iter().filter(|h| h.version != h.persisted) {
+                out.push(rollup(target, PROBES, h.hour, h.tally.probes, Vec::new()));
+                out.push(rollup(target, ERRORS, h.hour, h.tally.errors, Vec::new()));
             }
         }
         Ok(out)
     }
 
-    /// Marks rollups as stored; an hour that gained values since they were taken stays dirty.
+    /// Marks rollups as stored; an hour that changed since they were taken stays dirty.
     pub fn mark_persisted(&mut self, rollups: &[Rollup]) {
         for r in rollups {
-            let (Some(series), Ok(metric)) = (self.series.get_mut(&r.target), r.metric.parse::<Metric>()) else {
-                continue;
-            };
+            let Some(series) = self.series.get_mut(&r.target) else { continue };
             let hour = hour_of(r.hour);
-            if let Some(h) = series[metric.slot()].hours.iter_mut().find(|h| h.hour == hour) {
-                h.persisted = u32::try_from(r.count).unwrap_or(0);
+            let matches_hist = |h: &Held<Hist>| i64::try_from(h.tally.count).ok() == Some(r.count);
+            match r.metric.as_str() {
+                PROBES => {
+                    if let Some(h) = series.counts.held_mut(hour, false) {
+                        if h.tally.probes == r.count {
+                            h.persisted = h.version;
+                        }
+                    }
+                }
+                ERRORS => {}
+                name => {
+                    let Ok(metric) = name.parse::<Metric>() else { continue };
+                    if let Some(h) = series.metrics[metric.slot()].held_mut(hour, false) {
+                        if matches_hist(h) {
+                            h.persisted = h.version;
+                        }
+                    }
+                }
             }
         }
     }
 
-    /// Loads stored rollups (replacing hours already held); unreadable ones are skipped and reported.
-    pub fn load(&mut self, rollups: &[Rollup]) -> LoadReport {
+    /// Loads stored rollups of the window ending at `now` (see [`Window::load`]); unreadable ones
+    /// are skipped and reported. Loading the same hour twice counts it twice: load once per start.
+    pub fn load(&mut self, rollups: &[Rollup], now: DateTime<Utc>) -> LoadReport {
+        let (hold_from, oldest) = self.bounds(now);
         let mut report = LoadReport::default();
+        let mut first = None;
         for r in rollups {
-            let metric = match r.metric.parse::<Metric>() {
-                Ok(m) => m,
-                Err(_) => {
-                    report.skipped.push(BaselineError::UnknownMetric {
-                        target: r.target.id(),
-                        hour: r.hour,
-                        metric: r.metric.clone(),
-                    });
-                    continue;
-                }
-            };
-            let hist = match decode_v2(&r.histogram) {
-                Ok(h) => h,
-                Err(message) => {
-                    report.skipped.push(BaselineError::Decode {
-                        target: r.target.id(),
-                        metric: r.metric.clone(),
-                        hour: r.hour,
-                        message,
-                    });
-                    continue;
-                }
-            };
-            let count = u32::try_from(sparse_total(&hist)).unwrap_or(u32::MAX);
             let hour = hour_of(r.hour);
+            if hour < oldest {
+                continue;
+            }
+            let Some(decoded) = decode(r, &mut report) else { continue };
             let series = match self.series.get_mut(&r.target) {
                 Some(s) => s,
                 None => self.series.entry(r.target.clone()).or_default(),
             };
-            let s = &mut series[metric.slot()];
-            let loaded = Hour { hour, hist: Packed::pack(hist), count, persisted: count };
-            match s.hours.binary_search_by_key(&hour, |h| h.hour) {
-                Ok(i) => s.hours[i] = loaded,
-                Err(i) => s.hours.insert(i, loaded),
+            match decoded {
+                Decoded::Counts(c) => series.counts.load(hour, &c, hold_from),
+                Decoded::Hist(slot, h) => {
+                    series.metrics[slot].load(hour, &h, hold_from);
+                    series.cached[slot] = None;
+                }
             }
-            s.closed_before = None;
-            s.cached = None;
+            if hour < hold_from {
+                first = min_opt(first, Some(hour));
+            }
             report.loaded += 1;
         }
+        self.folded_from = min_opt(self.folded_from, first);
         report
     }
 
-    /// Forgets everything and rebuilds from raw samples (`vigil baselines --rebuild`); every hour becomes dirty.
+    /// Loads the window ending at `now` from storage an hour at a time, so a start never holds a
+    /// week of rollups at once.
+    pub async fn load_from(
+        &mut self,
+        store: &dyn crate::store::Store,
+        region: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<LoadReport, crate::store::StoreError> {
+        let mut report = LoadReport::default();
+        for hour in self.oldest(now)..=hour_of(now) {
+            let rollups = store.rollups_between(region, hour_start(hour), Some(hour_start(hour + 1))).await?;
+            let part = self.load(&rollups, now);
+            report.loaded += part.loaded;
+            report.skipped.extend(part.skipped);
+            self.fold(now);
+        }
+        Ok(report)
+    }
+
+    /// Forgets everything and rebuilds from raw samples (`vigil baselines --rebuild`); every hour
+    /// becomes dirty and stays held until persisted.
     pub fn rebuild_from_samples(&mut self, samples: &[Sample]) {
         self.series.clear();
+        self.folded_from = None;
+        self.hold_from = i64::MIN;
         for s in samples {
             self.record(s);
+        }
+    }
+}
+
+/// A rollup read back: a metric's histogram or an hour's counts.
+enum Decoded {
+    Hist(usize, Hist),
+    Counts(Counts),
+}
+
+fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
+    match r.metric.as_str() {
+        PROBES => return Some(Decoded::Counts(Counts { probes: r.count, errors: 0 })),
+        ERRORS => return Some(Decoded::Counts(Counts { probes: 0, errors: r.count })),
+        _ => {}
+    }
+    let Ok(metric) = r.metric.parse::<Metric>() else {
+        report.skipped.push(BaselineError::UnknownMetric {
+            target: r.target.id(),
+            hour: r.hour,
+            metric: r.metric.clone(),
+        });
+        return None;
+    };
+    match decode_v2(&r.histogram) {
+        Ok(hist) => {
+            let count = sparse_total(&hist);
+            Some(Decoded::Hist(metric.slot(), Hist { packed: Packed::pack(hist), count }))
+        }
+        Err(message) => {
+            report.skipped.push(BaselineError::Decode {
+                target: r.target.id(),
+                metric: r.metric.clone(),
+                hour: r.hour,
+                message,
+            });
+            None
         }
     }
 }
@@ -878,6 +1120,96 @@ mod tests {
         assert_eq!(b.get(&t, Metric::Ttfb, now + Duration::hours(1)).count, 2);
     }
 
+    /// Persists every dirty hour into `store` (upsert by target, metric and hour), as `Monitor::persist` does.
+    fn persist(b: &mut Baselines, store: &mut Vec<Rollup>) {
+        let dirty = b.dirty_rollups().expect("serialize");
+        for r in &dirty {
+            store.retain(|s| (&s.target, &s.metric, s.hour) != (&r.target, &r.metric, r.hour));
+            store.push(r.clone());
+        }
+        b.mark_persisted(&dirty);
+    }
+
+    #[test]
+    fn stored_hours_fold_and_a_sample_too_late_for_a_folded_hour_is_left_out() {
+        let mut b = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        let t = target("A");
+        b.record(&sample(&t, t0() + Duration::minutes(10), 100.0, Outcome::Ok));
+        persist(&mut b, &mut store);
+        let now = t0() + Duration::hours(3);
+        b.refresh(now);
+        assert!(b.series[&t].metrics[0].held.is_empty(), "a stored hour older than the hold is folded");
+        b.record(&sample(&t, t0() + Duration::minutes(20), 150.0, Outcome::Ok));
+        assert_eq!(b.late_samples(), 1);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1, "the late sample is left out");
+        assert_eq!(b.window_counts(&t), (1, 0));
+        b.record(&sample(&t, t0() + Duration::hours(2) + Duration::minutes(59), 200.0, Outcome::Ok));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2, "the previous hour still takes samples");
+    }
+
+    #[test]
+    fn an_unstored_hour_stays_held_until_it_is_persisted() {
+        let mut b = Baselines::new(&config(1));
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        b.refresh(t0() + Duration::hours(5));
+        assert_eq!(b.series[&t].metrics[0].held.len(), 1, "storage never took it: kept so it can be");
+        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5);
+        let mut store = Vec::new();
+        persist(&mut b, &mut store);
+        b.refresh(t0() + Duration::hours(5));
+        assert!(b.series[&t].metrics[0].held.is_empty());
+        assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(5)).count, 1);
+    }
+
+    #[test]
+    fn a_late_load_adds_to_held_hours_and_leaves_them_dirty() {
+        let t = target("A");
+        let mut before = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        for m in 0..3 {
+            before.record(&sample(&t, t0() + Duration::minutes(m), 100.0, Outcome::Ok));
+        }
+        persist(&mut before, &mut store);
+        // Restarted while storage was down: two more samples of the same hour before the load.
+        let now = t0() + Duration::minutes(30);
+        let mut b = Baselines::new(&config(1));
+        for m in 3..5 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 120.0, Outcome::ServerError));
+        }
+        b.load(&store, now);
+        assert_eq!(b.window_counts(&t), (5, 2));
+        let dirty = b.dirty_rollups().expect("serialize");
+        let probes = dirty.iter().find(|r| r.metric == PROBES).expect("counts are dirty");
+        assert_eq!(probes.count, 5, "the next persist writes the whole hour, not only the new part");
+    }
+
+    #[test]
+    fn hours_leaving_the_window_are_subtracted_once_read_back() {
+        let mut b = Baselines::new(&BaselineConfig { window: StdDuration::from_secs(3 * 3600), ..config(1) });
+        let mut store = Vec::new();
+        let t = target("A");
+        for hour in 0..4 {
+            for m in 0..=hour {
+                b.record(&sample(&t, t0() + Duration::hours(hour) + Duration::minutes(m), 100.0, Outcome::Ok));
+            }
+            persist(&mut b, &mut store);
+            b.refresh(t0() + Duration::hours(hour) + Duration::minutes(59));
+        }
+        let now = t0() + Duration::hours(3) + Duration::minutes(59);
+        let (from, until) = b.expiring(now).expect("hour 0 has left the window");
+        assert_eq!((from, until), (t0(), t0() + Duration::hours(1)));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1 + 2 + 3 + 4, "until read back the window reaches further");
+        let expiring: Vec<Rollup> = store.iter().filter(|r| r.hour >= from && r.hour < until).cloned().collect();
+        b.expire(&expiring, until);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2 + 3 + 4);
+        assert_eq!(b.window_counts(&t), (9, 0));
+        assert!(b.expiring(now).is_none());
+        b.expire(&expiring, until);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 9, "a repeated expiry subtracts nothing more");
+    }
+
     #[test]
     fn dirty_rollups_persist_and_load_back_to_the_same_baselines() {
         let mut b = Baselines::new(&config(5));
@@ -886,17 +1218,17 @@ mod tests {
             b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
         }
         let rollups = b.dirty_rollups().expect("serialize");
-        assert_eq!(rollups.len(), 4 * 3, "four hours × three metrics");
+        assert_eq!(rollups.len(), 4 * 5, "four hours × (three metrics, probes, errors)");
         assert_eq!(rollups.iter().filter(|r| r.metric == "ttfb").map(|r| r.count).sum::<i64>(), 200);
         b.mark_persisted(&rollups);
         assert!(b.dirty_rollups().expect("serialize").is_empty());
         b.record(&sample(&t, t0() + Duration::minutes(201), 80.0, Outcome::Ok));
-        assert_eq!(b.dirty_rollups().expect("serialize").len(), 3, "only the touched hour is dirty again");
+        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5, "only the touched hour is dirty again");
 
         let now = t0() + Duration::minutes(199);
         let mut restarted = Baselines::new(&config(5));
-        let report = restarted.load(&rollups);
-        assert_eq!((report.loaded, report.skipped.len()), (12, 0));
+        let report = restarted.load(&rollups, now);
+        assert_eq!((report.loaded, report.skipped.len()), (20, 0));
         b.rebuild_from_samples(&[]);
         for m in 0..200 {
             b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
@@ -911,7 +1243,7 @@ mod tests {
         let mut b = Baselines::new(&config(1));
         let bad = Rollup { target: target("A"), metric: "ttfb".into(), hour: t0(), count: 1, histogram: vec![1, 2] };
         let unknown = Rollup { metric: "latency".into(), ..bad.clone() };
-        let report = b.load(&[bad, unknown]);
+        let report = b.load(&[bad, unknown], t0());
         assert_eq!(report.loaded, 0);
         let messages: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
         assert!(messages[0].contains("bad histogram"), "{messages:?}");

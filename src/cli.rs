@@ -172,10 +172,8 @@ async fn baselines(c: &Config, json: bool, rebuild: bool, all_regions: bool) -> 
     }
     let mut b = Baselines::new(&c.baseline);
     let region = (!all_regions).then_some(c.region.as_str());
-    let rollups = store.rollups_since(region, b.window_start(now)).await?;
-    let report = b.load(&rollups);
-    for skipped in report.skipped.iter().filter(|e| !matches!(e, crate::baseline::BaselineError::UnknownMetric { .. }))
-    {
+    let report = b.load_from(store.as_ref(), region, now).await?;
+    for skipped in &report.skipped {
         tracing::warn!(error = %skipped, "unreadable rollup skipped");
     }
     b.refresh(now);
@@ -220,12 +218,18 @@ async fn report(c: &Config, window: std::time::Duration, region: &str, json: boo
         ..SampleQuery::default()
     };
     let samples = store.samples(&q).await?;
-    let price = |t: &crate::target::Target| c.providers.iter().find(|p| p.name == t.provider).and_then(|p| p.price);
-    let m = crate::report::matrix(&samples, &price);
+    let mut targets: Vec<crate::target::Target> = samples.iter().map(|s| s.target.clone()).collect();
+    targets.sort();
+    targets.dedup();
+    let prices = crate::pricing::load(&c.providers, &targets, &c.storage.data_dir, chrono::Utc::now()).await;
+    let m = crate::report::matrix(&samples, &|t| prices.price(t));
     if json {
         println!("{}", m.to_json());
     } else {
         print!("{}", m.render_table());
+    }
+    for note in &prices.notes {
+        eprintln!("note: {note}");
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ pub mod http;
 pub mod metrics;
 pub mod monitor;
 pub mod pipeline;
+pub mod pricing;
 pub mod probe;
 pub mod report;
 pub mod sample;

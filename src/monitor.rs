@@ -8,24 +8,12 @@ use crate::config::Config;
 use crate::export::{self, ExportParams, TargetStats, Thresholds};
 use crate::metrics::Metrics;
 use crate::sample::Sample;
-use crate::store::{Rollup, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::target::Target;
-use chrono::{DateTime, Duration, DurationRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
-
-/// Rollup metric names under which hourly probe and error counts are kept (no histogram).
-const PROBES: &str = "probes";
-const ERRORS: &str = "errors";
-
-/// Probe and error counts of one hour; `persisted` remembers what the store already has.
-#[derive(Debug, Clone, Copy, Default)]
-struct HourCount {
-    probes: i64,
-    errors: i64,
-    persisted: (i64, i64),
-}
 
 /// One target as `GET /v1/targets` explains it.
 #[derive(Debug, Clone, Serialize)]
@@ -67,21 +55,15 @@ pub type SharedSnapshot = Arc<RwLock<Snapshot>>;
 /// Baselines, counts and breakers of this region's targets.
 pub struct Monitor {
     region: String,
-    window: Duration,
     probe_interval: std::time::Duration,
     baseline_window: std::time::Duration,
     failover_factor: f64,
     settings: BreakerSettings,
     baselines: Baselines,
-    counts: HashMap<Target, BTreeMap<DateTime<Utc>, HourCount>>,
     breakers: HashMap<Target, Breaker>,
     last: HashMap<Target, Sample>,
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
-}
-
-fn hour(t: DateTime<Utc>) -> DateTime<Utc> {
-    t.duration_trunc(Duration::hours(1)).unwrap_or(t)
 }
 
 impl Monitor {
@@ -91,13 +73,11 @@ impl Monitor {
         let breakers = targets.iter().map(|t| (t.clone(), Breaker::new(settings, now))).collect();
         Monitor {
             region: config.region.clone(),
-            window: Duration::from_std(config.baseline.window).unwrap_or(Duration::days(7)),
             probe_interval: config.probe.interval,
             baseline_window: config.baseline.window,
             failover_factor: config.baseline.failover_factor,
             settings,
             baselines: Baselines::new(&config.baseline),
-            counts: HashMap::new(),
             breakers,
             last: HashMap::new(),
             cost: HashMap::new(),
@@ -107,23 +87,9 @@ impl Monitor {
 
     /// Restores rollups, counts and breaker states from the store (after a restart or upgrade).
     pub async fn load(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
-        let since = self.baselines.window_start(now);
-        let rollups = store.rollups_since(Some(&self.region), since).await?;
-        let (counts, hist): (Vec<Rollup>, Vec<Rollup>) =
-            rollups.into_iter().partition(|r| r.metric == PROBES || r.metric == ERRORS);
-        let report = self.baselines.load(&hist);
+        let report = self.baselines.load_from(store, Some(&self.region), now).await?;
         for skipped in &report.skipped {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
-        }
-        for r in counts {
-            let h = self.counts.entry(r.target.clone()).or_default().entry(r.hour).or_default();
-            if r.metric == PROBES {
-                h.probes = r.count;
-                h.persisted.0 = r.count;
-            } else {
-                h.errors = r.count;
-                h.persisted.1 = r.count;
-            }
         }
         for record in store.load_breakers(Some(&self.region)).await? {
             if !self.breakers.contains_key(&record.target) {
@@ -146,19 +112,7 @@ impl Monitor {
     /// Rebuilds baselines and counts from raw samples (`vigil baselines --rebuild`).
     pub fn rebuild(&mut self, samples: &[Sample], now: DateTime<Utc>) {
         self.baselines.rebuild_from_samples(samples);
-        self.counts.clear();
-        for s in samples {
-            self.count(s);
-        }
         self.baselines.refresh(now);
-    }
-
-    fn count(&mut self, s: &Sample) {
-        let h = self.counts.entry(s.target.clone()).or_default().entry(hour(s.started_at)).or_default();
-        h.probes += 1;
-        if s.outcome.is_failure() {
-            h.errors += 1;
-        }
     }
 
     /// Feeds one sample; returns the breaker transition it caused, if any.
@@ -166,7 +120,6 @@ impl Monitor {
         // Judge against the baseline as it was before this probe joined it.
         let p95 = self.baselines.get(&sample.target, Metric::Ttfb, now).p95;
         self.baselines.record(sample);
-        self.count(sample);
         if let Some(c) = sample.cost_usd {
             self.cost.insert(sample.target.clone(), c);
         }
@@ -191,30 +144,15 @@ impl Monitor {
         self.baselines.get(target, metric, now)
     }
 
-    fn window_counts(&self, target: &Target, now: DateTime<Utc>) -> (i64, i64) {
-        let from = now - self.window;
-        self.counts
-            .get(target)
-            .map(|hours| hours.range(hour(from)..).fold((0, 0), |(p, e), (_, h)| (p + h.probes, e + h.errors)))
-            .unwrap_or((0, 0))
-    }
-
     /// Builds the router export and the target explanations, and updates the baseline and breaker gauges.
     pub fn publish(&mut self, now: DateTime<Utc>, metrics: Option<&Metrics>) -> Snapshot {
         self.baselines.refresh(now);
-        // Drop counts older than the window so memory stays bounded.
-        let oldest = hour(now - self.window);
-        for hours in self.counts.values_mut() {
-            while hours.first_key_value().is_some_and(|(h, _)| *h < oldest) {
-                hours.pop_first();
-            }
-        }
         let mut stats = Vec::with_capacity(self.targets.len());
         let mut views = Vec::with_capacity(self.targets.len());
         for t in self.targets.clone() {
             let b: BTreeMap<String, Baseline> =
                 Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(&t, *m, now))).collect();
-            let (probes, errors) = self.window_counts(&t, now);
+            let (probes, errors) = self.baselines.window_counts(&t);
             let breaker = self.breakers.get(&t).map(|b| b.explain());
             let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
             if let Some(m) = metrics {
@@ -259,40 +197,26 @@ impl Monitor {
         Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views }
     }
 
+    /// Subtracts the hours that left the window, read back from the store (a no-op within an hour).
+    pub async fn expire(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
+        if let Some((from, until)) = self.baselines.expiring(now) {
+            let rollups = store.rollups_between(Some(&self.region), from, Some(until)).await?;
+            let report = self.baselines.expire(&rollups, until);
+            tracing::debug!(rollups = report.loaded, %from, %until, "expired hours left the baseline window");
+        }
+        Ok(())
+    }
+
     /// Writes changed rollups, counts and breaker states; what fails stays dirty for the next try.
     pub async fn persist(&mut self, store: &dyn Store) -> Result<(), StoreError> {
-        let mut rollups = self.baselines.dirty_rollups().map_err(|e| StoreError::Other(e.to_string()))?;
-        let hist_len = rollups.len();
-        for (t, hours) in &self.counts {
-            for (h, c) in hours {
-                if c.persisted.0 != c.probes {
-                    rollups.push(count_rollup(t, PROBES, *h, c.probes));
-                }
-                if c.persisted.1 != c.errors {
-                    rollups.push(count_rollup(t, ERRORS, *h, c.errors));
-                }
-            }
-        }
+        let rollups = self.baselines.dirty_rollups().map_err(|e| StoreError::Other(e.to_string()))?;
         if !rollups.is_empty() {
             store.upsert_rollups(&rollups).await?;
-            self.baselines.mark_persisted(&rollups[..hist_len]);
-            for r in &rollups[hist_len..] {
-                if let Some(c) = self.counts.get_mut(&r.target).and_then(|h| h.get_mut(&r.hour)) {
-                    if r.metric == PROBES {
-                        c.persisted.0 = r.count;
-                    } else {
-                        c.persisted.1 = r.count;
-                    }
-                }
-            }
+            self.baselines.mark_persisted(&rollups);
         }
         for (t, b) in &self.breakers {
             store.save_breaker(&b.to_record(t)).await?;
         }
         Ok(())
     }
-}
-
-fn count_rollup(t: &Target, metric: &str, hour: DateTime<Utc>, count: i64) -> Rollup {
-    Rollup { target: t.clone(), metric: metric.into(), hour, count, histogram: Vec::new() }
 }

@@ -243,6 +243,9 @@ impl Pipeline {
             if let Err(e) = m.persist(store.as_ref()).await {
                 tracing::warn!(error = %e, "baselines not persisted; will retry");
             }
+            if let Err(e) = m.expire(store.as_ref(), Utc::now()).await {
+                tracing::warn!(error = %e, "hours leaving the baseline window not read back; the window reaches further back until they are");
+            }
         }
     }
 

@@ -114,6 +114,11 @@ async fn rollups_upsert_and_read_back(fx: Fixture) {
     let eu_rollups = fx.store.rollups_since(Some("eu"), hour - Duration::hours(1)).await.expect("eu rollups");
     assert_eq!(eu_rollups, vec![r(&eu, hour, 20, &[4, 5, 6])]);
     assert_eq!(fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").len(), 3);
+    let old_hour = hour - Duration::days(2);
+    let between = fx.store.rollups_between(None, old_hour, Some(old_hour + Duration::hours(1))).await.expect("between");
+    assert_eq!(between, vec![old.clone()], "one hour, end excluded");
+    let before_now = fx.store.rollups_between(Some("eu"), old_hour, Some(hour)).await.expect("between");
+    assert_eq!(before_now, vec![old.clone()], "the current hour is excluded by `until`");
 
     assert_eq!(fx.store.purge_rollups_before(hour - Duration::days(1)).await.expect("purge"), 1);
     assert!(!fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").contains(&old));

@@ -223,8 +223,17 @@ pub trait Store: Send + Sync {
 
     /// Inserts or replaces hourly rollups.
     async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError>;
+    /// Rollups whose hour is at or after `since` and before `until` (`region: None` for all regions).
+    async fn rollups_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<Rollup>, StoreError>;
     /// Rollups whose hour is at or after `since` (`region: None` for all regions).
-    async fn rollups_since(&self, region: Option<&str>, since: DateTime<Utc>) -> Result<Vec<Rollup>, StoreError>;
+    async fn rollups_since(&self, region: Option<&str>, since: DateTime<Utc>) -> Result<Vec<Rollup>, StoreError> {
+        self.rollups_between(region, since, None).await
+    }
     /// Removes rollups older than `cutoff`.
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 

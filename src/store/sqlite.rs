@@ -303,11 +303,19 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(map_sqlx)
     }
 
-    async fn rollups_since(&self, region: Option<&str>, since: DateTime<Utc>) -> Result<Vec<Rollup>, StoreError> {
+    async fn rollups_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<Rollup>, StoreError> {
         let mut qb = QueryBuilder::<Sqlite>::new(
             "SELECT provider, model, route, region, metric, hour, count, histogram FROM rollups WHERE hour >= ",
         );
         qb.push_bind(ts(since));
+        if let Some(u) = until {
+            qb.push(" AND hour < ").push_bind(ts(u));
+        }
         if let Some(region) = region {
             qb.push(" AND region = ").push_bind(region.to_owned());
         }

@@ -1,0 +1,276 @@
+//! Published OpenRouter prices for `vigil report`: per-endpoint pricing from the models API
+//! (`GET {base_url}/models/{author}/{slug}/endpoints`), for targets without a configured price.
+//!
+//! Answers are cached in the data directory for a day, so a report run offline (or while
+//! OpenRouter is down) uses the last known prices, and a report with neither shows no price
+//! rather than failing.
+
+use crate::config::{Price, ProviderConfig, ProviderKind};
+use crate::target::Target;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+/// How long a fetched price list is used before it is fetched again.
+pub const CACHE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Cache file name inside `storage.data_dir`.
+pub const CACHE_FILE: &str = "published-prices.json";
+
+/// Why published prices could not be fetched (the report goes on without them).
+#[derive(Debug, Error)]
+pub enum PricingError {
+    /// Network failure, timeout or non-2xx answer.
+    #[error("fetching {url}: {message}")]
+    Fetch {
+        /// The endpoints URL asked.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The answer was not the documented shape.
+    #[error("reading {url}: {source}")]
+    Parse {
+        /// The endpoints URL asked.
+        url: String,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+}
+
+/// One upstream host serving a model, with its per-token prices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointPrice {
+    /// Host name as OpenRouter routes to it (`DeepInfra`).
+    pub provider_name: String,
+    /// Endpoint tag (`deepinfra/fp8`), when given.
+    pub tag: Option<String>,
+    /// USD per million input tokens.
+    pub input_per_mtok: f64,
+    /// USD per million output tokens.
+    pub output_per_mtok: f64,
+}
+
+#[derive(Deserialize)]
+struct EndpointsDoc {
+    data: EndpointsData,
+}
+
+#[derive(Deserialize)]
+struct EndpointsData {
+    endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Deserialize)]
+struct RawEndpoint {
+    provider_name: String,
+    #[serde(default)]
+    tag: Option<String>,
+    pricing: RawPricing,
+}
+
+/// OpenRouter sends prices as decimal strings in USD per token.
+#[derive(Deserialize)]
+struct RawPricing {
+    prompt: String,
+    completion: String,
+}
+
+fn per_mtok(per_token: &str) -> Option<f64> {
+    per_token.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(|v| v * 1e6)
+}
+
+/// Parses an endpoints answer; endpoints with unreadable prices are left out.
+pub fn parse_endpoints(body: &[u8]) -> Result<Vec<EndpointPrice>, serde_json::Error> {
+    let doc: EndpointsDoc = serde_json::from_slice(body)?;
+    Ok(doc
+        .data
+        .endpoints
+        .into_iter()
+        .filter_map(|e| {
+            Some(EndpointPrice {
+                input_per_mtok: per_mtok(&e.pricing.prompt)?,
+                output_per_mtok: per_mtok(&e.pricing.completion)?,
+                provider_name: e.provider_name,
+                tag: e.tag,
+            })
+        })
+        .collect())
+}
+
+/// The price of a target among a model's endpoints: its pinned route's, or without a route the
+/// cheapest (OpenRouter's default routing prefers the lowest price).
+pub fn price_for(route: Option<&str>, endpoints: &[EndpointPrice]) -> Option<Price> {
+    let chosen = match route {
+        Some(r) => endpoints.iter().find(|e| {
+            e.provider_name.eq_ignore_ascii_case(r)
+                || e.tag.as_deref().is_some_and(|t| t.eq_ignore_ascii_case(r) || t.split('/').next() == Some(r))
+        }),
+        None => endpoints.iter().min_by(|a, b| a.input_per_mtok.total_cmp(&b.input_per_mtok)),
+    }?;
+    Some(Price { input_per_mtok: chosen.input_per_mtok, output_per_mtok: chosen.output_per_mtok })
+}
+
+/// Whether a provider is OpenRouter (by host, or because it pins routes, which only OpenRouter does).
+pub fn is_openrouter(p: &ProviderConfig) -> bool {
+    p.kind == ProviderKind::Openai
+        && (p.base_url.host_str().is_some_and(|h| h == "openrouter.ai" || h.ends_with(".openrouter.ai"))
+            || !p.routes.is_empty())
+}
+
+/// Cached endpoint lists, keyed by `{base_url} {model}`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Cache {
+    entries: BTreeMap<String, CacheEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CacheEntry {
+    fetched_at: DateTime<Utc>,
+    endpoints: Vec<EndpointPrice>,
+}
+
+/// Prices for report rows: configured ones first, else published ones for OpenRouter targets.
+#[derive(Debug, Default)]
+pub struct PriceBook {
+    configured: BTreeMap<String, Price>,
+    published: BTreeMap<(String, String), Vec<EndpointPrice>>,
+    /// Why some published prices are missing, for a note under the report.
+    pub notes: Vec<String>,
+}
+
+impl PriceBook {
+    /// The price of a target, when known.
+    pub fn price(&self, t: &Target) -> Option<Price> {
+        if let Some(p) = self.configured.get(&t.provider) {
+            return Some(*p);
+        }
+        self.published.get(&(t.provider.clone(), t.model.clone())).and_then(|e| price_for(t.route.as_deref(), e))
+    }
+}
+
+/// Builds the price book for `targets`: fetches (or reads from the cache in `data_dir`) the
+/// published prices of OpenRouter models that have no configured price. Never fails.
+pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &Path, now: DateTime<Utc>) -> PriceBook {
+    let mut book = PriceBook::default();
+    for p in providers {
+        if let Some(price) = p.price {
+            book.configured.insert(p.name.clone(), price);
+        }
+    }
+    let cache_path = data_dir.join(CACHE_FILE);
+    let mut cache: Cache =
+        std::fs::read(&cache_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
+    let client = match reqwest::Client::builder().timeout(Duration::from_secs(5)).build() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            book.notes.push(format!("published prices not fetched: {e}"));
+            None
+        }
+    };
+    let mut changed = false;
+    let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
+    for t in targets {
+        let Some(p) = providers.iter().find(|p| p.name == t.provider && p.price.is_none() && is_openrouter(p)) else {
+            continue;
+        };
+        if !wanted.iter().any(|(q, m)| q.name == p.name && *m == t.model) {
+            wanted.push((p, t.model.as_str()));
+        }
+    }
+    for (p, model) in wanted {
+        let key = format!("{} {model}", p.base_url);
+        let fresh = cache
+            .entries
+            .get(&key)
+            .filter(|e| (now - e.fetched_at).to_std().is_ok_and(|age| age < CACHE_TTL) && e.fetched_at <= now);
+        let endpoints = match (fresh, &client) {
+            (Some(e), _) => Some(e.endpoints.clone()),
+            (None, Some(client)) => match fetch(client, p, model).await {
+                Ok(endpoints) => {
+                    cache.entries.insert(key, CacheEntry { fetched_at: now, endpoints: endpoints.clone() });
+                    changed = true;
+                    Some(endpoints)
+                }
+                Err(e) => {
+                    tracing::info!(provider = %p.name, model, error = %e, "published prices unavailable");
+                    let stale = cache.entries.get(&key).map(|e| e.endpoints.clone());
+                    book.notes.push(match &stale {
+                        Some(_) => format!("{} {model}: using cached prices ({e})", p.name),
+                        None => format!("{} {model}: no published prices ({e})", p.name),
+                    });
+                    stale
+                }
+            },
+            (None, None) => cache.entries.get(&key).map(|e| e.endpoints.clone()),
+        };
+        if let Some(e) = endpoints {
+            book.published.insert((p.name.clone(), model.to_string()), e);
+        }
+    }
+    if changed {
+        if let Err(e) = write_cache(&cache_path, &cache) {
+            tracing::info!(path = %cache_path.display(), error = %e, "published price cache not written");
+        }
+    }
+    book
+}
+
+async fn fetch(client: &reqwest::Client, p: &ProviderConfig, model: &str) -> Result<Vec<EndpointPrice>, PricingError> {
+    let url = format!("{}/models/{}/endpoints", p.base_url.as_str().trim_end_matches('/'), model);
+    let fail = |message: String| PricingError::Fetch { url: url.clone(), message };
+    // The endpoints API is public: the key is not sent.
+    let resp = client.get(&url).send().await.map_err(|e| fail(e.without_url().to_string()))?;
+    if !resp.status().is_success() {
+        return Err(fail(format!("HTTP {}", resp.status().as_u16())));
+    }
+    let body = resp.bytes().await.map_err(|e| fail(e.without_url().to_string()))?;
+    parse_endpoints(&body).map_err(|source| PricingError::Parse { url: url.clone(), source })
+}
+
+fn write_cache(path: &Path, cache: &Cache) -> std::io::Result<()> {
+    let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    std::fs::create_dir_all(&dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(&dir)?;
+    serde_json::to_writer_pretty(tmp.as_file(), cache)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoints() -> Vec<EndpointPrice> {
+        let body = br#"{"data":{"id":"meta-llama/llama-3-70b-instruct","endpoints":[
+            {"provider_name":"DeepInfra","tag":"deepinfra/bf16","pricing":{"prompt":"0.00000059","completion":"0.00000079"}},
+            {"provider_name":"Together","tag":"together","pricing":{"prompt":"0.00000088","completion":"0.00000088"}},
+            {"provider_name":"Broken","pricing":{"prompt":"n/a","completion":"0"}}]}}"#;
+        parse_endpoints(body).expect("documented shape parses")
+    }
+
+    #[test]
+    fn prices_are_per_million_tokens_and_unreadable_ones_are_left_out() {
+        let e = endpoints();
+        assert_eq!(e.len(), 2);
+        assert!((e[0].input_per_mtok - 0.59).abs() < 1e-9 && (e[0].output_per_mtok - 0.79).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_route_takes_its_host_price_and_no_route_the_cheapest() {
+        let e = endpoints();
+        let together = price_for(Some("together"), &e).expect("matched case-insensitively");
+        assert!((together.input_per_mtok - 0.88).abs() < 1e-9);
+        assert!((price_for(Some("deepinfra"), &e).expect("by tag prefix").output_per_mtok - 0.79).abs() < 1e-9);
+        assert!((price_for(None, &e).expect("cheapest").input_per_mtok - 0.59).abs() < 1e-9);
+        assert_eq!(price_for(Some("Lepton"), &e), None, "an unknown host has no price");
+    }
+
+    #[test]
+    fn bad_bodies_are_errors_not_panics() {
+        assert!(parse_endpoints(b"{}").is_err());
+        assert!(parse_endpoints(b"not json").is_err());
+    }
+}
