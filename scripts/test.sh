@@ -14,6 +14,7 @@ command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq

@@ -159,6 +159,7 @@ impl App {
             writer: Some(health.clone()),
             snapshot: snapshot.clone(),
             api_token: config.http.api_token.clone(),
+            status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
         });
         let server_stop = shutdown.clone();
         let server = tokio::spawn(async move {

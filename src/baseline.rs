@@ -431,6 +431,17 @@ fn decode_v2_fast(bytes: &[u8]) -> Option<Sparse> {
     Some(sparse)
 }
 
+/// The `q` quantile of one stored rollup in published units (ms or tok/s), as hdrhistogram
+/// reports it; `None` for an empty or unreadable histogram.
+pub fn rollup_quantile(rollup: &Rollup, q: f64) -> Option<f64> {
+    let sparse = decode_v2(&rollup.histogram).ok()?;
+    let total = sparse_total(&sparse);
+    if total == 0 || !(0.0..=1.0).contains(&q) {
+        return None;
+    }
+    Some(quantiles(std::iter::empty(), &sparse, total, [q; 3])[0] as f64 / SCALE)
+}
+
 fn hour_of(t: DateTime<Utc>) -> i64 {
     t.timestamp().div_euclid(3600)
 }

@@ -16,6 +16,9 @@ const LATENCY_BUCKETS: [f64; 22] = [
 ];
 /// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+/// The `# TYPE` line the encoder writes for the baseline gauge, and the one served instead.
+const BASELINE_GAUGE_TYPE: &str = "# TYPE vigil_baseline_seconds gauge\n";
+const BASELINE_UNTYPED_TYPE: &str = "# TYPE vigil_baseline_seconds untyped\n";
 
 /// The registry and every metric in it.
 pub struct Metrics {
@@ -277,6 +280,32 @@ impl Metrics {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        let text = String::from_utf8(buf).unwrap_or_default();
+        // promtool rejects a `quantile` label on anything but a summary. The baseline keeps the
+        // SPEC's name and labels (dashboards and alert rules query them) and is declared untyped,
+        // which promtool accepts and PromQL treats exactly like a gauge. The crate's encoder
+        // cannot write untyped families, hence the edit of its output.
+        text.replacen(BASELINE_GAUGE_TYPE, BASELINE_UNTYPED_TYPE, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baselines_are_served_untyped_so_promtool_accepts_their_quantile_label() {
+        let m = Metrics::new("eu").expect("registry");
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        m.set_baseline(&t, "ttft", "0.95", Some(0.312));
+        m.set_circuit(&t, 0);
+        let text = m.render();
+        assert!(text.contains("# TYPE vigil_baseline_seconds untyped\n"), "{text}");
+        assert!(!text.contains("# TYPE vigil_baseline_seconds gauge"), "{text}");
+        assert!(
+            text.contains(r#"vigil_baseline_seconds{metric="ttft",model="m",provider="p",quantile="0.95",region="eu",route=""} 0.312"#),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE vigil_circuit_state gauge\n"), "other gauges stay gauges");
     }
 }

@@ -47,6 +47,8 @@ pub struct Snapshot {
     pub thresholds: Option<Thresholds>,
     /// Every target, explained.
     pub targets: Vec<TargetView>,
+    /// The latest sample of each target in the other regions sharing the store (status page).
+    pub elsewhere: Arc<Vec<Sample>>,
 }
 
 /// Shared handle to the latest snapshot.
@@ -194,7 +196,7 @@ impl Monitor {
             window: self.baseline_window,
             failover_factor: self.failover_factor,
         };
-        Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views }
+        Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views, elsewhere: Arc::default() }
     }
 
     /// Subtracts the hours that left the window, read back from the store (a no-op within an hour).

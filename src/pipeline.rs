@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// How often rollups and breaker states are written.
 const PERSIST_EVERY: Duration = Duration::from_secs(60);
+/// How long another region's last sample stays on the status page after it stops reporting.
+const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
 
 /// Consumes samples from the scheduler and fans them out in a fixed order.
 pub struct Pipeline {
@@ -29,6 +31,10 @@ pub struct Pipeline {
     /// False while stored state could not be loaded: persisting then would overwrite it.
     loaded: bool,
     alerts: Option<Alerting>,
+    /// The last sample seen of each target in each other region, read with each alert evaluation.
+    elsewhere: std::collections::HashMap<Target, Sample>,
+    /// The same, as published for the status page.
+    elsewhere_shown: Arc<Vec<Sample>>,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -79,6 +85,8 @@ impl Pipeline {
             snapshot: SharedSnapshot::default(),
             loaded: true,
             alerts: None,
+            elsewhere: Default::default(),
+            elsewhere_shown: Arc::default(),
         }
     }
 
@@ -112,7 +120,23 @@ impl Pipeline {
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
-        let elsewhere = other_regions(store.as_ref(), &a.region, recent).await;
+        let elsewhere = match latest_elsewhere(store.as_ref(), &a.region, recent).await {
+            Ok(latest) => {
+                let summary = other_regions(&latest);
+                self.elsewhere.extend(latest.into_iter().map(|s| (s.target.clone(), s)));
+                summary
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
+                Default::default()
+            }
+        };
+        // The status page keeps showing a region that went quiet, with its age, for a while.
+        let shown_from = now - ELSEWHERE_SHOWN_FOR;
+        self.elsewhere.retain(|_, s| s.started_at >= shown_from);
+        let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
+        shown.sort_by(|x, y| x.target.cmp(&y.target));
+        self.elsewhere_shown = Arc::new(shown);
         let probes = round
             .iter()
             .map(|(sample, baseline)| {
@@ -219,7 +243,8 @@ impl Pipeline {
         let now = Utc::now();
         let Some(monitor) = self.monitor.as_mut() else { return };
         let transitions = monitor.tick(now);
-        let snapshot = monitor.publish(now, Some(&self.metrics));
+        let mut snapshot = monitor.publish(now, Some(&self.metrics));
+        snapshot.elsewhere = self.elsewhere_shown.clone();
         if let Ok(mut s) = self.snapshot.write() {
             *s = snapshot;
         }
@@ -273,32 +298,33 @@ impl Pipeline {
     }
 }
 
-/// What the other regions sharing this store saw of each target recently: how many regions
-/// probe it and in how many its latest probe failed. Read from shared storage, never pushed.
-async fn other_regions(
+/// The latest sample of each target in every region but `region`, among those started since
+/// `since`: what other instances sharing this store saw. Read from shared storage, never pushed.
+pub async fn latest_elsewhere(
     store: &dyn Store,
     region: &str,
     since: chrono::DateTime<Utc>,
-) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
+) -> Result<Vec<Sample>, crate::store::StoreError> {
     let q = crate::store::SampleQuery { since: Some(since), ..crate::store::SampleQuery::default() };
-    let samples = match store.samples(&q).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
-            return Default::default();
-        }
-    };
+    let samples = store.samples(&q).await?;
     // Samples come oldest first, so the last one seen per (target, region) is its latest.
-    let mut latest: std::collections::HashMap<(String, String, Option<String>, String), bool> = Default::default();
-    for s in samples.iter().filter(|s| s.target.region != region) {
-        let t = &s.target;
-        latest.insert((t.provider.clone(), t.model.clone(), t.route.clone(), t.region.clone()), s.outcome.is_failure());
+    let mut latest: std::collections::HashMap<Target, Sample> = Default::default();
+    for s in samples.into_iter().filter(|s| s.target.region != region) {
+        latest.insert(s.target.clone(), s);
     }
+    let mut out: Vec<Sample> = latest.into_values().collect();
+    out.sort_by(|a, b| a.target.cmp(&b.target));
+    Ok(out)
+}
+
+/// Per target: how many other regions probe it and in how many its latest probe failed.
+fn other_regions(latest: &[Sample]) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
     let mut out: std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> = Default::default();
-    for ((provider, model, route, _), failed) in latest {
-        let e = out.entry((provider, model, route)).or_default();
+    for s in latest {
+        let t = &s.target;
+        let e = out.entry((t.provider.clone(), t.model.clone(), t.route.clone())).or_default();
         e.regions += 1;
-        e.degraded += u32::from(failed);
+        e.degraded += u32::from(s.outcome.is_failure());
     }
     out
 }

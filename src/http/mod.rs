@@ -2,6 +2,8 @@
 //! page. Handlers only read shared snapshots; nothing here drives probes.
 
 pub mod api;
+pub mod status_page;
+pub mod trend;
 
 use crate::metrics::Metrics;
 use crate::monitor::SharedSnapshot;
@@ -54,6 +56,8 @@ pub struct HttpState {
     pub snapshot: SharedSnapshot,
     /// Bearer token `/v1/*` require, when set.
     pub api_token: Option<SecretString>,
+    /// What `GET /` needs beyond the snapshot (404 when absent).
+    pub status: Option<Arc<status_page::StatusPage>>,
 }
 
 /// The router; tests call it without a socket.
@@ -64,6 +68,7 @@ pub fn router(state: HttpState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
         .merge(v1)
+        .route("/", get(status_page::page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
