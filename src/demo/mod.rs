@@ -96,7 +96,8 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
             price: priced(profiles::find(Wire::Gemini, GEMINI_MODEL, "")),
             ..provider("demo-gemini", ProviderKind::Gemini, url("/v1beta")?)
         },
-        provider("demo-status", ProviderKind::Http, url("/status")?),
+        // A plain-HTTP target has one unnamed model, as config validation gives it.
+        ProviderConfig { models: vec![String::new()], ..provider("demo-status", ProviderKind::Http, url("/status")?) },
     ])
 }
 
