@@ -267,18 +267,17 @@ impl Collector {
         let this = self.this;
         let mut groups: BTreeMap<(String, String), (Vec<String>, Week, Week)> = BTreeMap::new();
         let mut charts: BTreeMap<String, Vec<Series>> = BTreeMap::new();
-        for (t, acc) in self.targets.iter().filter(|(t, _)| in_scope(&t.region)) {
+        for (t, mut acc) in self.targets.into_iter().filter(|(t, _)| in_scope(&t.region)) {
             let g = groups.entry((t.provider.clone(), t.region.clone())).or_default();
             g.0.push(t.id());
             g.1.merge(&acc.this);
             g.2.merge(&acc.last);
             let p50_ms: Vec<Option<f64>> = acc
                 .buckets
-                .iter()
+                .iter_mut()
                 .map(|b| {
-                    let mut b = b.clone();
                     b.sort_by(f64::total_cmp);
-                    nearest_rank(&b, 0.5)
+                    nearest_rank(b, 0.5)
                 })
                 .collect();
             if p50_ms.iter().any(Option::is_some) {
