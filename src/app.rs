@@ -172,6 +172,7 @@ impl App {
         let writer = tokio::spawn(writer.run(store_rx, writer_stop.clone()));
         let side_jobs = tokio::spawn(side_jobs(store.clone(), config.clone(), migrated, shutdown.clone()));
         let balances = tokio::spawn(poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()));
+        let weekly = tokio::spawn(crate::weekly::job::run(store.clone(), config.clone(), shutdown.clone()));
 
         let (tx, rx) = mpsc::channel(16_384);
         let notifiers =
@@ -218,6 +219,7 @@ impl App {
         writer_stop.cancel();
         let _ = side_jobs.await;
         let _ = balances.await;
+        let _ = weekly.await;
         // The last round's notifications were enqueued by the pipeline; what is not delivered
         // now stays in the outbox for the next start.
         outbox_stop.cancel();

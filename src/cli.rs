@@ -75,7 +75,7 @@ pub enum Command {
         #[arg(long)]
         all_regions: bool,
     },
-    /// The provider comparison matrix from stored samples.
+    /// The provider comparison matrix from stored samples, or (`--weekly`) the weekly summary.
     Report {
         /// Config file.
         #[arg(long)]
@@ -87,8 +87,14 @@ pub enum Command {
         #[arg(long)]
         region: Option<String>,
         /// JSON instead of a table.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "weekly")]
         json: bool,
+        /// The weekly summary as HTML with its charts inline: the 7 days ending now against the 7 before.
+        #[arg(long, conflicts_with = "window")]
+        weekly: bool,
+        /// With `--weekly`: write the HTML to this file atomically instead of stdout.
+        #[arg(long, requires = "weekly")]
+        out: Option<PathBuf>,
     },
     /// Send a test notification through each configured channel (or one) and report per channel.
     AlertTest {
@@ -234,6 +240,25 @@ async fn report(c: &Config, window: std::time::Duration, region: &str, json: boo
     Ok(())
 }
 
+async fn weekly_report(c: &Config, region: &str, out: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let store = open_migrated(c).await?;
+    let region = (region != "all").then_some(region);
+    let report = crate::weekly::build(store.as_ref(), region, chrono::Utc::now()).await?;
+    let pictures = crate::weekly::chart::pictures(&report)?;
+    let html = crate::weekly::html::document(&report, &pictures, crate::weekly::html::ImageSource::DataUri);
+    match out {
+        Some(path) => {
+            write_atomically(path, html.as_bytes()).with_context(|| format!("--out {}", path.display()))?;
+            eprintln!("weekly summary of {} written to {}", report.scope(), path.display());
+            Ok(())
+        }
+        None => {
+            print!("{html}");
+            Ok(())
+        }
+    }
+}
+
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     let config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
     for (name, var) in &config.skipped {
@@ -273,10 +298,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let c = load(config.as_ref())?;
             baselines(&c, json, rebuild, all_regions).await
         }
-        Command::Report { config, window, region, json } => {
+        Command::Report { config, window, region, json, weekly, out } => {
             let c = load(config.as_ref())?;
-            let window = crate::config::parse_duration("--window", &window)?;
             let region = region.unwrap_or_else(|| c.region.clone());
+            if weekly {
+                return weekly_report(&c, &region, out.as_deref()).await;
+            }
+            let window = crate::config::parse_duration("--window", &window)?;
             report(&c, window, &region, json).await
         }
         Command::AlertTest { config, channel } => {

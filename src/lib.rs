@@ -8,7 +8,8 @@
 //! Samples go down one channel to the [`pipeline`], the one place the order lives:
 //! metrics, then store (or spool), baselines, breaker and alerts. [`http`] serves `/metrics`,
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
-//! providers on loopback for `--demo` and for tests.
+//! providers on loopback for `--demo` and for tests. [`report`] and [`weekly`] only read the
+//! store: the comparison matrix, and the weekly summary (HTML with PNG charts, emailed on a schedule).
 
 pub mod alert;
 pub mod app;
@@ -30,3 +31,4 @@ pub mod sample;
 pub mod scheduler;
 pub mod store;
 pub mod target;
+pub mod weekly;

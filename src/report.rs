@@ -60,6 +60,14 @@ pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[rank - 1])
 }
 
+/// The TTFT a sample contributes to percentiles: successful probes with a finite value only.
+pub fn ttft_of(s: &Sample) -> Option<f64> {
+    if s.outcome.is_failure() {
+        return None;
+    }
+    s.ttft_ms.filter(|v| v.is_finite())
+}
+
 #[derive(Default)]
 struct Acc {
     samples: u64,
@@ -87,7 +95,7 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
             acc.errors += 1;
             continue;
         }
-        acc.ttft.extend(s.ttft_ms.filter(|v| v.is_finite()));
+        acc.ttft.extend(ttft_of(s));
         acc.tps.extend(s.tokens_per_s.filter(|v| v.is_finite()));
     }
     let mut rows: Vec<MatrixRow> = accs

@@ -1,11 +1,12 @@
 //! Email through a real SMTP server process (Python aiosmtpd) on loopback.
 //! Needs `pip install aiosmtpd`.
 
+#[path = "support/smtp_server.rs"]
+mod smtp_server;
+
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use smtp_server::SmtpServer;
 use std::time::Duration;
 use uuid::Uuid;
 use vigil::alert::email::EmailNotifier;
@@ -13,62 +14,6 @@ use vigil::alert::notifier::{DeliveryError, Notifier};
 use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
 use vigil::config::EmailConfig;
 use vigil::target::Target;
-
-/// A running aiosmtpd process writing what it receives to a temp dir; killed when dropped.
-struct SmtpServer {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl SmtpServer {
-    fn start(auth: Option<(&str, &str)>) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let script = format!("{}/tests/support/alert_smtp_server.py", env!("CARGO_MANIFEST_DIR"));
-        let mut cmd = Command::new("python3");
-        cmd.arg(script).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        if let Some((user, password)) = auth {
-            cmd.env("SMTP_TEST_USER", user).env("SMTP_TEST_PASSWORD", password);
-        }
-        let mut child = cmd.spawn().expect("python3 must be installed to run the SMTP test server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read port");
-        let line = line.trim();
-        if line == "NO_AIOSMTPD" || line.is_empty() {
-            let _ = child.kill();
-            panic!("the SMTP test server needs aiosmtpd: run `pip install aiosmtpd` (got {line:?})");
-        }
-        let port = line.parse().expect("port number from the SMTP server");
-        SmtpServer { child, port, dir }
-    }
-
-    /// Waits (bounded) for the n-th received message and returns its parsed record.
-    async fn message(&self, n: usize) -> serde_json::Value {
-        let path: PathBuf = self.dir.path().join(format!("msg{n}.json"));
-        for _ in 0..200 {
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                return serde_json::from_str(&text).expect("record JSON");
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("SMTP server never received message {n}");
-    }
-
-    fn received(&self) -> usize {
-        std::fs::read_dir(self.dir.path())
-            .expect("dir")
-            .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .count()
-    }
-}
-
-impl Drop for SmtpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn notification() -> Notification {
     let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc);

@@ -40,6 +40,7 @@ contract!(
     balances_read_back_oldest_first,
     a_database_ahead_of_the_binary_is_refused,
     retention_removes_only_samples_older_than_the_cutoff,
+    transitions_and_outbox_items_read_back_by_time_window,
 );
 
 async fn every_sample_field_round_trips(fx: Fixture) {
@@ -205,6 +206,67 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     assert!(
         fx.store.due(Some("us-east-1"), now + Duration::seconds(200), 10).await.expect("other region").is_empty(),
         "an instance never takes another region's items"
+    );
+}
+
+async fn transitions_and_outbox_items_read_back_by_time_window(fx: Fixture) {
+    let t0 = micros(Utc::now()) - Duration::days(3);
+    let eu = target("openai", "gpt-4o-mini", None, "eu-west-1");
+    let us = target("openai", "gpt-4o-mini", None, "us-east-1");
+    let tr = |t: &vigil::target::Target, to: &str, hours| BreakerTransition {
+        target: t.clone(),
+        from_state: "closed".into(),
+        to_state: to.into(),
+        at: t0 + Duration::hours(hours),
+        reason: "3 failed probes in 120s".into(),
+    };
+    // Appended out of time order: the window query must sort by time, not by insertion.
+    for t in [tr(&eu, "open", 30), tr(&eu, "open", 1), tr(&us, "open", 2), tr(&eu, "half_open", 48), tr(&eu, "open", 0)]
+    {
+        fx.store.append_transition(&t).await.expect("append");
+    }
+    let (since, until) = (t0 + Duration::hours(1), t0 + Duration::hours(48));
+    assert_eq!(
+        fx.store.transitions_between(Some("eu-west-1"), since, until).await.expect("eu window"),
+        vec![tr(&eu, "open", 1), tr(&eu, "open", 30)],
+        "since is inclusive, until exclusive, other regions left out"
+    );
+    assert_eq!(
+        fx.store.transitions_between(None, since, until).await.expect("all regions"),
+        vec![tr(&eu, "open", 1), tr(&us, "open", 2), tr(&eu, "open", 30)]
+    );
+
+    let item = |region: &str, hours: i64| OutboxItem {
+        id: uuid::Uuid::new_v4(),
+        region: region.into(),
+        channel: "email".into(),
+        kind: "errors".into(),
+        dedup_key: format!("vigil:{region}:openai::errors"),
+        payload: serde_json::json!({"key": format!("n-{region}-{hours}")}),
+        created_at: t0 + Duration::hours(hours),
+        next_attempt_at: t0 + Duration::hours(hours),
+        attempts: 0,
+        last_error: None,
+    };
+    let (late, early, other, before, at_until) = (
+        item("eu-west-1", 40),
+        item("eu-west-1", 5),
+        item("us-east-1", 6),
+        item("eu-west-1", 0),
+        item("eu-west-1", 48),
+    );
+    fx.store.enqueue(&[late.clone(), early.clone(), other.clone(), before, at_until]).await.expect("enqueue");
+    fx.store.mark_delivered(early.id, t0 + Duration::hours(5)).await.expect("delivered");
+    let mut delivered_early = early.clone();
+    delivered_early.attempts = 1;
+    assert_eq!(
+        fx.store.outbox_between(Some("eu-west-1"), since, until).await.expect("eu outbox"),
+        vec![delivered_early.clone(), late.clone()],
+        "delivered items count too; oldest first"
+    );
+    assert_eq!(
+        fx.store.outbox_between(None, since, until).await.expect("all outbox"),
+        vec![delivered_early, other, late]
     );
 }
 

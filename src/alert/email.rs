@@ -115,9 +115,29 @@ impl EmailNotifier {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(EmailNotifier { name: cfg.name.clone(), from, to, transport: builder.build() })
     }
+
+    /// The configured sender.
+    pub fn from(&self) -> &Mailbox {
+        &self.from
+    }
+
+    /// The configured recipients.
+    pub fn to(&self) -> &[Mailbox] {
+        &self.to
+    }
+
+    /// Sends a ready-made message (the weekly summary) through this channel's server.
+    pub async fn send_message(&self, msg: Message) -> Result<(), DeliveryError> {
+        match self.transport.send(msg).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_permanent() => Err(DeliveryError::permanent(format!("{}: SMTP: {e}", self.name))),
+            Err(e) => Err(DeliveryError::retry(format!("{}: SMTP: {e}", self.name))),
+        }
+    }
 }
 
-fn html_escape(s: &str) -> String {
+/// Escapes text for HTML element content and attribute values.
+pub fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
@@ -187,11 +207,7 @@ impl Notifier for EmailNotifier {
 
     async fn send(&self, n: &Notification, idempotency_key: Uuid) -> Result<(), DeliveryError> {
         let msg = self.message(n, idempotency_key)?;
-        match self.transport.send(msg).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_permanent() => Err(DeliveryError::permanent(format!("{}: SMTP: {e}", self.name))),
-            Err(e) => Err(DeliveryError::retry(format!("{}: SMTP: {e}", self.name))),
-        }
+        self.send_message(msg).await
     }
 }
 

@@ -273,4 +273,20 @@ pub trait Store: Send + Sync {
     async fn insert_balance(&self, reading: &BalanceReading) -> Result<(), StoreError>;
     /// Readings for a provider since a time, oldest first.
     async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError>;
+
+    /// Transitions with `since <= at < until`, oldest first (`region: None` for all regions).
+    async fn transitions_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<BreakerTransition>, StoreError>;
+    /// Outbox items (delivered or not) enqueued with `since <= created_at < until`, oldest first
+    /// (`region: None` for all regions).
+    async fn outbox_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<OutboxItem>, StoreError>;
 }

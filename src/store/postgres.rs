@@ -701,4 +701,54 @@ impl Store for PgStore {
             .collect::<Result<_, sqlx::Error>>()
             .map_err(map_sqlx)
     }
+
+    async fn transitions_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
+             WHERE at >= $1 AND at < $2 AND ($3::text IS NULL OR region = $3) ORDER BY at, id",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(region)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BreakerTransition {
+                    target: target_of(row)?,
+                    from_state: row.try_get("from_state")?,
+                    to_state: row.try_get("to_state")?,
+                    at: row.try_get("at")?,
+                    reason: row.try_get("reason")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn outbox_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, region, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, \
+             attempts, last_error FROM alert_outbox WHERE created_at >= $1 AND created_at < $2 \
+             AND ($3::text IS NULL OR region = $3) ORDER BY created_at, id",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(region)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(map_sqlx)
+    }
 }

@@ -561,4 +561,53 @@ impl Store for SqliteStore {
             })
         })
     }
+
+    async fn transitions_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
+             WHERE at >= ? AND at < ? AND (? IS NULL OR region = ?) ORDER BY at, id",
+        )
+        .bind(ts(since))
+        .bind(ts(until))
+        .bind(region)
+        .bind(region)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(BreakerTransition {
+                target: target_of(row)?,
+                from_state: row.try_get("from_state")?,
+                to_state: row.try_get("to_state")?,
+                at: time_of(row, "at")?,
+                reason: row.try_get("reason")?,
+            })
+        })
+    }
+
+    async fn outbox_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, region, channel, kind, dedup_key, payload, created_at, next_attempt_at, attempts, last_error \
+             FROM alert_outbox WHERE created_at >= ? AND created_at < ? AND (? IS NULL OR region = ?) \
+             ORDER BY created_at, id",
+        )
+        .bind(ts(since))
+        .bind(ts(until))
+        .bind(region)
+        .bind(region)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        collect(&rows, outbox_of)
+    }
 }

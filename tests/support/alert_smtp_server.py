@@ -1,12 +1,14 @@
 """A real SMTP server for the email tests, built on aiosmtpd.
 
-Binds 127.0.0.1 on a free port and prints the port on the first line of stdout. Every message
+Binds 127.0.0.1 on a free port (or the port given after OUTDIR) and prints the port on the first line of stdout. Every message
 it accepts is parsed with Python's email package and written to OUTDIR as msgN.json (envelope,
-headers, and each MIME part's type and text). With SMTP_TEST_USER/SMTP_TEST_PASSWORD set, it
+headers, the multipart containers' types in order, and each part's type, Content-ID, disposition
+and text, or for binary parts its size and base64). With SMTP_TEST_USER/SMTP_TEST_PASSWORD set, it
 requires AUTH (over plain TCP, as a local relay would).
 """
 
 import asyncio
+import base64
 import email
 import email.policy
 import json
@@ -21,6 +23,7 @@ except ImportError:
     sys.exit(3)
 
 OUTDIR = sys.argv[1]
+PORT = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 USER = os.environ.get("SMTP_TEST_USER")
 PASSWORD = os.environ.get("SMTP_TEST_PASSWORD")
 
@@ -33,10 +36,23 @@ class Handler:
         raw = envelope.original_content or envelope.content
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         parts = []
+        multiparts = []
         for part in msg.walk():
             if part.is_multipart():
+                multiparts.append(part.get_content_type())
                 continue
-            parts.append({"content_type": part.get_content_type(), "text": part.get_content()})
+            record = {
+                "content_type": part.get_content_type(),
+                "content_id": part["Content-ID"] and str(part["Content-ID"]),
+                "disposition": part.get_content_disposition(),
+            }
+            content = part.get_content()
+            if isinstance(content, bytes):
+                record["size"] = len(content)
+                record["base64"] = base64.b64encode(content).decode()
+            else:
+                record["text"] = content
+            parts.append(record)
         record = {
             "mail_from": envelope.mail_from,
             "rcpt_tos": envelope.rcpt_tos,
@@ -46,6 +62,7 @@ class Handler:
             "to": str(msg["To"]),
             "message_id": str(msg["Message-ID"]),
             "content_type": msg.get_content_type(),
+            "multiparts": multiparts,
             "parts": parts,
         }
         path = os.path.join(OUTDIR, "msg%d.json" % self.count)
@@ -67,7 +84,7 @@ def authenticator(server, session, envelope, mechanism, auth_data):
 
 async def main():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", PORT))
     sock.listen(16)
     handler = Handler()
     kwargs = {}
