@@ -700,7 +700,8 @@ fn orchestrate() {
     );
     println!("   runq = seconds the prober threads were runnable but waiting for a CPU during the run (schedstat)");
     println!("   lag = started_at − scheduled_at (the daemon's vigil_probe_schedule_lag_seconds), scheduled rows only");
-    let mut rows = vec![timing_run(&server_rt, &client_rt, "floor", 100, Start::AllAtOnce, "1 at a time (×100)".into())];
+    let mut rows =
+        vec![timing_run(&server_rt, &client_rt, "floor", 100, Start::AllAtOnce, "1 at a time (×100)".into())];
     for &n in &sizes {
         rows.push(timing_run(&server_rt, &client_rt, "stream", n, Start::AllAtOnce, format!("{n} all at once")));
         rows.push(timing_run(
