@@ -404,7 +404,7 @@ impl Default for RawStorage {
             retention_days: 30,
             data_dir: "vigil-data".into(),
             spool_max_mb: 256,
-            batch_size: 500,
+            batch_size: 5_000,
             batch_age: "1s".into(),
         }
     }

@@ -41,6 +41,9 @@ contract!(
     a_database_ahead_of_the_binary_is_refused,
     retention_removes_only_samples_older_than_the_cutoff,
     transitions_and_outbox_items_read_back_by_time_window,
+    an_id_repeated_within_one_batch_is_stored_once,
+    a_batch_across_midnight_lands_on_both_days_and_replays_exactly,
+    awkward_text_and_null_heavy_rows_round_trip,
 );
 
 async fn every_sample_field_round_trips(fx: Fixture) {
@@ -337,17 +340,89 @@ async fn retention_removes_only_samples_older_than_the_cutoff(fx: Fixture) {
 
     if fx.kind == Kind::Postgres {
         // Whole day partitions went; the newer ones (and tomorrow's, pre-created) remain.
-        let names = fx
-            .text(
-                "SELECT string_agg(c.relname::text, ',' ORDER BY c.relname) FROM pg_inherits i \
-                 JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'samples'::regclass",
-            )
-            .await
-            .expect("partitions");
+        let names = sample_partitions(&fx).await;
         let day = |d: chrono::DateTime<Utc>| format!("samples_{}", d.format("%Y%m%d"));
         let expected: Vec<String> = [at(2, 0), at(1, 0), at(0, 0), at(-1, 0)].into_iter().map(day).collect();
         assert_eq!(names, expected.join(","));
     }
+}
+
+async fn an_id_repeated_within_one_batch_is_stored_once(fx: Fixture) {
+    let t = target("groq", "llama3-70b", None, "eu");
+    let start = Utc::now() - Duration::minutes(30);
+    let fresh: Vec<_> = (0..50).map(|i| full_sample(t.clone(), start + Duration::milliseconds(i))).collect();
+    let mut batch = fresh.clone();
+    batch.extend_from_slice(&fresh[10..20]);
+    batch.push(fresh[0].clone());
+
+    assert_eq!(fx.store.insert_samples(&batch).await.expect("insert"), 50);
+    let back: Vec<_> = fx.store.samples(&SampleQuery::default()).await.expect("read");
+    assert_eq!(back, fresh, "each id once, every field intact");
+}
+
+async fn a_batch_across_midnight_lands_on_both_days_and_replays_exactly(fx: Fixture) {
+    let midnight = Utc::now().duration_trunc(Duration::days(1)).expect("midnight") - Duration::days(1);
+    let t = target("together", "mixtral-8x22b", Some("Together"), "us");
+    // 40 samples each side of midnight, the last of the old day 1 µs before it.
+    let at = |i: i64| midnight + Duration::microseconds(i * 250_000 - 1);
+    let all: Vec<_> = (-39..=40).map(|i| full_sample(t.clone(), at(i))).collect();
+    let before_midnight = SampleQuery { until: Some(midnight), ..Default::default() };
+    let after_midnight = SampleQuery { since: Some(midnight), ..Default::default() };
+
+    // Every other sample first, then the whole batch again: stored ids on both days, new ones between.
+    let half: Vec<_> = all.iter().step_by(2).cloned().collect();
+    assert_eq!(fx.store.insert_samples(&half).await.expect("first half"), 40);
+    assert_eq!(fx.store.insert_samples(&all).await.expect("replay with the rest"), 40);
+    assert_eq!(fx.store.insert_samples(&all).await.expect("replay of everything"), 0);
+
+    assert_eq!(fx.store.count_samples(&before_midnight).await.expect("old day"), 40);
+    assert_eq!(fx.store.count_samples(&after_midnight).await.expect("new day"), 40);
+    assert_eq!(fx.store.samples(&SampleQuery::default()).await.expect("read"), all);
+    if fx.kind == Kind::Postgres {
+        let day = |d: chrono::DateTime<Utc>| format!("samples_{}", d.format("%Y%m%d"));
+        let names = sample_partitions(&fx).await;
+        for d in [midnight - Duration::days(1), midnight] {
+            assert!(names.contains(&day(d)), "{names} lacks {}", day(d));
+        }
+    }
+}
+
+async fn awkward_text_and_null_heavy_rows_round_trip(fx: Fixture) {
+    let now = Utc::now() - Duration::minutes(5);
+    let odd = target("prov\tider\\x", "model\twith\ttabs", Some("route, \"quoted\" \\N"), "région-ü");
+    let mut texty = full_sample(odd.clone(), now);
+    texty.error = Some("line one\nline two\r\n\ttabbed \\ back\\slash \\N ‘quotes’ 🚀 \u{7f}".into());
+    texty.request_id = Some("\\.".into());
+    texty.outcome = Outcome::ServerError;
+    let mut long = full_sample(odd.clone(), now + Duration::seconds(1));
+    long.error = Some("x".repeat(70_000));
+    let mut empty = full_sample(odd, now + Duration::seconds(2));
+    empty.error = Some(String::new());
+    empty.request_id = Some(String::new());
+    let mut extremes = full_sample(target("p", "m", None, "eu"), now + Duration::seconds(3));
+    extremes.ttfb_ms = Some(f64::MAX);
+    extremes.connect_ms = Some(-0.0);
+    extremes.input_tokens = Some(u32::MAX);
+    extremes.status = Some(u16::MAX);
+    extremes.adherence_ok = Some(false);
+    let nulls: Vec<_> = (4..8)
+        .map(|i| bare_sample(target("status-page", "", None, "eu"), now + Duration::seconds(i), Outcome::Timeout))
+        .collect();
+    let mut batch = vec![texty, long, empty, extremes];
+    batch.extend(nulls);
+
+    assert_eq!(fx.store.insert_samples(&batch).await.expect("insert"), batch.len() as u64);
+    assert_eq!(fx.store.samples(&SampleQuery::default()).await.expect("read"), batch);
+}
+
+/// PostgreSQL's `samples_*` partitions, comma-separated in name order.
+async fn sample_partitions(fx: &Fixture) -> String {
+    fx.text(
+        "SELECT string_agg(c.relname::text, ',' ORDER BY c.relname) FROM pg_inherits i \
+                 JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'samples'::regclass",
+    )
+    .await
+    .expect("partitions")
 }
 
 #[tokio::test]
@@ -362,6 +437,18 @@ async fn sqlite_open_creates_the_file_and_its_directory_in_wal_mode() {
     let mut c = sqlx::SqliteConnection::connect(&url).await.expect("connect");
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut c).await.expect("pragma");
     assert_eq!(mode, "wal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_drops_nul_characters_that_text_cannot_hold() {
+    let fx = Fixture::postgres().await;
+    let mut s = full_sample(target("open\0router", "m", None, "eu"), Utc::now());
+    s.error = Some("before\0after".into());
+    assert_eq!(fx.store.insert_samples(std::slice::from_ref(&s)).await.expect("insert"), 1);
+    let back = fx.store.samples(&SampleQuery::default()).await.expect("read");
+    s.target.provider = "openrouter".into();
+    s.error = Some("beforeafter".into());
+    assert_eq!(back, vec![s]);
 }
 
 #[tokio::test]

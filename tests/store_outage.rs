@@ -213,6 +213,28 @@ async fn sigkill_child_spools_then_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_a_spool_that_partly_committed_stores_each_sample_once() {
+    let fx = Fixture::postgres().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let batch = samples(1_000, "eu");
+    let mut spool = Spool::open(dir.path(), 64 << 20).expect("spool");
+    spool.append(&batch).expect("append");
+    // Writes that timed out after committing: every third spooled sample is stored already.
+    let committed: Vec<Sample> = batch.iter().step_by(3).cloned().collect();
+    assert_eq!(fx.store.insert_samples(&committed).await.expect("pre-insert"), 334);
+
+    // Ten batches of 100, each mixing stored and new ids.
+    let mut writer = Writer::new(fx.store.clone(), spool, 100, Duration::from_secs(1));
+    let health = writer.health();
+    assert_eq!(writer.replay_step().await, 0, "{:?}", health.last_error());
+    assert_eq!(health.written(), 666);
+    let (rows, stored) = ids_in(fx.store.as_ref()).await;
+    assert_eq!(rows, 1_000);
+    assert_eq!(stored, batch.iter().map(|s| s.id).collect::<BTreeSet<_>>());
+    assert!(Spool::open(dir.path(), 64 << 20).expect("reopen").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_spool_line_is_skipped() {
     let fx = Fixture::sqlite().await;
     let dir = tempfile::tempdir().expect("tempdir");

@@ -13,7 +13,9 @@ use std::time::Duration;
 use thiserror::Error;
 use uuid::Uuid;
 
+mod pg_copy;
 pub mod postgres;
+mod rows;
 pub mod spool;
 pub mod sqlite;
 pub mod writer;

@@ -1,10 +1,10 @@
 //! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
 
+use super::rows::{json_of, outbox_of, sample_of, target_of, StoredRow};
 use super::{
     map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
     SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
 };
-use crate::probe::outcome::Outcome;
 use crate::sample::Sample;
 use crate::target::Target;
 use async_trait::async_trait;
@@ -73,64 +73,20 @@ impl SqliteStore {
     }
 }
 
-fn route_of(route: String) -> Option<String> {
-    (!route.is_empty()).then_some(route)
-}
-
-fn target_of(row: &SqliteRow) -> Result<Target, sqlx::Error> {
-    Ok(Target {
-        provider: row.try_get("provider")?,
-        model: row.try_get("model")?,
-        route: route_of(row.try_get("route")?),
-        region: row.try_get("region")?,
-    })
-}
-
 fn time_of(row: &SqliteRow, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
     let text: String = row.try_get(col)?;
     parse_ts(&text)
 }
 
-fn json_of(row: &SqliteRow, col: &str) -> Result<serde_json::Value, sqlx::Error> {
-    let text: String = row.try_get(col)?;
-    serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
-}
+impl StoredRow for SqliteRow {
+    fn uuid(&self, col: &str) -> Result<Uuid, sqlx::Error> {
+        let text: String = self.try_get(col)?;
+        Uuid::parse_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
+    }
 
-fn uuid_of(row: &SqliteRow, col: &str) -> Result<Uuid, sqlx::Error> {
-    let text: String = row.try_get(col)?;
-    Uuid::parse_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
-}
-
-fn sample_of(row: &SqliteRow) -> Result<Sample, sqlx::Error> {
-    let outcome: String = row.try_get("outcome")?;
-    let tokens = |col: &str| -> Result<Option<u32>, sqlx::Error> {
-        let v: Option<i64> = row.try_get(col)?;
-        Ok(v.map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
-    };
-    let status: Option<i64> = row.try_get("status")?;
-    Ok(Sample {
-        id: uuid_of(row, "id")?,
-        target: target_of(row)?,
-        scheduled_at: time_of(row, "scheduled_at")?,
-        started_at: time_of(row, "started_at")?,
-        dns_ms: row.try_get("dns_ms")?,
-        connect_ms: row.try_get("connect_ms")?,
-        tls_ms: row.try_get("tls_ms")?,
-        ttfb_ms: row.try_get("ttfb_ms")?,
-        ttft_ms: row.try_get("ttft_ms")?,
-        ttfr_ms: row.try_get("ttfr_ms")?,
-        total_ms: row.try_get("total_ms")?,
-        input_tokens: tokens("input_tokens")?,
-        output_tokens: tokens("output_tokens")?,
-        tokens_per_s: row.try_get("tokens_per_s")?,
-        status: status.and_then(|s| u16::try_from(s).ok()),
-        outcome: Outcome::from_str(&outcome).map_err(|e| sqlx::Error::Decode(e.into()))?,
-        error: row.try_get("error")?,
-        request_id: row.try_get("request_id")?,
-        adherence_ok: row.try_get("adherence_ok")?,
-        cost_usd: row.try_get("cost_usd")?,
-        retry_after_s: row.try_get("retry_after_s")?,
-    })
+    fn time(&self, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+        time_of(self, col)
+    }
 }
 
 fn push_filters(qb: &mut QueryBuilder<Sqlite>, q: &SampleQuery) {
@@ -149,21 +105,6 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, q: &SampleQuery) {
     if let Some(until) = q.until {
         qb.push(" AND started_at < ").push_bind(ts(until));
     }
-}
-
-fn outbox_of(row: &SqliteRow) -> Result<OutboxItem, sqlx::Error> {
-    Ok(OutboxItem {
-        id: uuid_of(row, "id")?,
-        region: row.try_get("region")?,
-        channel: row.try_get("channel")?,
-        kind: row.try_get("kind")?,
-        dedup_key: row.try_get("dedup_key")?,
-        payload: json_of(row, "payload")?,
-        created_at: time_of(row, "created_at")?,
-        next_attempt_at: time_of(row, "next_attempt_at")?,
-        attempts: row.try_get("attempts")?,
-        last_error: row.try_get("last_error")?,
-    })
 }
 
 fn collect<T>(rows: &[SqliteRow], f: impl Fn(&SqliteRow) -> Result<T, sqlx::Error>) -> Result<Vec<T>, StoreError> {
