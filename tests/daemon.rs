@@ -1,9 +1,11 @@
 //! The daemon and the binary end to end: `vigil run` against stand-in providers on loopback,
 //! `/metrics` checked by promtool, and the CLI's output and exit codes.
 
+#[path = "support/promtool.rs"]
+mod promtool;
+
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use vigil::app::{App, AppOptions};
@@ -111,21 +113,7 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     assert!(text.contains(r#"outcome="server_error",provider="broken""#), "{text}");
     assert!(text.contains(r#"le="0.05""#) && text.contains(r#"le="30""#), "buckets resolve 50 ms to 30 s");
 
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool must be installed (Debian package `prometheus`; scripts/test.sh installs it)");
-    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
-    let out = promtool.wait_with_output().expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool::check_metrics(&text);
 
     assert_eq!(http.get(format!("{base}/healthz")).send().await.expect("healthz").status(), 200);
     assert_eq!(http.get(format!("{base}/readyz")).send().await.expect("readyz").status(), 200);

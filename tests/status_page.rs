@@ -6,12 +6,15 @@
 //! The rendered DOM is checked, phone and desktop screenshots are saved under
 //! `target/test-artifacts/`, and the same instance's `/metrics` goes through `promtool`.
 
+#[path = "support/promtool.rs"]
+mod promtool;
+
 mod store_support;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use hdrhistogram::serialization::{Serializer, V2Serializer};
 use hdrhistogram::Histogram;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -355,21 +358,7 @@ async fn status_page_of_a_live_demo_renders_in_chromium_and_its_metrics_pass_pro
     let metrics = http.get(daemon.url("/metrics")).send().await.expect("metrics").text().await.expect("body");
     assert!(metrics.contains(&format!("vigil_probes_total{{model=\"{}\"", here[0].model)), "{metrics}");
     assert!(metrics.contains("vigil_baseline_seconds{metric=\"ttft\""), "seeded baselines are exported: {metrics}");
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool must be installed (Debian package `prometheus`; scripts/test.sh installs it)");
-    promtool.stdin.take().expect("stdin").write_all(metrics.as_bytes()).expect("write");
-    let out = promtool.wait_with_output().expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool::check_metrics(&metrics);
 
     // `/` needs no token even where `/v1` requires one; both instances stop cleanly.
     let v1 = http.get(daemon.url("/v1/targets")).send().await.expect("v1");

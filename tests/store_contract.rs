@@ -7,29 +7,7 @@ use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
 use vigil::probe::outcome::Outcome;
 use vigil::store::{BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, StoreError};
 
-/// Runs each named contract test on both backends: `sqlite::<name>` and `postgres::<name>`.
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+store_support::on_both_stores!(
     every_sample_field_round_trips,
     replaying_a_batch_never_duplicates,
     one_regions_queries_never_see_another_region,

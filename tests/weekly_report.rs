@@ -342,28 +342,7 @@ async fn the_summary_matches_a_computation_over_the_same_samples(fx: Fixture) {
     assert!(!eu_html.contains(US), "another region's rows and alerts stay out");
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(the_summary_matches_a_computation_over_the_same_samples);
+store_support::on_both_stores!(the_summary_matches_a_computation_over_the_same_samples);
 
 fn config(fx: &Fixture, smtp_url: Option<&str>, extra: &str) -> Config {
     let mut text = format!("region = \"{EU}\"\n[storage]\nurl = \"{}\"\n{extra}\n", fx.url);

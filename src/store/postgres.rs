@@ -1,7 +1,7 @@
 //! PostgreSQL store: day-partitioned `samples`, batch inserts through binary `COPY`, shared by every region.
 
 use super::pg_copy;
-use super::rows::{json_of, outbox_of, sample_of, target_of, StoredRow};
+use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
     map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
     SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
@@ -570,18 +570,7 @@ impl Store for PgStore {
         }
         qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
         let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
-        rows.iter()
-            .map(|row| {
-                Ok(BreakerTransition {
-                    target: target_of(row)?,
-                    from_state: row.try_get("from_state")?,
-                    to_state: row.try_get("to_state")?,
-                    at: row.try_get("at")?,
-                    reason: row.try_get("reason")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(map_sqlx)
     }
 
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
@@ -739,18 +728,7 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|row| {
-                Ok(BreakerTransition {
-                    target: target_of(row)?,
-                    from_state: row.try_get("from_state")?,
-                    to_state: row.try_get("to_state")?,
-                    at: row.try_get("at")?,
-                    reason: row.try_get("reason")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(map_sqlx)
     }
 
     async fn outbox_between(

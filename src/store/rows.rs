@@ -1,7 +1,7 @@
 //! Row decoding shared by both backends. Column names and meanings are the same everywhere; a
 //! backend only says how it reads the two column kinds it stores differently (ids, times).
 
-use super::OutboxItem;
+use super::{BreakerTransition, OutboxItem};
 use crate::probe::outcome::Outcome;
 use crate::sample::Sample;
 use crate::target::Target;
@@ -110,5 +110,21 @@ where
         next_attempt_at: row.time("next_attempt_at")?,
         attempts: row.try_get("attempts")?,
         last_error: row.try_get("last_error")?,
+    })
+}
+
+/// One `breaker_transitions` row.
+pub(crate) fn transition_of<R>(row: &R) -> Result<BreakerTransition, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(BreakerTransition {
+        target: target_of(row)?,
+        from_state: row.try_get("from_state")?,
+        to_state: row.try_get("to_state")?,
+        at: row.time("at")?,
+        reason: row.try_get("reason")?,
     })
 }

@@ -1,6 +1,6 @@
 //! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
 
-use super::rows::{json_of, outbox_of, sample_of, target_of, StoredRow};
+use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
     map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
     SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
@@ -357,15 +357,7 @@ impl Store for SqliteStore {
         }
         qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
         let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
-        collect(&rows, |row| {
-            Ok(BreakerTransition {
-                target: target_of(row)?,
-                from_state: row.try_get("from_state")?,
-                to_state: row.try_get("to_state")?,
-                at: time_of(row, "at")?,
-                reason: row.try_get("reason")?,
-            })
-        })
+        collect(&rows, transition_of)
     }
 
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
@@ -520,15 +512,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_sqlx)?;
-        collect(&rows, |row| {
-            Ok(BreakerTransition {
-                target: target_of(row)?,
-                from_state: row.try_get("from_state")?,
-                to_state: row.try_get("to_state")?,
-                at: time_of(row, "at")?,
-                reason: row.try_get("reason")?,
-            })
-        })
+        collect(&rows, transition_of)
     }
 
     async fn outbox_between(

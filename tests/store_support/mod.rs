@@ -13,6 +13,31 @@ use vigil::sample::Sample;
 use vigil::store::{self, Store};
 use vigil::target::Target;
 
+/// Runs each named `async fn(Fixture)` on both backends, as `sqlite::<name>` and `postgres::<name>`.
+#[allow(unused_macros)]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_stores;
+
 /// Server URL the tests create their throw-away databases on.
 pub fn server_url() -> String {
     std::env::var("VIGIL_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
