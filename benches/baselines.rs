@@ -13,8 +13,7 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::{Connection, Executor, PgConnection, Row};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 use vigil::baseline::{Baselines, Metric, ERRORS, HIGHEST, LOWEST, PROBES, SIGFIG};
 use vigil::config::BaselineConfig;
@@ -22,35 +21,10 @@ use vigil::sample::Sample;
 use vigil::store::Rollup;
 use vigil::target::Target;
 
-/// Counts live heap bytes, the peak since the last reset, and allocations.
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use counting_alloc::{Counting, ALLOCS, LIVE, PEAK};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -89,8 +63,7 @@ struct Cost {
 
 fn measure<T>(f: impl FnOnce() -> T) -> (T, Cost) {
     let rss0 = rss_bytes();
-    let live0 = LIVE.load(Ordering::Relaxed);
-    PEAK.store(live0, Ordering::Relaxed);
+    let live0 = counting_alloc::reset_peak();
     let allocs0 = ALLOCS.load(Ordering::Relaxed);
     let cpu0 = cpu_seconds();
     let start = Instant::now();

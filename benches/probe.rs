@@ -20,6 +20,12 @@ use vigil::probe::{Planned, Prober};
 use vigil::sample::Sample;
 use vigil::scheduler::Scheduler;
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+#[global_allocator]
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
+
 const FIXTURE: &str = "openai-chat-stream.sse";
 const BLACKBOX: &str = "prometheus-blackbox-exporter";
 /// Thread name of the prober's runtime, so its CPU can be told apart from the in-process server's.
@@ -296,6 +302,7 @@ fn probe_child(args: &[String]) {
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let (mut ok, mut total) = (0usize, 0usize);
+    counting_alloc::reset_peak();
     let started = Instant::now();
     for _ in 0..rounds {
         let samples = rt.block_on(sched.run_round(None));
@@ -305,7 +312,12 @@ fn probe_child(args: &[String]) {
             ok += usize::from(s.outcome == Outcome::Ok);
         }
     }
-    println!("DONE {ok} {total} {:.3} {:.2}", started.elapsed().as_secs_f64(), status_mb("self", "VmHWM:"));
+    let heap_peak = counting_alloc::PEAK.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+    println!(
+        "DONE {ok} {total} {:.3} {:.2} {heap_peak:.2}",
+        started.elapsed().as_secs_f64(),
+        status_mb("self", "VmHWM:")
+    );
     let _ = std::io::stdout().flush();
     while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {}
 }
@@ -530,6 +542,8 @@ struct ChildRun {
     wall: f64,
     idle_rss: f64,
     peak_rss: f64,
+    /// Peak live heap of the prober (vigil only: counted by the bench's allocator).
+    peak_heap: Option<f64>,
 }
 
 fn vigil_child_run(kind: &str, n: usize, rounds: usize, base: &str) -> ChildRun {
@@ -543,7 +557,15 @@ fn vigil_child_run(kind: &str, n: usize, rounds: usize, base: &str) -> ChildRun 
     let cpu = proc_cpu(pid) - cpu0;
     let f: Vec<&str> = done.split_whitespace().collect();
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
-    let run = ChildRun { ok: num(1) as usize, total: num(2) as usize, cpu, wall: num(3), idle_rss, peak_rss: num(4) };
+    let run = ChildRun {
+        ok: num(1) as usize,
+        total: num(2) as usize,
+        cpu,
+        wall: num(3),
+        idle_rss,
+        peak_rss: num(4),
+        peak_heap: Some(num(5)),
+    };
     c.finish();
     run
 }
@@ -627,7 +649,7 @@ fn blackbox_run(
     let peak_rss = status_mb(&pid.to_string(), "VmHWM:");
     let _ = child.kill();
     let _ = child.wait();
-    Some(ChildRun { ok, total, cpu, wall, idle_rss, peak_rss })
+    Some(ChildRun { ok, total, cpu, wall, idle_rss, peak_rss, peak_heap: None })
 }
 
 fn per_k(r: &ChildRun) -> f64 {
@@ -640,14 +662,14 @@ fn per_k(r: &ChildRun) -> f64 {
 
 fn print_child_header() {
     println!(
-        "{:<10} {:>7} {:>7} {:>13} {:>8} {:>8} {:>15} {:>10} {:>10}",
-        "prober", "targets", "rounds", "ok/probes", "wall", "CPU-s", "CPU-s/1000", "idle RSS", "peak RSS"
+        "{:<10} {:>7} {:>7} {:>13} {:>8} {:>8} {:>15} {:>10} {:>10} {:>10}",
+        "prober", "targets", "rounds", "ok/probes", "wall", "CPU-s", "CPU-s/1000", "idle RSS", "peak RSS", "peak heap"
     );
 }
 
 fn print_child(who: &str, n: usize, rounds: usize, r: &ChildRun) {
     println!(
-        "{:<10} {:>7} {:>7} {:>13} {:>7.2}s {:>8.2} {:>15.3} {:>7.1}MB {:>7.1}MB",
+        "{:<10} {:>7} {:>7} {:>13} {:>7.2}s {:>8.2} {:>15.3} {:>7.1}MB {:>7.1}MB {:>10}",
         who,
         n,
         rounds,
@@ -656,7 +678,8 @@ fn print_child(who: &str, n: usize, rounds: usize, r: &ChildRun) {
         r.cpu,
         per_k(r),
         r.idle_rss,
-        r.peak_rss
+        r.peak_rss,
+        r.peak_heap.map_or_else(|| "-".to_string(), |h| format!("{h:.1}MB"))
     );
 }
 
