@@ -62,6 +62,22 @@ cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 2>&1 | tee "$
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) n += $i } END { print n + 0 }' "$out")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
 rm -f "$out"
+
+# The stream parsers are fuzzed for a bounded time on every run (seeded from the fixtures);
+# VIGIL_FUZZ_SECONDS=0 skips it.
+fuzz_secs="${VIGIL_FUZZ_SECONDS:-30}"
+if [ "$fuzz_secs" -gt 0 ]; then
+  log "fuzzing the stream parsers for ${fuzz_secs}s"
+  if ./scripts/fuzz.sh "$fuzz_secs" >"${TMPDIR:-/tmp}/vigil-fuzz.log" 2>&1; then
+    passed=$((passed + 1))
+    tail -n 1 "${TMPDIR:-/tmp}/vigil-fuzz.log"
+  else
+    failed=$((failed + 1))
+    status=1
+    tail -n 40 "${TMPDIR:-/tmp}/vigil-fuzz.log"
+  fi
+fi
+
 echo
 echo "vigil: ${passed:-0} passed, ${failed:-0} failed"
 exit "$status"
