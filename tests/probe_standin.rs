@@ -186,6 +186,56 @@ async fn every_split_point_of_a_stream_gives_the_same_result() {
 }
 
 #[tokio::test]
+async fn http_chunks_that_cut_through_events_give_the_same_result() {
+    let body = fixture("openai-chat-stream.sse");
+    let reference =
+        probe(&provider("openai", ProviderKind::Openai, &serve(Script::sse(&body, Duration::ZERO)).await.base_url()))
+            .await;
+    assert_eq!(reference.outcome, Outcome::Ok, "{:?}", reference.error);
+    let expected = (reference.output_tokens, reference.request_id.clone());
+    for n in [1, 2, 5, 17, 100, 333, 1000] {
+        let script = Script::sse(&body, Duration::ZERO).split_across(n);
+        assert!(script.chunks.iter().any(|c| !c.bytes.ends_with(b"\n\n")), "chunks of {n} cut through events");
+        let server = serve(script).await;
+        let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+        assert_eq!(s.outcome, Outcome::Ok, "chunks of {n}: {:?}", s.error);
+        assert_eq!((s.output_tokens, s.request_id.clone()), expected, "chunks of {n}");
+    }
+}
+
+#[tokio::test]
+async fn close_delimited_and_content_length_streams_are_timed_per_read() {
+    let body = fixture("openai-chat-stream-usage.sse");
+    let streamed = Script::sse(&body, Duration::from_millis(30)).with_chunked(false);
+    let sized = streamed.clone().with_header("Content-Length", body.len().to_string());
+    for (what, script) in [("close-delimited", streamed), ("content-length", sized)] {
+        let server = serve(script).await;
+        let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+        assert_eq!(s.outcome, Outcome::Ok, "{what}: {:?}", s.error);
+        let r = only_request(&server);
+        assert_close("ttft", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[1]));
+        let last = *r.chunk_written_at.last().expect("chunks");
+        assert_close("total", s.total_ms, ms_between(r.received_at, last));
+    }
+}
+
+#[tokio::test]
+async fn large_response_heads_are_read_and_oversized_ones_refused() {
+    let body = fixture("openai-chat-stream.sse");
+    let large = Script::sse(&body, Duration::ZERO).with_header("Set-Cookie", "c".repeat(16 * 1024));
+    let server = serve(large).await;
+    let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+    assert_eq!(s.outcome, Outcome::Ok, "a 16 KB head is fine: {:?}", s.error);
+
+    let oversized = Script::sse(&body, Duration::ZERO).with_header("Set-Cookie", "c".repeat(128 * 1024));
+    let server = serve(oversized).await;
+    let s = probe(&provider("openai", ProviderKind::Openai, &server.base_url())).await;
+    assert_eq!(s.outcome, Outcome::StreamError, "{:?}", s.error);
+    assert!(s.error.as_deref().is_some_and(|e| e.contains("head larger than")), "{:?}", s.error);
+    assert_eq!(s.status, None, "no status was accepted");
+}
+
+#[tokio::test]
 async fn error_statuses_map_to_outcome_classes() {
     let cases: Vec<(Script, Outcome)> = vec![
         (

@@ -1,12 +1,14 @@
 //! The timed probe: adapters build requests and read stream events; the driver here owns the
 //! socket, the clocks, the timeouts and the classification.
 //!
-//! Each probe dials a fresh connection ([`timing`]), hands it to hyper's HTTP/1.1 client and
-//! polls the connection in its own task, so the instant a frame is seen is the instant its
-//! bytes were read. A failed probe is returned as a [`Sample`] with its [`Outcome`].
+//! Each probe dials a fresh connection ([`timing`]) and runs one HTTP/1.1 exchange on it in its
+//! own task ([`h1`]), which stamps every socket read: the first response byte and each body
+//! piece carry the instant their bytes were read. A failed probe is returned as a [`Sample`]
+//! with its [`Outcome`].
 
 pub mod anthropic;
 pub mod gemini;
+pub mod h1;
 pub mod http;
 pub mod openai;
 pub mod outcome;
@@ -16,17 +18,13 @@ pub mod timing;
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use crate::sample::Sample;
 use crate::target::Target;
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use h1::{Exchange, H1Error};
 use outcome::{classify_error_text, classify_http_error, Outcome};
 use sse::{SseEvent, SseParser};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use timing::{FirstByte, Phases, TimedIo};
+use timing::Phases;
 use tokio_rustls::TlsConnector;
 use url::Url;
 
@@ -297,33 +295,28 @@ impl Prober {
                 return r.fail(e.outcome, e.message);
             }
         };
-        let first_byte = FirstByte::default();
-        let io = TokioIo::new(TimedIo::new(stream, first_byte.clone()));
-        let (mut sender, conn) = match hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await {
-            Ok(pair) => pair,
-            Err(e) => return r.fail(Outcome::ConnectError, format!("HTTP handshake: {e}")),
-        };
-        let mut conn = std::pin::pin!(conn);
-        let mut conn_done = false;
-
         let request = match build_request(&spec, &host, port) {
-            Ok(req) => req,
+            Ok(bytes) => bytes,
             Err(e) => return r.fail(Outcome::ClientError, e),
         };
+        drop(spec);
+        let mut conn = Exchange::new(stream);
+
         let sent = Instant::now();
         // Until the first token arrives, the tighter first-token limit applies to streams.
         let ttft_deadline = tokio::time::Instant::from_std(sent + self.cfg.ttft_timeout);
-        let head = with_conn(&mut conn, &mut conn_done, async {
-            if adapter.streams() {
-                tokio::time::timeout_at(ttft_deadline, sender.send_request(request)).await.ok()
-            } else {
-                Some(sender.send_request(request).await)
-            }
-        })
-        .await;
-        let response = match head {
+        let exchange = async {
+            conn.send(request).await?;
+            conn.read_head().await
+        };
+        let head = if adapter.streams() {
+            tokio::time::timeout_at(ttft_deadline, exchange).await.ok()
+        } else {
+            Some(exchange.await)
+        };
+        let head = match head {
             None => {
-                r.ttfb = first_byte.get().map(|t| t.duration_since(sent));
+                r.ttfb = conn.first_byte_at().map(|t| t.duration_since(sent));
                 r.total = Some(sent.elapsed());
                 return r.fail(Outcome::Timeout, ttft_message(self.cfg.ttft_timeout));
             }
@@ -331,29 +324,28 @@ impl Prober {
                 r.total = Some(sent.elapsed());
                 return r.fail(io_outcome(&e), format!("no response: {e}"));
             }
-            Some(Ok(resp)) => resp,
+            Some(Ok(head)) => head,
         };
-        r.ttfb = Some(first_byte.get().unwrap_or_else(Instant::now).duration_since(sent));
-        let status = response.status().as_u16();
+        r.ttfb = Some(conn.first_byte_at().unwrap_or_else(Instant::now).duration_since(sent));
+        let status = head.status;
         r.status = Some(status);
-        r.request_id = header_request_id(response.headers());
-        r.retry_after_s = retry_after(response.headers());
-        let mut body = response.into_body();
+        r.request_id = header_request_id(&head.headers);
+        r.retry_after_s = retry_after(&head.headers);
+        drop(head);
 
         if !(200..300).contains(&status) {
             let mut buf = Vec::new();
-            let read = with_conn(&mut conn, &mut conn_done, async {
+            let read = async {
                 while buf.len() < ERROR_BODY_LIMIT {
-                    match body.frame().await {
-                        Some(Ok(frame)) => {
-                            if let Some(d) = frame.data_ref() {
-                                buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())]);
-                            }
+                    match conn.frame().await {
+                        Ok(Some(frame)) => {
+                            let d = frame.data;
+                            buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())]);
                         }
                         _ => break,
                     }
                 }
-            });
+            };
             // The class is already known from the status; a slow error body must not stall the probe.
             let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
             r.total = Some(sent.elapsed());
@@ -368,28 +360,24 @@ impl Prober {
         r.streamed = adapter.streams();
         loop {
             let waiting_first = r.streamed && r.ttft.is_none();
-            let frame = if waiting_first {
-                match tokio::time::timeout_at(ttft_deadline, with_conn(&mut conn, &mut conn_done, body.frame())).await {
-                    Ok(f) => f,
+            let next = if waiting_first {
+                match tokio::time::timeout_at(ttft_deadline, conn.frame()).await {
+                    Ok(next) => next,
                     Err(_) => {
                         r.total = Some(sent.elapsed());
                         return r.fail(Outcome::Timeout, ttft_message(self.cfg.ttft_timeout));
                     }
                 }
             } else {
-                with_conn(&mut conn, &mut conn_done, body.frame()).await
+                conn.frame().await
             };
-            let at = Instant::now();
-            let data = match frame {
-                None => break,
-                Some(Err(e)) => {
-                    r.total = Some(at.duration_since(sent));
+            let (data, at) = match next {
+                Ok(None) => break,
+                Err(e) => {
+                    r.total = Some(sent.elapsed());
                     return r.fail(Outcome::StreamError, format!("stream interrupted: {e}"));
                 }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(d) => d,
-                    Err(_) => continue, // trailers carry nothing the probe needs
-                },
+                Ok(Some(frame)) => (frame.data, frame.at),
             };
             received += data.len();
             if received > limit {
@@ -402,7 +390,7 @@ impl Prober {
             let mut events = Vec::new();
             // Events completed before a framing error still count, so the verdict does not
             // depend on how the network happened to split the bytes.
-            let framing = parser.feed(&data, |ev| events.push(ev));
+            let framing = parser.feed(data, |ev| events.push(ev));
             for ev in events {
                 if r.absorb(adapter.interpret(&ev), at, sent) {
                     done = true;
@@ -525,27 +513,10 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
     }
 }
 
-/// Polls the connection alongside `fut` in this task, so frames are seen the moment they are read.
-async fn with_conn<C, F>(conn: &mut Pin<&mut C>, done: &mut bool, fut: F) -> F::Output
-where
-    C: Future,
-    F: Future,
-{
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if *done {
-            return fut.await;
-        }
-        tokio::select! {
-            biased;
-            out = &mut fut => return out,
-            _ = conn.as_mut() => *done = true,
-        }
-    }
-}
-
-fn build_request(spec: &RequestSpec, host: &str, port: u16) -> Result<::http::Request<Full<Bytes>>, String> {
-    let path = match spec.url.query() {
+/// The request as one buffer: Host (with the port unless it is the scheme's default), User-Agent,
+/// Content-Type for a body, then the adapter's headers.
+fn build_request(spec: &RequestSpec, host: &str, port: u16) -> Result<Vec<u8>, String> {
+    let target = match spec.url.query() {
         Some(q) => format!("{}?{q}", spec.url.path()),
         None => spec.url.path().to_string(),
     };
@@ -554,28 +525,19 @@ fn build_request(spec: &RequestSpec, host: &str, port: u16) -> Result<::http::Re
         Some(_) => format!("{host}:{port}"),
         None => host.to_string(),
     };
-    let body = spec.body.clone().unwrap_or_default();
-    let mut b = ::http::Request::builder()
-        .method(spec.method.clone())
-        .uri(path)
-        .header(::http::header::HOST, host_header)
-        .header(::http::header::USER_AGENT, concat!("vigil/", env!("CARGO_PKG_VERSION")));
-    if spec.body.is_some() {
-        b = b.header(::http::header::CONTENT_TYPE, "application/json");
-    }
-    for (k, v) in &spec.headers {
-        b = b.header(k.as_str(), v.as_str());
-    }
-    b.body(Full::new(Bytes::from(body))).map_err(|e| format!("invalid request: {e}"))
+    let fixed = [("User-Agent", concat!("vigil/", env!("CARGO_PKG_VERSION")))];
+    let content_type = spec.body.as_ref().map(|_| ("Content-Type", "application/json"));
+    let headers =
+        fixed.into_iter().chain(content_type).chain(spec.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    h1::encode_request(spec.method.as_str(), &target, &host_header, headers, spec.body.as_deref())
+        .map_err(|e| e.to_string())
 }
 
-fn io_outcome(e: &hyper::Error) -> Outcome {
-    if e.is_timeout() {
-        Outcome::Timeout
-    } else if e.is_parse() || e.is_incomplete_message() {
-        Outcome::StreamError
-    } else {
-        Outcome::ConnectError
+/// A socket failure is a connection problem; anything else means the response was not valid HTTP.
+fn io_outcome(e: &H1Error) -> Outcome {
+    match e {
+        H1Error::Io(_) => Outcome::ConnectError,
+        _ => Outcome::StreamError,
     }
 }
 

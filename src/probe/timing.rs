@@ -1,14 +1,14 @@
-//! A fresh connection opened phase by phase (DNS, TCP, TLS) on a monotonic clock, and an I/O
-//! wrapper that stamps when the first response byte is read off the socket.
+//! A fresh connection opened phase by phase (DNS, TCP, TLS) on a monotonic clock.
 //!
-//! reqwest hides connection phases, so the probe dials itself and hands the stream to hyper.
+//! reqwest hides connection phases, so the probe dials itself and runs its HTTP/1.1 exchange
+//! ([`super::h1`]) on the stream; that layer stamps the response's reads.
 
 use super::outcome::Outcome;
 use rustls::pki_types::ServerName;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -147,70 +147,32 @@ pub async fn dial(
     Ok((Stream::Tls(Box::new(stream)), phases))
 }
 
-/// Shared record of when the first response byte arrived.
-#[derive(Debug, Clone, Default)]
-pub struct FirstByte(Arc<Mutex<Option<Instant>>>);
-
-impl FirstByte {
-    /// When the first byte was read, if it was.
-    pub fn get(&self) -> Option<Instant> {
-        self.0.lock().map(|g| *g).unwrap_or(None)
-    }
-
-    fn stamp(&self) {
-        if let Ok(mut g) = self.0.lock() {
-            if g.is_none() {
-                *g = Some(Instant::now());
-            }
-        }
-    }
-}
-
-/// Wraps the connection so the instant the first response byte is read is recorded at the socket.
-pub struct TimedIo {
-    inner: Stream,
-    first_byte: FirstByte,
-}
-
-impl TimedIo {
-    /// Wraps a dialled stream.
-    pub fn new(inner: Stream, first_byte: FirstByte) -> Self {
-        TimedIo { inner, first_byte }
-    }
-}
-
-impl AsyncRead for TimedIo {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let res = match &mut this.inner {
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        };
-        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.first_byte.stamp();
         }
-        res
     }
 }
 
-impl AsyncWrite for TimedIo {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        match &mut self.inner {
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, data),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
         }
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.inner {
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.inner {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
