@@ -474,6 +474,22 @@ async fn key_document_drains_and_endpoints_list_prices() {
     let response = client.get(format!("{base}/api/v1/key")).send().await.expect("send");
     assert_eq!(response.status(), 401);
 
+    // An ordinary key may not read the account's credits: 403 as OpenRouter answers, which the
+    // balance poller takes as "watch the key's own limit" rather than a failure.
+    let response = client.get(format!("{base}/api/v1/credits")).bearer_auth("sk-test-demo").send().await.expect("send");
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], 403);
+    let poller = vigil::balance::BalanceClient::new(
+        "demo-llama",
+        format!("{base}/api/v1").parse().expect("url"),
+        secrecy::SecretString::from("sk-test-demo"),
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    let check = poller.check().await.expect("a 403 on /credits is not a failed check");
+    assert!(check.remaining().is_some_and(|r| r > 0.0 && r < 25.0), "{check:?}");
+
     // Per-host pricing for the report.
     let doc: Value = client
         .get(format!("{base}/api/v1/models/{}/endpoints", profiles::LLAMA))

@@ -118,6 +118,11 @@ impl DemoState {
             ("POST", ["v1beta", "models", model_method]) => self.gemini(request, model_method),
             ("GET", ["status"]) => self.status(),
             ("GET", ["api", "v1", "key"]) => self.key(request),
+            // The demo key is an ordinary one: like OpenRouter, only management keys read /credits.
+            ("GET", ["api", "v1", "credits"]) => error_json(
+                403,
+                json!({"error": {"code": 403, "message": "Only management keys can perform this operation"}}),
+            ),
             ("GET", ["api", "v1", "models", author, slug, "endpoints"]) => endpoints(&format!("{author}/{slug}")),
             _ => Script::json(404, json!({"error": {"message": "not found", "code": 404}}).to_string().as_bytes()),
         }
