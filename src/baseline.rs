@@ -712,7 +712,8 @@ impl Baselines {
         for metric in Metric::ALL {
             let Some(index) = metric.value(sample).and_then(to_recorded).map(index_for) else { continue };
             let slot = metric.slot();
-            if let Some(h) = series.metrics[slot].held_mut(hour, true) {
+            // Never re-open a folded hour: its stored rollup would be overwritten by the newcomer alone.
+            if let Some(h) = series.metrics[slot].held_mut(hour, create) {
                 h.tally.packed = h.tally.packed.merged(&[(index, 1)], false);
                 h.tally.count += 1;
                 h.version = h.version.wrapping_add(1);
@@ -1157,6 +1158,25 @@ mod tests {
         assert_eq!(b.window_counts(&t), (1, 0));
         b.record(&sample(&t, t0() + Duration::hours(2) + Duration::minutes(59), 200.0, Outcome::Ok));
         assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2, "the previous hour still takes samples");
+    }
+
+    #[test]
+    fn a_folded_histogram_hour_is_never_reopened_by_a_late_sample() {
+        let mut b = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        persist(&mut b, &mut store);
+        // A failed probe of the same hour after the persist: only the counts are dirty again.
+        b.record(&sample(&t, t0() + Duration::minutes(30), 0.0, Outcome::ServerError));
+        b.refresh(t0() + Duration::hours(2));
+        assert!(b.series[&t].metrics[0].held.is_empty(), "the stored histogram hour is folded");
+        assert_eq!(b.series[&t].counts.held.len(), 1, "its unstored counts are still held");
+        b.record(&sample(&t, t0() + Duration::minutes(40), 300.0, Outcome::Ok));
+        let dirty = b.dirty_rollups().expect("serialize");
+        assert!(dirty.iter().all(|r| r.metric == PROBES || r.metric == ERRORS), "{dirty:?}");
+        assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(2)).count, 1);
+        assert_eq!(b.window_counts(&t), (3, 1));
     }
 
     #[test]
