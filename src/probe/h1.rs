@@ -377,6 +377,9 @@ fn framing(head: &Head) -> Result<Body, H1Error> {
 
 /// Parses a chunk-size line (`1a;ext=1\r\n`): bytes used and the size, `None` when incomplete.
 fn chunk_size(bytes: &[u8]) -> Result<Option<(usize, u64)>, H1Error> {
+    // Past MAX_CHUNK_LINE the line is refused as too long: after a large head the buffer can
+    // hold more than that, and whether a line is accepted must not depend on the read sizes.
+    let bytes = &bytes[..bytes.len().min(MAX_CHUNK_LINE)];
     // httparse accepts a line without digits as size 0, which would end the body silently.
     if bytes.first().is_some_and(|b| !b.is_ascii_hexdigit()) {
         return Err(H1Error::BadChunk("invalid chunk size"));
@@ -569,6 +572,27 @@ mod tests {
             "e".repeat(MAX_CHUNK_LINE)
         );
         assert!(matches!(error_of(vec![long_line.into_bytes()]), H1Error::BadChunk(_)));
+    }
+
+    #[test]
+    fn a_chunk_size_line_over_the_cap_is_refused_even_when_one_read_brings_it_whole() {
+        // A large head leaves the buffer larger than MAX_CHUNK_LINE, so a single read can bring
+        // a whole over-long line; byte-sized reads hit the cap first. Both must refuse it.
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nSet-Cookie: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "c".repeat(5 * INITIAL_BUFFER)
+        );
+        // `5;e…e\r\n` is `len` bytes long.
+        let response = |len: usize| format!("{head}5;{}\r\nhello\r\n0\r\n\r\n", "e".repeat(len - 4)).into_bytes();
+        let patterns = |raw: Vec<u8>| [vec![raw.clone()], raw.chunks(100).map(<[u8]>::to_vec).collect()];
+        for reads in patterns(response(MAX_CHUNK_LINE)) {
+            assert_eq!(run(read_all(reads)).expect("a line at the cap is read").body, b"hello");
+        }
+        for reads in patterns(response(MAX_CHUNK_LINE + 1)) {
+            let pieces = reads.len();
+            let e = error_of(reads);
+            assert!(matches!(e, H1Error::BadChunk("chunk-size line too long")), "{pieces} reads: {e:?}");
+        }
     }
 
     #[test]
