@@ -183,20 +183,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
 
     /// Reads the response head, skipping 1xx informational responses.
     pub async fn read_head(&mut self) -> Result<Head, H1Error> {
+        // Bytes of the buffered head already searched for a line end. The head is parsed again
+        // only once a new line has ended, so a head dribbled in tiny reads costs linear time,
+        // not quadratic, and a malformed line is still refused as soon as it ends.
+        let mut scanned = 0;
         loop {
-            if let Some((len, head)) = parse_head(&self.buf[self.start..self.end])? {
-                self.start += len;
-                if (100..200).contains(&head.status) && head.status != 101 {
-                    continue;
+            let pending = &self.buf[self.start..self.end];
+            if pending[scanned.min(pending.len())..].contains(&b'\n') {
+                if let Some((len, head)) = parse_head(pending)? {
+                    self.start += len;
+                    scanned = 0;
+                    if (100..200).contains(&head.status) && head.status != 101 {
+                        continue;
+                    }
+                    self.body = framing(&head)?;
+                    self.shrink();
+                    return Ok(head);
                 }
-                self.body = framing(&head)?;
-                self.shrink();
-                return Ok(head);
             }
-            if self.end - self.start >= MAX_HEAD {
+            scanned = self.end - self.start;
+            if scanned >= MAX_HEAD {
+                // A malformed head is reported as such, whatever its size.
+                parse_head(&self.buf[self.start..self.end])?;
                 return Err(H1Error::HeadTooLarge(MAX_HEAD));
             }
             if !self.fill(MAX_HEAD).await? {
+                parse_head(&self.buf[self.start..self.end])?;
                 return Err(H1Error::ClosedInHead);
             }
         }
