@@ -5,15 +5,19 @@ use crate::config::Config;
 use crate::http::{router, HttpState, ReadyCheck, SchedulerRunning};
 use crate::metrics::Metrics;
 use crate::monitor::{Monitor, SharedSnapshot};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Stages};
 use crate::probe::{Planned, Prober};
 use crate::scheduler::{Scheduler, SchedulerError};
+use crate::store::link::{ContextPlan, Link, CALL_TIMEOUT};
+use crate::store::writer::WRITE_TIMEOUT;
 use crate::store::{self, Spool, Store, StoreError, Writer};
+use crate::watchdog::{first_death, Liveness, Task};
 use chrono::Utc;
 use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -54,7 +58,23 @@ pub enum AppError {
     /// The demo providers could not start.
     #[error("--demo: {0}")]
     Demo(std::io::Error),
+    /// A task of the daemon died while running (the process exits non-zero so it is restarted).
+    #[error("{task} died ({why}); vigil stopped so its service manager restarts it")]
+    TaskDied {
+        /// Which task.
+        task: &'static str,
+        /// Its panic message, or that it returned.
+        why: String,
+    },
 }
+
+/// How long a stop may take in all: probes in flight get [`PROBE_DRAIN`], storing what is left
+/// (or spooling it) the rest. Under systemd's and Kubernetes' grace periods (45 s in deploy/).
+pub const STOP_WITHIN: Duration = Duration::from_secs(10);
+/// How long in-flight probes may finish during a stop before they are cut short.
+pub const PROBE_DRAIN: Duration = Duration::from_secs(6);
+/// What is left of [`STOP_WITHIN`] after the probes.
+const AFTER_DRAIN: Duration = Duration::from_secs(4);
 
 /// Opens the configured store and applies migrations. An unreachable database is tolerated
 /// (returned as `Ok(false)`): the daemon starts, spools, and migrates once it is back.
@@ -146,35 +166,18 @@ impl App {
         self.listener.local_addr().ok()
     }
 
-    /// Runs until `shutdown` fires, then drains in-flight probes and stops.
+    /// Runs until `shutdown` fires, then drains in-flight probes and stops within [`STOP_WITHIN`].
+    /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
+    /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
         let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
         let running = Arc::new(SchedulerRunning::default());
+        let liveness =
+            Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
+        let writer = writer.with_liveness(liveness.clone());
         let health = writer.health();
-        let checks: Vec<Arc<dyn ReadyCheck>> = vec![running.clone(), health.clone()];
-        let snapshot = SharedSnapshot::default();
-        let app = router(HttpState {
-            metrics: metrics.clone(),
-            checks,
-            writer: Some(health.clone()),
-            snapshot: snapshot.clone(),
-            api_token: config.http.api_token.clone(),
-            status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
-        });
-        let server_stop = shutdown.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(async move { server_stop.cancelled().await }).await
-        });
-
-        // The writer stops only after the pipeline has handed over the last drained sample.
-        let writer_stop = CancellationToken::new();
-        let (store_tx, store_rx) = mpsc::channel(16_384);
-        let writer = tokio::spawn(writer.run(store_rx, writer_stop.clone()));
-        let side_jobs = tokio::spawn(side_jobs(store.clone(), config.clone(), migrated, shutdown.clone()));
-        let balances = tokio::spawn(poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()));
-        let weekly = tokio::spawn(crate::weekly::job::run(store.clone(), config.clone(), shutdown.clone()));
-
-        let (tx, rx) = mpsc::channel(16_384);
+        let spool =
+            store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
         let notifiers =
             crate::alert::notifier::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
                 .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
@@ -186,10 +189,14 @@ impl App {
                 ..crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline)
             },
         ));
-        let saved = match store.load_alert_state(&config.region).await {
-            Ok(s) => s,
-            Err(e) => {
+        let saved = match tokio::time::timeout(CALL_TIMEOUT, store.load_alert_state(&config.region)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "alert state not loaded; starting fresh");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?CALL_TIMEOUT, "alert state not loaded in time; starting fresh");
                 None
             }
         };
@@ -199,41 +206,132 @@ impl App {
         );
         let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
             .with_credit(&config.providers);
-        let pipeline = Pipeline::new(metrics.clone(), Some(store_tx))
-            .with_monitor(monitor, store.clone(), snapshot, loaded)
-            .with_alerts(alerting);
-        let pipeline = tokio::spawn(pipeline.run(rx));
-        let outbox_stop = CancellationToken::new();
-        let delivery = {
-            let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
-            tokio::spawn(async move { outbox.run(stop).await })
+        let plan = ContextPlan {
+            region: config.region.clone(),
+            every: config.probe.interval,
+            credit_providers: alerting.credit_providers(),
         };
-        let counting = tokio::spawn(count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone()));
+        let (link, link_handle) = Link::new(store.clone(), spool, Some(plan));
+        let link_health = link.health();
+        let checks: Vec<Arc<dyn ReadyCheck>> =
+            vec![running.clone(), liveness.clone(), health.clone(), link_health.clone()];
+        let snapshot = SharedSnapshot::default();
+        let app = router(HttpState {
+            metrics: metrics.clone(),
+            checks,
+            writer: Some(health.clone()),
+            link: Some(link_health),
+            snapshot: snapshot.clone(),
+            api_token: config.http.api_token.clone(),
+            status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
+        });
+        let server_stop = shutdown.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(async move { server_stop.cancelled().await }).await
+        });
+
+        // The writer and the link stop only after the pipeline has handed over its last sample
+        // and record (they end when their channels close).
+        let writer_stop = CancellationToken::new();
+        let link_stop = CancellationToken::new();
+        let outbox_stop = CancellationToken::new();
+        let (store_tx, store_rx) = mpsc::channel(16_384);
+        let (tx, rx) = mpsc::channel(16_384);
+        let pipeline = Pipeline::new(Stages {
+            metrics: metrics.clone(),
+            writer: store_tx,
+            monitor,
+            loaded,
+            link: link_handle,
+            snapshot,
+            liveness,
+            alerts: alerting,
+        });
+        let mut tasks = vec![
+            Task::spawn("pipeline", pipeline.run(rx)),
+            Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
+            Task::spawn("storage link", link.run(link_stop.clone())),
+            Task::spawn("upkeep", side_jobs(store.clone(), config.clone(), migrated, shutdown.clone())),
+            Task::spawn_optional(
+                "credit poller",
+                poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
+            ),
+            Task::spawn_optional(
+                "weekly summary",
+                crate::weekly::job::run(store.clone(), config.clone(), shutdown.clone()),
+            ),
+            {
+                let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
+                Task::spawn("alert delivery", async move { outbox.run(stop).await })
+            },
+            Task::spawn("alert counters", count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone())),
+        ];
+        // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
+        let abort = scheduler.abort_token();
+        let drain_timer = {
+            let (shutdown, abort) = (shutdown.clone(), abort.clone());
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(PROBE_DRAIN).await;
+                abort.cancel();
+            })
+        };
         tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
         running.0.store(true, Ordering::Release);
-        let result = scheduler.run(tx, shutdown.clone()).await;
+        let (result, died) = tokio::select! {
+            r = scheduler.run(tx, shutdown.clone()) => (r, None),
+            d = first_death(&mut tasks, &shutdown) => (Ok(()), Some(d)),
+        };
         running.0.store(false, Ordering::Release);
-        let _ = pipeline.await;
+        if let Some(d) = &died {
+            tracing::error!(task = d.task, why = %d.why, "a task of the daemon died; stopping so the service manager restarts vigil");
+            shutdown.cancel();
+            abort.cancel();
+        }
         shutdown.cancel();
-        let _ = writer.await;
+        let deadline = tokio::time::Instant::now() + AFTER_DRAIN;
+        // Order matters: the pipeline's end closes the writer's and the link's channels.
+        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "weekly summary"] {
+            finish(&mut tasks, name, deadline).await;
+        }
         writer_stop.cancel();
-        let _ = side_jobs.await;
-        let _ = balances.await;
-        let _ = weekly.await;
-        // The last round's notifications were enqueued by the pipeline; what is not delivered
-        // now stays in the outbox for the next start.
+        link_stop.cancel();
+        // The last round's notifications are in the outbox (or the record spool); what is not
+        // delivered now is delivered after the next start.
         outbox_stop.cancel();
-        let _ = delivery.await;
-        let _ = counting.await;
+        finish(&mut tasks, "alert delivery", deadline).await;
+        finish(&mut tasks, "alert counters", deadline).await;
+        drain_timer.abort();
         tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(AppError::Serve(e)),
-            Err(e) => return Err(AppError::Serve(std::io::Error::other(e))),
+        match tokio::time::timeout_at(deadline, server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => return Err(AppError::Serve(e)),
+            Ok(Err(e)) => return Err(AppError::Serve(std::io::Error::other(e))),
+            Err(_) => tracing::warn!("http server still closing connections at the stop bound; left behind"),
+        }
+        if let Some(d) = died {
+            return Err(AppError::TaskDied { task: d.task, why: d.why });
         }
         result?;
         tracing::info!("stopped cleanly");
         Ok(())
+    }
+}
+
+/// Waits for the named task until `deadline`, then leaves it behind (aborted) and says so.
+async fn finish(tasks: &mut Vec<Task>, name: &'static str, deadline: tokio::time::Instant) {
+    let Some(i) = tasks.iter().position(|t| t.name == name) else { return };
+    let mut task = tasks.swap_remove(i);
+    match tokio::time::timeout_at(deadline, &mut task.handle).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.is_panic() => {
+            tracing::error!(task = name, why = %crate::watchdog::panic_message(e.into_panic()), "task panicked while stopping")
+        }
+        Ok(Err(e)) => tracing::error!(task = name, error = %e, "task failed while stopping"),
+        Err(_) => {
+            task.handle.abort();
+            tracing::warn!(task = name, "task still busy at the stop bound; abandoned");
+        }
     }
 }
 

@@ -923,12 +923,24 @@ impl Baselines {
         let mut report = LoadReport::default();
         for hour in self.oldest(now)..=hour_of(now) {
             let rollups = store.rollups_between(region, hour_start(hour), Some(hour_start(hour + 1))).await?;
-            let part = self.load(&rollups, now);
+            let part = self.load_hour(&rollups, now);
             report.loaded += part.loaded;
             report.skipped.extend(part.skipped);
-            self.fold(now);
         }
         Ok(report)
+    }
+
+    /// The hours a start loads: `[first hour of the window, end of the current hour)`.
+    pub fn window_hours(&self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        (hour_start(self.oldest(now)), hour_start(hour_of(now) + 1))
+    }
+
+    /// Loads one hour of stored rollups (of [`window_hours`](Self::window_hours), oldest first)
+    /// and folds what left the held hours, so a load read an hour at a time stays small.
+    pub fn load_hour(&mut self, rollups: &[Rollup], now: DateTime<Utc>) -> LoadReport {
+        let report = self.load(rollups, now);
+        self.fold(now);
+        report
     }
 
     /// Forgets everything and rebuilds from raw samples (`vigil baselines --rebuild`); every hour

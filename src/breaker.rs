@@ -124,6 +124,16 @@ impl BreakerSettings {
     }
 }
 
+/// Longest `Retry-After` grace the breaker honours: a provider (or anything in between) may
+/// advertise any number, and one absurd header must neither overflow time arithmetic nor hold a
+/// breaker closed for years.
+pub const MAX_RETRY_AFTER_S: f64 = 3600.0;
+
+/// `at + d`, saturating at the latest representable time instead of panicking on overflow.
+fn later(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    at.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// What the breaker needs of a sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
@@ -299,7 +309,8 @@ impl Breaker {
             // One grace period per episode: later 429s neither extend nor renew it, or a limiter that
             // always says "retry in 5 min" to a probe every minute could never open the breaker.
             if let (None, Some(wait)) = (until, advertised) {
-                self.detail.rate_limited_until = Some(probe.at + Duration::milliseconds((wait * 1000.0) as i64));
+                let grace = Duration::milliseconds((wait.min(MAX_RETRY_AFTER_S) * 1000.0) as i64);
+                self.detail.rate_limited_until = Some(later(probe.at, grace));
                 return Verdict::Excused;
             }
             return if waiting { Verdict::Excused } else { Verdict::Failed };
@@ -384,7 +395,7 @@ impl Breaker {
 
     fn trip(&mut self, now: DateTime<Utc>, reason: String, probes: Vec<Probe>) -> Transition {
         let t = self.enter(State::Open, now, reason, probes);
-        self.detail.next_half_open = Some(now + self.settings.open_for);
+        self.detail.next_half_open = Some(later(now, self.settings.open_for));
         t
     }
 
@@ -599,6 +610,31 @@ mod tests {
         assert_eq!(b.observe(limited(360, Some(30.0)), None, t(360)), None);
         let tr = b.observe(limited(420, Some(30.0)), None, t(420)).expect("third counted 429 opens it");
         assert_eq!(tr.reason, "3 failed probes within 120s: rate_limited, rate_limited, rate_limited");
+    }
+
+    #[test]
+    fn an_absurd_retry_after_is_capped_and_never_overflows() {
+        for wait in [9_999_999_999_999.0, 1e300, f64::MAX, 4e15] {
+            let mut b = Breaker::new(settings(), t(0));
+            let limited = |at: i64| Probe { retry_after_s: Some(wait), ..fail(at, Outcome::RateLimited) };
+            assert_eq!(b.observe(limited(0), None, t(0)), None, "{wait}: the first 429 is excused");
+            // The grace ends after MAX_RETRY_AFTER_S, not in a million years: 429s then count.
+            let after = MAX_RETRY_AFTER_S as i64;
+            b.observe(limited(after), None, t(after));
+            b.observe(limited(after + 30), None, t(after + 30));
+            assert!(b.observe(limited(after + 60), None, t(after + 60)).is_some(), "{wait}: opens after the cap");
+        }
+    }
+
+    #[test]
+    fn an_open_time_beyond_the_calendar_saturates_instead_of_panicking() {
+        let s = BreakerSettings { open_for: Duration::MAX, ..settings() };
+        let mut b = Breaker::new(s, t(0));
+        for at in [0, 30] {
+            b.observe(fail(at, Outcome::ServerError), None, t(at));
+        }
+        assert!(b.observe(fail(60, Outcome::ServerError), None, t(60)).is_some());
+        assert_eq!(b.tick(t(120)), None, "still open: the wait saturated at the end of time");
     }
 
     #[test]

@@ -270,7 +270,7 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { config, demo } => run_daemon(load(config.as_ref())?, demo).await,
+        Command::Run { config, demo } => run_daemon(config, demo).await,
         Command::Probe { config, target, json } => probe_once(load(config.as_ref())?, target, json).await,
         Command::Thresholds { config, format, out } => {
             let c = load(config.as_ref())?;
@@ -353,39 +353,98 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn run_daemon(config: Config, demo: bool) -> anyhow::Result<()> {
-    let app = App::build(config, AppOptions { demo, ..AppOptions::default() }).await?;
-    if let Some(addr) = app.local_addr() {
-        tracing::info!(%addr, "http listening");
-    }
-    let shutdown = CancellationToken::new();
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutdown requested; draining in-flight probes");
-        signal.cancel();
-    });
-    app.run_until_stopped(shutdown).await.context("vigil run")
+/// What ended one run of the daemon.
+enum Stop {
+    /// SIGTERM or Ctrl-C: exit.
+    Exit,
+    /// SIGHUP with a valid config: drain, then run again with it.
+    Reload(Box<Config>),
 }
 
-async fn wait_for_signal() {
+/// Runs the daemon; SIGHUP re-reads `path` and, when the new config is valid, drains and starts
+/// again with it (a bad one is logged and the running daemon carries on). SIGTERM and Ctrl-C
+/// drain and exit; if the drain overruns its bound by far, the process exits non-zero anyway.
+async fn run_daemon(path: Option<PathBuf>, demo: bool) -> anyhow::Result<()> {
+    let mut config = load(path.as_ref())?;
+    loop {
+        let app = App::build(config, AppOptions { demo, ..AppOptions::default() }).await?;
+        if let Some(addr) = app.local_addr() {
+            tracing::info!(%addr, "http listening");
+        }
+        let shutdown = CancellationToken::new();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let watcher = tokio::spawn(watch_signals(path.clone(), shutdown.clone(), stop_tx));
+        app.run_until_stopped(shutdown).await.context("vigil run")?;
+        watcher.abort();
+        match stop_rx.await {
+            Ok(Stop::Reload(next)) => {
+                tracing::info!("configuration reloaded; starting again");
+                config = *next;
+            }
+            Ok(Stop::Exit) | Err(_) => return Ok(()),
+        }
+    }
+}
+
+/// Turns signals into a stop of the running daemon and says which kind.
+async fn watch_signals(path: Option<PathBuf>, shutdown: CancellationToken, stop: tokio::sync::oneshot::Sender<Stop>) {
+    loop {
+        match next_signal().await {
+            Signal::Hangup => match load(path.as_ref()) {
+                Ok(c) => {
+                    tracing::info!("SIGHUP: new configuration is valid; draining to apply it");
+                    let _ = stop.send(Stop::Reload(Box::new(c)));
+                    shutdown.cancel();
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new configuration refused; keeping the running one")
+                }
+            },
+            Signal::Terminate => {
+                tracing::info!("shutdown requested; draining in-flight probes");
+                let _ = stop.send(Stop::Exit);
+                shutdown.cancel();
+                // The drain is bounded by STOP_WITHIN; this is the guard against a bug in it.
+                tokio::time::sleep(crate::app::STOP_WITHIN * 2).await;
+                tracing::error!(bound = ?crate::app::STOP_WITHIN, "stop overran its bound twice over; exiting now");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+enum Signal {
+    Terminate,
+    Hangup,
+}
+
+async fn next_signal() -> Signal {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
     {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let wait = |kind: SignalKind| async move {
+            match signal(kind) {
                 Ok(mut s) => {
                     s.recv().await;
                 }
                 Err(_) => std::future::pending::<()>().await,
             }
         };
-        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        tokio::select! {
+            _ = ctrl_c => Signal::Terminate,
+            _ = wait(SignalKind::terminate()) => Signal::Terminate,
+            _ = wait(SignalKind::hangup()) => Signal::Hangup,
+        }
     }
     #[cfg(not(unix))]
-    ctrl_c.await;
+    {
+        ctrl_c.await;
+        Signal::Terminate
+    }
 }
 
 async fn probe_once(config: Config, target: Option<String>, json: bool) -> anyhow::Result<()> {

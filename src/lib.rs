@@ -31,4 +31,5 @@ pub mod sample;
 pub mod scheduler;
 pub mod store;
 pub mod target;
+pub mod watchdog;
 pub mod weekly;

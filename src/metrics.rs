@@ -41,6 +41,8 @@ pub struct Metrics {
     lag: HistogramVec,
     skipped: IntCounterVec,
     stored: IntGaugeVec,
+    panics: IntCounterVec,
+    records_spooled: IntGaugeVec,
     region: String,
 }
 
@@ -129,6 +131,20 @@ impl Metrics {
                 Opts::new("vigil_samples_stored", "Samples written to storage since start."),
                 &["region"],
             )?,
+            panics: IntCounterVec::new(
+                Opts::new(
+                    "vigil_task_panics_total",
+                    "Panics caught inside a task that kept running (the pipeline judging one sample).",
+                ),
+                &["task", "region"],
+            )?,
+            records_spooled: IntGaugeVec::new(
+                Opts::new(
+                    "vigil_records_spooled",
+                    "Breaker transitions, outbox items and states waiting on disk because storage is unreachable.",
+                ),
+                &["region"],
+            )?,
             region: region.to_string(),
             registry,
         };
@@ -141,6 +157,8 @@ impl Metrics {
         m.spooled.with_label_values(&[region]).set(0);
         m.outbox_depth.with_label_values(&[region]).set(0);
         m.stored.with_label_values(&[region]).set(0);
+        m.records_spooled.with_label_values(&[region]).set(0);
+        m.panics.with_label_values(&["pipeline", region]);
         for c in [
             Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.ttft.clone()),
@@ -160,6 +178,8 @@ impl Metrics {
             Box::new(m.lag.clone()),
             Box::new(m.skipped.clone()),
             Box::new(m.stored.clone()),
+            Box::new(m.panics.clone()),
+            Box::new(m.records_spooled.clone()),
             Box::new(build),
         ] {
             m.registry.register(c)?;
@@ -212,6 +232,16 @@ impl Metrics {
         if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
             self.cost.with_label_values(&l).inc_by(c);
         }
+    }
+
+    /// Counts a panic caught inside `task`, which kept running.
+    pub fn task_panicked(&self, task: &str) {
+        self.panics.with_label_values(&[task, &self.region]).inc();
+    }
+
+    /// Sets how many records wait in the storage link's spool.
+    pub fn set_records_spooled(&self, n: u64) {
+        self.records_spooled.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Makes every target visible at zero before its first probe, so rate() and absent() behave.

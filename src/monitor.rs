@@ -8,7 +8,8 @@ use crate::config::Config;
 use crate::export::{self, ExportParams, TargetStats, Thresholds};
 use crate::metrics::Metrics;
 use crate::sample::Sample;
-use crate::store::{Store, StoreError};
+use crate::store::link::{Query, Record};
+use crate::store::{BreakerRecord, Rollup, Store, StoreError};
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -93,11 +94,31 @@ impl Monitor {
         for skipped in &report.skipped {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
-        for record in store.load_breakers(Some(&self.region)).await? {
+        self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
+        tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
+        Ok(())
+    }
+
+    /// The question that restores this region's stored state through the storage link.
+    pub fn load_query(&self, now: DateTime<Utc>) -> Query {
+        let (from, until) = self.baselines.window_hours(now);
+        Query::Load { region: self.region.clone(), from, until }
+    }
+
+    /// Folds one hour of stored rollups in (an answer to [`Monitor::load_query`]).
+    pub fn restore_hour(&mut self, rollups: &[Rollup], now: DateTime<Utc>) {
+        for skipped in &self.baselines.load_hour(rollups, now).skipped {
+            tracing::warn!(error = %skipped, "unreadable rollup skipped");
+        }
+    }
+
+    /// Restores stored breaker states (the last answer to [`Monitor::load_query`]).
+    pub fn restore_breakers(&mut self, records: &[BreakerRecord], now: DateTime<Utc>) {
+        for record in records {
             if !self.breakers.contains_key(&record.target) {
                 continue; // a target no longer configured
             }
-            match Breaker::from_record(self.settings, &record) {
+            match Breaker::from_record(self.settings, record) {
                 Ok(b) => {
                     self.breakers.insert(record.target.clone(), b);
                 }
@@ -107,8 +128,33 @@ impl Monitor {
             }
         }
         self.baselines.refresh(now);
-        tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
-        Ok(())
+    }
+
+    /// The question for hours that left the baseline window, if any.
+    pub fn expiring_query(&self, now: DateTime<Utc>) -> Option<Query> {
+        self.baselines.expiring(now).map(|(from, until)| Query::Expiring { region: self.region.clone(), from, until })
+    }
+
+    /// Subtracts the stored rollups of hours that left the window (the answer to [`Monitor::expiring_query`]).
+    pub fn expire_with(&mut self, rollups: &[Rollup], until: DateTime<Utc>) {
+        let report = self.baselines.expire(rollups, until);
+        tracing::debug!(rollups = report.loaded, %until, "expired hours left the baseline window");
+    }
+
+    /// Changed rollups and every breaker state, as records for the storage link; the rollups count
+    /// as persisted from here on (the link keeps them until they are stored, or spools them).
+    pub fn take_dirty(&mut self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.breakers.len() + 1);
+        match self.baselines.dirty_rollups() {
+            Ok(rollups) if !rollups.is_empty() => {
+                self.baselines.mark_persisted(&rollups);
+                out.push(Record::Rollups(rollups));
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "rollups not encoded; retried at the next persist"),
+        }
+        out.extend(self.breakers.iter().map(|(t, b)| Record::Breaker(b.to_record(t))));
+        out
     }
 
     /// Rebuilds baselines and counts from raw samples (`vigil baselines --rebuild`).

@@ -1,22 +1,30 @@
-//! The one place the order of the stages lives: every sample is counted in the metrics, handed
-//! to the store writer, then fed to baselines and breakers (and from there to alerts).
-//! A periodic tick moves breakers, publishes snapshots for readers and persists state.
+//! The one place the order of the stages lives: every sample is handed to the store writer
+//! first (so nothing later can lose it), counted in the metrics, then fed to baselines and
+//! breakers (and from there to alerts). A periodic tick moves breakers, publishes snapshots for
+//! readers and hands state to the storage link.
+//!
+//! The pipeline never awaits the database: records go to the [`Link`](crate::store::link) and
+//! its answers (stored state, other regions' samples, credit readings) are picked up between
+//! samples, so decisions, metrics and alerts keep running from memory whatever storage does.
+//! A panic while judging one sample is caught, logged and counted; the sample is already with
+//! the writer and the stages keep their state.
 
 use crate::alert::rules::{self, AlertEngine, BreakerChange};
 use crate::baseline::Metric;
 use crate::metrics::Metrics;
 use crate::monitor::{Monitor, SharedSnapshot};
 use crate::sample::Sample;
-use crate::store::Store;
+use crate::store::link::{Context, LinkHandle, Record, Reply};
 use crate::target::Target;
-use chrono::Utc;
+use crate::watchdog::Liveness;
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// How often snapshots are rebuilt and breakers ticked.
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
-/// How often rollups and breaker states are written.
+/// How often rollups and breaker states are handed to the link.
 const PERSIST_EVERY: Duration = Duration::from_secs(60);
 /// How long another region's last sample stays on the status page after it stops reporting.
 const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
@@ -24,17 +32,21 @@ const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
 /// Consumes samples from the scheduler and fans them out in a fixed order.
 pub struct Pipeline {
     metrics: Arc<Metrics>,
-    writer: Option<mpsc::Sender<Sample>>,
-    monitor: Option<Monitor>,
-    store: Option<Arc<dyn Store>>,
+    writer: mpsc::Sender<Sample>,
+    monitor: Monitor,
+    link: LinkHandle,
     snapshot: SharedSnapshot,
-    /// False while stored state could not be loaded: persisting then would overwrite it.
+    liveness: Arc<Liveness>,
+    /// False until stored state is restored: persisting before would overwrite it.
     loaded: bool,
-    alerts: Option<Alerting>,
-    /// The last sample seen of each target in each other region, read with each alert evaluation.
+    /// A load or an expiry read is under way (asked, not yet answered).
+    loading: bool,
+    expiring: bool,
+    alerts: Alerting,
+    /// What the link last read from shared storage.
+    context: Context,
+    /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
-    /// The same, as published for the status page.
-    elsewhere_shown: Arc<Vec<Sample>>,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -72,71 +84,61 @@ impl Alerting {
             .collect();
         self
     }
+
+    /// The providers whose credit readings the link must read.
+    pub fn credit_providers(&self) -> Vec<String> {
+        self.credit.iter().map(|(p, _, _)| p.clone()).collect()
+    }
+}
+
+/// What the pipeline is built from.
+pub struct Stages {
+    /// Prometheus registry.
+    pub metrics: Arc<Metrics>,
+    /// The sample writer's channel.
+    pub writer: mpsc::Sender<Sample>,
+    /// Baselines and breakers.
+    pub monitor: Monitor,
+    /// Whether the monitor's stored state was restored at start.
+    pub loaded: bool,
+    /// The storage link's pipeline end.
+    pub link: LinkHandle,
+    /// Where snapshots are published for readers.
+    pub snapshot: SharedSnapshot,
+    /// Heartbeats for `/readyz`.
+    pub liveness: Arc<Liveness>,
+    /// The alert stage.
+    pub alerts: Alerting,
 }
 
 impl Pipeline {
-    /// A pipeline feeding `metrics` and, when given, the store writer's channel.
-    pub fn new(metrics: Arc<Metrics>, writer: Option<mpsc::Sender<Sample>>) -> Self {
+    /// A pipeline over its stages.
+    pub fn new(s: Stages) -> Self {
         Pipeline {
-            metrics,
-            writer,
-            monitor: None,
-            store: None,
-            snapshot: SharedSnapshot::default(),
-            loaded: true,
-            alerts: None,
+            metrics: s.metrics,
+            writer: s.writer,
+            monitor: s.monitor,
+            link: s.link,
+            snapshot: s.snapshot,
+            liveness: s.liveness,
+            loaded: s.loaded,
+            loading: false,
+            expiring: false,
+            alerts: s.alerts,
+            context: Context::default(),
             elsewhere: Default::default(),
-            elsewhere_shown: Arc::default(),
         }
     }
 
-    /// Adds the decision stage, its store for persistence and the snapshot readers share.
-    /// `loaded` says whether the monitor's stored state was restored.
-    pub fn with_monitor(
-        mut self,
-        monitor: Monitor,
-        store: Arc<dyn Store>,
-        snapshot: SharedSnapshot,
-        loaded: bool,
-    ) -> Self {
-        self.monitor = Some(monitor);
-        self.store = Some(store);
-        self.snapshot = snapshot;
-        self.loaded = loaded;
-        self
-    }
-
-    /// Adds the alert stage.
-    pub fn with_alerts(mut self, alerts: Alerting) -> Self {
-        self.alerts = Some(alerts);
-        self
-    }
-
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
-    /// writes the notifications to the outbox (the step tests drive directly).
-    pub async fn evaluate_alerts(&mut self) {
-        let (Some(a), Some(store)) = (self.alerts.as_mut(), &self.store) else { return };
-        let now = Utc::now();
+    /// hands the notifications to the link for the outbox (the step tests drive directly).
+    pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
+        let a = &mut self.alerts;
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
-        let elsewhere = match latest_elsewhere(store.as_ref(), &a.region, recent).await {
-            Ok(latest) => {
-                let summary = other_regions(&latest);
-                self.elsewhere.extend(latest.into_iter().map(|s| (s.target.clone(), s)));
-                summary
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
-                Default::default()
-            }
-        };
-        // The status page keeps showing a region that went quiet, with its age, for a while.
-        let shown_from = now - ELSEWHERE_SHOWN_FOR;
-        self.elsewhere.retain(|_, s| s.started_at >= shown_from);
-        let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
-        shown.sort_by(|x, y| x.target.cmp(&y.target));
-        self.elsewhere_shown = Arc::new(shown);
+        let fresh: Vec<&Sample> = self.context.elsewhere.iter().filter(|s| s.started_at >= recent).collect();
+        let elsewhere = other_regions(&fresh);
         let probes = round
             .iter()
             .map(|(sample, baseline)| {
@@ -149,33 +151,55 @@ impl Pipeline {
                 }
             })
             .collect();
-        let mut credits = Vec::new();
-        for (provider, min_usd, warn_hours) in &a.credit {
-            // A day of readings is enough to measure the burn rate the projection needs.
-            match store.balances(provider, now - chrono::Duration::hours(24)).await {
-                Ok(r) if !r.is_empty() => credits.push(rules::CreditCheck {
+        let credits = a
+            .credit
+            .iter()
+            .filter_map(|(provider, min_usd, warn_hours)| {
+                let readings = self.context.credits.get(provider).filter(|r| !r.is_empty())?;
+                Some(rules::CreditCheck {
                     provider: provider.clone(),
-                    readings: r.iter().map(|b| (b.at, b.remaining_usd)).collect(),
+                    readings: readings.iter().map(|b| (b.at, b.remaining_usd)).collect(),
                     min_usd: *min_usd,
                     warn_hours: *warn_hours,
-                }),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(provider = %provider, error = %e, "credit readings not read"),
-            }
-        }
+                })
+            })
+            .collect();
         let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
-        if !notes.is_empty() {
-            if let Err(e) = crate::alert::outbox::enqueue(store.as_ref(), &notes, &a.channels, now).await {
-                tracing::error!(error = %e, notifications = notes.len(), "alerts not written to the outbox");
-            }
+        let items = crate::alert::outbox::items_for(&notes, &a.channels, now);
+        if !items.is_empty() {
+            self.link.store(Record::Outbox(items));
         }
-        if let Err(e) = store.save_alert_state(&a.region, &a.engine.state_json()).await {
-            tracing::warn!(error = %e, "alert state not saved; will retry next round");
+        self.link.store(Record::AlertState { region: a.region.clone(), state: a.engine.state_json() });
+    }
+
+    /// Processes one sample (the step tests drive directly). A panic in the decision stages is
+    /// caught here: the sample is already with the writer, and the next sample is judged as usual.
+    pub async fn process(&mut self, sample: Sample) {
+        // The writer spools when storage is down, so this only waits if the writer itself is stuck.
+        if self.writer.send(sample.clone()).await.is_err() {
+            tracing::error!(target = %sample.target, "store writer stopped; sample not stored");
+        }
+        let target = sample.target.clone();
+        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.judge(sample)));
+        if let Err(payload) = judged {
+            let why = crate::watchdog::panic_message(payload);
+            tracing::error!(target = %target, provider = %target.provider, model = %target.model,
+                region = %target.region, panic = %why, "judging a sample panicked; sample stored, stages kept");
+            self.metrics.task_panicked("pipeline");
+        }
+        self.liveness.processed(Utc::now());
+    }
+
+    /// Runs one periodic step; a panic in it is logged and counted, and the loop goes on.
+    fn guarded(&mut self, step: &str, f: impl FnOnce(&mut Self)) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))) {
+            let why = crate::watchdog::panic_message(payload);
+            tracing::error!(step, panic = %why, "a pipeline step panicked; stages kept");
+            self.metrics.task_panicked("pipeline");
         }
     }
 
-    /// Processes one sample (the step tests drive directly).
-    pub async fn process(&mut self, sample: Sample) {
+    fn judge(&mut self, sample: Sample) {
         self.metrics.observe(&sample);
         if sample.outcome.is_failure() {
             tracing::warn!(
@@ -192,84 +216,100 @@ impl Pipeline {
         let now = Utc::now();
         // An open breaker whose wait is over is half-open before its deciding probe is judged,
         // so the history always shows open → half_open → verdict.
-        let mut transitions = self.monitor.as_mut().map(|m| m.tick(now)).unwrap_or_default();
-        if let Some(t) = self.monitor.as_mut().and_then(|m| m.observe(&sample, now)) {
+        let mut transitions = self.monitor.tick(now);
+        if let Some(t) = self.monitor.observe(&sample, now) {
             transitions.push((sample.target.clone(), t));
         }
         for (target, t) in transitions {
-            self.record_transition(&target, t).await;
+            self.record_transition(&target, t);
         }
-        if let Some(a) = self.alerts.as_mut() {
-            let baseline = self.monitor.as_mut().map_or(rules::Baseline::default(), |m| rules::Baseline {
-                ttfb_p95_ms: m.baseline(&sample.target, Metric::Ttfb, now).p95,
-                ttft_p95_ms: m.baseline(&sample.target, Metric::Ttft, now).p95,
-            });
-            a.round.push((sample.clone(), baseline));
-        }
-        if let Some(tx) = &self.writer {
-            // The writer spools when storage is down, so this only blocks if the writer itself is stuck.
-            if tx.send(sample).await.is_err() {
-                tracing::error!("store writer stopped; sample not stored");
-            }
-        }
+        let baseline = rules::Baseline {
+            ttfb_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttfb, now).p95,
+            ttft_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttft, now).p95,
+        };
+        self.alerts.round.push((sample, baseline));
     }
 
-    async fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
-        if let Some(a) = self.alerts.as_mut() {
-            a.changes.push(BreakerChange {
-                target: target.clone(),
-                from: t.from.as_str().into(),
-                to: t.to.as_str().into(),
-                reason: t.reason.clone(),
-            });
-        }
+    fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
+        self.alerts.changes.push(BreakerChange {
+            target: target.clone(),
+            from: t.from.as_str().into(),
+            to: t.to.as_str().into(),
+            reason: t.reason.clone(),
+        });
         tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
             from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
         self.metrics.set_circuit(target, t.to.gauge());
-        if let Some(store) = &self.store {
-            if let Err(e) = store.append_transition(&t.to_record(target)).await {
-                tracing::warn!(target = %target, error = %e, "breaker transition not stored");
-            }
-            if let Some(b) = self.monitor.as_ref().and_then(|m| m.breaker(target)) {
-                if let Err(e) = store.save_breaker(&b.to_record(target)).await {
-                    tracing::warn!(target = %target, error = %e, "breaker state not stored; retried at the next persist");
-                }
-            }
+        self.link.store(Record::Transition(t.to_record(target)));
+        if let Some(b) = self.monitor.breaker(target) {
+            self.link.store(Record::Breaker(b.to_record(target)));
         }
     }
 
     /// Ticks breakers and publishes a fresh snapshot for the HTTP layer and the gauges.
-    pub async fn publish(&mut self) {
-        let now = Utc::now();
-        let Some(monitor) = self.monitor.as_mut() else { return };
-        let transitions = monitor.tick(now);
-        let mut snapshot = monitor.publish(now, Some(&self.metrics));
-        snapshot.elsewhere = self.elsewhere_shown.clone();
+    pub fn publish(&mut self, now: DateTime<Utc>) {
+        let transitions = self.monitor.tick(now);
+        let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
+        // The status page keeps showing a region that went quiet, with its age, for a while.
+        let shown_from = now - ELSEWHERE_SHOWN_FOR;
+        self.elsewhere.retain(|_, s| s.started_at >= shown_from);
+        let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
+        shown.sort_by(|x, y| x.target.cmp(&y.target));
+        snapshot.elsewhere = Arc::new(shown);
         if let Ok(mut s) = self.snapshot.write() {
             *s = snapshot;
         }
         for (target, t) in transitions {
-            self.record_transition(&target, t).await;
+            self.record_transition(&target, t);
         }
     }
 
-    /// Writes rollups and breaker states (what fails is retried next time).
-    pub async fn persist(&mut self) {
-        if let (Some(m), Some(store)) = (self.monitor.as_mut(), &self.store) {
-            if !self.loaded {
-                match m.load(store.as_ref(), Utc::now()).await {
-                    Ok(()) => self.loaded = true,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "stored baselines still unreadable; not persisting over them");
-                        return;
-                    }
-                }
+    /// Hands changed rollups and breaker states to the link, and asks for what must be read
+    /// back (stored state not yet restored; hours leaving the baseline window).
+    pub fn persist(&mut self, now: DateTime<Utc>) {
+        if !self.loaded {
+            if !self.loading {
+                self.loading = true;
+                self.link.ask(self.monitor.load_query(now));
             }
-            if let Err(e) = m.persist(store.as_ref()).await {
-                tracing::warn!(error = %e, "baselines not persisted; will retry");
+            return;
+        }
+        for record in self.monitor.take_dirty() {
+            self.link.store(record);
+        }
+        if !self.expiring {
+            if let Some(q) = self.monitor.expiring_query(now) {
+                self.expiring = true;
+                self.link.ask(q);
             }
-            if let Err(e) = m.expire(store.as_ref(), Utc::now()).await {
+        }
+    }
+
+    /// Takes one answer of the link.
+    pub fn on_reply(&mut self, reply: Reply, now: DateTime<Utc>) {
+        match reply {
+            Reply::LoadedHour(rollups) => self.monitor.restore_hour(&rollups, now),
+            Reply::Loaded(breakers) => {
+                self.monitor.restore_breakers(&breakers, now);
+                self.loaded = true;
+                self.loading = false;
+                tracing::info!("stored baselines and breakers restored");
+            }
+            Reply::LoadFailed(e) => {
+                self.loading = false;
+                tracing::warn!(error = %e, "stored baselines still unreadable; not persisting over them");
+            }
+            Reply::Expiring { rollups, until } => {
+                self.monitor.expire_with(&rollups, until);
+                self.expiring = false;
+            }
+            Reply::ExpiringFailed(e) => {
+                self.expiring = false;
                 tracing::warn!(error = %e, "hours leaving the baseline window not read back; the window reaches further back until they are");
+            }
+            Reply::Context(c) => {
+                self.elsewhere.extend(c.elsewhere.iter().map(|s| (s.target.clone(), s.clone())));
+                self.context = c;
             }
         }
     }
@@ -278,8 +318,10 @@ impl Pipeline {
     pub async fn run(mut self, mut rx: mpsc::Receiver<Sample>) {
         let mut publish = tokio::time::interval(PUBLISH_EVERY);
         let mut persist = tokio::time::interval(PERSIST_EVERY);
-        persist.tick().await;
-        let every = self.alerts.as_ref().map_or(PERSIST_EVERY, |a| a.every);
+        if self.loaded {
+            persist.tick().await;
+        }
+        let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
@@ -287,38 +329,24 @@ impl Pipeline {
                     Some(s) => self.process(s).await,
                     None => break,
                 },
-                _ = publish.tick() => self.publish().await,
-                _ = persist.tick() => self.persist().await,
-                _ = evaluate.tick(), if self.alerts.is_some() => self.evaluate_alerts().await,
+                Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
+                _ = publish.tick() => self.guarded("publish", |p| p.publish(Utc::now())),
+                _ = persist.tick() => self.guarded("persist", |p| p.persist(Utc::now())),
+                _ = evaluate.tick() => self.guarded("evaluate", |p| p.evaluate_alerts(Utc::now())),
             }
         }
-        self.evaluate_alerts().await;
-        self.publish().await;
-        self.persist().await;
+        while let Some(reply) = self.link.try_reply() {
+            self.on_reply(reply, Utc::now());
+        }
+        let now = Utc::now();
+        self.evaluate_alerts(now);
+        self.publish(now);
+        self.persist(now);
     }
-}
-
-/// The latest sample of each target in every region but `region`, among those started since
-/// `since`: what other instances sharing this store saw. Read from shared storage, never pushed.
-pub async fn latest_elsewhere(
-    store: &dyn Store,
-    region: &str,
-    since: chrono::DateTime<Utc>,
-) -> Result<Vec<Sample>, crate::store::StoreError> {
-    let q = crate::store::SampleQuery { since: Some(since), ..crate::store::SampleQuery::default() };
-    let samples = store.samples(&q).await?;
-    // Samples come oldest first, so the last one seen per (target, region) is its latest.
-    let mut latest: std::collections::HashMap<Target, Sample> = Default::default();
-    for s in samples.into_iter().filter(|s| s.target.region != region) {
-        latest.insert(s.target.clone(), s);
-    }
-    let mut out: Vec<Sample> = latest.into_values().collect();
-    out.sort_by(|a, b| a.target.cmp(&b.target));
-    Ok(out)
 }
 
 /// Per target: how many other regions probe it and in how many its latest probe failed.
-fn other_regions(latest: &[Sample]) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
+fn other_regions(latest: &[&Sample]) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
     let mut out: std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> = Default::default();
     for s in latest {
         let t = &s.target;

@@ -40,6 +40,8 @@ pub struct Scheduler {
     permits: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     tracker: TaskTracker,
+    /// Cuts in-flight probes short when a stop must finish within its bound.
+    abort: CancellationToken,
 }
 
 /// A stable offset in `[0, interval)` from the target id, so a fleet's probes spread evenly and
@@ -74,7 +76,13 @@ impl Scheduler {
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             metrics,
             tracker: TaskTracker::new(),
+            abort: CancellationToken::new(),
         }
+    }
+
+    /// Cancelling this ends probes still in flight during a drain: they become a gap, not samples.
+    pub fn abort_token(&self) -> CancellationToken {
+        self.abort.clone()
     }
 
     /// Number of targets.
@@ -139,7 +147,14 @@ impl Scheduler {
         let _permit = self.permits.acquire().await.ok();
         // Wall-clock due time derived from the monotonic one, so lag is measured, not hidden.
         let scheduled_at = Utc::now() - chrono::Duration::from_std(due.elapsed()).unwrap_or_default();
-        let sample = self.prober.probe(&slot.plan, scheduled_at).await;
+        let sample = tokio::select! {
+            s = self.prober.probe(&slot.plan, scheduled_at) => s,
+            _ = self.abort.cancelled() => {
+                slot.busy.store(false, Ordering::Release);
+                tracing::info!(target = %target, "probe cut short: stopping within the shutdown bound");
+                return;
+            }
+        };
         slot.busy.store(false, Ordering::Release);
         tracing::debug!(target = %target, outcome = %sample.outcome, ttft_ms = ?sample.ttft_ms, "probe done");
         if tx.send(sample).await.is_err() {

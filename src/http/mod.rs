@@ -37,6 +37,12 @@ impl ReadyCheck for SchedulerRunning {
     }
 }
 
+impl ReadyCheck for crate::store::link::LinkHealth {
+    fn ready(&self) -> Result<(), String> {
+        self.ready_at(chrono::Utc::now())
+    }
+}
+
 impl ReadyCheck for WriterHealth {
     fn ready(&self) -> Result<(), String> {
         WriterHealth::ready(self)
@@ -52,6 +58,8 @@ pub struct HttpState {
     pub checks: Vec<Arc<dyn ReadyCheck>>,
     /// The store writer's counters, copied into gauges at scrape time.
     pub writer: Option<Arc<WriterHealth>>,
+    /// The storage link's spool depth, likewise.
+    pub link: Option<Arc<crate::store::link::LinkHealth>>,
     /// Latest router export and target explanations.
     pub snapshot: SharedSnapshot,
     /// Bearer token `/v1/*` require, when set.
@@ -79,6 +87,9 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     if let Some(w) = &s.writer {
         s.metrics.set_spooled(w.spooled());
         s.metrics.set_stored(w.written());
+    }
+    if let Some(l) = &s.link {
+        s.metrics.set_records_spooled(l.spooled());
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
 }

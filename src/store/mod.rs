@@ -13,6 +13,7 @@ use std::time::Duration;
 use thiserror::Error;
 use uuid::Uuid;
 
+pub mod link;
 mod pg_copy;
 pub mod postgres;
 mod rows;
@@ -126,7 +127,7 @@ pub struct SampleQuery {
 }
 
 /// One hourly HDR histogram of one metric for one target in one region.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rollup {
     /// Target and region.
     pub target: Target,
@@ -141,7 +142,7 @@ pub struct Rollup {
 }
 
 /// Persisted breaker state of one target in one region.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BreakerRecord {
     /// Target and region.
     pub target: Target,
@@ -154,7 +155,7 @@ pub struct BreakerRecord {
 }
 
 /// One breaker transition, kept as history.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BreakerTransition {
     /// Target and region.
     pub target: Target,
@@ -169,7 +170,7 @@ pub struct BreakerTransition {
 }
 
 /// One message waiting in (or done with) the alert outbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutboxItem {
     /// Unique id; also the idempotency key receivers see.
     pub id: Uuid,

@@ -1,15 +1,19 @@
-//! On-disk spool: samples that could not be stored wait here, in order, until the database is back.
+//! On-disk spool: records that could not be stored wait here, in order, until the database is back.
 //!
 //! The spool is a directory of append-only segment files (`segment-<seq>.jsonl`), one JSON
-//! `Sample` per line. Every append is fsync'd before it returns, so a killed process loses
+//! record per line: samples (the writer's spool) or the decision stages' records (transitions,
+//! outbox items, states; see [`super::link`]), each kind in its own directory. Every append is fsync'd before it returns, so a killed process loses
 //! nothing it spooled. A process never appends to a segment it did not create, so a line torn
 //! by a crash is always the last line of its file; replay skips it with a warning. The total
 //! size is bounded: when full, the oldest segment is dropped and the loss is logged as an error.
 
 use crate::sample::Sample;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -46,16 +50,16 @@ struct Segment {
 
 /// The oldest spooled segment, read back for replay.
 #[derive(Debug)]
-pub struct SpooledBatch {
+pub struct SpooledBatch<T = Sample> {
     /// Segment number; pass to [`Spool::remove`] once stored.
     pub seq: u64,
-    /// Its samples, in append order.
-    pub samples: Vec<Sample>,
+    /// Its records, in append order.
+    pub records: Vec<T>,
 }
 
-/// A bounded, fsync'd, append-only spool of samples in one directory.
+/// A bounded, fsync'd, append-only spool of records of type `T` in one directory.
 #[derive(Debug)]
-pub struct Spool {
+pub struct SpoolOf<T> {
     dir: PathBuf,
     max_bytes: u64,
     segment_bytes: u64,
@@ -63,9 +67,13 @@ pub struct Spool {
     /// Open handle of the newest segment, if this process created it.
     current: Option<File>,
     next_seq: u64,
+    kind: PhantomData<fn() -> T>,
 }
 
-impl Spool {
+/// The writer's spool of samples.
+pub type Spool = SpoolOf<Sample>;
+
+impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
     /// Opens (creating) the spool directory and indexes what a previous run left behind.
     pub fn open(dir: impl AsRef<Path>, max_bytes: u64) -> Result<Self, SpoolError> {
         let dir = dir.as_ref().to_owned();
@@ -88,20 +96,21 @@ impl Spool {
         let mut segments = VecDeque::new();
         for (seq, path) in found {
             let data = fs::read(&path).map_err(io_err(&path))?;
-            let samples = parse_lines(&data, &path).len() as u64;
+            let samples = parse_lines::<T>(&data, &path).len() as u64;
             segments.push_back(Segment { seq, path, bytes: data.len() as u64, samples });
         }
         let next_seq = segments.back().map_or(1, |s| s.seq + 1);
-        let spool = Spool {
+        let spool = SpoolOf {
             dir,
             max_bytes,
             segment_bytes: (max_bytes / 16).clamp(4 * 1024, 16 * 1024 * 1024),
             segments,
             current: None,
             next_seq,
+            kind: PhantomData,
         };
         if !spool.is_empty() {
-            tracing::warn!(samples = spool.len(), dir = %spool.dir.display(), "spool holds samples from a previous run");
+            tracing::warn!(records = spool.len(), dir = %spool.dir.display(), "spool holds records from a previous run");
         }
         Ok(spool)
     }
@@ -112,7 +121,7 @@ impl Spool {
         self
     }
 
-    /// Samples waiting.
+    /// Records waiting.
     pub fn len(&self) -> u64 {
         self.segments.iter().map(|s| s.samples).sum()
     }
@@ -132,9 +141,9 @@ impl Spool {
         &self.dir
     }
 
-    /// Appends samples behind everything already spooled and fsyncs them. Returns samples dropped
+    /// Appends records behind everything already spooled and fsyncs them. Returns records dropped
     /// from the oldest segments to stay within the size bound (normally 0).
-    pub fn append(&mut self, batch: &[Sample]) -> Result<u64, SpoolError> {
+    pub fn append(&mut self, batch: &[T]) -> Result<u64, SpoolError> {
         if batch.is_empty() {
             return Ok(0);
         }
@@ -183,17 +192,17 @@ impl Spool {
             tracing::error!(
                 dropped,
                 max_bytes = self.max_bytes,
-                "spool full: dropped the oldest spooled samples; they are lost"
+                "spool full: dropped the oldest spooled records; they are lost"
             );
         }
         Ok(dropped)
     }
 
     /// Reads the oldest segment back, skipping a torn or corrupt line with a warning.
-    pub fn oldest(&self) -> Result<Option<SpooledBatch>, SpoolError> {
+    pub fn oldest(&self) -> Result<Option<SpooledBatch<T>>, SpoolError> {
         let Some(seg) = self.segments.front() else { return Ok(None) };
         let data = fs::read(&seg.path).map_err(io_err(&seg.path))?;
-        Ok(Some(SpooledBatch { seq: seg.seq, samples: parse_lines(&data, &seg.path) }))
+        Ok(Some(SpooledBatch { seq: seg.seq, records: parse_lines(&data, &seg.path) }))
     }
 
     /// Deletes a replayed segment.
@@ -210,7 +219,7 @@ impl Spool {
 }
 
 /// Parses JSON lines; a bad line is skipped (a torn last line is the expected crash case).
-fn parse_lines(data: &[u8], path: &Path) -> Vec<Sample> {
+fn parse_lines<T: DeserializeOwned>(data: &[u8], path: &Path) -> Vec<T> {
     let mut out = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
@@ -229,7 +238,7 @@ fn parse_lines(data: &[u8], path: &Path) -> Vec<Sample> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<Sample>(line) {
+        match serde_json::from_slice::<T>(line) {
             Ok(s) => out.push(s),
             Err(e) if !complete => {
                 tracing::warn!(file = %path.display(), error = %e, "skipping torn last spool line (crash mid-write)")
@@ -267,7 +276,7 @@ mod tests {
         assert_eq!(spool.len(), 10);
         let mut back = Vec::new();
         while let Some(b) = spool.oldest().expect("read") {
-            back.extend(b.samples);
+            back.extend(b.records);
             spool.remove(b.seq).expect("remove");
         }
         assert_eq!(back, batch);
@@ -285,6 +294,6 @@ mod tests {
         assert!(spool.bytes() <= 3_000, "spool holds {} bytes", spool.bytes());
         assert_eq!(dropped + spool.len(), 20);
         let first = spool.oldest().expect("read").expect("something left");
-        assert_eq!(first.samples[0].output_tokens, Some(u32::try_from(dropped).expect("small")));
+        assert_eq!(first.records[0].output_tokens, Some(u32::try_from(dropped).expect("small")));
     }
 }

@@ -14,6 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Longest a single store write may take before the batch goes to the spool instead.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest the last write at shutdown may take: past it the batch is spooled, so a stop stays
+/// within its bound whatever the database does.
+pub const STOP_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// First and longest wait between attempts to replay the spool.
 pub const RETRY_MIN: Duration = Duration::from_secs(1);
 /// See [`RETRY_MIN`].
@@ -64,6 +67,11 @@ impl WriterHealth {
         }
     }
 
+    /// True while storage is known to be down.
+    pub fn is_down(&self) -> bool {
+        self.state.lock().map(|s| s.down_since.is_some()).unwrap_or(true)
+    }
+
     fn stored(&self, n: u64) {
         self.written.fetch_add(n, Ordering::Relaxed);
         if let Ok(mut s) = self.state.lock() {
@@ -112,6 +120,8 @@ pub struct Writer {
     next_retry: Instant,
     buf: Vec<Sample>,
     health: Arc<WriterHealth>,
+    liveness: Option<Arc<crate::watchdog::Liveness>>,
+    stopping: bool,
 }
 
 impl Writer {
@@ -131,6 +141,20 @@ impl Writer {
             next_retry: Instant::now(),
             buf: Vec::new(),
             health,
+            liveness: None,
+            stopping: false,
+        }
+    }
+
+    /// Beats `liveness` whenever samples are stored or spooled (`/readyz`).
+    pub fn with_liveness(mut self, liveness: Arc<crate::watchdog::Liveness>) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    fn beat(&self) {
+        if let Some(l) = &self.liveness {
+            l.kept(Utc::now());
         }
     }
 
@@ -189,6 +213,8 @@ impl Writer {
         while let Ok(sample) = rx.try_recv() {
             self.buf.push(sample);
         }
+        self.stopping = true;
+        self.write_timeout = self.write_timeout.min(STOP_WRITE_TIMEOUT);
         self.flush_once().await;
         tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
     }
@@ -203,7 +229,8 @@ impl Writer {
     pub async fn flush_once(&mut self) {
         let pending = std::mem::take(&mut self.buf);
         for batch in pending.chunks(self.batch_size) {
-            if self.health.spooled() > 0 {
+            // Behind the spool; and at shutdown a database already down gets no last chance.
+            if self.health.spooled() > 0 || (self.stopping && self.health.is_down()) {
                 self.spool_append(batch.to_vec()).await;
                 continue;
             }
@@ -238,7 +265,7 @@ impl Writer {
 
     async fn replay_segment(&mut self) -> Result<(), StoreError> {
         let batch = self.with_spool(|s| s.oldest()).await.map_err(|e| StoreError::Other(e.to_string()))?;
-        let Some(SpooledBatch { seq, samples }) = batch else { return Ok(()) };
+        let Some(SpooledBatch { seq, records: samples }) = batch else { return Ok(()) };
         for chunk in samples.chunks(self.batch_size) {
             self.write(chunk).await?;
         }
@@ -260,7 +287,10 @@ impl Writer {
             Err(_) => Err(StoreError::Unavailable(format!("write timed out after {:?}", self.write_timeout))),
         };
         match &result {
-            Ok(n) => self.health.stored(*n),
+            Ok(n) => {
+                self.health.stored(*n);
+                self.beat();
+            }
             Err(e) => self.health.failed(e.to_string()),
         }
         result
@@ -269,7 +299,10 @@ impl Writer {
     async fn spool_append(&mut self, batch: Vec<Sample>) {
         let n = batch.len();
         match self.with_spool(move |s| s.append(&batch).map(|dropped| (dropped, s.len()))).await {
-            Ok((_, len)) => self.health.spooled.store(len, Ordering::Relaxed),
+            Ok((_, len)) => {
+                self.health.spooled.store(len, Ordering::Relaxed);
+                self.beat();
+            }
             Err(e) => {
                 tracing::error!(error = %e, lost = n, "cannot spool samples; they are lost");
                 self.health.spool_error(e.to_string());
