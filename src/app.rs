@@ -151,7 +151,8 @@ impl App {
         let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
         let running = Arc::new(SchedulerRunning::default());
         let health = writer.health();
-        let checks: Vec<Arc<dyn ReadyCheck>> = vec![running.clone(), health.clone()];
+        let checks: Vec<Arc<dyn ReadyCheck>> =
+            vec![running.clone(), health.clone(), Arc::new(store::IntegrityCheck(store.clone()))];
         let snapshot = SharedSnapshot::default();
         let app = router(HttpState {
             metrics: metrics.clone(),

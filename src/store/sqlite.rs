@@ -171,7 +171,7 @@ async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<St
         Ok(rows) => Some(format!("{file}: PRAGMA quick_check: {}", rows.join("; "))),
         Err(e) => {
             if let Some(why) = corruption(&e) {
-                return Some(format!("{file}: {why}"));
+                return Some(format!("{file}: PRAGMA quick_check failed: {why}"));
             }
             let interrupted = matches!(&e, sqlx::Error::Database(db)
                 if db.code().and_then(|c| c.parse::<i64>().ok()).is_some_and(|n| n & 0xff == SQLITE_INTERRUPT));
