@@ -213,8 +213,13 @@ impl App {
         };
         let (link, link_handle) = Link::new(store.clone(), spool, Some(plan));
         let link_health = link.health();
-        let checks: Vec<Arc<dyn ReadyCheck>> =
-            vec![running.clone(), liveness.clone(), health.clone(), link_health.clone()];
+        let checks: Vec<Arc<dyn ReadyCheck>> = vec![
+            running.clone(),
+            liveness.clone(),
+            health.clone(),
+            link_health.clone(),
+            Arc::new(store::IntegrityCheck(store.clone())),
+        ];
         let snapshot = SharedSnapshot::default();
         let app = router(HttpState {
             metrics: metrics.clone(),

@@ -139,6 +139,7 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
         c.downcast_ref::<ConfigError>().is_some()
             || c.downcast_ref::<UsageError>().is_some()
             || matches!(c.downcast_ref::<crate::app::AppError>(), Some(crate::app::AppError::NothingToProbe))
+            || matches!(c.downcast_ref::<crate::store::StoreError>(), Some(crate::store::StoreError::BadUrl(_)))
     });
     if usage {
         2

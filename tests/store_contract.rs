@@ -432,6 +432,6 @@ async fn postgres_drops_nul_characters_that_text_cannot_hold() {
 #[tokio::test]
 async fn an_unknown_url_scheme_is_refused_with_the_expected_forms() {
     let err = vigil::store::open("mysql://localhost/vigil").await.err().expect("mysql is not supported");
-    assert!(matches!(err, StoreError::Other(_)), "got {err:?}");
+    assert!(matches!(err, StoreError::BadUrl(_)), "got {err:?}");
     assert!(err.to_string().contains("expected sqlite://PATH or postgres://"), "{err}");
 }

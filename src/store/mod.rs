@@ -41,9 +41,78 @@ pub async fn open_with_timeout(url: &str, acquire_timeout: Duration) -> Result<A
     match scheme.as_str() {
         "sqlite" => Ok(Arc::new(sqlite::SqliteStore::open(url, acquire_timeout).await?)),
         "postgres" | "postgresql" => Ok(Arc::new(postgres::PgStore::open(url, acquire_timeout)?)),
-        _ => Err(StoreError::Other(format!(
+        _ => Err(StoreError::BadUrl(format!(
             "unsupported storage.url scheme {scheme:?}: expected sqlite://PATH or postgres://…"
         ))),
+    }
+}
+
+/// `url` safe to log and show: the password (and any `password`/`sslpassword` parameter) replaced.
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut u) = url::Url::parse(url) else { return "<unparsable storage.url>".to_owned() };
+    if u.password().is_some() {
+        let _ = u.set_password(Some("redacted"));
+    }
+    let secret = |k: &str| k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+    if u.query_pairs().any(|(k, _)| secret(&k)) {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) { "redacted".to_owned() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
+/// Classifies a failure to open a PostgreSQL session (refused, unanswered, rejected by the
+/// server): always `Unavailable`, since the daemon should run, spool and retry while an
+/// operator fixes the server; the reason names which failure it was and the redacted URL.
+pub(crate) fn pg_connect_error(e: &sqlx::Error, target: &str, waited: Duration) -> StoreError {
+    use sqlx::Error as E;
+    use std::io::ErrorKind as K;
+    let why = match e {
+        E::Io(io) => match io.kind() {
+            K::ConnectionRefused => "connection refused".to_owned(),
+            K::TimedOut => "connection timed out".to_owned(),
+            K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof | K::BrokenPipe => {
+                format!("connection closed by the server or the network ({io})")
+            }
+            _ => format!("network error: {io}"),
+        },
+        E::PoolTimedOut => {
+            format!("no connection within {waited:?}: the server refuses connections or does not answer")
+        }
+        E::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let what = match code.as_str() {
+                // 55000 is how PostgreSQL refuses a database with ALLOW_CONNECTIONS false.
+                "55000" | "57P03" => "database not accepting connections",
+                "3D000" => "database does not exist",
+                "28000" => "role rejected",
+                "28P01" => "password rejected",
+                "53300" => "too many connections",
+                "57P01" | "57P02" => "server shutting down",
+                c if c.starts_with("08") => "connection failure",
+                _ => "server refused the session",
+            };
+            format!("{what} (SQLSTATE {code}: {})", db.message())
+        }
+        E::Tls(t) => format!("TLS: {t}"),
+        other => other.to_string(),
+    };
+    StoreError::Unavailable(format!("{why} [{target}]"))
+}
+
+/// The `/readyz` condition for damaged storage: "storage corrupt: …" while
+/// [`Store::integrity`] fails.
+pub struct IntegrityCheck(pub Arc<dyn Store>);
+
+impl crate::http::ReadyCheck for IntegrityCheck {
+    fn ready(&self) -> Result<(), String> {
+        self.0.integrity().map_err(|why| format!("storage corrupt: {why}"))
     }
 }
 
@@ -52,7 +121,8 @@ pub(crate) const SAMPLE_COLUMNS: &str = "id, provider, model, route, region, sch
     connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
     outcome, error, request_id, adherence_ok, cost_usd, retry_after_s";
 
-/// Maps a driver error: connection loss, pool timeouts and server shutdowns are `Unavailable`.
+/// Maps a driver error: connection loss, pool timeouts, server shutdowns, a full disk and a
+/// corrupt file are `Unavailable` (retrying later, after an operator acts, can succeed).
 pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
     use sqlx::Error as E;
     match &e {
@@ -61,11 +131,16 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
         }
         E::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            // PostgreSQL: 08 connection exception, 53 insufficient resources, 57P0x shutdown/cannot connect;
-            // SQLite (numeric extended codes): primary 5 BUSY, 6 LOCKED.
+            // PostgreSQL: 08 connection exception, 53 insufficient resources, 57P0x shutdown/cannot
+            // connect, 28 / 3D000 a session refused (a pool reconnecting mid-run), XX001/XX002
+            // corruption. SQLite (numeric extended codes), primary: 5 BUSY, 6 LOCKED, 10 IOERR,
+            // 11 CORRUPT, 13 FULL, 26 NOTADB.
             let transient = match code.parse::<i64>() {
-                Ok(n) => matches!(n & 0xff, 5 | 6),
-                Err(_) => code.starts_with("08") || code.starts_with("53") || code.starts_with("57P"),
+                Ok(n) => matches!(n & 0xff, 5 | 6 | 10 | 11 | 13 | 26),
+                Err(_) => {
+                    ["08", "53", "57P", "28"].iter().any(|p| code.starts_with(p))
+                        || matches!(code.as_str(), "3D000" | "XX001" | "XX002")
+                }
             };
             if transient {
                 StoreError::Unavailable(e.to_string())
@@ -77,12 +152,24 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
     }
 }
 
+/// Why a driver error means the stored data is damaged (SQLite CORRUPT/NOTADB, PostgreSQL
+/// XX001 data_corrupted / XX002 index_corrupted), or `None`.
+pub(crate) fn corruption(e: &sqlx::Error) -> Option<String> {
+    let sqlx::Error::Database(db) = e else { return None };
+    let code = db.code()?;
+    let corrupt = match code.parse::<i64>() {
+        Ok(n) => matches!(n & 0xff, 11 | 26),
+        Err(_) => matches!(code.as_ref(), "XX001" | "XX002"),
+    };
+    corrupt.then(|| db.message().to_owned())
+}
+
 /// Turns sqlx migration failures into `SchemaAhead` when the database knows a newer version.
 pub(crate) fn map_migrate(e: sqlx::migrate::MigrateError, known: i64) -> StoreError {
     use sqlx::migrate::MigrateError as M;
     match e {
         M::VersionMissing(v) if v > known => StoreError::SchemaAhead { found: v, known },
-        M::Execute(inner) => map_sqlx(inner),
+        M::Execute(inner) | M::ExecuteMigration(inner, _) => map_sqlx(inner),
         other => StoreError::Other(format!("migration failed: {other}")),
     }
 }
@@ -95,9 +182,13 @@ pub(crate) fn newest_version(m: &sqlx::migrate::Migrator) -> i64 {
 /// Storage failures; `Unavailable` is the one the writer answers by spooling.
 #[derive(Debug, Error)]
 pub enum StoreError {
-    /// The database cannot be reached or timed out: retry later.
+    /// The database cannot be used now (unreachable, not answering, refusing the session, disk
+    /// full, corrupt): spool and retry later.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// `storage.url` names no backend or cannot be parsed: a configuration error (exit 2).
+    #[error("bad storage.url: {0}")]
+    BadUrl(String),
     /// The database schema is newer than this binary understands.
     #[error("database schema version {found} is newer than this vigil (knows up to {known}); upgrade vigil")]
     SchemaAhead {
@@ -214,6 +305,12 @@ pub trait Store: Send + Sync {
     async fn migrate(&self) -> Result<(), StoreError>;
     /// Cheap reachability check for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// `Err(why)` once the stored data is known to be damaged: found by the integrity check at
+    /// open (SQLite `PRAGMA quick_check`) or by a query failing as corrupt since. Never clears
+    /// by itself; repair or restore the database and restart.
+    fn integrity(&self) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Inserts samples; a sample whose id is already stored is skipped. Returns rows inserted.
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError>;

@@ -3,14 +3,15 @@
 use super::pg_copy;
 use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
-    map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
-    SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+    corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
+    BreakerTransition, OutboxItem, Rollup, SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
 use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Connection, Postgres, QueryBuilder, Row};
 use std::collections::{BTreeSet, HashSet};
@@ -60,17 +61,69 @@ const DUPLICATE_CODES: [&str; 3] = ["42P07", "23505", "42710"];
 /// PostgreSQL implementation of [`Store`].
 pub struct PgStore {
     pool: PgPool,
+    /// For the direct session [`Store::migrate`] opens first, to say exactly why it fails.
+    opts: PgConnectOptions,
+    /// The URL with its password redacted, named in every "unavailable" reason.
+    target: String,
+    acquire_timeout: Duration,
     /// Days whose `samples_YYYYMMDD` partition is known to exist.
     partitions: Mutex<HashSet<NaiveDate>>,
     insert_path: InsertPath,
+    /// Why the data is known to be damaged (a query failed with XX001/XX002), if it is.
+    corrupt: Mutex<Option<String>>,
 }
 
 impl PgStore {
     /// Builds a lazily connecting pool; nothing is contacted until the first query.
     pub fn open(url: &str, acquire_timeout: Duration) -> Result<Self, StoreError> {
-        let opts = PgConnectOptions::from_str(url).map_err(|e| StoreError::Other(format!("bad storage.url: {e}")))?;
-        let pool = PgPoolOptions::new().max_connections(8).acquire_timeout(acquire_timeout).connect_lazy_with(opts);
-        Ok(PgStore { pool, partitions: Mutex::new(HashSet::new()), insert_path: InsertPath::default() })
+        let target = redact_url(url);
+        let opts = PgConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(format!("{target}: {e}")))?;
+        let pool =
+            PgPoolOptions::new().max_connections(8).acquire_timeout(acquire_timeout).connect_lazy_with(opts.clone());
+        Ok(PgStore {
+            pool,
+            opts,
+            target,
+            acquire_timeout,
+            partitions: Mutex::new(HashSet::new()),
+            insert_path: InsertPath::default(),
+            corrupt: Mutex::new(None),
+        })
+    }
+
+    /// A pooled session; failing to get one is always `Unavailable`, with the reason.
+    async fn conn(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        self.pool.acquire().await.map_err(|e| pg_connect_error(&e, &self.target, self.acquire_timeout))
+    }
+
+    /// Maps a query failure, naming the database in "unavailable" reasons and remembering corruption.
+    fn fail(&self, e: sqlx::Error) -> StoreError {
+        if let Some(why) = corruption(&e) {
+            tracing::error!(error = %why, target = %self.target, "PostgreSQL reports corrupt data");
+            if let Ok(mut c) = self.corrupt.lock() {
+                c.get_or_insert(why);
+            }
+        }
+        match map_sqlx(e) {
+            StoreError::Unavailable(why) => StoreError::Unavailable(format!("{why} [{}]", self.target)),
+            other => other,
+        }
+    }
+
+    /// Opens one session outside the pool, so a refusal is reported as what it is: the pool
+    /// retries refused connections until its timeout and would only say it timed out.
+    async fn check_session(&self) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.acquire_timeout, PgConnection::connect_with(&self.opts)).await {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(pg_connect_error(&e, &self.target, self.acquire_timeout)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {:?}: the host accepts no connection or never replies [{}]",
+                self.acquire_timeout, self.target
+            ))),
+        }
     }
 
     /// Chooses how sample batches are sent (the benchmark compares them).
@@ -137,10 +190,11 @@ impl PgStore {
             day.format("%Y-%m-%d"),
             next.format("%Y-%m-%d")
         );
+        let mut conn = self.conn().await?;
         let mut last = None;
         for _ in 0..3 {
             let attempt = async {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = conn.begin().await?;
                 // Serialises partition DDL across regional instances sharing this database.
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtext('vigil.samples.partitions'))")
                     .execute(&mut *tx)
@@ -154,13 +208,13 @@ impl PgStore {
                     tracing::debug!(partition = %Self::partition_name(day), "partition created concurrently; retrying");
                     last = Some(StoreError::Other(db.to_string()));
                 }
-                Err(e) => return Err(map_sqlx(e)),
+                Err(e) => return Err(self.fail(e)),
             }
         }
         Err(last.unwrap_or_else(|| StoreError::Other("partition creation failed".into())))
     }
 
-    async fn insert_chunk(&self, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
+    async fn insert_chunk(&self, conn: &mut PgConnection, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
         let n = chunk.len();
         let mut ids = Vec::with_capacity(n);
         let mut providers = Vec::with_capacity(n);
@@ -234,7 +288,7 @@ impl PgStore {
         .bind(adherence)
         .bind(cost)
         .bind(retry)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(res.rows_affected())
     }
@@ -244,15 +298,14 @@ impl PgStore {
     /// `COPY` cannot skip rows, so a batch holding an id already stored (a replay of a write that
     /// timed out but committed, or an id repeated within the batch) fails as a whole, stores
     /// nothing, and is redone by [`Self::copy_staged`].
-    async fn copy_chunk(&self, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
+    async fn copy_chunk(&self, conn: &mut PgConnection, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
         let data = pg_copy::encode(chunk).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-        let mut conn = self.pool.acquire().await?;
         let mut copy = conn.copy_in_raw(&COPY_SAMPLES).await?;
         copy.send(data.as_slice()).await?;
         match copy.finish().await {
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some(UNIQUE_VIOLATION) => {
                 tracing::debug!(samples = chunk.len(), "batch holds stored ids; inserting through the staging table");
-                self.copy_staged(&mut conn, &data).await
+                self.copy_staged(conn, &data).await
             }
             other => other,
         }
@@ -271,10 +324,10 @@ impl PgStore {
         Ok(inserted)
     }
 
-    async fn write_chunk(&self, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
+    async fn write_chunk(&self, conn: &mut PgConnection, chunk: &[Sample]) -> Result<u64, sqlx::Error> {
         match self.insert_path {
-            InsertPath::Copy => self.copy_chunk(chunk).await,
-            InsertPath::Unnest => self.insert_chunk(chunk).await,
+            InsertPath::Copy => self.copy_chunk(conn, chunk).await,
+            InsertPath::Unnest => self.insert_chunk(conn, chunk).await,
         }
     }
 
@@ -284,9 +337,9 @@ impl PgStore {
             "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
              WHERE i.inhparent = 'samples'::regclass ORDER BY 1",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         Ok(names
             .into_iter()
             .filter_map(|n| {
@@ -338,24 +391,46 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, q: &SampleQuery) {
 impl Store for PgStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         let known = newest_version(&MIGRATOR);
+        self.check_session().await?;
+        let mut conn = self.conn().await?;
         let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         if exists {
             let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(|e| self.fail(e))?;
             if let Some(found) = found.filter(|f| *f > known) {
                 return Err(StoreError::SchemaAhead { found, known });
             }
         }
-        MIGRATOR.run(&self.pool).await.map_err(|e| map_migrate(e, known))
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
+            other => map_migrate(other, known),
+        })?;
+        // A cheap sanity read of every table vigil keeps state in: a damaged page or index
+        // (XX001/XX002) is recorded for `/readyz` now rather than on the first real use.
+        sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM breaker_state), EXISTS (SELECT 1 FROM alert_outbox), \
+             EXISTS (SELECT 1 FROM alert_state), EXISTS (SELECT 1 FROM rollups)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| self.fail(e))
+    }
+
+    fn integrity(&self) -> Result<(), String> {
+        match self.corrupt.lock() {
+            Ok(c) => c.clone().map_or(Ok(()), Err),
+            Err(_) => Err("integrity state lock poisoned".into()),
+        }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(map_sqlx)
+        sqlx::query("SELECT 1").execute(&mut *self.conn().await?).await.map(|_| ()).map_err(|e| self.fail(e))
     }
 
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
@@ -364,17 +439,18 @@ impl Store for PgStore {
         }
         let days: BTreeSet<NaiveDate> = samples.iter().map(|s| s.started_at.date_naive()).collect();
         self.ensure_partitions(&days).await?;
+        let mut conn = self.conn().await?;
         let mut inserted = 0;
         for chunk in samples.chunks(INSERT_CHUNK) {
-            inserted += match self.write_chunk(chunk).await {
+            inserted += match self.write_chunk(&mut conn, chunk).await {
                 Ok(n) => n,
                 // 23514: no partition for a row — another instance's retention dropped one we had cached.
                 Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23514") => {
                     self.forget_all();
                     self.ensure_partitions(&days).await?;
-                    self.write_chunk(chunk).await.map_err(map_sqlx)?
+                    self.write_chunk(&mut conn, chunk).await.map_err(|e| self.fail(e))?
                 }
-                Err(e) => return Err(map_sqlx(e)),
+                Err(e) => return Err(self.fail(e)),
             };
         }
         Ok(inserted)
@@ -391,14 +467,14 @@ impl Store for PgStore {
                 qb.push(" ORDER BY started_at, id");
             }
         }
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
-        rows.iter().map(sample_of).collect::<Result<_, _>>().map_err(map_sqlx)
+        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
+        rows.iter().map(sample_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
 
     async fn count_samples(&self, q: &SampleQuery) -> Result<i64, StoreError> {
         let mut qb = QueryBuilder::<Postgres>::new("SELECT count(*) FROM samples");
         push_filters(&mut qb, q);
-        qb.build_query_scalar::<i64>().fetch_one(&self.pool).await.map_err(map_sqlx)
+        qb.build_query_scalar::<i64>().fetch_one(&mut *self.conn().await?).await.map_err(|e| self.fail(e))
     }
 
     async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -408,18 +484,19 @@ impl Store for PgStore {
             if end.and_time(NaiveTime::MIN).and_utc() > cutoff {
                 continue;
             }
-            let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+            let mut conn = self.conn().await?;
+            let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
             // Never queue behind a long reader for the parent's lock: give up and retry next run.
-            sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await.map_err(map_sqlx)?;
+            sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await.map_err(|e| self.fail(e))?;
             let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {name}")))
                 .fetch_one(&mut *tx)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(|e| self.fail(e))?;
             sqlx::query(AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}")))
                 .execute(&mut *tx)
                 .await
-                .map_err(map_sqlx)?;
-            tx.commit().await.map_err(map_sqlx)?;
+                .map_err(|e| self.fail(e))?;
+            tx.commit().await.map_err(|e| self.fail(e))?;
             self.remember(day, false);
             tracing::info!(partition = %name, rows, "dropped expired samples partition");
             removed += u64::try_from(rows).unwrap_or(0);
@@ -428,7 +505,8 @@ impl Store for PgStore {
     }
 
     async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
         for r in rollups {
             sqlx::query(
                 "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
@@ -446,9 +524,9 @@ impl Store for PgStore {
             .bind(&r.histogram)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         }
-        tx.commit().await.map_err(map_sqlx)
+        tx.commit().await.map_err(|e| self.fail(e))
     }
 
     async fn rollups_between(
@@ -468,7 +546,7 @@ impl Store for PgStore {
             qb.push(" AND region = ").push_bind(region.to_owned());
         }
         qb.push(" ORDER BY region, provider, model, route, metric, hour");
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
         rows.iter()
             .map(|row| {
                 Ok(Rollup {
@@ -480,15 +558,15 @@ impl Store for PgStore {
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let res = sqlx::query("DELETE FROM rollups WHERE hour < $1")
             .bind(cutoff)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         Ok(res.rows_affected())
     }
 
@@ -505,10 +583,10 @@ impl Store for PgStore {
         .bind(&r.state)
         .bind(r.since)
         .bind(r.detail.to_string())
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError> {
@@ -519,7 +597,7 @@ impl Store for PgStore {
             qb.push(" WHERE region = ").push_bind(region.to_owned());
         }
         qb.push(" ORDER BY region, provider, model, route");
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
         rows.iter()
             .map(|row| {
                 Ok(BreakerRecord {
@@ -530,7 +608,7 @@ impl Store for PgStore {
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn append_transition(&self, t: &BreakerTransition) -> Result<(), StoreError> {
@@ -546,10 +624,10 @@ impl Store for PgStore {
         .bind(&t.to_state)
         .bind(t.at)
         .bind(clean(&t.reason))
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn transitions(
@@ -569,12 +647,13 @@ impl Store for PgStore {
             qb.push(" AND route = ").push_bind(t.route_label().to_owned());
         }
         qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
-        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(map_sqlx)
+        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
+        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
 
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
         for i in items {
             sqlx::query(
                 "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
@@ -593,9 +672,9 @@ impl Store for PgStore {
             .bind(&i.region)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         }
-        tx.commit().await.map_err(map_sqlx)
+        tx.commit().await.map_err(|e| self.fail(e))
     }
 
     async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
@@ -607,20 +686,20 @@ impl Store for PgStore {
         .bind(now)
         .bind(limit.max(0))
         .bind(region)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
-        .map_err(map_sqlx)?;
-        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(map_sqlx)
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
 
     async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
         sqlx::query("UPDATE alert_outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1")
             .bind(id)
             .bind(at)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn mark_retry(&self, id: Uuid, next_attempt_at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
@@ -630,10 +709,10 @@ impl Store for PgStore {
         .bind(id)
         .bind(next_attempt_at)
         .bind(clean(error))
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn mark_abandoned(&self, id: Uuid, at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
@@ -641,17 +720,17 @@ impl Store for PgStore {
             .bind(id)
             .bind(at)
             .bind(clean(error))
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn outbox_depth(&self) -> Result<i64, StoreError> {
         sqlx::query_scalar("SELECT count(*) FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn().await?)
             .await
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
@@ -661,18 +740,18 @@ impl Store for PgStore {
         )
         .bind(region)
         .bind(state.to_string())
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
         let text: Option<String> = sqlx::query_scalar("SELECT state::text FROM alert_state WHERE region = $1")
             .bind(region)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
             .transpose()
     }
@@ -683,10 +762,10 @@ impl Store for PgStore {
             .bind(&r.region)
             .bind(r.at)
             .bind(r.remaining_usd)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError> {
@@ -696,9 +775,9 @@ impl Store for PgStore {
         )
         .bind(provider)
         .bind(since)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         rows.iter()
             .map(|row| {
                 Ok(BalanceReading {
@@ -709,7 +788,7 @@ impl Store for PgStore {
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn transitions_between(
@@ -725,10 +804,10 @@ impl Store for PgStore {
         .bind(since)
         .bind(until)
         .bind(region)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
-        .map_err(map_sqlx)?;
-        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(map_sqlx)
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
 
     async fn outbox_between(
@@ -745,9 +824,9 @@ impl Store for PgStore {
         .bind(since)
         .bind(until)
         .bind(region)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
-        .map_err(map_sqlx)?;
-        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(map_sqlx)
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
 }

@@ -2,8 +2,8 @@
 
 use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
-    map_migrate, map_sqlx, newest_version, BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup,
-    SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+    corruption, map_migrate, map_sqlx, newest_version, redact_url, BalanceReading, BreakerRecord, BreakerTransition,
+    OutboxItem, Rollup, SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -11,11 +11,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite};
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -26,10 +28,18 @@ const INSERT_CHUNK: usize = 1_000;
 const PURGE_BATCH: i64 = 5_000;
 /// How long a writer waits for SQLite's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest `PRAGMA quick_check` may run at open; a bigger file is opened unverified (logged).
+pub const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(10);
+/// Problems `PRAGMA quick_check` lists at most.
+const QUICK_CHECK_ROWS: i64 = 10;
+/// SQLite's primary result code for an operation stopped by the progress handler.
+const SQLITE_INTERRUPT: i64 = 9;
 
 /// SQLite implementation of [`Store`].
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Why the file is known to be damaged (quick_check at open, or a query failing as corrupt since).
+    corrupt: Mutex<Option<String>>,
 }
 
 /// Fixed-width UTC text, so comparing the text compares the times.
@@ -44,10 +54,22 @@ fn parse_ts(s: &str) -> Result<DateTime<Utc>, sqlx::Error> {
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the database file named by a `sqlite://PATH` URL.
+    /// Opens (creating if missing) the database file named by a `sqlite://PATH` URL and checks
+    /// its integrity (`PRAGMA quick_check`, at most [`QUICK_CHECK_BUDGET`]). A damaged file still
+    /// opens: [`Store::integrity`] says why and failing queries report `Unavailable`, so the
+    /// daemon runs, spools and is not ready rather than exiting.
     pub async fn open(url: &str, acquire_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_checked(url, acquire_timeout, QUICK_CHECK_BUDGET).await
+    }
+
+    /// [`SqliteStore::open`] with a custom quick_check budget (zero skips the check).
+    pub async fn open_checked(
+        url: &str,
+        acquire_timeout: Duration,
+        check_budget: Duration,
+    ) -> Result<Self, StoreError> {
         let opts = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Other(format!("bad storage.url: {e}")))?
+            .map_err(|e| StoreError::BadUrl(format!("{}: {e}", redact_url(url))))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -58,18 +80,108 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
         }
+        let corrupt = if check_budget.is_zero() { None } else { quick_check(&opts, check_budget).await };
+        if let Some(why) = &corrupt {
+            tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; samples are spooled until it is repaired or restored");
+        }
+        // Lazy, so a file that cannot be used yet (corrupt, disk full) still gives a store whose
+        // calls fail as `Unavailable` instead of stopping the daemon at start.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(acquire_timeout)
-            .connect_with(opts)
-            .await
-            .map_err(map_sqlx)?;
-        Ok(SqliteStore { pool })
+            .after_release(|conn, _| Box::pin(async move { in_step_with_sqlite(conn).await }))
+            .connect_lazy_with(opts);
+        Ok(SqliteStore { pool, corrupt: Mutex::new(corrupt) })
+    }
+
+    /// Maps a query failure, remembering corruption for [`Store::integrity`].
+    fn fail(&self, e: sqlx::Error) -> StoreError {
+        if let Some(why) = corruption(&e) {
+            if let Ok(mut c) = self.corrupt.lock() {
+                if c.is_none() {
+                    tracing::error!(error = %why, "SQLite reports a corrupt database; samples are spooled until it is repaired or restored");
+                    *c = Some(why);
+                }
+            }
+        }
+        map_sqlx(e)
     }
 
     /// The underlying pool (benchmarks and tests inspect the schema through it).
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+/// Whether a connection coming back to the pool may be reused. SQLite rolls a transaction back
+/// by itself when a write fails with SQLITE_FULL (also IOERR, NOMEM, some BUSY); sqlx does not
+/// notice, its own ROLLBACK then fails ("no transaction is active") and it keeps counting the
+/// transaction as open. From then on that connection's BEGIN becomes a SAVEPOINT and its
+/// rollback a `ROLLBACK TO`, which leaves SQLite's transaction, and the write lock, open: every
+/// other connection waits out the busy timeout and fails "database is locked" while writes that
+/// happen to draw this connection succeed, long after the disk has room again. Such a
+/// connection is closed here instead (a fresh one costs a file open).
+async fn in_step_with_sqlite(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A rollback queued by a dropped transaction runs before the ping answers; if it worked,
+    // the connection is clean.
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("SQLite connection left inside a failed transaction; closing it");
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Runs `PRAGMA quick_check` on its own connection, interrupted after `budget`. `Some(why)`
+/// when the file is damaged; `None` when it is sound or could not be checked (logged).
+async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<String> {
+    let file = opts.get_filename().display().to_string();
+    let mut conn = match SqliteConnection::connect_with(opts).await {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(why) = corruption(&e) {
+                return Some(format!("{file}: {why}"));
+            }
+            tracing::warn!(%file, error = %e, "SQLite integrity not checked at open: cannot open the file");
+            return None;
+        }
+    };
+    let deadline = Instant::now() + budget;
+    match conn.lock_handle().await {
+        Ok(mut handle) => handle.set_progress_handler(10_000, move || Instant::now() < deadline),
+        Err(e) => {
+            tracing::warn!(%file, error = %e, "SQLite integrity not checked at open");
+            return None;
+        }
+    }
+    let started = Instant::now();
+    let result =
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("PRAGMA quick_check({QUICK_CHECK_ROWS})")))
+            .fetch_all(&mut conn)
+            .await;
+    let _ = conn.close().await;
+    match result {
+        Ok(rows) if rows.len() == 1 && rows[0] == "ok" => {
+            tracing::debug!(%file, took = ?started.elapsed(), "SQLite quick_check ok");
+            None
+        }
+        Ok(rows) => Some(format!("{file}: PRAGMA quick_check: {}", rows.join("; "))),
+        Err(e) => {
+            if let Some(why) = corruption(&e) {
+                return Some(format!("{file}: PRAGMA quick_check failed: {why}"));
+            }
+            let interrupted = matches!(&e, sqlx::Error::Database(db)
+                if db.code().and_then(|c| c.parse::<i64>().ok()).is_some_and(|n| n & 0xff == SQLITE_INTERRUPT));
+            if interrupted {
+                tracing::warn!(%file, budget = ?budget, "SQLite quick_check did not finish in time; integrity not verified at open");
+            } else {
+                tracing::warn!(%file, error = %e, "SQLite integrity not checked at open");
+            }
+            None
+        }
     }
 }
 
@@ -119,28 +231,38 @@ impl Store for SqliteStore {
             sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
                 .fetch_one(&self.pool)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(|e| self.fail(e))?;
         if exists > 0 {
             let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
                 .fetch_one(&self.pool)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(|e| self.fail(e))?;
             if let Some(found) = found.filter(|f| *f > known) {
                 return Err(StoreError::SchemaAhead { found, known });
             }
         }
-        MIGRATOR.run(&self.pool).await.map_err(|e| map_migrate(e, known))
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
+            other => map_migrate(other, known),
+        })
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(map_sqlx)
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(|e| self.fail(e))
+    }
+
+    fn integrity(&self) -> Result<(), String> {
+        match self.corrupt.lock() {
+            Ok(c) => c.clone().map_or(Ok(()), Err),
+            Err(_) => Err("integrity state lock poisoned".into()),
+        }
     }
 
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
         if samples.is_empty() {
             return Ok(0);
         }
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
         let mut inserted = 0;
         for chunk in samples.chunks(INSERT_CHUNK) {
             let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO samples ({SAMPLE_COLUMNS}) "));
@@ -171,9 +293,9 @@ impl Store for SqliteStore {
                     .push_bind(s.retry_after_s);
             });
             qb.push(" ON CONFLICT (id) DO NOTHING");
-            inserted += qb.build().execute(&mut *tx).await.map_err(map_sqlx)?.rows_affected();
+            inserted += qb.build().execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
         }
-        tx.commit().await.map_err(map_sqlx)?;
+        tx.commit().await.map_err(|e| self.fail(e))?;
         Ok(inserted)
     }
 
@@ -188,14 +310,14 @@ impl Store for SqliteStore {
                 qb.push(" ORDER BY started_at, id");
             }
         }
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(|e| self.fail(e))?;
         collect(&rows, sample_of)
     }
 
     async fn count_samples(&self, q: &SampleQuery) -> Result<i64, StoreError> {
         let mut qb = QueryBuilder::<Sqlite>::new("SELECT count(*) FROM samples");
         push_filters(&mut qb, q);
-        qb.build_query_scalar::<i64>().fetch_one(&self.pool).await.map_err(map_sqlx)
+        qb.build_query_scalar::<i64>().fetch_one(&self.pool).await.map_err(|e| self.fail(e))
     }
 
     async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -209,7 +331,7 @@ impl Store for SqliteStore {
             .bind(PURGE_BATCH)
             .execute(&self.pool)
             .await
-            .map_err(map_sqlx)?
+            .map_err(|e| self.fail(e))?
             .rows_affected();
             removed += n;
             if n < PURGE_BATCH as u64 {
@@ -221,7 +343,7 @@ impl Store for SqliteStore {
     }
 
     async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
         for r in rollups {
             sqlx::query(
                 "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
@@ -239,9 +361,9 @@ impl Store for SqliteStore {
             .bind(&r.histogram)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         }
-        tx.commit().await.map_err(map_sqlx)
+        tx.commit().await.map_err(|e| self.fail(e))
     }
 
     async fn rollups_between(
@@ -261,7 +383,7 @@ impl Store for SqliteStore {
             qb.push(" AND region = ").push_bind(region.to_owned());
         }
         qb.push(" ORDER BY region, provider, model, route, metric, hour");
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(|e| self.fail(e))?;
         collect(&rows, |row| {
             Ok(Rollup {
                 target: target_of(row)?,
@@ -278,7 +400,7 @@ impl Store for SqliteStore {
             .bind(ts(cutoff))
             .execute(&self.pool)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         Ok(res.rows_affected())
     }
 
@@ -298,7 +420,7 @@ impl Store for SqliteStore {
         .execute(&self.pool)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError> {
@@ -309,7 +431,7 @@ impl Store for SqliteStore {
             qb.push(" WHERE region = ").push_bind(region.to_owned());
         }
         qb.push(" ORDER BY region, provider, model, route");
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(|e| self.fail(e))?;
         collect(&rows, |row| {
             Ok(BreakerRecord {
                 target: target_of(row)?,
@@ -336,7 +458,7 @@ impl Store for SqliteStore {
         .execute(&self.pool)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn transitions(
@@ -356,12 +478,12 @@ impl Store for SqliteStore {
             qb.push(" AND route = ").push_bind(t.route_label().to_owned());
         }
         qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(|e| self.fail(e))?;
         collect(&rows, transition_of)
     }
 
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
         for i in items {
             sqlx::query(
                 "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
@@ -379,9 +501,9 @@ impl Store for SqliteStore {
             .bind(&i.region)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         }
-        tx.commit().await.map_err(map_sqlx)
+        tx.commit().await.map_err(|e| self.fail(e))
     }
 
     async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
@@ -396,7 +518,7 @@ impl Store for SqliteStore {
         .bind(limit.max(0))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         collect(&rows, outbox_of)
     }
 
@@ -407,7 +529,7 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn mark_retry(&self, id: Uuid, next_attempt_at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
@@ -418,7 +540,7 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn mark_abandoned(&self, id: Uuid, at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
@@ -429,14 +551,14 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn outbox_depth(&self) -> Result<i64, StoreError> {
         sqlx::query_scalar("SELECT count(*) FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
             .fetch_one(&self.pool)
             .await
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
@@ -450,7 +572,7 @@ impl Store for SqliteStore {
         .execute(&self.pool)
         .await
         .map(|_| ())
-        .map_err(map_sqlx)
+        .map_err(|e| self.fail(e))
     }
 
     async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -458,7 +580,7 @@ impl Store for SqliteStore {
             .bind(region)
             .fetch_optional(&self.pool)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(|e| self.fail(e))?;
         text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
             .transpose()
     }
@@ -472,7 +594,7 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(map_sqlx)
+            .map_err(|e| self.fail(e))
     }
 
     async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError> {
@@ -484,7 +606,7 @@ impl Store for SqliteStore {
         .bind(ts(since))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         collect(&rows, |row| {
             Ok(BalanceReading {
                 provider: row.try_get("provider")?,
@@ -511,7 +633,7 @@ impl Store for SqliteStore {
         .bind(region)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         collect(&rows, transition_of)
     }
 
@@ -532,7 +654,7 @@ impl Store for SqliteStore {
         .bind(region)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(|e| self.fail(e))?;
         collect(&rows, outbox_of)
     }
 }

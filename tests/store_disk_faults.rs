@@ -1,0 +1,370 @@
+//! SQLite on a disk that fills up and empties again (a real tmpfs, mounted by the test; skipped
+//! with a message where mounting is not allowed), and SQLite files damaged on purpose.
+
+mod store_support;
+
+use chrono::{Duration as ChronoDuration, Utc};
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use store_support::{full_sample, target};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use vigil::http::ReadyCheck;
+use vigil::sample::Sample;
+use vigil::store::sqlite::SqliteStore;
+use vigil::store::{self, IntegrityCheck, SampleQuery, Spool, Store, StoreError, Writer};
+
+/// Liveness bound for background progress; generous so a loaded machine never flakes.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A small tmpfs mounted for one test and unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (with the reason printed) where this process may not mount.
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            Ok(o) => {
+                println!("SKIPPED: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&o.stderr).trim());
+                None
+            }
+            Err(e) => {
+                println!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> PathBuf {
+        let path = self.path().join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let block = vec![0x5au8; 16 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let small = [0u8; 512];
+        while f.write_all(&small).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Sums the `lost` field of every log event: samples the writer says it could not keep.
+struct LostCounter(Arc<AtomicU64>);
+
+struct LostVisitor(u64);
+
+impl tracing::field::Visit for LostVisitor {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if field.name() == "lost" {
+            self.0 += value;
+        }
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        if field.name() == "lost" {
+            self.0 += u64::try_from(value).unwrap_or(0);
+        }
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LostCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut v = LostVisitor(0);
+        event.record(&mut v);
+        self.0.fetch_add(v.0, Ordering::SeqCst);
+    }
+}
+
+/// The process-wide count of samples logged as lost (installed once per test binary).
+fn lost_counter() -> Arc<AtomicU64> {
+    static COUNTER: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+    COUNTER
+        .get_or_init(|| {
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::Layer;
+            let counter = Arc::new(AtomicU64::new(0));
+            let subscriber = tracing_subscriber::registry().with(LostCounter(counter.clone())).with(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+            );
+            tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+            counter
+        })
+        .clone()
+}
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("vigil.db").display())
+}
+
+/// Samples with a long error text, so a few hundred fill megabytes quickly.
+fn bulky(n: usize) -> Vec<Sample> {
+    let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), "eu");
+    let start = Utc::now();
+    (0..n)
+        .map(|i| {
+            let mut s = full_sample(t.clone(), start + ChronoDuration::microseconds(i as i64));
+            s.error = Some(format!("upstream said no {}", "·".repeat(100)));
+            s
+        })
+        .collect()
+}
+
+/// Sends a steady stream of samples to the writer until stopped; returns what it sent.
+fn produce(tx: mpsc::Sender<Sample>, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<Sample>> {
+    tokio::spawn(async move {
+        let mut sent = Vec::new();
+        while !stop.is_cancelled() {
+            for s in bulky(10) {
+                if tx.send(s.clone()).await.is_err() {
+                    return sent;
+                }
+                sent.push(s);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        sent
+    })
+}
+
+fn fast_writer(store: Arc<dyn Store>, spool: Spool) -> Writer {
+    Writer::new(store, spool, 20, Duration::from_millis(20))
+        .with_write_timeout(Duration::from_millis(800))
+        .with_retry_backoff(Duration::from_millis(50), Duration::from_millis(300))
+}
+
+async fn stored_ids(store: &dyn Store) -> (usize, BTreeSet<Uuid>) {
+    let rows = store.samples(&SampleQuery::default()).await.expect("read back");
+    (rows.len(), rows.into_iter().map(|s| s.id).collect())
+}
+
+/// Fills the disk under a running writer, frees it, and returns (sent samples, writer health)
+/// once everything sent has been handed over and the spool is empty again.
+async fn fill_and_free(disk: &Tmpfs, store: Arc<dyn Store>, spool_dir: &Path) -> Vec<Sample> {
+    let writer = fast_writer(store.clone(), Spool::open(spool_dir, 64 << 20).expect("spool"));
+    let health = writer.health();
+    let (tx, rx) = mpsc::channel(4096);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+    let stop = CancellationToken::new();
+    let producer = produce(tx.clone(), stop.clone());
+    eventually("first samples stored", async || health.written() > 0).await;
+
+    let filler = disk.fill();
+    eventually("a write failed on the full disk", async || health.ready().is_err()).await;
+    let why = health.ready().expect_err("not ready while the disk is full");
+    println!("while full: {why}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    std::fs::remove_file(&filler).expect("free the disk");
+    let freed = std::time::Instant::now();
+    eventually("ready again after the disk was freed", async || health.ready().is_ok() && health.spooled() == 0).await;
+    println!("recovered {:?} after the disk was freed", freed.elapsed());
+
+    // Ready must hold from here on while writes continue: no flapping.
+    let written = health.written();
+    for _ in 0..60 {
+        assert_eq!(health.ready(), Ok(()), "readiness flapped after recovery");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(health.written() > written, "writes continued after recovery");
+    let mut direct = Vec::new();
+    for round in 0..10 {
+        let batch = bulky(5);
+        let n = store.insert_samples(&batch).await.unwrap_or_else(|e| panic!("write {round} after recovery: {e}"));
+        assert_eq!(n, 5);
+        store.ping().await.expect("ping after recovery");
+        // Stored directly; the writer gets them too, and must not store them twice.
+        for s in batch {
+            tx.send(s.clone()).await.expect("writer running");
+            direct.push(s);
+        }
+    }
+
+    stop.cancel();
+    let mut sent = producer.await.expect("producer");
+    sent.extend(direct);
+    drop(tx);
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+    eventually("spool empty", async || health.spooled() == 0).await;
+    sent.sort_by_key(|s| s.id);
+    sent.dedup_by_key(|s| s.id);
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_accepts_writes_again_once_a_full_disk_has_room() {
+    let _ = lost_counter();
+    let Some(disk) = Tmpfs::mount("8m") else { return };
+    let store = store::open(&sqlite_url(disk.path())).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let spool_dir = tempfile::tempdir().expect("spool dir elsewhere");
+
+    let sent = fill_and_free(&disk, store.clone(), spool_dir.path()).await;
+
+    let (rows, stored) = stored_ids(store.as_ref()).await;
+    assert_eq!(rows, stored.len(), "no sample stored twice");
+    let want: BTreeSet<Uuid> = sent.iter().map(|s| s.id).collect();
+    let missing = want.difference(&stored).count();
+    let unexpected = stored.difference(&want).count();
+    assert_eq!((missing, unexpected), (0, 0), "every sample sent, spooled while the disk was full, is stored once");
+    assert_eq!(store.integrity(), Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_spool_on_the_same_full_disk_every_sample_is_stored_or_reported_lost() {
+    let lost = lost_counter();
+    let Some(disk) = Tmpfs::mount("8m") else { return };
+    let store = store::open(&sqlite_url(disk.path())).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let lost_before = lost.load(Ordering::SeqCst);
+
+    let sent = fill_and_free(&disk, store.clone(), &disk.path().join("spool")).await;
+
+    let (rows, stored) = stored_ids(store.as_ref()).await;
+    assert_eq!(rows, stored.len(), "no sample stored twice");
+    let want: BTreeSet<Uuid> = sent.iter().map(|s| s.id).collect();
+    assert_eq!(stored.difference(&want).count(), 0, "only samples that were sent are stored");
+    let reported = lost.load(Ordering::SeqCst) - lost_before;
+    println!("sent {}, stored {}, reported lost {reported}", want.len(), stored.len());
+    assert_eq!(stored.len() as u64 + reported, want.len() as u64, "a sample neither stored nor reported lost");
+}
+
+/// Writes some data, checkpoints it into the main file and closes it.
+async fn database_with_data(dir: &Path) -> PathBuf {
+    let url = sqlite_url(dir);
+    let store = SqliteStore::open(&url, store::ACQUIRE_TIMEOUT).await.expect("open");
+    store.migrate().await.expect("migrate");
+    store.insert_samples(&bulky(3_000)).await.expect("insert");
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(store.pool()).await.expect("checkpoint");
+    store.pool().close().await;
+    dir.join("vigil.db")
+}
+
+fn overwrite(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).expect("open db file");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.write_all(bytes).expect("overwrite");
+    f.sync_all().expect("sync");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_overwritten_in_the_middle_are_reported_at_open_and_by_readyz() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = database_with_data(dir.path()).await;
+    let len = std::fs::metadata(&file).expect("size").len();
+    assert!(len > 200 * 1024, "enough pages to damage some in the middle ({len} bytes)");
+
+    let sound = store::open(&sqlite_url(dir.path())).await.expect("open sound file");
+    assert_eq!(sound.integrity(), Ok(()));
+    assert_eq!(IntegrityCheck(sound.clone()).ready(), Ok(()));
+    drop(sound);
+
+    // Keep the header (page 1); scribble over three pages half way through the file.
+    let page = 4096;
+    let middle = (len / 2 / page) * page;
+    let junk: Vec<u8> = (0..3 * page).map(|i| (i * 7 % 251) as u8).collect();
+    overwrite(&file, middle, &junk);
+
+    let store = store::open(&sqlite_url(dir.path())).await.expect("a damaged file still opens");
+    let why = store.integrity().expect_err("quick_check finds the damage");
+    assert!(why.contains("quick_check"), "{why}");
+    let ready = IntegrityCheck(store.clone()).ready().expect_err("not ready");
+    assert!(ready.starts_with("storage corrupt: "), "{ready}");
+    println!("{ready}");
+
+    drop(store);
+
+    // Opened without the check, the first query that meets the damage reports it.
+    let unchecked = SqliteStore::open_checked(&sqlite_url(dir.path()), store::ACQUIRE_TIMEOUT, Duration::ZERO)
+        .await
+        .expect("opens");
+    assert_eq!(unchecked.integrity(), Ok(()), "not known yet");
+    // Reading the damaged table fails as Unavailable (the writer spools), never as success.
+    match unchecked.samples(&SampleQuery::default()).await {
+        Err(StoreError::Unavailable(e)) => assert!(e.contains("malformed"), "{e}"),
+        other => panic!("reading damaged pages must fail as unavailable, got {:?}", other.map(|v| v.len())),
+    }
+    let why = unchecked.integrity().expect_err("known now");
+    assert!(why.contains("malformed"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = database_with_data(dir.path()).await;
+    // The header too: not an SQLite file any more.
+    overwrite(&file, 0, &[0xA5u8; 4096]);
+
+    let store = store::open(&sqlite_url(dir.path())).await.expect("opens");
+    let ready = IntegrityCheck(store.clone()).ready().expect_err("not ready");
+    assert!(ready.starts_with("storage corrupt: ") && ready.contains("not a database"), "{ready}");
+    let err = store.migrate().await.expect_err("cannot migrate a non-database");
+    assert!(matches!(err, StoreError::Unavailable(_)), "spooled, not fatal: {err:?}");
+
+    // The daemon's start-up path treats it like an unreachable database: start and spool.
+    let text = format!(
+        "region = \"eu\"\n[storage]\nurl = \"{}\"\ndata_dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sqlite_url(dir.path()),
+        dir.path().display()
+    );
+    let config = vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("config");
+    let (opened, migrated) = vigil::app::open_store(&config).await.expect("start-up goes on");
+    assert!(!migrated);
+    assert!(opened.integrity().is_err());
+    drop(opened);
+
+    // And the running daemon says so on /readyz.
+    let app = vigil::app::App::build(config, vigil::app::AppOptions { demo: true, ..Default::default() })
+        .await
+        .expect("the daemon builds on a corrupt file");
+    let base = format!("http://{}", app.local_addr().expect("bound"));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let mut last = String::new();
+    eventually("readyz names the corruption", async || {
+        let Ok(r) = reqwest::get(format!("{base}/readyz")).await else { return false };
+        let status = r.status();
+        last = r.text().await.unwrap_or_default();
+        status == 503 && last.contains("storage corrupt: ") && last.contains("not a database")
+    })
+    .await;
+    println!("{last}");
+    shutdown.cancel();
+    let done = tokio::time::timeout(PATIENCE, task).await;
+    assert!(matches!(done, Ok(Ok(Ok(())))), "clean stop: {done:?}");
+}
