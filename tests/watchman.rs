@@ -1,0 +1,259 @@
+//! The watchman never sleeps: the real `vigil` binary keeps probing, counting and judging while
+//! its PostgreSQL host goes dark, stops within its bound on SIGTERM with what it could not store
+//! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
+
+#[path = "store_support/mod.rs"]
+mod store_support;
+#[path = "support/tcp_proxy.rs"]
+mod tcp_proxy;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use store_support::PgTestDb;
+use tcp_proxy::{Mode, TcpProxy};
+use vigil::demo::standin::{Script, StandIn};
+use vigil::store::SampleQuery;
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A running `vigil run`, its stderr kept in a file.
+struct Daemon {
+    child: tokio::process::Child,
+    base: String,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    async fn start(config: &Path, port: u16, log: &Path) -> Daemon {
+        let err = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("VIGIL_TEST_KEY", "sk-test-watchman")
+            .env("VIGIL_LOG", "info")
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("vigil starts");
+        let d = Daemon { child, base: format!("http://127.0.0.1:{port}"), log: log.to_owned() };
+        d.eventually("listening", |body| body.is_some(), "/healthz").await;
+        d
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let r = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.text().await.ok()?))
+    }
+
+    /// Polls `path` until `ok(body)` holds (bounded), returning the last answer.
+    async fn eventually(&self, what: &str, ok: impl Fn(Option<&(u16, String)>) -> bool, path: &str) -> (u16, String) {
+        for _ in 0..300 {
+            let got = self.get(path).await;
+            if ok(got.as_ref()) {
+                return got.unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{what}: never held; log:\n{}", self.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` (`-TERM`, `-HUP`) with kill(1).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let ok = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
+        assert!(ok.success());
+    }
+
+    /// SIGTERM, then how long the stop took and whether it exited 0.
+    async fn stop(mut self) -> (Duration, bool, String) {
+        let t0 = Instant::now();
+        self.signal("-TERM");
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        let took = t0.elapsed();
+        let ok = matches!(status, Ok(Ok(s)) if s.success());
+        (took, ok, self.log())
+    }
+}
+
+/// Sum of `vigil_probes_total` over every outcome.
+fn probes_total(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("vigil_probes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn config_text(db_url: &str, data: &Path, port: u16, base: &str, extra_models: &str) -> String {
+    format!(
+        r#"
+region = "watch-1"
+[storage]
+url = "{db_url}"
+data_dir = "{data}"
+batch_age = "200ms"
+[http]
+listen = "127.0.0.1:{port}"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[[provider]]
+name = "steady"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1"{extra_models}]
+"#,
+        data = data.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
+    let body = fixture("openai-chat-stream-usage.sse");
+    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    let db = PgTestDb::create().await;
+    let proxy = TcpProxy::to_postgres().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let text = config_text(&proxy.url_for(&db.url), data.path(), port, &provider.base_url(), "");
+    std::fs::write(&config, text).expect("config");
+    let log = data.path().join("vigil.log");
+    let vigil = Daemon::start(&config, port, &log).await;
+    let store = vigil::store::open(&db.url).await.expect("store");
+    for _ in 0..100 {
+        if store.count_samples(&SampleQuery::default()).await.unwrap_or(0) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(store.count_samples(&SampleQuery::default()).await.expect("count") >= 3, "{}", vigil.log());
+
+    // The database host goes dark: connections hang, nothing answers.
+    proxy.set_mode(Mode::Blackhole);
+    let (_, ready) = vigil
+        .eventually("readyz says why", |r| r.is_some_and(|(s, b)| *s == 503 && b.contains("storage")), "/readyz")
+        .await;
+    assert!(ready.contains("storage"), "{ready}");
+    // Probes keep being counted in step with what the provider answered: nothing waits on the database.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, metrics) = vigil.get("/metrics").await.expect("metrics while the database is dark");
+    let answered = provider.requests().len() as u64;
+    let counted = probes_total(&metrics);
+    assert!(counted + 2 >= answered, "metrics froze: {counted} counted, {answered} answered; log:\n{}", vigil.log());
+
+    // SIGTERM while dark: the stop keeps its bound and spools what it could not store.
+    let (took, clean, text) = vigil.stop().await;
+    assert!(clean, "exit 0 after a bounded stop; log:\n{text}");
+    assert!(took < Duration::from_secs(15), "stop took {took:?}; log:\n{text}");
+    let answered = provider.requests().len() as i64;
+
+    // The host is back: a restart replays the spool; every probe the provider answered is stored once.
+    proxy.set_mode(Mode::Forward);
+    let vigil = Daemon::start(&config, port, &log).await;
+    let mut stored = 0;
+    for _ in 0..150 {
+        stored = store
+            .count_samples(&SampleQuery { region: Some("watch-1".into()), ..Default::default() })
+            .await
+            .unwrap_or(0);
+        if stored >= answered {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored >= answered, "replayed {stored} of {answered}; log:\n{}", vigil.log());
+    assert!(vigil.log().contains("replayed spooled samples"), "the spool was the way back: {}", vigil.log());
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    let answered = provider.requests().len() as i64;
+    let stored = store.count_samples(&SampleQuery::default()).await.expect("count");
+    assert_eq!(stored, answered, "one stored sample per answered probe (0 lost, 0 duplicated); log:\n{text}");
+    let transitions_spooled = std::fs::read_dir(data.path().join("spool-records")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(transitions_spooled, 0, "the record spool was replayed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_hanging_probe_keeps_its_bound() {
+    // Headers come after 25 s: far past the stop bound, inside the probe's own timeout.
+    let provider =
+        StandIn::start(|_| Script::status(200).with_head_delay(Duration::from_secs(25))).await.expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let db = format!("sqlite://{}/vigil.db", data.path().display());
+    let text = config_text(&db, data.path(), port, &provider.base_url(), "").replace(
+        "interval = \"1s\"\ntimeout = \"900ms\"",
+        "interval = \"30s\"\ntimeout = \"28s\"\nttft_timeout = \"27s\"",
+    );
+    std::fs::write(&config, text).expect("config");
+    let vigil = Daemon::start(&config, port, &data.path().join("vigil.log")).await;
+    for _ in 0..400 {
+        if !provider.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!provider.requests().is_empty(), "the probe started");
+    let (took, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    assert!(took < Duration::from_secs(15), "stop took {took:?}; log:\n{text}");
+    assert!(text.contains("probe cut short"), "the cut is logged: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_valid_config_and_keeps_running_on_a_bad_one() {
+    let body = fixture("openai-chat-stream-usage.sse");
+    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let db = format!("sqlite://{}/vigil.db", data.path().display());
+    std::fs::write(&config, config_text(&db, data.path(), port, &provider.base_url(), "")).expect("config");
+    let vigil = Daemon::start(&config, port, &data.path().join("vigil.log")).await;
+    vigil.eventually("m1 probed", |r| r.is_some_and(|(_, b)| b.contains("\"steady/m1\"")), "/v1/targets").await;
+
+    std::fs::write(&config, config_text(&db, data.path(), port, &provider.base_url(), ", \"m2\"")).expect("config");
+    vigil.signal("-HUP");
+    vigil
+        .eventually(
+            "m2 probed after the reload",
+            |r| r.is_some_and(|(_, b)| b.contains("\"steady/m2\"")),
+            "/v1/targets",
+        )
+        .await;
+
+    std::fs::write(&config, "[probe]\ninterval = \"soon\"\n").expect("config");
+    vigil.signal("-HUP");
+    for _ in 0..50 {
+        if vigil.log().contains("SIGHUP: new configuration refused") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = vigil.log();
+    assert!(log.contains("SIGHUP: new configuration refused"), "{log}");
+    assert!(log.contains("probe.interval"), "the refusal names the key: {log}");
+    let before = provider.requests().len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(provider.requests().len() > before, "still probing with the old config");
+    let (_, targets) = vigil.get("/v1/targets").await.expect("targets");
+    assert!(targets.contains("\"steady/m2\""), "{targets}");
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+}
