@@ -6,7 +6,9 @@
 //! ([`probe::timing`]), lets the provider's adapter build the request and read the stream
 //! ([`probe::sse`]), and returns a [`sample::Sample`] — a failed probe is data, not an error.
 //! Samples go down one channel to the [`pipeline`], the one place the order lives:
-//! metrics, then store (or spool), baselines, breaker and alerts. [`http`] serves `/metrics`,
+//! store (or spool), then metrics, baselines, breaker and alerts; every other store call goes
+//! through the storage link ([`store::link`]) so the pipeline never waits on a database, and the
+//! [`watchdog`] keeps the daemon whole or stopped. [`http`] serves `/metrics`,
 //! health, the router export and the status page from snapshots; [`demo`] runs simulated
 //! providers on loopback for `--demo` and for tests. [`report`] and [`weekly`] only read the
 //! store: the comparison matrix, and the weekly summary (HTML with PNG charts, emailed on a schedule).
