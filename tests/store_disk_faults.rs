@@ -129,7 +129,7 @@ fn sqlite_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("vigil.db").display())
 }
 
-/// Samples with a long error text, so a few hundred fill megabytes quickly.
+/// Samples with a longer error text than most, so the disk fills with fewer of them.
 fn bulky(n: usize) -> Vec<Sample> {
     let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), "eu");
     let start = Utc::now();
@@ -147,13 +147,13 @@ fn produce(tx: mpsc::Sender<Sample>, stop: CancellationToken) -> tokio::task::Jo
     tokio::spawn(async move {
         let mut sent = Vec::new();
         while !stop.is_cancelled() {
-            for s in bulky(10) {
+            for s in bulky(5) {
                 if tx.send(s.clone()).await.is_err() {
                     return sent;
                 }
                 sent.push(s);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         sent
     })
@@ -228,7 +228,7 @@ async fn fill_and_free(disk: &Tmpfs, store: Arc<dyn Store>, spool_dir: &Path) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_accepts_writes_again_once_a_full_disk_has_room() {
     let _ = lost_counter();
-    let Some(disk) = Tmpfs::mount("8m") else { return };
+    let Some(disk) = Tmpfs::mount("16m") else { return };
     let store = store::open(&sqlite_url(disk.path())).await.expect("open");
     store.migrate().await.expect("migrate");
     let spool_dir = tempfile::tempdir().expect("spool dir elsewhere");
@@ -247,7 +247,7 @@ async fn sqlite_accepts_writes_again_once_a_full_disk_has_room() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_spool_on_the_same_full_disk_every_sample_is_stored_or_reported_lost() {
     let lost = lost_counter();
-    let Some(disk) = Tmpfs::mount("8m") else { return };
+    let Some(disk) = Tmpfs::mount("16m") else { return };
     let store = store::open(&sqlite_url(disk.path())).await.expect("open");
     store.migrate().await.expect("migrate");
     let lost_before = lost.load(Ordering::SeqCst);

@@ -120,14 +120,15 @@ async fn a_missing_database_is_unavailable_until_created() {
 async fn a_rejected_role_is_unavailable_and_its_password_never_shown() {
     let db = Cleanup::new(true);
     let role = db.role.clone().expect("role");
-    // The test server trusts loopback, so any password is accepted: a role that may not log in
-    // is how it rejects one (SQLSTATE 28000; a wrong password under md5/scram is 28P01).
-    admin(format!("CREATE ROLE {role} NOLOGIN PASSWORD 'sk-test-right-password'")).await;
+    // A test server that trusts loopback accepts any password, so a wrong one proves nothing
+    // there: a role that may not log in is rejected under every auth method (SQLSTATE 28000;
+    // a wrong password under md5/scram is 28P01, classified the same way).
+    admin(format!("CREATE ROLE {role} NOLOGIN PASSWORD 'sk-test-role-password'")).await;
     admin(format!("CREATE DATABASE {} OWNER {role}", db.database)).await;
-    let url = db.url(Some("sk-test-wrong-password"));
+    let url = db.url(Some("sk-test-role-password"));
     let store = expect_unavailable(&url, "role rejected (SQLSTATE 28000").await;
     let err = store.migrate().await.expect_err("still rejected").to_string();
-    assert!(!err.contains("sk-test-wrong-password"), "the password leaked: {err}");
+    assert!(!err.contains("sk-test-role-password"), "the password leaked: {err}");
     assert!(err.contains(":redacted@"), "{err}");
 
     admin(format!("ALTER ROLE {role} LOGIN")).await;
@@ -139,11 +140,11 @@ async fn a_rejected_role_is_unavailable_and_its_password_never_shown() {
 async fn a_host_refusing_connections_is_unavailable_until_it_listens() {
     let pg = store_support::PgTestDb::create().await;
     let proxy = TcpProxy::to_postgres().await;
-    proxy.set_mode(Mode::Refuse);
+    proxy.set_mode(Mode::Refuse).await;
     let url = proxy.url_for(&pg.url);
     let store = expect_unavailable(&url, "connection refused").await;
 
-    proxy.set_mode(Mode::Forward);
+    proxy.set_mode(Mode::Forward).await;
     store.migrate().await.expect("the retry migrates once the host listens");
     expect_tables(&pg.url).await;
 }
@@ -152,14 +153,14 @@ async fn a_host_refusing_connections_is_unavailable_until_it_listens() {
 async fn a_host_that_never_answers_is_unavailable_within_the_timeout() {
     let pg = store_support::PgTestDb::create().await;
     let proxy = TcpProxy::to_postgres().await;
-    proxy.set_mode(Mode::Blackhole);
+    proxy.set_mode(Mode::Blackhole).await;
     let url = proxy.url_for(&pg.url);
     let started = std::time::Instant::now();
     let store = expect_unavailable(&url, "no answer within").await;
     assert!(proxy.accepted() > 0, "the proxy took the connection and kept silent");
     println!("blackholed migrate + ping gave up after {:?}", started.elapsed());
 
-    proxy.set_mode(Mode::Forward);
+    proxy.set_mode(Mode::Forward).await;
     store.migrate().await.expect("the retry migrates once the host answers");
     expect_tables(&pg.url).await;
 }
@@ -246,4 +247,45 @@ timeout = "900ms"
     shutdown.cancel();
     let done = tokio::time::timeout(PATIENCE, task).await;
     assert!(matches!(done, Ok(Ok(Ok(())))), "clean stop: {done:?}");
+}
+
+/// The proxy the outage tests rely on does what each mode says, against a loopback echo server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tcp_proxy_forwards_refuses_and_blackholes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+    let upstream = echo.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    async fn round_trip(s: &mut tokio::net::TcpStream) -> Option<[u8; 4]> {
+        s.write_all(b"ping").await.ok()?;
+        let mut buf = [0u8; 4];
+        match tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await {
+            Ok(Ok(_)) => Some(buf),
+            _ => None,
+        }
+    }
+    let proxy = TcpProxy::start(upstream, Mode::Forward).await;
+    let mut open = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+    assert_eq!(round_trip(&mut open).await, Some(*b"ping"), "forwarded");
+
+    proxy.set_mode(Mode::Blackhole).await;
+    assert_eq!(round_trip(&mut open).await, None, "an open connection goes silent");
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.expect("a blackhole accepts");
+    assert_eq!(round_trip(&mut silent).await, None, "and never answers");
+
+    proxy.set_mode(Mode::Refuse).await;
+    let refused = tokio::net::TcpStream::connect(proxy.addr).await.expect_err("nothing listens");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+
+    proxy.set_mode(Mode::Forward).await;
+    let mut again = tokio::net::TcpStream::connect(proxy.addr).await.expect("listening again on the same port");
+    assert_eq!(round_trip(&mut again).await, Some(*b"ping"));
+    assert!(proxy.accepted() >= 3);
 }

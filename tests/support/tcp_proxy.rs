@@ -38,6 +38,8 @@ pub struct TcpProxy {
     /// Where clients connect; stays the same across mode switches.
     pub addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// The mode the listener is in now (set by the control task once a switch took effect).
+    applied: watch::Receiver<Mode>,
     accepted: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
@@ -53,14 +55,24 @@ impl TcpProxy {
         let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (tx, rx) = watch::channel(mode);
+        let (applied_tx, applied) = watch::channel(mode);
         let accepted = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(control(listener, addr, upstream, rx, accepted.clone()));
-        TcpProxy { addr, mode: tx, accepted, task }
+        let task = tokio::spawn(control(listener, addr, upstream, rx, applied_tx, accepted.clone()));
+        let proxy = TcpProxy { addr, mode: tx, applied, accepted, task };
+        proxy.settle(mode).await;
+        proxy
     }
 
-    /// Switches behaviour; takes effect for open and new connections at once.
-    pub fn set_mode(&self, mode: Mode) {
+    /// Switches behaviour and returns once the listener follows it (refusing: not listening;
+    /// otherwise: listening again); open connections are reset or silenced at the same time.
+    pub async fn set_mode(&self, mode: Mode) {
         self.mode.send_replace(mode);
+        self.settle(mode).await;
+    }
+
+    async fn settle(&self, mode: Mode) {
+        let mut applied = self.applied.clone();
+        let _ = applied.wait_for(|m| *m == mode).await;
     }
 
     /// The current behaviour.
@@ -103,6 +115,7 @@ async fn control(
     addr: SocketAddr,
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
+    applied: watch::Sender<Mode>,
     accepted: Arc<AtomicU64>,
 ) {
     let mut listener = Some(listener);
@@ -110,6 +123,7 @@ async fn control(
         let current = *mode.borrow_and_update();
         if current == Mode::Refuse {
             listener = None;
+            applied.send_replace(current);
             if mode.changed().await.is_err() {
                 return;
             }
@@ -122,6 +136,7 @@ async fn control(
                 None => return,
             },
         };
+        applied.send_replace(current);
         loop {
             tokio::select! {
                 changed = mode.changed() => {
