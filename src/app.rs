@@ -79,12 +79,18 @@ const AFTER_DRAIN: Duration = Duration::from_secs(4);
 /// Opens the configured store and applies migrations. An unreachable database is tolerated
 /// (returned as `Ok(false)`): the daemon starts, spools, and migrates once it is back.
 pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppError> {
+    let (store, unavailable) = open_store_or_why(config).await?;
+    Ok((store, unavailable.is_none()))
+}
+
+/// [`open_store`], saying why the database could not be used yet.
+async fn open_store_or_why(config: &Config) -> Result<(Arc<dyn Store>, Option<String>), AppError> {
     let store = store::open(config.storage.url.expose_secret()).await?;
     match store.migrate().await {
-        Ok(()) => Ok((store, true)),
+        Ok(()) => Ok((store, None)),
         Err(StoreError::Unavailable(e)) => {
             tracing::warn!(error = %e, "storage unreachable at start; probing anyway, samples are spooled until it returns");
-            Ok((store, false))
+            Ok((store, Some(e)))
         }
         Err(e) => Err(e.into()),
     }
@@ -136,12 +142,17 @@ impl App {
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
-        let (store, migrated) = open_store(&config).await?;
+        let (store, unavailable) = open_store_or_why(&config).await?;
+        let migrated = unavailable.is_none();
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
         if !spool.is_empty() {
             tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
         }
         let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        if let Some(why) = &unavailable {
+            // `/readyz` says why from the first moment, not only after the first failed write.
+            writer.health().failed(format!("storage unavailable at start: {why}"));
+        }
         let mut monitor = Monitor::new(&config, targets, Utc::now());
         let loaded = match migrated {
             true => match monitor.load(store.as_ref(), Utc::now()).await {

@@ -145,7 +145,7 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     assert!(store.count_samples(&SampleQuery::default()).await.expect("count") >= 3, "{}", vigil.log());
 
     // The database host goes dark: connections hang, nothing answers.
-    proxy.set_mode(Mode::Blackhole);
+    proxy.set_mode(Mode::Blackhole).await;
     let (_, ready) = vigil
         .eventually("readyz says why", |r| r.is_some_and(|(s, b)| *s == 503 && b.contains("storage")), "/readyz")
         .await;
@@ -164,7 +164,7 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     let answered = provider.requests().len() as i64;
 
     // The host is back: a restart replays the spool; every probe the provider answered is stored once.
-    proxy.set_mode(Mode::Forward);
+    proxy.set_mode(Mode::Forward).await;
     let vigil = Daemon::start(&config, port, &log).await;
     let mut stored = 0;
     for _ in 0..150 {

@@ -81,7 +81,8 @@ impl WriterHealth {
         }
     }
 
-    fn failed(&self, error: String) {
+    /// Records that storage failed (the writer's own writes do; so does a start that found it down).
+    pub fn failed(&self, error: String) {
         if let Ok(mut s) = self.state.lock() {
             s.down_since.get_or_insert_with(Utc::now);
             s.last_error = Some(error);
