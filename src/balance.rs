@@ -63,7 +63,11 @@ pub fn parse_key(body: &[u8]) -> Result<Option<f64>, serde_json::Error> {
 /// `data.total_credits − data.total_usage` of a `/credits` body.
 pub fn parse_credits(body: &[u8]) -> Result<f64, serde_json::Error> {
     let d = serde_json::from_slice::<Envelope<CreditsData>>(body)?.data;
-    Ok(d.total_credits - d.total_usage)
+    let left = d.total_credits - d.total_usage;
+    if !left.is_finite() {
+        return Err(serde::de::Error::custom("total_credits - total_usage is not a finite number"));
+    }
+    Ok(left)
 }
 
 /// What one poll found.

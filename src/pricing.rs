@@ -79,7 +79,7 @@ struct RawPricing {
 }
 
 fn per_mtok(per_token: &str) -> Option<f64> {
-    per_token.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(|v| v * 1e6)
+    per_token.trim().parse::<f64>().ok().map(|v| v * 1e6).filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// Parses an endpoints answer; endpoints with unreadable prices are left out.
