@@ -125,7 +125,9 @@ impl BalanceClient {
         let err = |e: reqwest::Error| BalanceError::Http { endpoint: path.to_string(), message: e.to_string() };
         let resp = self.http.get(self.url(path)).bearer_auth(self.api_key.expose_secret()).send().await.map_err(err)?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(err)?;
+        let body = crate::bounded::read_capped(resp, crate::bounded::API_BODY_LIMIT)
+            .await
+            .map_err(|e| BalanceError::Http { endpoint: path.to_string(), message: e.to_string() })?;
         Ok((status, body))
     }
 

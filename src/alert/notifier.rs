@@ -128,7 +128,9 @@ pub(crate) async fn check_response(channel: &str, resp: reqwest::Response) -> Re
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, Utc::now()));
-    let body = resp.text().await.unwrap_or_default();
+    // Only an excerpt is ever used: a huge or endless answer is cut, never held whole.
+    let body = crate::bounded::read_prefix(resp, crate::bounded::RECEIVER_BODY_LIMIT).await.unwrap_or_default();
+    let body = String::from_utf8_lossy(&body).into_owned();
     let short: String = body.chars().take(300).collect();
     let code = status.as_u16();
     if status.is_success() {
