@@ -120,6 +120,7 @@ fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> Pr
         balance: None,
         price: None,
         headers: BTreeMap::new(),
+        secret_headers: Vec::new(),
     }
 }
 

@@ -242,9 +242,8 @@ impl App {
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
         });
         let server_stop = shutdown.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(async move { server_stop.cancelled().await }).await
-        });
+        let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);
+        let server = tokio::spawn(crate::http::server::serve(listener, app, server_stop, limits));
 
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).

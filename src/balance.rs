@@ -63,7 +63,11 @@ pub fn parse_key(body: &[u8]) -> Result<Option<f64>, serde_json::Error> {
 /// `data.total_credits − data.total_usage` of a `/credits` body.
 pub fn parse_credits(body: &[u8]) -> Result<f64, serde_json::Error> {
     let d = serde_json::from_slice::<Envelope<CreditsData>>(body)?.data;
-    Ok(d.total_credits - d.total_usage)
+    let left = d.total_credits - d.total_usage;
+    if !left.is_finite() {
+        return Err(serde::de::Error::custom("total_credits - total_usage is not a finite number"));
+    }
+    Ok(left)
 }
 
 /// What one poll found.
@@ -121,7 +125,9 @@ impl BalanceClient {
         let err = |e: reqwest::Error| BalanceError::Http { endpoint: path.to_string(), message: e.to_string() };
         let resp = self.http.get(self.url(path)).bearer_auth(self.api_key.expose_secret()).send().await.map_err(err)?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(err)?;
+        let body = crate::bounded::read_capped(resp, crate::bounded::API_BODY_LIMIT)
+            .await
+            .map_err(|e| BalanceError::Http { endpoint: path.to_string(), message: e.to_string() })?;
         Ok((status, body))
     }
 

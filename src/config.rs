@@ -217,6 +217,27 @@ pub struct ProviderConfig {
     pub price: Option<Price>,
     /// Extra request headers (e.g. OpenRouter `HTTP-Referer`).
     pub headers: BTreeMap<String, String>,
+    /// Request headers whose values come from the environment (`headers_env`), never printed.
+    pub secret_headers: Vec<SecretHeader>,
+}
+
+/// One `headers_env` entry: a request header whose value is a secret read from a variable.
+#[derive(Debug, Clone)]
+pub struct SecretHeader {
+    /// Header name (`api-key`).
+    pub name: String,
+    /// Variable the value was read from.
+    pub env: String,
+    /// The value.
+    pub value: SecretString,
+}
+
+/// Whether a header name looks like it carries a credential, so its value must come from
+/// `headers_env`, never inline: `authorization`, `api-key`, `x-api-key`, `cookie`, and any name
+/// containing `token`, `secret`, `key`, `auth` or `password`.
+pub fn secret_header_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n == "cookie" || ["token", "secret", "key", "auth", "password", "signature"].iter().any(|w| n.contains(w))
 }
 
 /// `[alerts]`.
@@ -506,6 +527,8 @@ struct RawProvider {
     price: Option<Price>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    #[serde(default)]
+    headers_env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -720,6 +743,7 @@ impl Config {
                     "price": p.price,
                     "balance": p.balance.as_ref().map(|b| serde_json::json!({"min_usd": b.min_usd, "every": dur(b.every), "warn_hours": b.warn_hours})),
                     "headers": p.headers,
+                    "headers_env": p.secret_headers.iter().map(|h| (h.name.clone(), h.env.clone())).collect::<BTreeMap<_, _>>(),
                 })
             })
             .collect();
@@ -845,17 +869,63 @@ pub fn parse_duration(key: &str, s: &str) -> Result<Duration, ConfigError> {
     Ok(d)
 }
 
-fn positive(key: &str, v: f64) -> Result<f64, ConfigError> {
-    if v.is_finite() && v > 0.0 {
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A duration within `min..=max` (both shown in the error), so no later arithmetic on it can
+/// overflow and no loop over it can spin.
+pub fn duration_in(key: &str, s: &str, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
+    let d = parse_duration(key, s)?;
+    if d < min || d > max {
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        return Err(invalid(key, format!("{s:?} is out of range: must be from {} to {}", show(min), show(max))));
+    }
+    Ok(d)
+}
+
+/// A count within `min..=max`.
+fn count_in<T: Copy + Into<u128>>(key: &str, v: T, min: u64, max: u64) -> Result<T, ConfigError> {
+    let n: u128 = v.into();
+    if n < u128::from(min) || n > u128::from(max) {
+        return Err(invalid(key, format!("{n} is out of range: must be from {min} to {max}")));
+    }
+    Ok(v)
+}
+
+/// A `usize` count within `min..=max` (usize has no `Into<u128>`).
+fn size_in(key: &str, v: usize, min: u64, max: u64) -> Result<usize, ConfigError> {
+    count_in(key, v as u64, min, max).map(|_| v)
+}
+
+/// A finite number within `min..=max`; with `above_min`, `min` itself is refused.
+fn number_in(key: &str, v: f64, min: f64, max: f64, above_min: bool) -> Result<f64, ConfigError> {
+    let low_ok = if above_min { v > min } else { v >= min };
+    if v.is_finite() && low_ok && v <= max {
         Ok(v)
     } else {
-        Err(invalid(key, format!("must be a positive number, got {v}")))
+        let low = if above_min { "above" } else { "from" };
+        Err(invalid(key, format!("{v} is out of range: must be a number {low} {min} up to {max}")))
     }
+}
+
+/// Refuses control characters (CR, LF, NUL, ESC, …) in a value that ends up in a request,
+/// a label or a log line.
+fn no_controls(key: &str, v: &str) -> Result<(), ConfigError> {
+    if v.chars().any(|c| c.is_control()) {
+        return Err(invalid(key, "must not contain control characters (CR, LF, tab, NUL, …)"));
+    }
+    Ok(())
 }
 
 fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     if raw.region.trim().is_empty() {
         return Err(invalid("region", "must not be empty"));
+    }
+    no_controls("region", &raw.region)?;
+    if raw.region.len() > 64 {
+        return Err(invalid("region", "must be at most 64 bytes"));
     }
     let storage = StorageConfig {
         url: {
@@ -868,17 +938,11 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             }
             SecretString::from(u.to_string())
         },
-        retention_days: match raw.storage.retention_days {
-            0 => return Err(invalid("storage.retention_days", "must be at least 1")),
-            d => d,
-        },
+        retention_days: count_in("storage.retention_days", raw.storage.retention_days, 1, 3650)?,
         data_dir: PathBuf::from(&raw.storage.data_dir),
-        spool_max_bytes: raw.storage.spool_max_mb.saturating_mul(1024 * 1024),
-        batch_size: match raw.storage.batch_size {
-            0 => return Err(invalid("storage.batch_size", "must be at least 1")),
-            n => n,
-        },
-        batch_age: parse_duration("storage.batch_age", &raw.storage.batch_age)?,
+        spool_max_bytes: count_in("storage.spool_max_mb", raw.storage.spool_max_mb, 1, 1 << 20)? * 1024 * 1024,
+        batch_size: size_in("storage.batch_size", raw.storage.batch_size, 1, 100_000)?,
+        batch_age: duration_in("storage.batch_age", &raw.storage.batch_age, Duration::from_millis(1), MINUTE)?,
     };
     let http = HttpConfig {
         listen: raw.http.listen.parse().map_err(|_| {
@@ -888,21 +952,17 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         api_token_env: raw.http.api_token_env,
     };
     let p = &raw.probe;
+    let ms = Duration::from_millis;
     let probe = ProbeConfig {
-        interval: parse_duration("probe.interval", &p.interval)?,
-        timeout: parse_duration("probe.timeout", &p.timeout)?,
-        connect_timeout: parse_duration("probe.connect_timeout", &p.connect_timeout)?,
-        ttft_timeout: parse_duration("probe.ttft_timeout", &p.ttft_timeout)?,
-        max_tokens: match p.max_tokens {
-            0 => return Err(invalid("probe.max_tokens", "must be at least 1")),
-            n => n,
-        },
-        concurrency: match p.concurrency {
-            0 => return Err(invalid("probe.concurrency", "must be at least 1")),
-            n => n,
-        },
-        daily_budget_usd: positive("probe.daily_budget_usd", p.daily_budget_usd)?,
-        max_body_bytes: p.max_body_kb.max(1) * 1024,
+        interval: duration_in("probe.interval", &p.interval, SECOND, DAY)?,
+        timeout: duration_in("probe.timeout", &p.timeout, ms(10), HOUR)?,
+        connect_timeout: duration_in("probe.connect_timeout", &p.connect_timeout, ms(10), HOUR)?,
+        ttft_timeout: duration_in("probe.ttft_timeout", &p.ttft_timeout, ms(10), HOUR)?,
+        max_tokens: count_in("probe.max_tokens", p.max_tokens, 1, 100_000)?,
+        concurrency: size_in("probe.concurrency", p.concurrency, 1, 4096)?,
+        daily_budget_usd: number_in("probe.daily_budget_usd", p.daily_budget_usd, 0.0, 1_000_000.0, true)?,
+        // 1 GiB at most: the byte count then fits every usize vigil runs on.
+        max_body_bytes: size_in("probe.max_body_kb", p.max_body_kb, 1, 1 << 20)? * 1024,
     };
     if probe.timeout > probe.interval {
         return Err(invalid(
@@ -911,18 +971,19 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         ));
     }
     let b = &raw.baseline;
+    let samples = |key: &str, n: u64| count_in(key, n, 1, 100_000_000);
     let baseline = BaselineConfig {
-        window: parse_duration("baseline.window", &b.window)?,
-        failover_factor: positive("baseline.failover_factor", b.failover_factor)?,
-        min_samples_p50: b.min_samples_p50.max(1),
-        min_samples_p95: b.min_samples_p95.max(1),
-        min_samples_p99: b.min_samples_p99.max(1),
+        window: duration_in("baseline.window", &b.window, MINUTE, 90 * DAY)?,
+        failover_factor: number_in("baseline.failover_factor", b.failover_factor, 1.0, 100.0, false)?,
+        min_samples_p50: samples("baseline.min_samples_p50", b.min_samples_p50)?,
+        min_samples_p95: samples("baseline.min_samples_p95", b.min_samples_p95)?,
+        min_samples_p99: samples("baseline.min_samples_p99", b.min_samples_p99)?,
     };
     let breaker = BreakerConfig {
-        consecutive_failures: raw.breaker.consecutive_failures.max(1),
-        failure_window: parse_duration("breaker.failure_window", &raw.breaker.failure_window)?,
-        latency_trips: raw.breaker.latency_trips.max(1),
-        open_for: parse_duration("breaker.open_for", &raw.breaker.open_for)?,
+        consecutive_failures: count_in("breaker.consecutive_failures", raw.breaker.consecutive_failures, 1, 1000)?,
+        failure_window: duration_in("breaker.failure_window", &raw.breaker.failure_window, SECOND, DAY)?,
+        latency_trips: count_in("breaker.latency_trips", raw.breaker.latency_trips, 1, 1000)?,
+        open_for: duration_in("breaker.open_for", &raw.breaker.open_for, SECOND, DAY)?,
     };
 
     let raw_providers = raw.provider.unwrap_or_else(|| {
@@ -939,6 +1000,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 balance: None,
                 price: None,
                 headers: BTreeMap::new(),
+                headers_env: BTreeMap::new(),
             })
             .collect()
     });
@@ -950,6 +1012,8 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         if rp.name.trim().is_empty() {
             return Err(invalid(key("name"), "must not be empty"));
         }
+        no_controls(&key("name"), &rp.name)?;
+        validate_headers(i, &rp.headers, &rp.headers_env)?;
         if !names.insert(rp.name.clone()) {
             return Err(invalid(key("name"), format!("duplicate provider name {:?}", rp.name)));
         }
@@ -990,18 +1054,44 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         if let Some(j) = models.iter().position(|m| kind != ProviderKind::Http && m.trim().is_empty()) {
             return Err(invalid(format!("provider[{i}].models[{j}]"), "must not be empty"));
         }
+        for (list, values) in [("models", &models), ("routes", &rp.routes), ("reasoning_models", &rp.reasoning_models)]
+        {
+            for (j, v) in values.iter().enumerate() {
+                no_controls(&format!("provider[{i}].{list}[{j}]"), v)?;
+                if values[..j].contains(v) {
+                    return Err(invalid(format!("provider[{i}].{list}[{j}]"), format!("duplicate {v:?}")));
+                }
+            }
+        }
         let balance = match rp.balance {
             Some(b) => Some(BalanceConfig {
-                min_usd: b.min_usd,
-                every: parse_duration(&key("balance.every"), b.every.as_deref().unwrap_or("5m"))?,
-                warn_hours: positive(&key("balance.warn_hours"), b.warn_hours.unwrap_or(24.0))?,
+                min_usd: number_in(&key("balance.min_usd"), b.min_usd, 0.0, 1_000_000_000.0, false)?,
+                every: duration_in(&key("balance.every"), b.every.as_deref().unwrap_or("5m"), SECOND, DAY)?,
+                warn_hours: number_in(&key("balance.warn_hours"), b.warn_hours.unwrap_or(24.0), 0.0, 8760.0, true)?,
             }),
             None => None,
         };
         if let Some(price) = rp.price {
-            if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
-                return Err(invalid(key("price"), "prices must be zero or positive"));
+            number_in(&key("price.input_per_mtok"), price.input_per_mtok, 0.0, 1_000_000.0, false)?;
+            number_in(&key("price.output_per_mtok"), price.output_per_mtok, 0.0, 1_000_000.0, false)?;
+        }
+        let mut secret_headers = Vec::new();
+        for (name, var) in &rp.headers_env {
+            let value = env.get(var).ok_or_else(|| {
+                invalid(format!("provider[{i}].headers_env.{name}"), format!("environment variable {var} is not set"))
+            })?;
+            // The value goes onto the wire as a header: refuse CR/LF without echoing the secret.
+            if value.chars().any(|c| c.is_control()) || ::http::HeaderValue::from_str(&value).is_err() {
+                return Err(invalid(
+                    format!("provider[{i}].headers_env.{name}"),
+                    format!("the value of {var} is not a valid header value (control characters?)"),
+                ));
             }
+            secret_headers.push(SecretHeader {
+                name: name.clone(),
+                env: var.clone(),
+                value: SecretString::from(value),
+            });
         }
         providers.push(ProviderConfig {
             name: rp.name,
@@ -1015,12 +1105,64 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             balance,
             price: rp.price,
             headers: rp.headers,
+            secret_headers,
         });
     }
 
+    let known: Vec<&str> =
+        providers.iter().map(|p| p.name.as_str()).chain(skipped.iter().map(|(n, _)| n.as_str())).collect();
+    for (i, m) in raw.alerts.maintenance.iter().enumerate() {
+        if !known.contains(&m.provider.as_str()) {
+            return Err(invalid(
+                format!("alerts.maintenance[{i}].provider"),
+                format!("{:?} is not a configured provider (known: {})", m.provider, known.join(", ")),
+            ));
+        }
+    }
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
     Ok(Config { region: raw.region, storage, http, probe, baseline, breaker, providers, skipped, alerts, report })
+}
+
+/// Header names and values must be valid HTTP without control characters; names that look like
+/// they carry a credential must come from `headers_env`, never inline.
+fn validate_headers(
+    i: usize,
+    headers: &BTreeMap<String, String>,
+    headers_env: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    for (name, value) in headers {
+        let key = format!("provider[{i}].headers.{name}");
+        if ::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(invalid(key, "is not a valid HTTP header name"));
+        }
+        if secret_header_name(name) {
+            return Err(invalid(
+                key,
+                format!(
+                    "looks like a secret and must not be inline: name the variable that holds it with \
+                     headers_env = {{ \"{name}\" = \"SOME_VARIABLE\" }}"
+                ),
+            ));
+        }
+        no_controls(&key, value)?;
+        if ::http::HeaderValue::from_str(value).is_err() {
+            return Err(invalid(key, "is not a valid HTTP header value"));
+        }
+        if headers_env.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(invalid(key, "is also set in headers_env"));
+        }
+    }
+    for (name, var) in headers_env {
+        let key = format!("provider[{i}].headers_env.{name}");
+        if ::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(invalid(key, "is not a valid HTTP header name"));
+        }
+        if var.trim().is_empty() || var.chars().any(|c| c.is_control() || c == '=') {
+            return Err(invalid(key, "must name an environment variable"));
+        }
+    }
+    Ok(())
 }
 
 fn secret_from(env: &dyn Env, key: String, var: &str) -> Result<SecretString, ConfigError> {
@@ -1075,10 +1217,10 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         maintenance.push(MaintenanceWindow { provider: m.provider, start, end });
     }
     Ok(AlertsConfig {
-        renotify: parse_duration("alerts.renotify", &raw.renotify)?,
-        error_probes: raw.error_probes.max(1),
-        resolve_after: raw.resolve_after.max(1),
-        delivery_deadline: parse_duration("alerts.delivery_deadline", &raw.delivery_deadline)?,
+        renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
+        error_probes: count_in("alerts.error_probes", raw.error_probes, 1, 1000)?,
+        resolve_after: count_in("alerts.resolve_after", raw.resolve_after, 1, 1000)?,
+        delivery_deadline: duration_in("alerts.delivery_deadline", &raw.delivery_deadline, SECOND, 30 * DAY)?,
         status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
         slack,
         email,
@@ -1103,9 +1245,10 @@ mod tests {
         assert_eq!(c.alerts.maintenance.len(), 1);
         assert_eq!(c.alerts.maintenance[0].provider, "openrouter");
         assert_eq!((c.alerts.maintenance[0].end - c.alerts.maintenance[0].start).num_hours(), 2);
-        let backwards = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"2026-12-01T04:00:00Z\"\nend = \"2026-12-01T02:00:00Z\"";
+        let backwards = "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"2026-12-01T04:00:00Z\"\nend = \"2026-12-01T02:00:00Z\"";
         assert_eq!(err(backwards, &[]), "alerts.maintenance[0].end: must be after start");
-        let garbled = "[[alerts.maintenance]]\nprovider = \"x\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
+        let garbled =
+            "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
         assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
     }
 
@@ -1310,5 +1453,144 @@ base_url = "not-a-url"
             c.providers[0].api_key.as_ref().map(|k| k.expose_secret().to_string()).as_deref(),
             Some("sk-test-x")
         );
+    }
+    /// The error for `text`, which must start with `key: ` and must not be a panic.
+    fn err_at(text: &str, e: &[(&str, &str)], key: &str) -> String {
+        let msg = err(text, e);
+        assert!(msg.starts_with(&format!("{key}: ")), "expected an error naming {key}, got: {msg}");
+        msg
+    }
+
+    #[test]
+    fn every_duration_has_a_range_named_in_the_error() {
+        let cases = [
+            ("probe", "interval", "500ms", "1000000000y"),
+            ("probe", "timeout", "1ms", "2h"),
+            ("probe", "connect_timeout", "1ms", "2h"),
+            ("probe", "ttft_timeout", "1ms", "2h"),
+            ("storage", "batch_age", "100us", "2m"),
+            ("baseline", "window", "30s", "100000y"),
+            ("breaker", "failure_window", "500ms", "2d"),
+            ("breaker", "open_for", "500ms", "2d"),
+            ("alerts", "renotify", "500ms", "31d"),
+            ("alerts", "delivery_deadline", "500ms", "31d"),
+        ];
+        for (section, field, low, high) in cases {
+            let key = format!("{section}.{field}");
+            for bad in [low, high] {
+                // A long interval keeps probe.timeout ≤ interval out of the way.
+                let extra = if section == "probe" && field != "interval" { "interval = \"1d\"\n" } else { "" };
+                let text = format!("[{section}]\n{extra}{field} = \"{bad}\"");
+                let msg = err_at(&text, &[], &key);
+                assert!(msg.contains("out of range") || msg.contains("not a duration"), "{msg}");
+            }
+        }
+        let c =
+            Config::from_toml("[probe]\ninterval = \"1s\"\ntimeout = \"1s\"\n[baseline]\nwindow = \"90d\"", &env(&[]))
+                .expect("the bounds themselves are accepted");
+        assert_eq!(c.baseline.window, Duration::from_secs(90 * 86_400));
+    }
+
+    #[test]
+    fn every_count_and_size_has_a_range_named_in_the_error() {
+        let cases: [(&str, &str, &str, &str); 16] = [
+            ("storage", "retention_days", "0", "4000000000"),
+            ("storage", "spool_max_mb", "0", "18014398509481984"),
+            ("storage", "batch_size", "0", "100001"),
+            ("probe", "max_tokens", "0", "100001"),
+            ("probe", "concurrency", "0", "9223372036854775807"),
+            ("probe", "max_body_kb", "0", "18014398509481984"),
+            ("probe", "daily_budget_usd", "0.0", "1e300"),
+            ("baseline", "failover_factor", "0.5", "1e9"),
+            ("baseline", "min_samples_p50", "0", "100000001"),
+            ("baseline", "min_samples_p95", "0", "100000001"),
+            ("baseline", "min_samples_p99", "0", "100000001"),
+            ("breaker", "consecutive_failures", "0", "1001"),
+            ("breaker", "latency_trips", "0", "1001"),
+            ("alerts", "error_probes", "0", "1001"),
+            ("alerts", "resolve_after", "0", "1001"),
+            ("probe", "daily_budget_usd", "-1.0", "nan"),
+        ];
+        for (section, field, low, high) in cases {
+            let key = format!("{section}.{field}");
+            for bad in [low, high] {
+                err_at(&format!("[{section}]\n{field} = {bad}"), &[], &key);
+            }
+        }
+        // The same bounds hold for environment overrides, named by the key.
+        err_at("", &[("VIGIL_PROBE_CONCURRENCY", "9223372036854775807")], "probe.concurrency");
+        err_at("", &[("VIGIL_PROBE_INTERVAL", "500ms")], "probe.interval");
+    }
+
+    #[test]
+    fn provider_numbers_have_ranges() {
+        let p = |extra: &str| {
+            format!("[[provider]]\nname = \"s\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"m\"]\n{extra}")
+        };
+        let k = [("K", "sk-test-k")];
+        err_at(&p("balance = { min_usd = -1.0 }"), &k, "provider[0].balance.min_usd");
+        err_at(&p("balance = { min_usd = 1.0, every = \"1000000000y\" }"), &k, "provider[0].balance.every");
+        err_at(&p("balance = { min_usd = 1.0, warn_hours = 0.0 }"), &k, "provider[0].balance.warn_hours");
+        err_at(&p("price = { input_per_mtok = 1e300, output_per_mtok = 1.0 }"), &k, "provider[0].price.input_per_mtok");
+        err_at(&p("price = { input_per_mtok = 1.0, output_per_mtok = -1.0 }"), &k, "provider[0].price.output_per_mtok");
+    }
+
+    #[test]
+    fn duplicates_control_characters_and_unknown_maintenance_providers_are_refused() {
+        let p = |extra: &str| {
+            format!("[[provider]]\nname = \"s\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\n{extra}")
+        };
+        let k = [("K", "sk-test-k")];
+        let e = err_at(&p("models = [\"a\", \"b\", \"a\"]"), &k, "provider[0].models[2]");
+        assert!(e.contains("duplicate"), "{e}");
+        err_at(&p("models = [\"a\"]\nroutes = [\"X\", \"X\"]"), &k, "provider[0].routes[1]");
+        let two = format!("{}\n{}", p("models = [\"a\"]"), p("models = [\"b\"]"));
+        err_at(&two, &k, "provider[1].name");
+        let e = err_at(
+            &p("models = [\"a\"]\nheaders = { \"X-Title\" = \"a\\r\\nX-Evil: 1\" }"),
+            &k,
+            "provider[0].headers.X-Title",
+        );
+        assert!(e.contains("control characters"), "{e}");
+        err_at(&p("models = [\"a\"]\nheaders = { \"Bad Name\" = \"v\" }"), &k, "provider[0].headers.Bad Name");
+        err_at(&p("models = [\"a\\u0000\"]"), &k, "provider[0].models[0]");
+        err_at("region = \"eu\\nwest\"", &[], "region");
+        let m = "[[alerts.maintenance]]\nprovider = \"nope\"\nstart = \"2026-12-01T02:00:00Z\"\nend = \"2026-12-01T04:00:00Z\"";
+        let e = err_at(m, &[], "alerts.maintenance[0].provider");
+        assert!(e.contains("not a configured provider"), "{e}");
+        // A provider skipped for its missing key is still a known name.
+        let skipped = m.replace("nope", "gemini");
+        Config::from_toml(&skipped, &env(&[])).expect("a window for a built-in provider without its key is fine");
+    }
+
+    #[test]
+    fn secret_headers_come_from_the_environment_and_are_never_printed() {
+        let p = |extra: &str| {
+            format!("[[provider]]\nname = \"azure\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"a\"]\n{extra}")
+        };
+        let k = ("K", "sk-test-k");
+        for name in ["api-key", "Authorization", "x-api-key", "X-Auth-Token", "x-client-secret", "x-goog-api-key"] {
+            let e = err_at(
+                &p(&format!("headers = {{ \"{name}\" = \"inline-secret-value\" }}")),
+                &[k],
+                &format!("provider[0].headers.{name}"),
+            );
+            assert!(e.contains("headers_env"), "{e}");
+            assert!(!e.contains("inline-secret-value"), "the error echoes the secret: {e}");
+        }
+        let ok = p("headers = { \"HTTP-Referer\" = \"https://example.com\" }\nheaders_env = { \"api-key\" = \"AZURE_OPENAI_API_KEY\" }");
+        let c = Config::from_toml(&ok, &env(&[k, ("AZURE_OPENAI_API_KEY", "azure-secret-0123456789")])).expect("valid");
+        let h = &c.providers[0].secret_headers;
+        assert_eq!((h[0].name.as_str(), h[0].env.as_str()), ("api-key", "AZURE_OPENAI_API_KEY"));
+        assert_eq!(h[0].value.expose_secret(), "azure-secret-0123456789");
+        let shown = c.redacted_toml();
+        assert!(!shown.contains("azure-secret-0123456789"), "{shown}");
+        assert!(shown.contains("AZURE_OPENAI_API_KEY"), "{shown}");
+        assert!(!format!("{c:?}").contains("azure-secret-0123456789"), "Debug shows the secret");
+        let e = err_at(&ok, &[k], "provider[0].headers_env.api-key");
+        assert!(e.contains("AZURE_OPENAI_API_KEY is not set"), "{e}");
+        let e =
+            err_at(&ok, &[k, ("AZURE_OPENAI_API_KEY", "azure-secret\r\nX-Evil: 1")], "provider[0].headers_env.api-key");
+        assert!(!e.contains("azure-secret"), "{e}");
     }
 }

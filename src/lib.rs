@@ -17,6 +17,7 @@ pub mod alert;
 pub mod app;
 pub mod balance;
 pub mod baseline;
+pub mod bounded;
 pub mod breaker;
 pub mod cli;
 pub mod config;

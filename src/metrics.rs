@@ -43,6 +43,7 @@ pub struct Metrics {
     stored: IntGaugeVec,
     panics: IntCounterVec,
     records_spooled: IntGaugeVec,
+    rejected: IntCounterVec,
     region: String,
 }
 
@@ -145,6 +146,13 @@ impl Metrics {
                 ),
                 &["region"],
             )?,
+            rejected: IntCounterVec::new(
+                Opts::new(
+                    "vigil_provider_values_rejected_total",
+                    "Implausible values from providers (negative, non-finite or absurd) dropped from samples, by field.",
+                ),
+                &["field", "region"],
+            )?,
             region: region.to_string(),
             registry,
         };
@@ -159,6 +167,7 @@ impl Metrics {
         m.stored.with_label_values(&[region]).set(0);
         m.records_spooled.with_label_values(&[region]).set(0);
         m.panics.with_label_values(&["pipeline", region]);
+        m.sync_rejected();
         for c in [
             Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.ttft.clone()),
@@ -180,6 +189,7 @@ impl Metrics {
             Box::new(m.stored.clone()),
             Box::new(m.panics.clone()),
             Box::new(m.records_spooled.clone()),
+            Box::new(m.rejected.clone()),
             Box::new(build),
         ] {
             m.registry.register(c)?;
@@ -305,8 +315,18 @@ impl Metrics {
         self.outbox_depth.with_label_values(&[&self.region]).set(n);
     }
 
+    /// Brings `vigil_provider_values_rejected_total` up to the probe's own counts (kept in the
+    /// probe, which has no metrics handle, so every sample is checked at the one place it is finalised).
+    fn sync_rejected(&self) {
+        for (field, n) in crate::probe::scrub::rejected_counts() {
+            let c = self.rejected.with_label_values(&[field, &self.region]);
+            c.inc_by(n.saturating_sub(c.get()));
+        }
+    }
+
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
+        self.sync_rejected();
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);

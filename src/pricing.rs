@@ -79,7 +79,7 @@ struct RawPricing {
 }
 
 fn per_mtok(per_token: &str) -> Option<f64> {
-    per_token.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(|v| v * 1e6)
+    per_token.trim().parse::<f64>().ok().map(|v| v * 1e6).filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// Parses an endpoints answer; endpoints with unreadable prices are left out.
@@ -226,7 +226,8 @@ async fn fetch(client: &reqwest::Client, p: &ProviderConfig, model: &str) -> Res
     if !resp.status().is_success() {
         return Err(fail(format!("HTTP {}", resp.status().as_u16())));
     }
-    let body = resp.bytes().await.map_err(|e| fail(e.without_url().to_string()))?;
+    let body =
+        crate::bounded::read_capped(resp, crate::bounded::API_BODY_LIMIT).await.map_err(|e| fail(e.to_string()))?;
     parse_endpoints(&body).map_err(|source| PricingError::Parse { url: url.clone(), source })
 }
 

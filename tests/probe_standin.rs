@@ -49,6 +49,7 @@ fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
         balance: None,
         price: None,
         headers: BTreeMap::new(),
+        secret_headers: Vec::new(),
     }
 }
 

@@ -96,14 +96,16 @@ pub(crate) fn http_client(channel: &str, timeout: Duration) -> Result<reqwest::C
         .map_err(|e| NotifierError { channel: channel.to_string(), message: e.to_string() })
 }
 
-/// `Retry-After` as seconds or an HTTP date.
+/// `Retry-After` as seconds or an HTTP date, capped at `probe::MAX_RETRY_AFTER_S` (a receiver
+/// asking for more is retried after an hour, within `alerts.delivery_deadline`).
 pub fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
     let v = value.trim();
+    let cap = Duration::from_secs_f64(crate::probe::MAX_RETRY_AFTER_S);
     if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+        return Some(Duration::from_secs(secs).min(cap));
     }
     let at = DateTime::parse_from_rfc2822(v).ok()?.with_timezone(&Utc);
-    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+    Some(at.signed_duration_since(now).to_std().unwrap_or(Duration::ZERO).min(cap))
 }
 
 /// Maps a failed send (no response) to a retryable error; the message never holds the URL.
@@ -126,7 +128,9 @@ pub(crate) async fn check_response(channel: &str, resp: reqwest::Response) -> Re
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, Utc::now()));
-    let body = resp.text().await.unwrap_or_default();
+    // Only an excerpt is ever used: a huge or endless answer is cut, never held whole.
+    let body = crate::bounded::read_prefix(resp, crate::bounded::RECEIVER_BODY_LIMIT).await.unwrap_or_default();
+    let body = String::from_utf8_lossy(&body).into_owned();
     let short: String = body.chars().take(300).collect();
     let code = status.as_u16();
     if status.is_success() {

@@ -68,6 +68,7 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
         balance: None,
         price: None,
         headers: BTreeMap::new(),
+        secret_headers: Vec::new(),
     };
     let openrouter = |name: &str, model: &str| -> std::io::Result<ProviderConfig> {
         Ok(ProviderConfig {

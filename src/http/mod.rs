@@ -2,6 +2,7 @@
 //! page. Handlers only read shared snapshots; nothing here drives probes.
 
 pub mod api;
+pub mod server;
 pub mod status_page;
 pub mod trend;
 

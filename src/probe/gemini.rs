@@ -74,11 +74,11 @@ impl Adapter for Gemini {
     }
 }
 
-/// Seconds from a Gemini error body's `RetryInfo.retryDelay` (`"26s"`).
+/// Seconds from a Gemini error body's `RetryInfo.retryDelay` (`"26s"`), clamped like `Retry-After`.
 pub fn retry_delay(body: &[u8]) -> Option<f64> {
     let v: Value = serde_json::from_slice(body).ok()?;
     v.get("error")?.get("details")?.as_array()?.iter().find_map(|d| {
         let delay = d.get("retryDelay")?.as_str()?;
-        delay.strip_suffix('s')?.parse::<f64>().ok()
+        delay.strip_suffix('s')?.trim().parse::<f64>().ok().and_then(super::clamp_retry_after)
     })
 }

@@ -8,7 +8,13 @@ pub struct PlainHttp;
 
 impl Adapter for PlainHttp {
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
-        let headers = p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let headers = p
+            .provider
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(super::secret_headers(p.provider))
+            .collect();
         Ok(RequestSpec { method: http::Method::GET, url: p.provider.base_url.clone(), headers, body: None })
     }
 

@@ -12,6 +12,7 @@ pub mod h1;
 pub mod http;
 pub mod openai;
 pub mod outcome;
+pub mod scrub;
 pub mod sse;
 pub mod timing;
 
@@ -36,6 +37,9 @@ pub const USER_PROMPT: &str = "ping";
 pub const REASONING_EXTRA_TOKENS: u32 = 1024;
 /// Most bytes of an error body read for classification.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// Most bytes of failure text held while reading; `scrub::finalise` cuts it to
+/// `scrub::MAX_ERROR_BYTES` after scrubbing, so a cut never leaves half a secret behind.
+const ERROR_TEXT_LIMIT: usize = 8 * 1024;
 /// Most visible text kept for the adherence check.
 const ANSWER_LIMIT: usize = 4096;
 
@@ -161,8 +165,14 @@ pub fn streaming_post(
         headers.push((key_header.to_string(), key_value(secrecy::ExposeSecret::expose_secret(key))));
     }
     headers.extend(p.provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    headers.extend(secret_headers(p.provider));
     let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
     Ok(RequestSpec { method: ::http::Method::POST, url, headers, body: Some(body) })
+}
+
+/// The provider's `headers_env` headers, values exposed for the wire only.
+pub fn secret_headers(p: &ProviderConfig) -> impl Iterator<Item = (String, String)> + '_ {
+    p.secret_headers.iter().map(|h| (h.name.clone(), secrecy::ExposeSecret::expose_secret(&h.value).to_string()))
 }
 
 /// Reads a non-negative integer field as u32.
@@ -263,6 +273,8 @@ impl Prober {
             }
         }
         fill(&mut sample, r, plan);
+        // The one place provider data is made safe: everything downstream sees only this.
+        scrub::finalise(&mut sample, &scrub::Secrets::of(&plan.provider));
         sample
     }
 
@@ -432,7 +444,7 @@ impl Prober {
 impl Reading {
     fn fail(&mut self, outcome: Outcome, message: String) {
         self.outcome = Some(outcome);
-        self.error = Some(truncate(&message, 300));
+        self.error = Some(truncate(&message, ERROR_TEXT_LIMIT));
     }
 
     /// Applies one event's signals; returns true on the stream's terminator.
@@ -545,26 +557,44 @@ fn ttft_message(limit: Duration) -> String {
     format!("no content token within the first-token timeout of {}", humantime::format_duration(limit))
 }
 
-fn header_request_id(h: &::http::HeaderMap) -> Option<String> {
+/// The provider's request id from the first header that carries one (unscrubbed, uncut).
+pub fn header_request_id(h: &::http::HeaderMap) -> Option<String> {
     ["x-request-id", "request-id", "x-generation-id", "x-amzn-requestid"]
         .iter()
         .find_map(|name| h.get(*name).and_then(|v| v.to_str().ok()).map(str::to_string))
 }
 
-/// Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date).
-pub fn retry_after(h: &::http::HeaderMap) -> Option<f64> {
-    if let Some(ms) = h.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok()) {
-        return Some(ms / 1000.0);
-    }
-    let v = h.get(::http::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        return Some(secs.max(0.0));
-    }
-    let when = DateTime::parse_from_rfc2822(v).ok()?;
-    Some(((when.with_timezone(&Utc) - Utc::now()).num_milliseconds().max(0) as f64) / 1000.0)
+/// Longest wait vigil takes from a provider's `Retry-After`, `retry-after-ms` or Gemini
+/// `retryDelay`: a longer (or absurd) value is cut to this at parse time, so no later time
+/// arithmetic sees it.
+pub const MAX_RETRY_AFTER_S: f64 = 3600.0;
+
+/// A provider's wait in seconds, clamped to `0..=MAX_RETRY_AFTER_S`; NaN, infinities and
+/// negative values are refused (`None`), as if the header were absent.
+pub fn clamp_retry_after(secs: f64) -> Option<f64> {
+    (secs.is_finite() && secs >= 0.0).then(|| secs.min(MAX_RETRY_AFTER_S))
 }
 
-fn error_message(status: u16, body: &[u8]) -> String {
+/// Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date), clamped
+/// by [`clamp_retry_after`].
+pub fn retry_after(h: &::http::HeaderMap) -> Option<f64> {
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    // A refused `retry-after-ms` falls back to `retry-after`, as if it were absent.
+    let ms = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok());
+    if let Some(secs) = ms.and_then(|ms| clamp_retry_after(ms / 1000.0)) {
+        return Some(secs);
+    }
+    let v = text("retry-after")?;
+    if let Ok(secs) = v.parse::<f64>() {
+        return clamp_retry_after(secs);
+    }
+    let when = DateTime::parse_from_rfc2822(v).ok()?;
+    let ms = when.with_timezone(&Utc).signed_duration_since(Utc::now()).num_milliseconds().max(0);
+    clamp_retry_after(ms as f64 / 1000.0)
+}
+
+/// The failure text of a non-2xx answer: the body's `error.message`, else the body itself.
+pub fn error_message(status: u16, body: &[u8]) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let msg = parsed
         .as_ref()
@@ -575,7 +605,7 @@ fn error_message(status: u16, body: &[u8]) -> String {
     if msg.is_empty() {
         format!("HTTP {status}")
     } else {
-        format!("HTTP {status}: {}", truncate(&msg, 240))
+        format!("HTTP {status}: {}", truncate(&msg, ERROR_TEXT_LIMIT - 16))
     }
 }
 
@@ -638,3 +668,5 @@ mod tests {
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod hostile_tests;
