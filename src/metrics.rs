@@ -167,7 +167,9 @@ impl Metrics {
         m.stored.with_label_values(&[region]).set(0);
         m.records_spooled.with_label_values(&[region]).set(0);
         m.panics.with_label_values(&["pipeline", region]);
-        m.sync_rejected();
+        for field in crate::probe::scrub::REJECTABLE_FIELDS {
+            m.rejected.with_label_values(&[field, region]);
+        }
         for c in [
             Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.ttft.clone()),
@@ -242,6 +244,9 @@ impl Metrics {
         if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
             self.cost.with_label_values(&l).inc_by(c);
         }
+        for field in &s.rejected {
+            self.rejected.with_label_values(&[*field, self.region.as_str()]).inc();
+        }
     }
 
     /// Counts a panic caught inside `task`, which kept running.
@@ -315,18 +320,8 @@ impl Metrics {
         self.outbox_depth.with_label_values(&[&self.region]).set(n);
     }
 
-    /// Brings `vigil_provider_values_rejected_total` up to the probe's own counts (kept in the
-    /// probe, which has no metrics handle, so every sample is checked at the one place it is finalised).
-    fn sync_rejected(&self) {
-        for (field, n) in crate::probe::scrub::rejected_counts() {
-            let c = self.rejected.with_label_values(&[field, &self.region]);
-            c.inc_by(n.saturating_sub(c.get()));
-        }
-    }
-
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
-        self.sync_rejected();
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);

@@ -52,6 +52,10 @@ pub struct Sample {
     pub cost_usd: Option<f64>,
     /// Seconds the provider asked us to wait (`Retry-After`, Gemini `retryDelay`).
     pub retry_after_s: Option<f64>,
+    /// Provider figures dropped from this sample as implausible (`cost_usd`, `output_tokens`, …),
+    /// for the metrics; not stored or shown.
+    #[serde(skip)]
+    pub rejected: Vec<&'static str>,
 }
 
 impl Sample {
@@ -79,6 +83,7 @@ impl Sample {
             adherence_ok: None,
             cost_usd: None,
             retry_after_s: None,
+            rejected: Vec::new(),
         }
     }
 

@@ -98,8 +98,16 @@ async fn absurd_costs_and_overlong_request_ids_are_not_kept() {
     assert_eq!(s.cost_usd, None, "a negative cost is dropped");
     assert_eq!(s.output_tokens, None, "an absurd token count is dropped");
     assert_eq!(s.input_tokens, Some(10));
-    let kept = s.request_id.expect("request id kept, cut");
+    let kept = s.request_id.clone().expect("request id kept, cut");
     assert!(kept.len() <= vigil::probe::scrub::MAX_REQUEST_ID_BYTES + 3, "{} bytes", kept.len());
+    // What was dropped is counted once the sample reaches the metrics.
+    let metrics = vigil::metrics::Metrics::new("r").expect("metrics");
+    metrics.observe(&s);
+    let text = metrics.render();
+    for field in ["cost_usd", "output_tokens"] {
+        let line = format!("vigil_provider_values_rejected_total{{field=\"{field}\",region=\"r\"}} 1");
+        assert!(text.contains(&line), "{field} counted:\n{text}");
+    }
 }
 
 /// The key the provider echoes, and the secret header value it echoes too.

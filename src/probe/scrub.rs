@@ -5,7 +5,6 @@
 use crate::config::ProviderConfig;
 use crate::sample::Sample;
 use secrecy::ExposeSecret;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most bytes of provider error text kept in a sample.
 pub const MAX_ERROR_BYTES: usize = 1024;
@@ -22,21 +21,13 @@ pub const REDACTED: &str = "[redacted]";
 /// Shortest configured secret matched literally: shorter values would match ordinary text.
 const MIN_SECRET_LEN: usize = 8;
 
-/// Provider fields that can be rejected, in the order of the counters below.
+/// Provider fields that can be rejected (`vigil_provider_values_rejected_total{field}`).
 pub const REJECTABLE_FIELDS: [&str; 4] = ["cost_usd", "input_tokens", "output_tokens", "tokens_per_s"];
-static REJECTED: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
-/// How many values of each field in [`REJECTABLE_FIELDS`] were dropped since the process started
-/// (exported as `vigil_provider_values_rejected_total{field}`).
-pub fn rejected_counts() -> [(&'static str, u64); 4] {
-    std::array::from_fn(|i| (REJECTABLE_FIELDS[i], REJECTED[i].load(Ordering::Relaxed)))
-}
-
-fn reject(field: &'static str) {
-    if let Some(i) = REJECTABLE_FIELDS.iter().position(|f| *f == field) {
-        REJECTED[i].fetch_add(1, Ordering::Relaxed);
-    }
-    tracing::debug!(field, "implausible provider value dropped");
+/// Notes on the sample that `field` was dropped; the metrics count it when the sample is observed.
+fn reject(sample: &mut Sample, field: &'static str) {
+    sample.rejected.push(field);
+    tracing::debug!(field, target = %sample.target, "implausible provider value dropped");
 }
 
 /// Values that must never be kept: a provider's key and its secret header values.
@@ -76,23 +67,23 @@ pub fn finalise(sample: &mut Sample, secrets: &Secrets) {
     if let Some(c) = sample.cost_usd {
         if !(c.is_finite() && (0.0..=MAX_COST_USD).contains(&c)) {
             sample.cost_usd = None;
-            reject("cost_usd");
+            reject(sample, "cost_usd");
         }
     }
     if sample.input_tokens.is_some_and(|n| n > MAX_TOKENS) {
         sample.input_tokens = None;
-        reject("input_tokens");
+        reject(sample, "input_tokens");
     }
     if sample.output_tokens.is_some_and(|n| n > MAX_TOKENS) {
         sample.output_tokens = None;
         // The speed was derived from the count, so it goes too.
         sample.tokens_per_s = None;
-        reject("output_tokens");
+        reject(sample, "output_tokens");
     }
     if let Some(v) = sample.tokens_per_s {
         if !(v.is_finite() && (0.0..=MAX_TOKENS_PER_S).contains(&v)) {
             sample.tokens_per_s = None;
-            reject("tokens_per_s");
+            reject(sample, "tokens_per_s");
         }
     }
     sample.retry_after_s = sample.retry_after_s.and_then(super::clamp_retry_after);
@@ -243,7 +234,6 @@ mod tests {
         use crate::probe::outcome::Outcome;
         let target = crate::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
         let now = chrono::Utc::now();
-        let before = rejected_counts();
         for cost in [-1e12, 1e308, f64::NAN, f64::INFINITY, 100.01] {
             let mut s = Sample::new(target.clone(), now, now);
             s.outcome = Outcome::Ok;
@@ -258,13 +248,12 @@ mod tests {
             assert_eq!(s.tokens_per_s, None);
             assert_eq!(s.input_tokens, Some(12));
             assert!(s.request_id.as_ref().is_some_and(|r| r.len() <= MAX_REQUEST_ID_BYTES + 3));
+            assert_eq!(s.rejected, vec!["cost_usd", "output_tokens"], "{cost}: noted for the metrics");
         }
         let mut ok = Sample::new(target, now, now);
         ok.cost_usd = Some(0.0001);
         finalise(&mut ok, &secrets());
         assert_eq!(ok.cost_usd, Some(0.0001));
-        let after = rejected_counts();
-        assert!(after[0].1 >= before[0].1 + 5, "cost_usd counted");
-        assert!(after[2].1 >= before[2].1 + 5, "output_tokens counted");
+        assert!(ok.rejected.is_empty());
     }
 }
