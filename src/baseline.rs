@@ -798,6 +798,24 @@ impl Baselines {
         b
     }
 
+    /// The nearest-rank quantile `q` of one target's metric over the window ending at `now`, whatever
+    /// the count (`None` without values). For provisional bounds only: the published percentiles of
+    /// [`get`](Self::get) keep their minimum counts.
+    pub fn quantile_any(&mut self, target: &Target, metric: Metric, q: f64, now: DateTime<Utc>) -> Option<f64> {
+        let (hold_from, oldest) = self.bounds(now);
+        let series = self.series.get_mut(target)?;
+        let folded = series.advance(hold_from, oldest);
+        self.folded_from = min_opt(self.folded_from, folded);
+        let w = &series.metrics[metric.slot()];
+        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+        let count = w.total(|h| h.count);
+        if count == 0 || !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
+        Some(values[0] as f64 / SCALE)
+    }
+
     /// Probes and failed probes of a target in the window (as of the last refresh).
     pub fn window_counts(&self, target: &Target) -> (i64, i64) {
         self.series.get(target).map_or((0, 0), |s| {
