@@ -147,14 +147,10 @@ models = ["claude-sonnet-4-20250514"]
 }
 
 fn test_env() -> std::collections::BTreeMap<String, String> {
-    [
-        ("VIGIL_TEST_KEY", "sk-test-providers"),
-        ("VIGIL_TEST_API_TOKEN", TOKEN),
-        ("VIGIL_TEST_SIGNING_KEY", SEED),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    [("VIGIL_TEST_KEY", "sk-test-providers"), ("VIGIL_TEST_API_TOKEN", TOKEN), ("VIGIL_TEST_SIGNING_KEY", SEED)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn sample(target: &Target, at: DateTime<Utc>, outcome: Outcome, ttft: f64) -> Sample {
@@ -274,7 +270,8 @@ async fn cli_and_http_give_the_same_document_in_every_format_each_valid_and_sign
 
     // The chain: openai's last probes failed → demoted behind anthropic, with why.
     let chain = &served["chains"][0];
-    let order: Vec<&str> = chain["order"].as_array().expect("order").iter().map(|e| e["target"].as_str().unwrap_or("")).collect();
+    let order: Vec<&str> =
+        chain["order"].as_array().expect("order").iter().map(|e| e["target"].as_str().unwrap_or("")).collect();
     assert_eq!(
         order,
         [
@@ -425,7 +422,8 @@ async fn the_cli_exports_stored_targets_the_config_does_not_name() {
     let out = cmd.output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let ids: Vec<&str> = doc["targets"].as_array().expect("targets").iter().filter_map(|t| t["target"].as_str()).collect();
+    let ids: Vec<&str> =
+        doc["targets"].as_array().expect("targets").iter().filter_map(|t| t["target"].as_str()).collect();
     assert_eq!(ids.len(), 4, "{doc}");
     assert!(ids.contains(&"anthropic/claude-sonnet-4-20250514"));
 }
@@ -434,9 +432,334 @@ async fn the_cli_exports_stored_targets_the_config_does_not_name() {
 fn an_unknown_chain_target_exits_2_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("vigil.toml");
-    let text_cfg = store_config(dir.path()).replace("\"openai/gpt-4o-2024-08-06\", \"anthropic", "\"openai/gpt-5\", \"anthropic");
+    let text_cfg =
+        store_config(dir.path()).replace("\"openai/gpt-4o-2024-08-06\", \"anthropic", "\"openai/gpt-5\", \"anthropic");
     std::fs::write(&cfg, text_cfg).expect("write");
     let out = cli_thresholds(&cfg, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("chain[0].targets[1]: unknown target \"openai/gpt-5\""), "{}", text(&out));
+}
+
+// ---------------------------------------------------------------- the three-provider chain, live
+
+/// How a stand-in answers probes: 0 normal, 1 slow, 2 failing.
+const NORMAL: u8 = 0;
+const SLOW: u8 = 1;
+const FAILING: u8 = 2;
+
+struct Provider {
+    standin: StandIn,
+    mode: Arc<AtomicU8>,
+}
+
+/// A stand-in answering streamed probes by its mode, and plain (non-streamed) chat calls with a
+/// small completion, so the OpenRouter example can send it a request.
+async fn provider(stream: &'static str, error: (u16, &'static str)) -> Provider {
+    let mode = Arc::new(AtomicU8::new(NORMAL));
+    let (body, err) = (fixture(stream), fixture(error.1));
+    let m = mode.clone();
+    let standin = StandIn::start(move |req| {
+        let streamed = req.json().is_some_and(|j| j["stream"] == true);
+        if !streamed {
+            return Script::json(200, br#"{"id":"gen-1","choices":[{"message":{"role":"assistant","content":"ok"}}]}"#);
+        }
+        // A steady 40 ms head start keeps loopback jitter small against the baseline.
+        match m.load(Ordering::SeqCst) {
+            NORMAL => Script::sse(&body, Duration::from_millis(1)).with_head_delay(Duration::from_millis(40)),
+            SLOW => Script::sse(&body, Duration::from_millis(1)).with_head_delay(Duration::from_millis(600)),
+            _ => Script::json(error.0, &err),
+        }
+    })
+    .await
+    .expect("stand-in");
+    Provider { standin, mode }
+}
+
+struct Daemon {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits");
+        // SAFETY: signalling our own child process by its id.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A week-old instance's history: 1000 good probes per target at the stand-ins' normal speed,
+/// stored and rolled up the daemon's way, so every P95 is stable from the first round.
+async fn seed_history(config: &Config) {
+    let now = Utc::now();
+    let store = vigil::store::open(secrecy::ExposeSecret::expose_secret(&config.storage.url)).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let targets: Vec<Target> =
+        vigil::probe::Planned::all(&config.providers, &config.region).into_iter().map(|p| p.target).collect();
+    let mut monitor = Monitor::new(config, targets.clone(), now);
+    let mut samples = Vec::new();
+    for t in &targets {
+        for k in 0..1000i64 {
+            let at = now - chrono::Duration::seconds(10 * (1000 - k));
+            samples.push(sample(t, at, Outcome::Ok, 60.0 + (k % 19) as f64 * 5.0));
+        }
+    }
+    samples.sort_by_key(|s| s.started_at);
+    store.insert_samples(&samples).await.expect("insert");
+    for s in &samples {
+        monitor.observe(s, s.started_at);
+    }
+    monitor.persist(store.as_ref()).await.expect("persist");
+}
+
+async fn start_daemon(or: &Provider, oa: &Provider, an: &Provider) -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let config = format!(
+        r#"
+region = "test-1"
+[storage]
+url = "sqlite://{d}/vigil.db"
+data_dir = "{d}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:{port}"
+api_token_env = "VIGIL_TEST_API_TOKEN"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[breaker]
+consecutive_failures = 2
+failure_window = "120s"
+open_for = "2s"
+[[provider]]
+name = "openrouter"
+kind = "openai"
+base_url = "{or}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["openai/gpt-4o"]
+routes = ["OpenAI", "Azure"]
+[[provider]]
+name = "openai"
+kind = "openai"
+base_url = "{oa}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["gpt-4o-2024-08-06"]
+[[provider]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "{an}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["claude-sonnet-4-20250514"]
+{CHAIN_TOML}"#,
+        d = dir.path().display(),
+        or = or.standin.base_url(),
+        oa = oa.standin.base_url(),
+        an = an.standin.base_url(),
+    );
+    let path = dir.path().join("vigil.toml");
+    seed_history(&Config::from_toml(&config, &test_env()).expect("valid config")).await;
+    std::fs::write(&path, config).expect("write config");
+    let mut cmd = vigil();
+    cmd.args(["run", "--config"]).arg(&path).envs(test_env()).env("VIGIL_LOG", "warn");
+    for key in ["OPENROUTER", "OPENAI", "ANTHROPIC", "GROQ", "TOGETHER", "DEEPINFRA", "GEMINI"] {
+        cmd.env_remove(format!("{key}_API_KEY"));
+    }
+    for var in ["DATABASE_URL", "VIGIL_REGION", "VIGIL_HTTP_LISTEN"] {
+        cmd.env_remove(var);
+    }
+    let child = cmd.stdout(std::process::Stdio::null()).spawn().expect("vigil run starts");
+    Daemon { child, base: format!("http://127.0.0.1:{port}"), _dir: dir }
+}
+
+/// The chain as `?chain=chat` says now: (target, status, reason) in order, then the dropped ones.
+type View = (Vec<(String, String, String)>, Vec<(String, String)>);
+
+async fn chain_view(http: &reqwest::Client, base: &str) -> Option<(View, serde_json::Value)> {
+    let resp = http.get(format!("{base}/v1/thresholds?chain=chat")).bearer_auth(TOKEN).send().await.ok()?;
+    let doc: serde_json::Value = resp.json().await.ok()?;
+    let c = doc["chains"].get(0)?.clone();
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+    let order = c["order"].as_array()?.iter().map(|e| (s(&e["target"]), s(&e["status"]), s(&e["reason"]))).collect();
+    let dropped = c["dropped"].as_array()?.iter().map(|e| (s(&e["target"]), s(&e["reason"]))).collect();
+    Some(((order, dropped), doc))
+}
+
+/// Polls (bounded) until `want` holds for the chain; returns the document then.
+async fn wait_for(http: &reqwest::Client, base: &str, what: &str, want: impl Fn(&View) -> bool) -> serde_json::Value {
+    let mut last = None;
+    for _ in 0..300 {
+        if let Some((view, doc)) = chain_view(http, base).await {
+            if want(&view) {
+                return doc;
+            }
+            last = Some(view);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the chain never reached: {what}; last seen {last:?}");
+}
+
+const OPENAI: &str = "openai/gpt-4o-2024-08-06";
+const ANTHROPIC: &str = "anthropic/claude-sonnet-4-20250514";
+
+fn is_openrouter(t: &str) -> bool {
+    t.starts_with("openrouter/openai/gpt-4o@")
+}
+
+/// What the docs' stdlib consumer and the LiteLLM integration pick first for the chain now.
+fn consumers_pick(base: &str, litellm: &Result<PathBuf, String>) -> (String, Option<String>) {
+    let out = run_python(
+        &python(),
+        &format!(
+            "from vigil_router import fetch_thresholds, chain_order\n\
+             print(chain_order(fetch_thresholds({base:?}, {TOKEN:?}, chain='chat'), 'chat')[0]['target'])"
+        ),
+    );
+    assert!(out.status.success(), "stdlib consumer: {}", text(&out));
+    let stdlib = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let lite = litellm.as_ref().ok().map(|py| {
+        let out = Command::new(py)
+            .arg(repo().join("docs/examples/litellm_vigil.py"))
+            .args([base, TOKEN, "chat"])
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            .output()
+            .expect("run litellm consumer");
+        assert!(out.status.success(), "LiteLLM consumer: {}", text(&out));
+        let said: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or(""))
+                .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+        said["pick"].as_str().unwrap_or("").to_string()
+    });
+    (stdlib, lite)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_restores() {
+    let or = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
+    let oa = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
+    let an = provider("anthropic-messages-stream.sse", (529, "anthropic-error-529.json")).await;
+    let daemon = start_daemon(&or, &oa, &an).await;
+    let http = reqwest::Client::new();
+    let litellm = litellm_python();
+    if let Err(why) = &litellm {
+        eprintln!("skipping the LiteLLM consumer in this scenario: {why}");
+    }
+    let base = daemon.base.clone();
+
+    // 1. All healthy, with deadlines (provisional from 5 samples): the configured order.
+    let healthy_in_order = |v: &View| {
+        let (order, dropped) = v;
+        order.len() == 4
+            && dropped.is_empty()
+            && order.iter().all(|e| e.1 == "healthy")
+            && is_openrouter(&order[0].0)
+            && is_openrouter(&order[1].0)
+            && order[2].0 == OPENAI
+            && order[3].0 == ANTHROPIC
+    };
+    let doc = wait_for(&http, &base, "all four healthy in configured order", |v| healthy_in_order(v)).await;
+    let doc =
+        if doc["chains"][0]["order"].as_array().is_some_and(|o| o.iter().all(|e| e["failover_ttft_ms"].is_number())) {
+            doc
+        } else {
+            wait_for(&http, &base, "deadlines for every target", |v| healthy_in_order(v)).await
+        };
+    let (stdlib, lite) = consumers_pick(&base, &litellm);
+    assert!(is_openrouter(&stdlib), "{stdlib}");
+    if let Some(l) = lite {
+        assert!(is_openrouter(&l), "{l}");
+    }
+    // OpenRouter: the request carries vigil's order of upstream hosts.
+    let out = run_python(
+        &python(),
+        &format!(
+            "import json\nfrom openrouter_provider import provider_preferences, chat\n\
+             p = provider_preferences({base:?}, {TOKEN:?}, 'openai/gpt-4o')\n\
+             chat({or_base:?}, 'sk-or-test-placeholder', 'openai/gpt-4o', [{{'role': 'user', 'content': 'hi'}}], provider=p)\n\
+             print(json.dumps(p))",
+            or_base = format!("{}/v1", or.standin.base_url())
+        ),
+    );
+    assert!(out.status.success(), "OpenRouter example: {}", text(&out));
+    let sent =
+        or.standin.requests().into_iter().filter_map(|r| r.json()).find(|j| j["stream"] != true).expect("chat call");
+    let order: Vec<String> = doc["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter(|t| t["provider"] == "openrouter")
+        .map(|t| (t["rank"].as_u64().unwrap_or(0), t["route"].as_str().unwrap_or("").to_string()))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_values()
+        .collect();
+    assert_eq!(sent["provider"]["order"].as_array().map(|a| a.len()), Some(2), "{sent}");
+    assert_eq!(sent["provider"]["allow_fallbacks"], false, "{sent}");
+    assert!(order
+        .iter()
+        .all(|r| sent["provider"]["order"].as_array().is_some_and(|a| a.iter().any(|x| x == r.as_str()))));
+
+    // 2. OpenRouter slow: both its routes go behind openai and anthropic as soon as the first slow
+    //    probe is judged (demoted, saying why); a second slow probe in a row trips the breaker
+    //    (dropped). No more than one slow probe per route is served before the reorder shows.
+    let before = or.standin.requests().len();
+    or.mode.store(SLOW, Ordering::SeqCst);
+    let reason_seen = std::sync::Mutex::new(None::<String>);
+    wait_for(&http, &base, "openrouter demoted for TTFT, or dropped", |(order, dropped)| {
+        let demoted: Vec<_> = order.iter().filter(|e| is_openrouter(&e.0)).collect();
+        if let Some(e) = demoted.iter().find(|e| e.1 == "demoted") {
+            if let Ok(mut r) = reason_seen.lock() {
+                r.get_or_insert(e.2.clone());
+            }
+        }
+        order.len() >= 2
+            && order[0].0 == OPENAI
+            && order[1].0 == ANTHROPIC
+            && demoted.iter().all(|e| e.1 == "demoted")
+            && demoted.len() + dropped.iter().filter(|d| is_openrouter(&d.0)).count() == 2
+    })
+    .await;
+    let reason = reason_seen.lock().expect("lock").clone().expect("a demoted openrouter entry was seen");
+    assert!(reason.starts_with("ttft p95 ") && reason.contains("x baseline"), "{reason}");
+    let slow_served = or.standin.requests().len() - before;
+    assert!(slow_served <= 4, "reordered after {slow_served} slow probes: within one probe interval");
+    let (stdlib, lite) = consumers_pick(&base, &litellm);
+    assert_eq!(stdlib, OPENAI);
+    if let Some(l) = lite {
+        assert_eq!(l, OPENAI);
+    }
+
+    // 3. OpenAI failing too: anthropic first; openai demoted on its first failure, then dropped
+    //    once its breaker opens (two failures).
+    oa.mode.store(FAILING, Ordering::SeqCst);
+    wait_for(&http, &base, "anthropic first, openai out of the way", |(order, _)| {
+        !order.is_empty() && order[0].0 == ANTHROPIC && order.iter().all(|e| e.0 != OPENAI || e.1 == "demoted")
+    })
+    .await;
+    wait_for(&http, &base, "openai dropped with an open breaker", |(order, dropped)| {
+        !order.is_empty()
+            && order[0].0 == ANTHROPIC
+            && dropped.iter().any(|(t, why)| t == OPENAI && why.starts_with("breaker open: "))
+    })
+    .await;
+    let (stdlib, lite) = consumers_pick(&base, &litellm);
+    assert_eq!(stdlib, ANTHROPIC);
+    if let Some(l) = lite {
+        assert_eq!(l, ANTHROPIC);
+    }
+
+    // 4. Both recover: the configured order comes back (openai after its half_open probe).
+    or.mode.store(NORMAL, Ordering::SeqCst);
+    oa.mode.store(NORMAL, Ordering::SeqCst);
+    wait_for(&http, &base, "the configured order restored", |v| healthy_in_order(v)).await;
+    let (stdlib, lite) = consumers_pick(&base, &litellm);
+    assert!(is_openrouter(&stdlib), "{stdlib}");
+    if let Some(l) = lite {
+        assert!(is_openrouter(&l), "{l}");
+    }
+    drop(daemon);
 }
