@@ -1298,4 +1298,24 @@ mod tests {
         assert!(messages[0].contains("bad histogram"), "{messages:?}");
         assert!(messages[1].contains("unknown metric \"latency\""), "{messages:?}");
     }
+
+    #[test]
+    fn quantile_any_answers_below_the_minimum_counts_without_changing_them() {
+        let config = crate::config::Config::from_toml("", &std::collections::BTreeMap::new()).expect("defaults");
+        let mut b = Baselines::new(&config.baseline);
+        let target = Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("time");
+        for v in 1..=10 {
+            let mut s = Sample::new(target.clone(), now, now);
+            s.outcome = Outcome::Ok;
+            s.ttft_ms = Some(f64::from(v) * 100.0);
+            b.record(&s);
+        }
+        assert_eq!(b.get(&target, Metric::Ttft, now).p95, None, "10 samples publish no P95");
+        let max = b.quantile_any(&target, Metric::Ttft, 0.95, now).expect("a value");
+        assert!((999.0..=1001.0).contains(&max), "{max}");
+        let median = b.quantile_any(&target, Metric::Ttft, 0.5, now).expect("a value");
+        assert!((499.0..=501.0).contains(&median), "{median}");
+        assert_eq!(b.quantile_any(&target, Metric::Ttfb, 0.5, now), None, "no TTFB values");
+    }
 }

@@ -763,3 +763,23 @@ async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_r
     }
     drop(daemon);
 }
+
+#[test]
+fn the_router_doc_quotes_every_example_verbatim() {
+    let doc = std::fs::read_to_string(repo().join("docs/ROUTER.md")).expect("ROUTER.md");
+    let mut n = 0;
+    for entry in std::fs::read_dir(repo().join("docs/examples")).expect("docs/examples") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "py") {
+            let body = std::fs::read_to_string(&path).expect("example");
+            assert!(
+                doc.contains(&format!("```python\n{body}```")),
+                "ROUTER.md does not quote {} verbatim",
+                path.display()
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "the four examples: stdlib consumer, signature check, LiteLLM, OpenRouter");
+    assert!(!doc.contains("half-open"), "one spelling: half_open");
+}

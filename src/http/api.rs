@@ -159,3 +159,54 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
     let targets = s.snapshot.read().map(|snap| snap.targets.clone()).unwrap_or_default();
     Json(serde_json::json!({ "targets": targets })).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::{build, BreakerParams, ExportParams};
+    use chrono::TimeZone;
+
+    fn doc(secs: i64, factor: f64) -> Thresholds {
+        let params = ExportParams {
+            region: "r".into(),
+            generated_at: chrono::Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("time")
+                + chrono::Duration::seconds(secs),
+            probe_interval: std::time::Duration::from_secs(60),
+            window: std::time::Duration::from_secs(86_400),
+            failover_factor: factor,
+            breaker: BreakerParams {
+                consecutive_failures: 3,
+                failure_window_s: 120,
+                latency_trips: 2,
+                open_for_s: 300,
+                failover_factor: factor,
+            },
+            provisional_min_samples: 30,
+            chains: vec![],
+        };
+        build(&params, &[])
+    }
+
+    #[test]
+    fn an_unchanged_document_keeps_its_timestamps_for_one_probe_interval() {
+        let feed = Feed { max_age_s: 60, ..Feed::default() };
+        let first = feed.stable(doc(0, 2.0));
+        assert_eq!(feed.stable(doc(59, 2.0)), first, "same data, same bytes, same ETag");
+        let changed = feed.stable(doc(30, 3.0));
+        assert_eq!(changed.generated_at, doc(30, 3.0).generated_at, "new data is served at once");
+        let later = feed.stable(doc(91, 3.0));
+        assert_eq!(later.generated_at, doc(91, 3.0).generated_at, "expires_at moves on every interval");
+    }
+
+    #[test]
+    fn if_none_match_accepts_lists_weak_tags_and_star() {
+        let tag = etag(b"{}");
+        let mut h = HeaderMap::new();
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_str(&format!("\"x\", W/{tag}")).expect("value"));
+        assert!(matches_etag(&h, &tag));
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_static("\"other\""));
+        assert!(!matches_etag(&h, &tag));
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_static("*"));
+        assert!(matches_etag(&h, &tag));
+    }
+}
