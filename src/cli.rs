@@ -56,6 +56,19 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Json)]
         format: Format,
+        /// Only targets (and chain entries) of this model id.
+        #[arg(long)]
+        model: Option<String>,
+        /// Only targets (and chain entries) of this provider.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Only this chain and its targets.
+        #[arg(long)]
+        chain: Option<String>,
+        /// Sign the exact bytes with the key of `http.signing_key_env`: the base64 signature goes
+        /// to FILE.sig with `--out FILE`, else to stderr.
+        #[arg(long)]
+        sign: bool,
         /// Write to this file atomically (temp file + rename) instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -119,14 +132,7 @@ pub enum Command {
     },
 }
 
-/// Output format of `vigil thresholds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// JSON.
-    Json,
-    /// YAML.
-    Yaml,
-}
+pub use crate::router_formats::Format;
 
 /// Bad command-line usage (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +168,29 @@ pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// The router export from stored data, built by the same code as the daemon's: the configured
+/// targets plus every target this region has stored baselines or a breaker for (so a store
+/// written by `vigil run --demo` exports its targets without a config naming them).
+pub async fn thresholds_document(
+    c: &Config,
+    store: &dyn crate::store::Store,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<crate::export::Thresholds> {
+    let mut targets: Vec<crate::target::Target> =
+        Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
+    let since = Baselines::new(&c.baseline).window_start(now);
+    let stored = store.rollups_since(Some(&c.region), since).await.context("reading rollups")?;
+    let breakers = store.load_breakers(Some(&c.region)).await.context("reading breakers")?;
+    for t in stored.into_iter().map(|r| r.target).chain(breakers.into_iter().map(|b| b.target)) {
+        if !targets.contains(&t) {
+            targets.push(t);
+        }
+    }
+    let mut monitor = Monitor::new(c, targets, now);
+    monitor.load(store, now).await.context("reading baselines")?;
+    monitor.publish(now, None).thresholds.context("no thresholds document")
 }
 
 async fn baselines(c: &Config, json: bool, rebuild: bool, all_regions: bool) -> anyhow::Result<()> {
@@ -273,24 +302,40 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, demo } => run_daemon(config, demo).await,
         Command::Probe { config, target, json } => probe_once(load(config.as_ref())?, target, json).await,
-        Command::Thresholds { config, format, out } => {
+        Command::Thresholds { config, format, model, provider, chain, sign, out } => {
             let c = load(config.as_ref())?;
-            let store = open_migrated(&c).await?;
-            let now = chrono::Utc::now();
-            let targets = Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
-            let mut monitor = Monitor::new(&c, targets, now);
-            monitor.load(store.as_ref(), now).await.context("reading baselines")?;
-            let doc = monitor.publish(now, None).thresholds.context("no thresholds document")?;
-            let text = match format {
-                Format::Json => doc.to_json() + "\n",
-                Format::Yaml => doc.to_yaml()?,
+            let signer = match (sign, &c.http.signing_key) {
+                (false, _) => None,
+                (true, Some(seed)) => crate::signing::ExportSigner::from_seed(seed),
+                (true, None) => anyhow::bail!(UsageError(
+                    "--sign needs http.signing_key_env naming a variable that holds the key".into()
+                )),
             };
+            let store = open_migrated(&c).await?;
+            let doc = thresholds_document(&c, store.as_ref(), chrono::Utc::now()).await?;
+            let doc = doc
+                .filtered(&crate::export::Filter { model, provider, chain })
+                .map_err(|e| UsageError(format!("--chain: {e}")))?;
+            let bytes = crate::router_formats::render(&doc, format)?;
+            let signature = signer.as_ref().map(|s| (s.sign(&bytes), s.public_key()));
             match out {
                 Some(path) => {
-                    write_atomically(&path, text.as_bytes()).with_context(|| format!("--out {}", path.display()))
+                    write_atomically(&path, &bytes).with_context(|| format!("--out {}", path.display()))?;
+                    if let Some((sig, key)) = signature {
+                        let mut sig_path = path.clone().into_os_string();
+                        sig_path.push(".sig");
+                        write_atomically(std::path::Path::new(&sig_path), format!("{sig}\n").as_bytes())
+                            .context("writing the signature")?;
+                        eprintln!("signed with public key {key}");
+                    }
+                    Ok(())
                 }
                 None => {
-                    print!("{text}");
+                    std::io::Write::write_all(&mut std::io::stdout(), &bytes)?;
+                    if let Some((sig, key)) = signature {
+                        eprintln!("{}: {sig}", crate::signing::SIGNATURE_HEADER);
+                        eprintln!("{}: {key}", crate::signing::KEY_HEADER);
+                    }
                     Ok(())
                 }
             }

@@ -75,6 +75,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Scheduled reports.
     pub report: ReportConfig,
+    /// Failover chains published in the router export (`[[chain]]`).
+    pub chains: Vec<crate::chain::ChainConfig>,
 }
 
 /// `[report]`.
@@ -113,6 +115,10 @@ pub struct HttpConfig {
     pub api_token: Option<SecretString>,
     /// Name of the variable holding the token.
     pub api_token_env: String,
+    /// Ed25519 seed (base64 of 32 bytes) that signs the router export, when its variable is named.
+    pub signing_key: Option<SecretString>,
+    /// Name of the variable holding the signing key (`http.signing_key_env`).
+    pub signing_key_env: Option<String>,
 }
 
 /// `[probe]`.
@@ -335,6 +341,8 @@ struct RawConfig {
     provider: Option<Vec<RawProvider>>,
     alerts: RawAlerts,
     report: RawReport,
+    #[serde(skip_serializing)]
+    chain: Vec<crate::chain::RawChain>,
 }
 
 impl Default for RawConfig {
@@ -349,6 +357,7 @@ impl Default for RawConfig {
             provider: None,
             alerts: RawAlerts::default(),
             report: RawReport::default(),
+            chain: vec![],
         }
     }
 }
@@ -436,11 +445,16 @@ impl Default for RawStorage {
 struct RawHttp {
     listen: String,
     api_token_env: String,
+    signing_key_env: String,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
-        RawHttp { listen: "127.0.0.1:9470".into(), api_token_env: "VIGIL_API_TOKEN".into() }
+        RawHttp {
+            listen: "127.0.0.1:9470".into(),
+            api_token_env: "VIGIL_API_TOKEN".into(),
+            signing_key_env: String::new(),
+        }
     }
 }
 
@@ -761,7 +775,8 @@ impl Config {
                         "spool_max_bytes": self.storage.spool_max_bytes, "batch_size": self.storage.batch_size,
                         "batch_age": dur(self.storage.batch_age)},
             "http": {"listen": self.http.listen.to_string(), "api_token_env": self.http.api_token_env,
-                     "api_token": redact(&self.http.api_token)},
+                     "api_token": redact(&self.http.api_token), "signing_key_env": self.http.signing_key_env,
+                     "signing_key": redact(&self.http.signing_key)},
             "probe": {"interval": dur(self.probe.interval), "timeout": dur(self.probe.timeout),
                       "connect_timeout": dur(self.probe.connect_timeout), "ttft_timeout": dur(self.probe.ttft_timeout),
                       "max_tokens": self.probe.max_tokens, "concurrency": self.probe.concurrency,
@@ -778,6 +793,7 @@ impl Config {
                        "resolve_after": self.alerts.resolve_after, "delivery_deadline": dur(self.alerts.delivery_deadline),
                        "channel": alert_channels},
             "report": {"weekly": self.report.weekly.as_deref().unwrap_or("off"), "weekly_to": self.report.weekly_to},
+            "chain": crate::chain::redacted(&self.chains),
         });
         let value = strip_nulls(doc);
         toml::to_string_pretty(&value).unwrap_or_else(|e| format!("# could not render config: {e}\n"))
@@ -950,6 +966,8 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         })?,
         api_token: env.get(&raw.http.api_token_env).map(SecretString::from),
         api_token_env: raw.http.api_token_env,
+        signing_key: crate::signing::key_from_env(&raw.http.signing_key_env, env)?,
+        signing_key_env: Some(raw.http.signing_key_env).filter(|v| !v.is_empty()),
     };
     let p = &raw.probe;
     let ms = Duration::from_millis;
@@ -1121,7 +1139,20 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     }
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
-    Ok(Config { region: raw.region, storage, http, probe, baseline, breaker, providers, skipped, alerts, report })
+    let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
+    Ok(Config {
+        region: raw.region,
+        storage,
+        http,
+        probe,
+        baseline,
+        breaker,
+        providers,
+        skipped,
+        alerts,
+        report,
+        chains,
+    })
 }
 
 /// Header names and values must be valid HTTP without control characters; names that look like

@@ -9,7 +9,7 @@ use crate::export::{self, ExportParams, TargetStats, Thresholds};
 use crate::metrics::Metrics;
 use crate::sample::Sample;
 use crate::store::link::{Query, Record};
-use crate::store::{BreakerRecord, Rollup, Store, StoreError};
+use crate::store::{BreakerRecord, Rollup, SampleQuery, Store, StoreError};
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -67,6 +67,8 @@ pub struct Monitor {
     last: HashMap<Target, Sample>,
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
+    chains: Vec<crate::chain::ChainConfig>,
+    provisional_min_samples: u64,
 }
 
 impl Monitor {
@@ -85,6 +87,8 @@ impl Monitor {
             last: HashMap::new(),
             cost: HashMap::new(),
             targets,
+            chains: config.chains.clone(),
+            provisional_min_samples: config.baseline.min_samples_p50,
         }
     }
 
@@ -95,6 +99,7 @@ impl Monitor {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
         self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
+        self.load_last_samples(store).await?;
         tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
         Ok(())
     }
@@ -157,6 +162,29 @@ impl Monitor {
         out
     }
 
+    /// The newest stored sample of each target (last probe and cost), so an export built after a
+    /// restart or by `vigil thresholds` judges and ranks exactly as the running daemon did.
+    async fn load_last_samples(&mut self, store: &dyn Store) -> Result<(), StoreError> {
+        for t in &self.targets {
+            if self.last.contains_key(t) {
+                continue;
+            }
+            let q = SampleQuery {
+                region: Some(self.region.clone()),
+                target: Some(t.clone()),
+                limit: Some(1),
+                ..SampleQuery::default()
+            };
+            if let Some(s) = store.samples(&q).await?.into_iter().next() {
+                if let Some(c) = s.cost_usd {
+                    self.cost.insert(t.clone(), c);
+                }
+                self.last.insert(t.clone(), s);
+            }
+        }
+        Ok(())
+    }
+
     /// Rebuilds baselines and counts from raw samples (`vigil baselines --rebuild`).
     pub fn rebuild(&mut self, samples: &[Sample], now: DateTime<Utc>) {
         self.baselines.rebuild_from_samples(samples);
@@ -212,15 +240,34 @@ impl Monitor {
                 }
                 m.set_circuit(&t, state.gauge());
             }
+            let ttfb = b.get("ttfb").copied().unwrap_or_default();
+            let ttft = b.get("ttft").copied().unwrap_or_default();
+            let mut bound = |base: &Baseline, metric: Metric| match base.p95 {
+                Some(_) => None,
+                None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(&t, metric, q, now)),
+            };
+            let (ttfb_p95_bound, ttft_p95_bound) = (bound(&ttfb, Metric::Ttfb), bound(&ttft, Metric::Ttft));
             stats.push(TargetStats {
                 target: t.clone(),
-                ttfb: b.get("ttfb").copied().unwrap_or_default(),
-                ttft: b.get("ttft").copied().unwrap_or_default(),
+                ttfb,
+                ttft,
                 tokens_per_s: b.get("tokens_per_s").copied().unwrap_or_default(),
                 probes: u64::try_from(probes).unwrap_or(0),
                 errors: u64::try_from(errors).unwrap_or(0),
                 breaker: state,
+                breaker_reason: breaker.as_ref().and_then(|e| e.reason.clone()),
+                next_half_open: breaker.as_ref().and_then(|e| e.next_half_open),
                 cost_per_probe_usd: self.cost.get(&t).copied(),
+                ttfb_p95_bound,
+                ttft_p95_bound,
+                last: self.last.get(&t).map(|s| export::LastProbe {
+                    failed: s.outcome.is_failure(),
+                    outcome: s.outcome.as_str().to_string(),
+                    ttfb_ms: s.ttfb_ms,
+                    ttft_ms: s.ttft_ms,
+                }),
+                // The lead wires issue 10's flap detection here.
+                flapping: false,
             });
             views.push(TargetView {
                 target: t.id(),
@@ -241,6 +288,15 @@ impl Monitor {
             probe_interval: self.probe_interval,
             window: self.baseline_window,
             failover_factor: self.failover_factor,
+            breaker: export::BreakerParams {
+                consecutive_failures: self.settings.consecutive_failures,
+                failure_window_s: self.settings.failure_window.num_seconds().max(0) as u64,
+                latency_trips: self.settings.latency_trips,
+                open_for_s: self.settings.open_for.num_seconds().max(0) as u64,
+                failover_factor: self.settings.failover_factor,
+            },
+            provisional_min_samples: self.provisional_min_samples,
+            chains: self.chains.clone(),
         };
         Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views, elsewhere: Arc::default() }
     }

@@ -1162,14 +1162,15 @@ fn thresholds_doc(expires_in: chrono::Duration) -> serde_json::Value {
     };
     let llama = "meta-llama/llama-3-70b-instruct";
     serde_json::json!({
-        "schema_version": 1,
+        "schema_version": 2,
         "generated_at": now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "expires_at": (now + expires_in).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "region": "eu-west-1", "window": "7d", "failover_factor": 2.0,
+        "chains": [],
         // Served out of order: the consumer must sort by rank itself.
         "targets": [
             target("DeepInfra", llama, "open", 3),
-            target("Lepton", llama, "half-open", 2),
+            target("Lepton", llama, "half_open", 2),
             target("DeepInfra", "mistralai/mixtral-8x22b-instruct", "closed", 1),
             target("Together", llama, "closed", 1),
         ]

@@ -304,7 +304,7 @@ async fn status_page_of_a_live_demo_renders_in_chromium_and_its_metrics_pass_pro
     assert!(known >= seeded.len(), "a TTFT P95 for each target with a week of history:\n{dom}");
     assert!(dom.contains("P95 — ("), "a baseline without enough samples is a dash with its count:\n{dom}");
     assert!(dom.contains("samples, need 300)"));
-    assert!(dom.contains("breaker closed") || dom.contains("breaker open") || dom.contains("breaker half-open"));
+    assert!(dom.contains("breaker closed") || dom.contains("breaker open") || dom.contains("breaker half_open"));
 
     // Sparklines: one per seeded target, spanning the stored week, with the seeded hourly medians
     // of the hours inside the window the page was rendered for.

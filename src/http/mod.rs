@@ -67,6 +67,8 @@ pub struct HttpState {
     pub api_token: Option<SecretString>,
     /// What `GET /` needs beyond the snapshot (404 when absent).
     pub status: Option<Arc<status_page::StatusPage>>,
+    /// Signing and caching of the router export.
+    pub feed: Arc<api::Feed>,
 }
 
 /// The router; tests call it without a socket.
@@ -74,6 +76,7 @@ pub fn router(state: HttpState) -> Router {
     let v1 = Router::new()
         .route("/v1/thresholds", get(api::thresholds))
         .route("/v1/targets", get(api::targets))
+        .route("/v1/schema/{name}", get(api::schema))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
         .merge(v1)

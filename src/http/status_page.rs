@@ -260,7 +260,7 @@ impl Health {
         match self {
             Health::Ok => "ok",
             Health::Degraded => "degraded",
-            Health::HalfOpen => "half-open",
+            Health::HalfOpen => "half_open",
             Health::Down => "down",
             Health::Pending => "waiting",
         }
@@ -440,12 +440,12 @@ fn metric_line(name: &str, value: Option<f64>, base: Option<Baseline>, min_sampl
 }
 
 fn breaker_line(b: &Explanation, now: DateTime<Utc>) -> String {
-    let mut text = format!("breaker {}", b.state.as_str().replace('_', "-"));
+    let mut text = format!("breaker {}", b.state.as_str());
     if b.state != BreakerState::Closed || b.reason.is_some() {
         let _ = write!(text, " since {}", ago(b.since, now));
     }
     if let Some(next) = b.next_half_open.filter(|_| b.state == BreakerState::Open) {
-        let _ = write!(text, "; half-open probe at {}", next.format("%H:%M:%S UTC"));
+        let _ = write!(text, "; trial probe at {}", next.format("%H:%M:%S UTC"));
     }
     let title = b.reason.as_deref().unwrap_or("never tripped");
     format!(r#"<div class="brk brk-{}" title="{}">{}</div>"#, b.state.as_str(), esc(title), esc(&text))
@@ -493,7 +493,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:16px 0 8px}
 .meta{margin:4px 0;font-size:13px}
 .summary .pill{margin-right:4px}
 .pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;background:var(--wait)}
-.pill.ok{background:var(--ok)}.pill.degraded{background:var(--degraded)}.pill.half-open{background:var(--half)}
+.pill.ok{background:var(--ok)}.pill.degraded{background:var(--degraded)}.pill.half_open{background:var(--half)}
 .pill.down{background:var(--down)}.pill.waiting{background:var(--wait)}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
 table{border-collapse:collapse;background:var(--card);border:1px solid var(--line);width:100%}
@@ -503,7 +503,7 @@ thead th{font-size:12px;text-transform:uppercase;letter-spacing:.03em;color:var(
 th.target{font-weight:400;min-width:200px}
 .provider{font-weight:600;display:block}.model{display:block;word-break:break-all}.route{display:block;color:var(--muted)}
 td.cell{min-width:190px;border-left:4px solid var(--wait)}
-td.ok{border-left-color:var(--ok)}td.degraded{border-left-color:var(--degraded)}td.half-open{border-left-color:var(--half)}
+td.ok{border-left-color:var(--ok)}td.degraded{border-left-color:var(--degraded)}td.half_open{border-left-color:var(--half)}
 td.down{border-left-color:var(--down)}
 .m{white-space:nowrap}.k{display:inline-block;width:3.2em;color:var(--muted)}.v.over{color:var(--down)}
 .brk{font-size:12px;color:var(--muted)}.brk-open{color:var(--down);font-weight:600}.brk-half_open{color:var(--half);font-weight:600}
@@ -526,7 +526,7 @@ table.grid th.target{border-bottom:1px solid var(--line);min-width:0}
 table.grid td{border-bottom:1px solid var(--line);min-width:0}
 table.grid td::before{content:attr(data-label);display:block;font-size:11px;text-transform:uppercase;letter-spacing:.03em;color:var(--muted)}
 table.grid td.none{display:none}
-table.grid tr.degraded{border-color:var(--degraded)}table.grid tr.half-open{border-color:var(--half)}
+table.grid tr.degraded{border-color:var(--degraded)}table.grid tr.half_open{border-color:var(--half)}
 table.grid tr.down{border-color:var(--down)}
 .m{white-space:normal}
 }
@@ -804,10 +804,10 @@ mod tests {
             row("c", "new", vec![Some(local(None, BreakerState::Closed))]),
         ];
         let html = render(&data(rows, &["eu"]), now());
-        assert!(html.contains("breaker open since 3 min ago; half-open probe at 12:22:00 UTC"), "{html}");
-        assert!(html.contains("breaker half-open since 3 min ago"));
+        assert!(html.contains("breaker open since 3 min ago; trial probe at 12:22:00 UTC"), "{html}");
+        assert!(html.contains("breaker half_open since 3 min ago"));
         assert!(html.contains("server_error 503: upstream &lt;overloaded&gt;"));
-        assert!(html.contains(r#"<td class="cell down""#) && html.contains(r#"<td class="cell half-open""#));
+        assert!(html.contains(r#"<td class="cell down""#) && html.contains(r#"<td class="cell half_open""#));
         assert!(html.contains("no probe yet"));
         assert!(html.contains(r#"<span class="pill down">1 down</span>"#), "summary counts this region's states");
     }
