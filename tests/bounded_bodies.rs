@@ -157,8 +157,11 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
     };
     let t = Target { provider: "or".into(), model: "m".into(), route: Some("Host".into()), region: "test-1".into() };
     let dir = tempfile::tempdir().expect("tempdir");
-    let book =
-        bounded("prices", vigil::pricing::load(std::slice::from_ref(&p), &[t.clone()], dir.path(), Utc::now())).await;
+    let book = bounded(
+        "prices",
+        vigil::pricing::load(std::slice::from_ref(&p), std::slice::from_ref(&t), dir.path(), Utc::now()),
+    )
+    .await;
     assert_eq!(book.price(&t), None);
     assert!(book.notes.iter().any(|n| n.contains("larger than")), "{:?}", book.notes);
 }
