@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes what the probe parses off the network for a bounded time, with corpora seeded from
-# tests/fixtures: `sse_stream` (SSE framing and the provider adapters) and `h1_response` (the
-# probe's HTTP/1.1 response framing).
+# tests/fixtures: `sse_stream` (SSE framing and the provider adapters), `h1_response` (the
+# probe's HTTP/1.1 response framing) and `error_response` (error headers and bodies, and the
+# JSON the balance poller and price fetch read).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...] [LIBFUZZER-FLAG...]
 #   SECONDS (default 60) is the total, split evenly between the targets; without TARGET every
 #   target runs (or those in VIGIL_FUZZ_TARGETS="a b"). Flags starting with - go to libFuzzer.
@@ -113,6 +114,22 @@ seed_h1_response() { # CORPUS
   printf 'HTTP/1.1 200 OK\r\nX: y\r\nContent-Length: 5\r\n\r\nhello' | seed pad-over '\x07\x00\x81\x01'
   printf 'HTTP/1.1 200 OK\r\nX: y\r\nTransfer-Encoding: chunked\r\n\r\n5;e=1\r\nhello\r\n0\r\n\r\n' | seed pad-head-and-chunk-line '\x07\x0a\x07\x00'
   rm -f "$body"
+}
+
+# Seeds for `error_response`: every fixture error body behind a few header sets (see
+# fuzz/error_harness.rs: byte 0 picks the status, header lines up to a blank line, then the body).
+seed_error_response() { # CORPUS
+  local corpus=$1 f i=0
+  for f in tests/fixtures/*-error-*.json tests/fixtures/openrouter-[45]*.json; do
+    [ -f "$f" ] || continue
+    { printf '\x07retry-after: 20\nx-request-id: req-1\n\n'; cat "$f"; } >"$corpus/seed-$(basename "$f")"
+    { printf "\\x$(printf %02x $((i % 12)))retry-after-ms: 1500\\n\\n"; cat "$f"; } >"$corpus/seed-ms-$(basename "$f")"
+    i=$((i + 1))
+  done
+  printf '\x07retry-after: Wed, 21 Oct 2015 07:28:00 GMT\n\n{"error":{"message":"later"}}' >"$corpus/seed-date"
+  printf '\x01\n\n{"error":{"message":"Incorrect API key provided: sk-fuzz-secret-0123456789"}}' >"$corpus/seed-echoed-key"
+  printf '\x0b\n\n{"data":{"total_credits":12.5,"total_usage":2.25,"limit_remaining":3}}' >"$corpus/seed-credits"
+  printf '\x0b\n\n{"data":{"endpoints":[{"provider_name":"A","pricing":{"prompt":"0.0000005","completion":"0.000001"}}]}}' >"$corpus/seed-prices"
 }
 
 # Fuzz builds are instrumented: keep them apart from the normal build. vigil has no unsafe code,

@@ -16,6 +16,8 @@ command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+# tests/http_server.rs runs the binary under a low open-file limit with prlimit.
+command -v prlimit >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq
@@ -79,11 +81,11 @@ passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/)
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
 rm -f "$out"
 
-# The stream parsers are fuzzed for a bounded time on every run (seeded from the fixtures);
+# The stream parsers and error answers are fuzzed for a bounded time on every run (seeded from the fixtures);
 # VIGIL_FUZZ_SECONDS=0 skips it.
 fuzz_secs="${VIGIL_FUZZ_SECONDS:-30}"
 if [ "$fuzz_secs" -gt 0 ]; then
-  log "fuzzing the stream parsers for ${fuzz_secs}s"
+  log "fuzzing the stream parsers and error answers for ${fuzz_secs}s"
   if ./scripts/fuzz.sh "$fuzz_secs" >"${TMPDIR:-/tmp}/vigil-fuzz.log" 2>&1; then
     passed=$((passed + 1))
     tail -n 1 "${TMPDIR:-/tmp}/vigil-fuzz.log"

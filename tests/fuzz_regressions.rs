@@ -1,5 +1,5 @@
 //! Replays saved fuzz inputs and the fixture seeds through the fuzz harnesses (`sse_stream`,
-//! `h1_response`), so what the fuzzer once broke stays fixed without running the fuzzer.
+//! `h1_response`, `error_response`), so what the fuzzer once broke stays fixed without running the fuzzer.
 
 #[path = "../fuzz/harness.rs"]
 mod harness;
@@ -7,13 +7,20 @@ mod harness;
 #[path = "../fuzz/h1_harness.rs"]
 mod h1_harness;
 
+#[path = "../fuzz/error_harness.rs"]
+mod error_harness;
+
 use std::path::{Path, PathBuf};
 
 /// A fuzz harness: panics when an input breaks one of its invariants.
 type Harness = fn(&[u8]);
 
 /// The fuzz targets and their harnesses; `fuzz/regressions/<target>/` holds each one's inputs.
-const TARGETS: [(&str, Harness); 2] = [("sse_stream", harness::sse_stream), ("h1_response", h1_harness::h1_response)];
+const TARGETS: [(&str, Harness); 3] = [
+    ("sse_stream", harness::sse_stream),
+    ("h1_response", h1_harness::h1_response),
+    ("error_response", error_harness::error_response),
+];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -147,7 +147,7 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
     )
     .expect("write config");
     // 256 descriptors, soft and hard: vigil cannot raise it, so its cap is 256 minus the probes' reserve.
-    let mut child = Command::new("prlimit")
+    let child = Command::new("prlimit")
         .arg("--nofile=256:256")
         .arg(env!("CARGO_BIN_EXE_vigil"))
         .args(["run", "--config"])
@@ -161,10 +161,12 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("vigil starts under prlimit");
+    // Killed if the test fails half-way, so no daemon outlives it.
+    let mut child = KillOnDrop(Some(child));
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let (tx, rx) = std::sync::mpsc::channel();
     {
-        let (stderr, lines) = (child.stderr.take().expect("stderr"), log.clone());
+        let (stderr, lines) = (child.get().stderr.take().expect("stderr"), log.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -192,14 +194,15 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
     let requests_before = provider.requests().len();
     let mut flood = Vec::new();
     for i in 0..700 {
-        match TcpStream::connect(addr).await {
-            Ok(mut s) => {
+        // A server that stopped accepting fills its backlog; then a connect would wait minutes.
+        match tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await {
+            Ok(Ok(mut s)) => {
                 if i % 7 < 2 {
                     let _ = s.write_all(HALF_SENT).await;
                 }
                 flood.push(s);
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
         }
     }
     tokio::time::sleep(Duration::from_millis(3500)).await;
@@ -224,16 +227,18 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
 
     // Shutdown with half-sent requests open completes within the documented bound.
     for _ in 0..10 {
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(HALF_SENT).await.expect("write");
-        flood.push(s);
+        if let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await {
+            s.write_all(HALF_SENT).await.expect("write");
+            flood.push(s);
+        }
     }
-    let pid = i32::try_from(child.id()).expect("pid");
+    let pid = i32::try_from(child.get().id()).expect("pid");
     let started = std::time::Instant::now();
     // SAFETY: signalling our own child (prlimit execs vigil in place, so the pid is vigil's).
     unsafe {
         libc::kill(pid, libc::SIGTERM);
     }
+    let mut child = child.take();
     let status = tokio::task::spawn_blocking(move || {
         for _ in 0..150 {
             if let Ok(Some(status)) = child.try_wait() {
@@ -255,7 +260,10 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
 }
 
 async fn get_root_path(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut s = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
+        .await
+        .expect("the server accepts a new connection in time")
+        .expect("connect");
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: vigil\r\nConnection: close\r\n\r\n").as_bytes())
         .await
         .expect("write");
@@ -265,4 +273,26 @@ async fn get_root_path(addr: SocketAddr, path: &str) -> String {
         .expect("answer in time")
         .expect("read");
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    fn get(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("child still owned")
+    }
+
+    fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("child still owned")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
