@@ -132,7 +132,7 @@ async fn breaker_opens_on_errors_survives_restart_and_closes_on_recovery() {
         .json()
         .await
         .expect("json");
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["region"], "eu-test-1");
     assert_eq!(doc["targets"][0]["target"], "flaky/m");
     assert_eq!(doc["targets"][0]["rank"], 1);
