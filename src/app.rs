@@ -118,6 +118,7 @@ impl App {
     /// Binds the listener and prepares every stage.
     pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
         let demo = if opts.demo {
+            crate::demo::use_demo_database(&mut config);
             let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
             config.providers.extend(demo.providers.iter().cloned());
@@ -137,6 +138,9 @@ impl App {
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, migrated) = open_store(&config).await?;
+        if demo.is_some() && migrated {
+            crate::demo::history::seed_if_empty(store.as_ref(), &config, Utc::now()).await?;
+        }
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
         if !spool.is_empty() {
             tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
@@ -178,9 +182,13 @@ impl App {
         let health = writer.health();
         let spool =
             store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
-        let notifiers =
+        let mut notifiers =
             crate::alert::notifier::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
                 .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
+        if _demo.is_some() {
+            // The demo's alerts are seen in the log without any channel configured.
+            notifiers.push(Arc::new(crate::alert::log::LogNotifier));
+        }
         let outbox = Arc::new(crate::alert::outbox::Outbox::new(
             store.clone(),
             notifiers,

@@ -4,8 +4,10 @@
 //! simulated hosts and the streams they generate; [`start_demo`] serves them all from one
 //! stand-in and returns provider configs pointing at it.
 
+pub mod history;
 pub mod profiles;
 pub mod standin;
+pub mod trouble;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -18,8 +20,9 @@ use serde_json::{json, Value};
 use url::Url;
 
 use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
-use profiles::{Ask, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
+use profiles::{Ask, Draw, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
+use trouble::Trouble;
 
 /// Key every demo provider is configured with.
 pub const DEMO_KEY: &str = "sk-test-demo";
@@ -33,6 +36,16 @@ pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
 const DEMO_RECORDS: usize = 1000;
 /// Output limit assumed when a request names none.
 const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// File name of the demo's own database, in `storage.data_dir`.
+pub const DEMO_DATABASE: &str = "vigil-demo.db";
+
+/// Points `config` at the demo's own SQLite database (`vigil-demo.db` in the data dir), so
+/// simulated targets never land in the real one.
+pub fn use_demo_database(config: &mut crate::config::Config) {
+    let path = config.storage.data_dir.join(DEMO_DATABASE);
+    config.storage.url = SecretString::from(format!("sqlite://{}", path.display()));
+}
 
 /// A running demo: the server and the providers that point at it.
 #[derive(Debug)]
@@ -135,7 +148,21 @@ impl DemoState {
 
     /// Runs a profile and books what the reply will cost against the demo credit.
     fn play(&self, profile: &Profile, ask: &Ask) -> Script {
-        let script = self.with_rng(|rng| profile.script_for(rng, ask));
+        let script = match trouble::is_troubled(profile.model, profile.route) {
+            true => match trouble::at(self.started.elapsed()) {
+                Trouble::None => self.with_rng(|rng| profile.script_for(rng, ask)),
+                Trouble::Degraded => {
+                    let slow = Profile { ttft_ms: profile.ttft_ms * trouble::DEGRADE_FACTOR, ..profile.clone() };
+                    self.with_rng(|rng| slow.script_for(rng, ask))
+                }
+                Trouble::Failing => {
+                    let failure =
+                        Draw::Failure { rate_limited: false, after: Duration::from_millis(40), retry_after_s: None };
+                    profile.render(&failure, ask, "demo-trouble")
+                }
+            },
+            false => self.with_rng(|rng| profile.script_for(rng, ask)),
+        };
         if script.status == 200 {
             let completion = profiles::reply_tokens(ask.max_tokens).len() as u32;
             *self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) +=
