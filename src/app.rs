@@ -118,7 +118,10 @@ impl App {
     /// Binds the listener and prepares every stage.
     pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
         let demo = if opts.demo {
-            crate::demo::use_demo_database(&mut config);
+            crate::demo::use_demo_cadence(&mut config);
+            if crate::demo::use_demo_database(&mut config) {
+                tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
+            }
             let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
             config.providers.extend(demo.providers.iter().cloned());

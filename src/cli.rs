@@ -327,16 +327,18 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// The config of a reading command: with `demo`, the demo's own database and its targets.
-fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<Config> {
+/// The config of a reading command: with `demo`, the demo's own database and its providers,
+/// served on loopback while the command runs (the report reads their published prices).
+async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Config, Option<crate::demo::Demo>)> {
     let mut config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
     log_providers(&config, demo);
-    if demo {
-        crate::demo::use_demo_database(&mut config);
-        // Their base URLs do not matter here: nothing is probed, targets only name stored data.
-        config.providers.extend(crate::demo::demo_providers("http://127.0.0.1:1")?);
+    if !demo {
+        return Ok((config, None));
     }
-    Ok(config)
+    let _ = crate::demo::use_demo_database(&mut config);
+    let running = crate::demo::start_demo(crate::demo::history::SEED).await.context("--demo")?;
+    config.providers.extend(running.providers.iter().cloned());
+    Ok((config, Some(running)))
 }
 
 /// Opens and migrates the store; the demo's is seeded with a simulated week when empty.
@@ -382,7 +384,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             result
         }
         Command::Thresholds { config, format, out, demo } => {
-            let c = load_reading(config.as_ref(), demo)?;
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let store = open_reading(&c, demo).await?;
             let now = chrono::Utc::now();
             let targets = Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
@@ -404,12 +406,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Baselines { config, json, rebuild, all_regions, demo } => {
-            let c = load_reading(config.as_ref(), demo)?;
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let store = open_reading(&c, demo).await?;
             baselines(&c, store, json, rebuild, all_regions).await
         }
         Command::Report { config, window, region, json, weekly, out, demo } => {
-            let c = load_reading(config.as_ref(), demo)?;
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let region = region.unwrap_or_else(|| c.region.clone());
             let window = match weekly {
                 true => None,
