@@ -97,6 +97,8 @@ pub struct AppOptions {
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// Add the simulated providers on loopback (`vigil run --demo`).
     pub demo: bool,
+    /// With `demo`: start this far into the misbehaving host's schedule (tests; zero otherwise).
+    pub demo_elapsed: Duration,
 }
 
 /// A built, not yet running, daemon.
@@ -122,7 +124,7 @@ impl App {
             if crate::demo::use_demo_database(&mut config) {
                 tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
             }
-            let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
+            let demo = crate::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
             config.providers.extend(demo.providers.iter().cloned());
             Some(demo)

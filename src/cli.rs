@@ -630,22 +630,22 @@ pub fn sample_json(s: &Sample) -> serde_json::Value {
 }
 
 fn table(samples: &[Sample]) -> String {
-    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "—".into());
     let mut rows = vec![
         ["TARGET", "STATUS", "OUTCOME", "DNS", "CONNECT", "TLS", "TTFB", "TTFT", "TOK/S", "COST"].map(String::from)
     ];
     for s in samples {
         rows.push([
             s.target.id(),
-            s.status.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            s.status.map(|c| c.to_string()).unwrap_or_else(|| "—".into()),
             s.outcome.to_string(),
             ms(s.dns_ms),
             ms(s.connect_ms),
             ms(s.tls_ms),
             ms(s.ttfb_ms),
             ms(s.ttft_ms),
-            s.tokens_per_s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
-            s.cost_usd.map(|v| format!("${v:.6}")).unwrap_or_else(|| "-".into()),
+            s.tokens_per_s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "—".into()),
+            s.cost_usd.map(|v| format!("${v:.6}")).unwrap_or_else(|| "—".into()),
         ]);
     }
     let widths: Vec<usize> = (0..10).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
@@ -666,8 +666,15 @@ fn table(samples: &[Sample]) -> String {
         out.push('\n');
     }
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.outcome.is_failure()).collect();
-    for s in failed {
+    for s in &failed {
         out.push_str(&format!("{}: {}\n", s.target.id(), s.error.as_deref().unwrap_or(s.outcome.as_str())));
+    }
+    // Why a cell can be empty, once, under the table.
+    if out.contains('—') {
+        out.push_str(
+            "— not measured: no TLS on plain http, no tokens or price for a plain HTTP target, \
+             or the probe failed before that phase (reason above)\n",
+        );
     }
     out
 }

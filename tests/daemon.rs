@@ -256,7 +256,9 @@ fn check_config_redacts_secrets() {
         .expect("vigil runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("name = \"openai\"") && text.contains("<redacted>"), "{text}");
+    // Secrets are named by their variables, never shown; the database password is replaced.
+    assert!(text.contains("name = \"openai\"") && text.contains("api_key_env = \"OPENAI_API_KEY\""), "{text}");
+    assert!(text.contains("postgres://vigil:redacted@db.example/vigil"), "{text}");
     assert!(!text.contains("sk-test-secret-value") && !text.contains("hunter2"), "{text}");
 }
 

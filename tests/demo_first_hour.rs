@@ -214,3 +214,49 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     screenshot(&format!("http://{addr}/"), &artifacts().join("status-page-demo-first-minute.png"), (1440, 1000)).await;
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_misbehaving_host_pages_the_log_channel() {
+    use vigil::app::{App, AppOptions};
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[storage]\ndata_dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n",
+        data.path().display()
+    );
+    let config =
+        vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::<String, String>::new()).expect("config");
+    // Straight into the hourly failure of the schedule (minute 8), instead of waiting for it.
+    let opts = AppOptions { demo: true, demo_elapsed: vigil::demo::trouble::FAIL_FROM, ..AppOptions::default() };
+    let app = App::build(config, opts).await.expect("demo app builds");
+    assert!(data.path().join("vigil-demo.db").exists(), "its own database in the data dir");
+    let base = format!("http://{}", app.local_addr().expect("bound"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let http = reqwest::Client::new();
+    let fired = |m: &str| {
+        m.lines().any(|l| {
+            l.starts_with("vigil_alerts_total{")
+                && l.contains(r#"channel="log""#)
+                && l.contains(r#"kind="errors""#)
+                && !l.ends_with(" 0")
+        })
+    };
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        metrics = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+        if fired(&metrics) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fired(&metrics), "the errors alert of demo-mixtral@Anyscale went to the log channel:\n{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("vigil_probes_total{")
+            && l.contains(r#"outcome="server_error""#)
+            && l.contains(r#"route="Anyscale""#)),
+        "{metrics}"
+    );
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}

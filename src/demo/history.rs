@@ -84,7 +84,9 @@ pub fn demo_targets(region: &str) -> Vec<Target> {
     Planned::all(&providers, region).into_iter().map(|p| p.target).collect()
 }
 
-/// Seeds the history when the store holds no sample of `config.region` yet; `None` when it did.
+/// Seeds the history when the store holds neither a sample nor a rollup of `config.region`
+/// from the last [`DAYS`] days; `None` when it held some (a demo that ran before, or data
+/// someone put there).
 pub async fn seed_if_empty(
     store: &dyn Store,
     config: &Config,
@@ -92,6 +94,10 @@ pub async fn seed_if_empty(
 ) -> Result<Option<Seeded>, StoreError> {
     let q = SampleQuery { region: Some(config.region.clone()), limit: Some(1), ..SampleQuery::default() };
     if store.count_samples(&q).await? > 0 {
+        return Ok(None);
+    }
+    let since = now - Duration::days(DAYS);
+    if !store.rollups_between(Some(&config.region), since, Some(now + Duration::hours(1))).await?.is_empty() {
         return Ok(None);
     }
     let seeded = seed(store, config, now).await?;

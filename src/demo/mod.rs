@@ -77,8 +77,15 @@ pub struct Demo {
 
 /// Starts the simulated providers; the same `seed` gives the same sequence of draws.
 pub async fn start_demo(seed: u64) -> std::io::Result<Demo> {
-    let state =
-        DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started: Instant::now(), spent: Mutex::new(0.0) };
+    start_demo_at(seed, Duration::ZERO).await
+}
+
+/// [`start_demo`] as if it had been running for `elapsed` already (where the misbehaving
+/// host's schedule, [`trouble`], starts; tests jump straight into a failure this way).
+pub async fn start_demo_at(seed: u64, elapsed: Duration) -> std::io::Result<Demo> {
+    let now = Instant::now();
+    let started = now.checked_sub(elapsed).unwrap_or(now);
+    let state = DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started, spent: Mutex::new(0.0) };
     let standin = StandIn::start(move |request| state.respond(request)).await?;
     standin.keep_records(DEMO_RECORDS);
     let providers = demo_providers(&format!("http://127.0.0.1:{}", standin.addr().port()))?;
