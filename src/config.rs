@@ -228,6 +228,18 @@ pub struct AlertsConfig {
     pub error_probes: u32,
     /// Probes a condition must stay clear before the alert resolves.
     pub resolve_after: u32,
+    /// A probe is slow above this × the target's baseline P95 (`latency_factor`, 1.5).
+    pub latency_factor: f64,
+    /// latency_degraded needs `latency_k` slow probes among the last `latency_n` ok ones (3 of 5).
+    pub latency_k: usize,
+    /// See `latency_k`.
+    pub latency_n: usize,
+    /// Probes the flap detector looks at (20).
+    pub flap_window: usize,
+    /// Weighted state-change rate above which a target is flapping (0.4).
+    pub flap_high: f64,
+    /// …and under which it calms down (0.2).
+    pub flap_low: f64,
     /// Give up delivering after this long (and record it).
     pub delivery_deadline: Duration,
     /// Link put in messages (status page).
@@ -522,6 +534,12 @@ struct RawAlerts {
     renotify: String,
     error_probes: u32,
     resolve_after: u32,
+    latency_factor: f64,
+    latency_k: usize,
+    latency_n: usize,
+    flap_window: usize,
+    flap_high: f64,
+    flap_low: f64,
     delivery_deadline: String,
     status_url: String,
     #[serde(skip_serializing)]
@@ -542,6 +560,12 @@ impl Default for RawAlerts {
             renotify: "1h".into(),
             error_probes: 2,
             resolve_after: 3,
+            latency_factor: 1.5,
+            latency_k: 3,
+            latency_n: 5,
+            flap_window: 20,
+            flap_high: 0.4,
+            flap_low: 0.2,
             delivery_deadline: "24h".into(),
             status_url: String::new(),
             slack: vec![],
@@ -752,6 +776,9 @@ impl Config {
             "skipped_provider": self.skipped.iter().map(|(n, v)| serde_json::json!({"name": n, "missing_env": v})).collect::<Vec<_>>(),
             "alerts": {"renotify": dur(self.alerts.renotify), "error_probes": self.alerts.error_probes,
                        "resolve_after": self.alerts.resolve_after, "delivery_deadline": dur(self.alerts.delivery_deadline),
+                       "latency_factor": self.alerts.latency_factor, "latency_k": self.alerts.latency_k,
+                       "latency_n": self.alerts.latency_n, "flap_window": self.alerts.flap_window,
+                       "flap_high": self.alerts.flap_high, "flap_low": self.alerts.flap_low,
                        "channel": alert_channels},
             "report": {"weekly": self.report.weekly.as_deref().unwrap_or("off"), "weekly_to": self.report.weekly_to},
         });
@@ -1074,10 +1101,28 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         }
         maintenance.push(MaintenanceWindow { provider: m.provider, start, end });
     }
+    if !(raw.latency_factor.is_finite() && raw.latency_factor > 0.0) {
+        return Err(invalid("alerts.latency_factor", "must be a positive number"));
+    }
+    if raw.latency_k == 0 || raw.latency_n < raw.latency_k || raw.latency_n > 100 {
+        return Err(invalid("alerts.latency_n", "needs 1 <= alerts.latency_k <= alerts.latency_n <= 100"));
+    }
+    if !(2..=200).contains(&raw.flap_window) {
+        return Err(invalid("alerts.flap_window", "must be between 2 and 200 probes"));
+    }
+    if !(raw.flap_low >= 0.0 && raw.flap_low < raw.flap_high && raw.flap_high <= 1.2) {
+        return Err(invalid("alerts.flap_high", "needs 0 <= alerts.flap_low < alerts.flap_high <= 1.2"));
+    }
     Ok(AlertsConfig {
         renotify: parse_duration("alerts.renotify", &raw.renotify)?,
         error_probes: raw.error_probes.max(1),
         resolve_after: raw.resolve_after.max(1),
+        latency_factor: raw.latency_factor,
+        latency_k: raw.latency_k,
+        latency_n: raw.latency_n,
+        flap_window: raw.flap_window,
+        flap_high: raw.flap_high,
+        flap_low: raw.flap_low,
         delivery_deadline: parse_duration("alerts.delivery_deadline", &raw.delivery_deadline)?,
         status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
         slack,

@@ -49,6 +49,15 @@ pub struct Snapshot {
     pub targets: Vec<TargetView>,
     /// The latest sample of each target in the other regions sharing the store (status page).
     pub elsewhere: Arc<Vec<Sample>>,
+    /// Targets flapping now (from the alert stage).
+    pub flapping: crate::alert::FlappingSet,
+}
+
+impl Snapshot {
+    /// True when `target` is flapping (alert changes are not paged).
+    pub fn is_flapping(&self, target: &Target) -> bool {
+        self.flapping.is_flapping(target)
+    }
 }
 
 /// Shared handle to the latest snapshot.
@@ -196,7 +205,12 @@ impl Monitor {
             window: self.baseline_window,
             failover_factor: self.failover_factor,
         };
-        Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views, elsewhere: Arc::default() }
+        Snapshot {
+            thresholds: Some(export::build(&params, &stats)),
+            targets: views,
+            elsewhere: Arc::default(),
+            flapping: Default::default(),
+        }
     }
 
     /// Subtracts the hours that left the window, read back from the store (a no-op within an hour).

@@ -48,6 +48,9 @@ pub struct Alerting {
     every: Duration,
     /// Providers whose credit is watched: (name, `balance.min_usd`, `balance.warn_hours`).
     credit: Vec<(String, f64, f64)>,
+    /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
+    flapping: crate::alert::FlappingSet,
+    flapping_before: std::collections::BTreeSet<Target>,
 }
 
 impl Alerting {
@@ -61,7 +64,14 @@ impl Alerting {
             changes: Vec::new(),
             every,
             credit: Vec::new(),
+            flapping: crate::alert::FlappingSet::default(),
+            flapping_before: Default::default(),
         }
+    }
+
+    /// The published set of flapping targets (readers call `is_flapping`).
+    pub fn flapping(&self) -> crate::alert::FlappingSet {
+        self.flapping.clone()
     }
 
     /// Also evaluates `credit_low` from the stored balance readings of these providers.
@@ -120,14 +130,17 @@ impl Pipeline {
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
-        let elsewhere = match latest_elsewhere(store.as_ref(), &a.region, recent).await {
-            Ok(latest) => {
-                let summary = other_regions(&latest);
-                self.elsewhere.extend(latest.into_iter().map(|s| (s.target.clone(), s)));
-                summary
-            }
+        // The status page's view of other regions (their latest samples).
+        match latest_elsewhere(store.as_ref(), &a.region, recent).await {
+            Ok(latest) => self.elsewhere.extend(latest.into_iter().map(|s| (s.target.clone(), s))),
+            Err(e) => tracing::debug!(error = %e, "other regions' samples not read"),
+        }
+        // The scope: publish this region's view of each target, read the others'.
+        let mine = a.engine.target_statuses(now);
+        let elsewhere = match exchange_target_status(store.as_ref(), &mine, recent).await {
+            Ok(rows) => crate::alert::scope::elsewhere_from(&rows, &a.region, recent),
             Err(e) => {
-                tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
+                tracing::debug!(error = %e, "other regions' status not read; alerts are scoped regional");
                 Default::default()
             }
         };
@@ -164,6 +177,14 @@ impl Pipeline {
             }
         }
         let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        a.flapping.set(a.engine.flapping_targets());
+        for t in a.engine.flapping_targets() {
+            self.metrics.set_flapping(&t, true);
+        }
+        for t in a.flapping_before.difference(&a.flapping.targets()) {
+            self.metrics.set_flapping(t, false);
+        }
+        a.flapping_before = a.flapping.targets();
         if !notes.is_empty() {
             if let Err(e) = crate::alert::outbox::enqueue(store.as_ref(), &notes, &a.channels, now).await {
                 tracing::error!(error = %e, notifications = notes.len(), "alerts not written to the outbox");
@@ -216,12 +237,7 @@ impl Pipeline {
 
     async fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
         if let Some(a) = self.alerts.as_mut() {
-            a.changes.push(BreakerChange {
-                target: target.clone(),
-                from: t.from.as_str().into(),
-                to: t.to.as_str().into(),
-                reason: t.reason.clone(),
-            });
+            a.changes.push(BreakerChange { target: target.clone(), from: t.from, to: t.to, reason: t.reason.clone() });
         }
         tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
             from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
@@ -245,6 +261,9 @@ impl Pipeline {
         let transitions = monitor.tick(now);
         let mut snapshot = monitor.publish(now, Some(&self.metrics));
         snapshot.elsewhere = self.elsewhere_shown.clone();
+        if let Some(a) = &self.alerts {
+            snapshot.flapping = a.flapping.clone();
+        }
         if let Ok(mut s) = self.snapshot.write() {
             *s = snapshot;
         }
@@ -317,14 +336,15 @@ pub async fn latest_elsewhere(
     Ok(out)
 }
 
-/// Per target: how many other regions probe it and in how many its latest probe failed.
-fn other_regions(latest: &[Sample]) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
-    let mut out: std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> = Default::default();
-    for s in latest {
-        let t = &s.target;
-        let e = out.entry((t.provider.clone(), t.model.clone(), t.route.clone())).or_default();
-        e.regions += 1;
-        e.degraded += u32::from(s.outcome.is_failure());
+/// Writes this region's per-target status and reads every region's rows written since `since`:
+/// the one store round-trip the scope needs (kept apart so it can move off the pipeline).
+pub async fn exchange_target_status(
+    store: &dyn Store,
+    mine: &[crate::store::TargetStatus],
+    since: chrono::DateTime<Utc>,
+) -> Result<Vec<crate::store::TargetStatus>, crate::store::StoreError> {
+    if !mine.is_empty() {
+        store.publish_target_status(mine).await?;
     }
-    out
+    store.target_statuses(since).await
 }

@@ -48,6 +48,12 @@ fn note(key: &str) -> Notification {
         key: key.into(),
         region: "eu-west-1".into(),
         provider: "openrouter".into(),
+        incident: String::new(),
+        subject: String::new(),
+        shared: false,
+        opened_at: None,
+        update: false,
+        seen: None,
         status: AlertStatus::Firing,
         reminder: false,
         test: false,
@@ -238,21 +244,7 @@ fn failing(t: &Target, when: DateTime<Utc>) -> Sample {
 
 async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture) {
     let w = Receiver::start(Reply::new(200, "")).await;
-    let rules = RuleConfig {
-        region: "eu-west-1".into(),
-        failover_factor: 2.0,
-        latency_window: 10,
-        latency_min_samples: 5,
-        error_probes: 2,
-        error_window: Duration::from_secs(120),
-        resolve_after: 3,
-        renotify: Duration::from_secs(3600),
-        daily_budget_usd: 5.0,
-        unhealthy_fraction: 0.6,
-        unhealthy_min_targets: 3,
-        maintenance: vec![],
-        status_url: None,
-    };
+    let rules = RuleConfig { daily_budget_usd: 5.0, ..RuleConfig::with_defaults("eu-west-1") };
     let t = target();
     let mut engine =
         AlertEngine::restore(rules.clone(), fx.store.load_alert_state("eu-west-1").await.expect("load").as_ref());

@@ -154,11 +154,17 @@ pub fn test_notification(region: &str, now: DateTime<Utc>, status_url: Option<St
         key: format!("alert-test-{}", now.timestamp_millis()),
         region: region.to_string(),
         provider: "vigil".into(),
+        incident: a.dedup_key.clone(),
+        subject: "vigil".into(),
+        shared: false,
+        opened_at: Some(now),
         status: AlertStatus::Firing,
         reminder: false,
+        update: false,
         test: true,
         created_at: now,
         status_url,
+        seen: None,
         alerts: vec![a],
     }
 }

@@ -124,7 +124,7 @@ pub fn items_for(notifications: &[Notification], channels: &[String], now: DateT
                 continue;
             }
         };
-        let dedup_key = n.alerts.first().map(|a| a.dedup_key.clone()).unwrap_or_else(|| n.key.clone());
+        let dedup_key = n.incident_key();
         for c in channels {
             out.push(OutboxItem {
                 id: item_id(n, c),

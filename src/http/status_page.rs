@@ -922,6 +922,7 @@ mod tests {
                 Sample::new(t("C", "ap"), now(), now()),
                 Sample::new(t("B", "ap"), now(), now()),
             ]),
+            flapping: Default::default(),
         };
         let d = page.gather(&snap);
         assert_eq!(d.regions, ["eu", "ap", "us"]);
