@@ -252,6 +252,8 @@ pub struct AlertsConfig {
     pub pagerduty: Vec<PagerDutyConfig>,
     /// Generic signed webhooks.
     pub webhook: Vec<WebhookConfig>,
+    /// Alertmanager v2 APIs.
+    pub alertmanager: Vec<AlertmanagerConfig>,
     /// Per-provider maintenance windows: alerts are recorded but not notified.
     pub maintenance: Vec<MaintenanceWindow>,
 }
@@ -309,6 +311,19 @@ pub struct WebhookConfig {
     pub url: SecretString,
     /// HMAC-SHA256 key for `X-Vigil-Signature`.
     pub secret: Option<SecretString>,
+}
+
+/// `[[alerts.alertmanager]]`: incidents posted to an Alertmanager's v2 API.
+#[derive(Debug, Clone)]
+pub struct AlertmanagerConfig {
+    /// Channel name.
+    pub name: String,
+    /// Alertmanager base URL (`http://alertmanager:9093`; a secret, it may embed credentials).
+    pub url: SecretString,
+    /// Re-post firing incidents this often (well under Alertmanager's `resolve_timeout`).
+    pub repost_every: Duration,
+    /// `endsAt` of a firing post lies this far ahead: if vigil stops posting, Alertmanager resolves then.
+    pub ends_after: Duration,
 }
 
 // ---------------------------------------------------------------- raw file shape
@@ -551,6 +566,8 @@ struct RawAlerts {
     #[serde(skip_serializing)]
     webhook: Vec<RawWebhook>,
     #[serde(skip_serializing)]
+    alertmanager: Vec<RawAlertmanager>,
+    #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
 }
 
@@ -572,6 +589,7 @@ impl Default for RawAlerts {
             email: vec![],
             pagerduty: vec![],
             webhook: vec![],
+            alertmanager: vec![],
             maintenance: vec![],
         }
     }
@@ -615,6 +633,15 @@ struct RawWebhook {
     name: Option<String>,
     url_env: String,
     secret_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertmanager {
+    name: Option<String>,
+    url_env: String,
+    repost_every: Option<String>,
+    ends_after: Option<String>,
 }
 
 /// Built-in provider defaults: a `[[provider]]` with one of these names inherits what it omits.
@@ -754,6 +781,7 @@ impl Config {
         alert_channels.extend(channels("email", self.alerts.email.iter().map(|c| &c.name).collect()));
         alert_channels.extend(channels("pagerduty", self.alerts.pagerduty.iter().map(|c| &c.name).collect()));
         alert_channels.extend(channels("webhook", self.alerts.webhook.iter().map(|c| &c.name).collect()));
+        alert_channels.extend(channels("alertmanager", self.alerts.alertmanager.iter().map(|c| &c.name).collect()));
         let doc = serde_json::json!({
             "region": self.region,
             "storage": {"url": storage_url, "retention_days": self.storage.retention_days,
@@ -1088,6 +1116,21 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         };
         webhook.push(WebhookConfig { name: name(w.name, "webhook", i), url, secret });
     }
+    let mut alertmanager = Vec::new();
+    for (i, a) in raw.alertmanager.into_iter().enumerate() {
+        let url = secret_from(env, format!("alerts.alertmanager[{i}].url_env"), &a.url_env)?;
+        Url::parse(url.expose_secret())
+            .map_err(|e| invalid(format!("alerts.alertmanager[{i}].url_env"), format!("not a URL: {e}")))?;
+        let dur = |field: &str, v: Option<String>, default: &str| {
+            parse_duration(&format!("alerts.alertmanager[{i}].{field}"), v.as_deref().unwrap_or(default))
+        };
+        let repost_every = dur("repost_every", a.repost_every, "1m")?;
+        let ends_after = dur("ends_after", a.ends_after, "5m")?;
+        if ends_after <= repost_every {
+            return Err(invalid(format!("alerts.alertmanager[{i}].ends_after"), "must be longer than repost_every"));
+        }
+        alertmanager.push(AlertmanagerConfig { name: name(a.name, "alertmanager", i), url, repost_every, ends_after });
+    }
     let mut maintenance = Vec::new();
     for (i, m) in raw.maintenance.into_iter().enumerate() {
         let time = |field: &str, v: &str| {
@@ -1129,6 +1172,7 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         email,
         pagerduty,
         webhook,
+        alertmanager,
         maintenance,
     })
 }

@@ -1,8 +1,13 @@
 //! Alerting: a pure rule engine ([`rules`]) turns samples, breaker transitions and credit
 //! readings into grouped [`Notification`]s; they are written to a durable outbox in storage
 //! and a delivery worker ([`outbox`]) sends them through the [`notifier::Notifier`]s
-//! ([`slack`], [`email`], [`pagerduty`], [`webhook`]) with backoff until delivered or abandoned.
+//! ([`slack`], [`email`], [`pagerduty`], [`webhook`], [`alertmanager`]) with backoff until
+//! delivered or abandoned. Facets of one target (or provider) form one [`incident`]; regions
+//! sharing storage page an incident once (the lease in [`outbox`]); [`flap`] detects flapping,
+//! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
+pub mod alertmanager;
+pub mod backtest;
 pub mod email;
 pub mod flap;
 pub mod incident;

@@ -320,6 +320,12 @@ impl Outbox {
     /// One step: sends every item due at `now` (channels in parallel, each channel in order).
     pub async fn deliver_pending(&self, now: DateTime<Utc>) -> Result<DeliveryReport, StoreError> {
         self.renew(now).await?;
+        for (name, n) in &self.notifiers {
+            if let Err(e) = n.tick(now).await {
+                bump(&self.counters.failures, name.clone());
+                tracing::warn!(channel = %name, error = %e, "channel re-send failed; will retry next step");
+            }
+        }
         let due = self.store.due(self.cfg.region.as_deref(), now, self.cfg.batch).await?;
         let mut per_channel: BTreeMap<String, Vec<OutboxItem>> = BTreeMap::new();
         for item in due {
