@@ -4,7 +4,7 @@
 //! every facet has cleared. While a target flaps, changes are not notified and it does not resolve.
 
 use super::rules::RuleConfig;
-use super::{Alert, AlertKind, AlertStatus, Notification};
+use super::{Alert, AlertKind, AlertStatus, Notification, Scope, Seen};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -75,6 +75,9 @@ struct Incident {
     kinds: BTreeSet<AlertKind>,
     /// Facets as last seen, for the resolve message.
     alerts: Vec<Alert>,
+    /// Regions probing its targets, this one included.
+    #[serde(default)]
+    regions: u32,
 }
 
 /// The open incidents of one region.
@@ -85,7 +88,7 @@ pub struct Incidents {
 
 /// What kind of message an incident sends.
 #[derive(Clone, Copy, PartialEq)]
-enum Send {
+enum Message {
     Open,
     Update,
     Reminder,
@@ -115,6 +118,7 @@ impl Incidents {
         now: DateTime<Utc>,
         cfg: &RuleConfig,
         maintenance: &dyn Fn(&str) -> bool,
+        probing: &dyn Fn(&[Alert]) -> u32,
     ) -> Vec<Notification> {
         let renotify = chrono::Duration::from_std(cfg.renotify).unwrap_or(chrono::Duration::hours(1));
         let mut out = Vec::new();
@@ -133,6 +137,7 @@ impl Incidents {
                 last_notified: None,
                 kinds: BTreeSet::new(),
                 alerts: Vec::new(),
+                regions: 1,
             });
             inc.alerts = alerts;
             let flapping = kinds.contains(&AlertKind::Flapping);
@@ -144,11 +149,11 @@ impl Incidents {
                 }
                 None
             } else if !inc.notified {
-                Some(Send::Open)
+                Some(Message::Open)
             } else if kinds.difference(&inc.kinds).next().is_some() && !was_flapping {
-                Some(Send::Update)
+                Some(Message::Update)
             } else if !flapping && holds_now && inc.last_notified.is_none_or(|last| now - last >= renotify) {
-                Some(Send::Reminder)
+                Some(Message::Reminder)
             } else {
                 None
             };
@@ -156,6 +161,7 @@ impl Incidents {
                 // A kind that left is dropped quietly; one that joins later is news again.
                 inc.kinds = kinds;
             }
+            inc.regions = probing(&inc.alerts);
             if let Some(send) = send {
                 inc.notified = true;
                 inc.last_notified = Some(now);
@@ -171,7 +177,7 @@ impl Incidents {
                         a.status = AlertStatus::Resolved;
                         a.summary = format!("resolved: {}", a.summary);
                     }
-                    out.push(notification(cfg, &inc, Send::Resolve, now));
+                    out.push(notification(cfg, &inc, Message::Resolve, now));
                 }
             }
         }
@@ -179,8 +185,8 @@ impl Incidents {
     }
 }
 
-fn notification(cfg: &RuleConfig, inc: &Incident, send: Send, now: DateTime<Utc>) -> Notification {
-    let status = if send == Send::Resolve { AlertStatus::Resolved } else { AlertStatus::Firing };
+fn notification(cfg: &RuleConfig, inc: &Incident, send: Message, now: DateTime<Utc>) -> Notification {
+    let status = if send == Message::Resolve { AlertStatus::Resolved } else { AlertStatus::Firing };
     let mut h = Sha256::new();
     h.update(format!(
         "{}|{}|{}|{}|{}",
@@ -202,12 +208,33 @@ fn notification(cfg: &RuleConfig, inc: &Incident, send: Send, now: DateTime<Utc>
         shared: inc.subject.shared,
         opened_at: Some(inc.opened),
         status,
-        reminder: send == Send::Reminder,
-        update: send == Send::Update,
+        reminder: send == Message::Reminder,
+        update: send == Message::Update,
         test: false,
         created_at: now,
         status_url: cfg.status_url.clone(),
-        seen: None,
+        seen: seen(inc, status),
         alerts: inc.alerts.clone(),
     }
+}
+
+/// Where other regions probe the same target: in how many of them it is seen, as far as this
+/// region knows (the owning region's delivery worker refines it from the sightings).
+fn seen(inc: &Incident, status: AlertStatus) -> Option<Seen> {
+    if inc.regions <= 1 {
+        return None;
+    }
+    let affected = if status == AlertStatus::Resolved {
+        0
+    } else {
+        inc.alerts
+            .iter()
+            .map(|a| match a.scope {
+                Scope::Global { affected, .. } => affected,
+                Scope::Regional => 1,
+            })
+            .max()
+            .unwrap_or(1)
+    };
+    Some(Seen { affected, regions: inc.regions })
 }

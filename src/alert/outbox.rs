@@ -201,6 +201,8 @@ enum Lease {
     Send(Option<Seen>),
     /// Another region pages (or still fires): record, send nothing.
     Quiet(String),
+    /// The owner is resolving at the same moment: look again next step.
+    Later(String),
 }
 
 /// The delivery worker.
@@ -271,9 +273,19 @@ impl Outbox {
     }
 
     /// Decides whether this region sends a shared incident's message, recording its sighting.
-    async fn lease(&self, n: &Notification, region: &str, now: DateTime<Utc>) -> Result<Lease, StoreError> {
+    async fn lease(
+        &self,
+        n: &Notification,
+        region: &str,
+        attempts: i32,
+        now: DateTime<Utc>,
+    ) -> Result<Lease, StoreError> {
         let incident = n.incident_key();
         let firing = n.status == AlertStatus::Firing;
+        if !firing && attempts > 0 && !self.store.sightings(&incident).await?.iter().any(|s| s.region == region) {
+            // Our row is gone: another region's resolve went out and closed the incident.
+            return Ok(Lease::Quiet("closed by another region's resolve".into()));
+        }
         self.store.record_sighting(&incident, region, firing, now).await?;
         let owner = self.store.claim_incident(&incident, region, now, self.expires(now)).await?;
         let owned = owner == region;
@@ -285,11 +297,16 @@ impl Outbox {
                 g.remove(&incident);
             }
         }
-        if !owned {
-            return Ok(Lease::Quiet(format!("owned by region {owner}; sighting recorded")));
-        }
         let ttl = chrono::Duration::from_std(self.cfg.lease_ttl).unwrap_or(chrono::Duration::seconds(75));
         let all = self.store.sightings(&incident).await?;
+        if !owned {
+            let owner_firing = all.iter().any(|s| s.region == owner && s.firing && now - s.updated_at <= ttl);
+            if firing || owner_firing {
+                return Ok(Lease::Quiet(format!("owned by region {owner}; sighting recorded")));
+            }
+            // The owner is clearing too: whichever of us finds the lease free sends the one resolve.
+            return Ok(Lease::Later(format!("region {owner} holds the lease while clearing too")));
+        }
         // A region whose sighting went stale (it stopped renewing) no longer counts as firing.
         let fresh: Vec<_> = all.iter().filter(|s| s.region == region || now - s.updated_at <= ttl).collect();
         // Regions that opened it here, or that the scope (their published status) says see it.
@@ -303,7 +320,8 @@ impl Outbox {
             .max()
             .unwrap_or((1, 1));
         let affected = (fresh.iter().filter(|s| s.firing).count() as u32).max(scope_affected);
-        let regions = probing.max(all.len() as u32).max(affected);
+        let known = n.seen.map_or(1, |s| s.regions);
+        let regions = probing.max(known).max(all.len() as u32).max(affected);
         if firing {
             return Ok(Lease::Send(Some(Seen { affected, regions })));
         }
@@ -387,8 +405,14 @@ impl Outbox {
             Err(e) => return self.abandon(&item, now, &format!("unreadable payload: {e}")).await,
         };
         if n.shared && !n.test {
-            match self.lease(&n, &item.region, now).await? {
+            match self.lease(&n, &item.region, item.attempts, now).await? {
                 Lease::Send(seen) => n.seen = seen,
+                Lease::Later(why) => {
+                    let next =
+                        now + chrono::Duration::from_std(self.cfg.poll_every).unwrap_or(chrono::Duration::seconds(2));
+                    self.store.mark_retry(item.id, next, &why).await?;
+                    return Ok(Outcome::Retried);
+                }
                 Lease::Quiet(why) => {
                     tracing::info!(channel, incident = %n.incident_key(), region = %item.region, status = n.status.as_str(),
                         reason = %why, "shared incident not sent from this region");

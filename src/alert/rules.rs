@@ -212,6 +212,9 @@ struct History {
     breaker: Option<State>,
     #[serde(default)]
     breaker_reason: String,
+    /// Other regions probing the target at the last probe (from their published status).
+    #[serde(default)]
+    regions_elsewhere: u32,
 }
 
 impl History {
@@ -409,9 +412,12 @@ impl AlertEngine {
         let cfg = &self.cfg;
         let h = self.state.histories.entry(Self::history_key(&s.target)).or_default();
         h.target.get_or_insert_with(|| s.target.clone());
+        h.regions_elsewhere = p.elsewhere.regions;
         push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), n);
         if s.outcome == Outcome::Ok {
             if let Some(j) = judge(s, p.baseline, cfg.latency_factor) {
+                tracing::debug!(target = %s.target, metric = %j.metric, value = j.value, threshold = j.threshold,
+                    slow = j.slow, "latency judged");
                 push_capped(&mut h.judged, j, cfg.latency_n);
             }
         }
@@ -798,7 +804,24 @@ impl AlertEngine {
         }
         let cfg = &self.cfg;
         let maintenance = |p: &str| cfg.maintenance.iter().any(|w| w.provider == p && w.start <= now && now < w.end);
-        self.state.incidents.step(facets, now, cfg, &maintenance)
+        // Regions probing what an incident is about: this one plus the most any of its targets has elsewhere.
+        let histories = &self.state.histories;
+        let probing = |alerts: &[Alert]| {
+            1 + histories
+                .values()
+                .filter(|h| {
+                    h.target.as_ref().is_some_and(|t| {
+                        alerts.iter().any(|a| {
+                            a.target.as_deref() == Some(t.id().as_str())
+                                || (a.target.is_none() && a.provider == t.provider)
+                        })
+                    })
+                })
+                .map(|h| h.regions_elsewhere)
+                .max()
+                .unwrap_or(0)
+        };
+        self.state.incidents.step(facets, now, cfg, &maintenance, &probing)
     }
 }
 
