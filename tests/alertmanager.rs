@@ -56,11 +56,12 @@ async fn start() -> Alertmanager {
         .stderr(Stdio::null())
         .spawn()
         .expect("alertmanager starts");
-    let url = format!("http://127.0.0.1:{port}");
+    // Owned at once, so its Drop stops the process on every path (a failed wait included).
+    let am = Alertmanager { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
     let client = reqwest::Client::new();
     for _ in 0..100 {
-        if client.get(format!("{url}/-/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
-            return Alertmanager { child, url, _dir: dir };
+        if client.get(format!("{}/-/ready", am.url)).send().await.is_ok_and(|r| r.status().is_success()) {
+            return am;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
