@@ -10,7 +10,9 @@ SUDO=""
 
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
-command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
+# amtool and the Alertmanager binary itself (tests/alertmanager.rs runs a real one).
+{ command -v amtool && { command -v prometheus-alertmanager || command -v alertmanager; }; } >/dev/null \
+  || need_apt+=(prometheus-alertmanager)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)

@@ -210,6 +210,7 @@ impl App {
             notifiers,
             crate::alert::outbox::OutboxConfig {
                 region: Some(config.region.clone()),
+                lease_ttl: crate::alert::outbox::lease_ttl_for(config.probe.interval),
                 ..crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline)
             },
         ));

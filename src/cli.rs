@@ -133,6 +133,12 @@ pub enum Command {
         #[arg(long)]
         channel: Option<String>,
     },
+    /// Alert tooling.
+    Alerts {
+        /// What to do.
+        #[command(subcommand)]
+        command: AlertsCommand,
+    },
     /// Apply database migrations (the daemon also does it at start).
     Migrate {
         /// Config file.
@@ -153,6 +159,29 @@ pub enum Command {
     },
     /// Print the man page (roff) to stdout (e.g. `vigil man > vigil.1`).
     Man,
+}
+
+/// `vigil alerts …`.
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Replay stored samples through the alert rules and print the incidents they would have opened.
+    Backtest {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// How far back.
+        #[arg(long, default_value = "7d")]
+        window: String,
+        /// Region, or `all` (default: this instance's).
+        #[arg(long)]
+        region: Option<String>,
+        /// Override a rule threshold: `--set alerts.latency_k=2` (repeatable).
+        #[arg(long = "set", value_name = "alerts.KEY=VALUE")]
+        set: Vec<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub use crate::router_formats::Format;
@@ -494,6 +523,34 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if failed > 0 {
                 anyhow::bail!("{failed} of {} channels did not accept the test notification", results.len());
             }
+            Ok(())
+        }
+        Command::Alerts { command: AlertsCommand::Backtest { config, window, region, set, json } } => {
+            let c = load(config.as_ref())?;
+            let window = crate::config::parse_duration("--window", &window)?;
+            let mut rules = crate::alert::rules::RuleConfig::from_config(&c);
+            for s in &set {
+                crate::alert::backtest::set(&mut rules, s).map_err(UsageError)?;
+            }
+            let region = region.unwrap_or_else(|| c.region.clone());
+            let store = open_migrated(&c).await?;
+            let started = std::time::Instant::now();
+            let report = crate::alert::backtest::from_store(
+                store.as_ref(),
+                rules,
+                &c.baseline,
+                c.probe.interval,
+                (region != "all").then_some(region.as_str()),
+                window,
+                chrono::Utc::now(),
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render_table());
+            }
+            eprintln!("replayed {} samples in {:.2} s", report.samples, started.elapsed().as_secs_f64());
             Ok(())
         }
         Command::Migrate { config } => {

@@ -258,6 +258,18 @@ pub struct AlertsConfig {
     pub error_probes: u32,
     /// Probes a condition must stay clear before the alert resolves.
     pub resolve_after: u32,
+    /// A probe is slow above this × the target's baseline P95 (`latency_factor`, 1.5).
+    pub latency_factor: f64,
+    /// latency_degraded needs `latency_k` slow probes among the last `latency_n` ok ones (3 of 5).
+    pub latency_k: usize,
+    /// See `latency_k`.
+    pub latency_n: usize,
+    /// Probes the flap detector looks at (20).
+    pub flap_window: usize,
+    /// Weighted state-change rate above which a target is flapping (0.4).
+    pub flap_high: f64,
+    /// …and under which it calms down (0.2).
+    pub flap_low: f64,
     /// Give up delivering after this long (and record it).
     pub delivery_deadline: Duration,
     /// Link put in messages (status page).
@@ -270,6 +282,8 @@ pub struct AlertsConfig {
     pub pagerduty: Vec<PagerDutyConfig>,
     /// Generic signed webhooks.
     pub webhook: Vec<WebhookConfig>,
+    /// Alertmanager v2 APIs.
+    pub alertmanager: Vec<AlertmanagerConfig>,
     /// Per-provider maintenance windows: alerts are recorded but not notified.
     pub maintenance: Vec<MaintenanceWindow>,
 }
@@ -327,6 +341,19 @@ pub struct WebhookConfig {
     pub url: SecretString,
     /// HMAC-SHA256 key for `X-Vigil-Signature`.
     pub secret: Option<SecretString>,
+}
+
+/// `[[alerts.alertmanager]]`: incidents posted to an Alertmanager's v2 API.
+#[derive(Debug, Clone)]
+pub struct AlertmanagerConfig {
+    /// Channel name.
+    pub name: String,
+    /// Alertmanager base URL (`http://alertmanager:9093`; a secret, it may embed credentials).
+    pub url: SecretString,
+    /// Re-post firing incidents this often (well under Alertmanager's `resolve_timeout`).
+    pub repost_every: Duration,
+    /// `endsAt` of a firing post lies this far ahead: if vigil stops posting, Alertmanager resolves then.
+    pub ends_after: Duration,
 }
 
 // ---------------------------------------------------------------- raw file shape
@@ -562,6 +589,12 @@ struct RawAlerts {
     renotify: String,
     error_probes: u32,
     resolve_after: u32,
+    latency_factor: f64,
+    latency_k: usize,
+    latency_n: usize,
+    flap_window: usize,
+    flap_high: f64,
+    flap_low: f64,
     delivery_deadline: String,
     status_url: String,
     #[serde(skip_serializing)]
@@ -573,6 +606,8 @@ struct RawAlerts {
     #[serde(skip_serializing)]
     webhook: Vec<RawWebhook>,
     #[serde(skip_serializing)]
+    alertmanager: Vec<RawAlertmanager>,
+    #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
 }
 
@@ -582,12 +617,19 @@ impl Default for RawAlerts {
             renotify: "1h".into(),
             error_probes: 2,
             resolve_after: 3,
+            latency_factor: 1.5,
+            latency_k: 3,
+            latency_n: 5,
+            flap_window: 20,
+            flap_high: 0.4,
+            flap_low: 0.2,
             delivery_deadline: "24h".into(),
             status_url: String::new(),
             slack: vec![],
             email: vec![],
             pagerduty: vec![],
             webhook: vec![],
+            alertmanager: vec![],
             maintenance: vec![],
         }
     }
@@ -631,6 +673,15 @@ struct RawWebhook {
     name: Option<String>,
     url_env: String,
     secret_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertmanager {
+    name: Option<String>,
+    url_env: String,
+    repost_every: Option<String>,
+    ends_after: Option<String>,
 }
 
 /// Built-in provider defaults: a `[[provider]]` with one of these names inherits what it omits.
@@ -1284,6 +1335,21 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         };
         webhook.push(WebhookConfig { name: name(w.name, "webhook", i), url, secret });
     }
+    let mut alertmanager = Vec::new();
+    for (i, a) in raw.alertmanager.into_iter().enumerate() {
+        let url = secret_from(env, format!("alerts.alertmanager[{i}].url_env"), &a.url_env)?;
+        Url::parse(url.expose_secret())
+            .map_err(|e| invalid(format!("alerts.alertmanager[{i}].url_env"), format!("not a URL: {e}")))?;
+        let dur = |field: &str, v: Option<String>, default: &str| {
+            parse_duration(&format!("alerts.alertmanager[{i}].{field}"), v.as_deref().unwrap_or(default))
+        };
+        let repost_every = dur("repost_every", a.repost_every, "1m")?;
+        let ends_after = dur("ends_after", a.ends_after, "5m")?;
+        if ends_after <= repost_every {
+            return Err(invalid(format!("alerts.alertmanager[{i}].ends_after"), "must be longer than repost_every"));
+        }
+        alertmanager.push(AlertmanagerConfig { name: name(a.name, "alertmanager", i), url, repost_every, ends_after });
+    }
     let mut maintenance = Vec::new();
     for (i, m) in raw.maintenance.into_iter().enumerate() {
         let time = |field: &str, v: &str| {
@@ -1297,16 +1363,35 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
         }
         maintenance.push(MaintenanceWindow { provider: m.provider, start, end });
     }
+    if !(raw.latency_factor.is_finite() && raw.latency_factor > 0.0) {
+        return Err(invalid("alerts.latency_factor", "must be a positive number"));
+    }
+    if raw.latency_k == 0 || raw.latency_n < raw.latency_k || raw.latency_n > 100 {
+        return Err(invalid("alerts.latency_n", "needs 1 <= alerts.latency_k <= alerts.latency_n <= 100"));
+    }
+    if !(2..=200).contains(&raw.flap_window) {
+        return Err(invalid("alerts.flap_window", "must be between 2 and 200 probes"));
+    }
+    if !(raw.flap_low >= 0.0 && raw.flap_low < raw.flap_high && raw.flap_high <= 1.2) {
+        return Err(invalid("alerts.flap_high", "needs 0 <= alerts.flap_low < alerts.flap_high <= 1.2"));
+    }
     Ok(AlertsConfig {
         renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
         error_probes: count_in("alerts.error_probes", raw.error_probes, 1, 1000)?,
         resolve_after: count_in("alerts.resolve_after", raw.resolve_after, 1, 1000)?,
+        latency_factor: raw.latency_factor,
+        latency_k: raw.latency_k,
+        latency_n: raw.latency_n,
+        flap_window: raw.flap_window,
+        flap_high: raw.flap_high,
+        flap_low: raw.flap_low,
         delivery_deadline: duration_in("alerts.delivery_deadline", &raw.delivery_deadline, SECOND, 30 * DAY)?,
         status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
         slack,
         email,
         pagerduty,
         webhook,
+        alertmanager,
         maintenance,
     })
 }

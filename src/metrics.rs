@@ -33,6 +33,7 @@ pub struct Metrics {
     cost: prometheus::CounterVec,
     baseline: GaugeVec,
     circuit: GaugeVec,
+    flapping: GaugeVec,
     credit: GaugeVec,
     alerts: IntCounterVec,
     delivery_failures: IntCounterVec,
@@ -94,6 +95,10 @@ impl Metrics {
             )?,
             circuit: GaugeVec::new(
                 Opts::new("vigil_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open."),
+                &TARGET_LABELS,
+            )?,
+            flapping: GaugeVec::new(
+                Opts::new("vigil_target_flapping", "1 while the target flaps (alert changes are not paged), else 0."),
                 &TARGET_LABELS,
             )?,
             credit: GaugeVec::new(
@@ -181,6 +186,7 @@ impl Metrics {
             Box::new(m.cost.clone()),
             Box::new(m.baseline.clone()),
             Box::new(m.circuit.clone()),
+            Box::new(m.flapping.clone()),
             Box::new(m.credit.clone()),
             Box::new(m.alerts.clone()),
             Box::new(m.delivery_failures.clone()),
@@ -288,6 +294,11 @@ impl Metrics {
     /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
     pub fn set_circuit(&self, t: &Target, state: i64) {
         self.circuit.with_label_values(&labels(t)).set(state as f64);
+    }
+
+    /// Sets whether a target is flapping.
+    pub fn set_flapping(&self, t: &Target, flapping: bool) {
+        self.flapping.with_label_values(&labels(t)).set(if flapping { 1.0 } else { 0.0 });
     }
 
     /// Sets a provider's remaining credit.

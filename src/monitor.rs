@@ -39,6 +39,8 @@ pub struct TargetView {
     pub errors: i64,
     /// Breaker state, why, since when, and when the next half-open probe is due.
     pub breaker: Explanation,
+    /// Its state changes too often: changes are not paged, routers demote it.
+    pub flapping: bool,
 }
 
 /// What readers see; replaced as a whole on each publish.
@@ -50,6 +52,15 @@ pub struct Snapshot {
     pub targets: Vec<TargetView>,
     /// The latest sample of each target in the other regions sharing the store (status page).
     pub elsewhere: Arc<Vec<Sample>>,
+    /// Targets flapping now (from the alert stage).
+    pub flapping: crate::alert::FlappingSet,
+}
+
+impl Snapshot {
+    /// True when `target` is flapping (alert changes are not paged).
+    pub fn is_flapping(&self, target: &Target) -> bool {
+        self.flapping.is_flapping(target)
+    }
 }
 
 /// Shared handle to the latest snapshot.
@@ -69,6 +80,7 @@ pub struct Monitor {
     targets: Vec<Target>,
     chains: Vec<crate::chain::ChainConfig>,
     provisional_min_samples: u64,
+    flapping: crate::alert::FlappingSet,
 }
 
 impl Monitor {
@@ -89,6 +101,7 @@ impl Monitor {
             targets,
             chains: config.chains.clone(),
             provisional_min_samples: config.baseline.min_samples_p50,
+            flapping: Default::default(),
         }
     }
 
@@ -266,8 +279,7 @@ impl Monitor {
                     ttfb_ms: s.ttfb_ms,
                     ttft_ms: s.ttft_ms,
                 }),
-                // The lead wires issue 10's flap detection here.
-                flapping: false,
+                flapping: self.flapping.is_flapping(&t),
             });
             views.push(TargetView {
                 target: t.id(),
@@ -280,6 +292,7 @@ impl Monitor {
                 probes,
                 errors,
                 breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
+                flapping: self.flapping.is_flapping(&t),
             });
         }
         let params = ExportParams {
@@ -298,7 +311,17 @@ impl Monitor {
             provisional_min_samples: self.provisional_min_samples,
             chains: self.chains.clone(),
         };
-        Snapshot { thresholds: Some(export::build(&params, &stats)), targets: views, elsewhere: Arc::default() }
+        Snapshot {
+            thresholds: Some(export::build(&params, &stats)),
+            targets: views,
+            elsewhere: Arc::default(),
+            flapping: self.flapping.clone(),
+        }
+    }
+
+    /// Reads which targets flap from the alert stage's published set (router export, `/v1/targets`).
+    pub fn watch_flapping(&mut self, set: crate::alert::FlappingSet) {
+        self.flapping = set;
     }
 
     /// Subtracts the hours that left the window, read back from the store (a no-op within an hour).

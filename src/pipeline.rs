@@ -60,6 +60,9 @@ pub struct Alerting {
     every: Duration,
     /// Providers whose credit is watched: (name, `balance.min_usd`, `balance.warn_hours`).
     credit: Vec<(String, f64, f64)>,
+    /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
+    flapping: crate::alert::FlappingSet,
+    flapping_before: std::collections::BTreeSet<Target>,
 }
 
 impl Alerting {
@@ -73,7 +76,14 @@ impl Alerting {
             changes: Vec::new(),
             every,
             credit: Vec::new(),
+            flapping: crate::alert::FlappingSet::default(),
+            flapping_before: Default::default(),
         }
+    }
+
+    /// The published set of flapping targets (readers call `is_flapping`).
+    pub fn flapping(&self) -> crate::alert::FlappingSet {
+        self.flapping.clone()
     }
 
     /// Also evaluates `credit_low` from the stored balance readings of these providers.
@@ -114,10 +124,12 @@ pub struct Stages {
 impl Pipeline {
     /// A pipeline over its stages.
     pub fn new(s: Stages) -> Self {
+        let mut monitor = s.monitor;
+        monitor.watch_flapping(s.alerts.flapping());
         Pipeline {
             metrics: s.metrics,
             writer: s.writer,
-            monitor: s.monitor,
+            monitor,
             link: s.link,
             snapshot: s.snapshot,
             liveness: s.liveness,
@@ -137,8 +149,8 @@ impl Pipeline {
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
-        let fresh: Vec<&Sample> = self.context.elsewhere.iter().filter(|s| s.started_at >= recent).collect();
-        let elsewhere = other_regions(&fresh);
+        // The scope: the other regions' published view of each target (read by the link).
+        let elsewhere = crate::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);
         let probes = round
             .iter()
             .map(|(sample, baseline)| {
@@ -165,6 +177,17 @@ impl Pipeline {
             })
             .collect();
         let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        let flapping = a.engine.flapping_targets();
+        for t in &flapping {
+            self.metrics.set_flapping(t, true);
+        }
+        a.flapping.set(flapping);
+        for t in a.flapping_before.difference(&a.flapping.targets()) {
+            self.metrics.set_flapping(t, false);
+        }
+        a.flapping_before = a.flapping.targets();
+        // This region's view of each target, for the other regions' scope.
+        self.link.store(Record::TargetStatus(a.engine.target_statuses(now)));
         let items = crate::alert::outbox::items_for(&notes, &a.channels, now);
         if !items.is_empty() {
             self.link.store(Record::Outbox(items));
@@ -233,8 +256,8 @@ impl Pipeline {
     fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
         self.alerts.changes.push(BreakerChange {
             target: target.clone(),
-            from: t.from.as_str().into(),
-            to: t.to.as_str().into(),
+            from: t.from,
+            to: t.to,
             reason: t.reason.clone(),
         });
         tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
@@ -343,16 +366,4 @@ impl Pipeline {
         self.publish(now);
         self.persist(now);
     }
-}
-
-/// Per target: how many other regions probe it and in how many its latest probe failed.
-fn other_regions(latest: &[&Sample]) -> std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> {
-    let mut out: std::collections::HashMap<(String, String, Option<String>), rules::Elsewhere> = Default::default();
-    for s in latest {
-        let t = &s.target;
-        let e = out.entry((t.provider.clone(), t.model.clone(), t.route.clone())).or_default();
-        e.regions += 1;
-        e.degraded += u32::from(s.outcome.is_failure());
-    }
-    out
 }

@@ -56,11 +56,17 @@ fn notification(status: AlertStatus) -> Notification {
         key: "k1".into(),
         region: "eu-west-1".into(),
         provider: "openrouter".into(),
+        incident: "vigil:openrouter:meta-llama/llama-3-70b-instruct:DeepInfra".into(),
+        subject: "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra".into(),
+        shared: true,
+        opened_at: Some(now()),
         status,
         reminder: false,
+        update: false,
         test: false,
         created_at: now(),
         status_url: Some("https://vigil.example.com/".into()),
+        seen: None,
         alerts: vec![errors, latency],
     }
 }
@@ -99,7 +105,12 @@ async fn slack_gets_block_kit_with_a_text_fallback_shaped_like_the_fixture() {
     let want: serde_json::Value = serde_json::from_str(&fixture("slack-webhook-payload-blocks.json")).expect("fixture");
     assert_same_shape(&want, &body, "$", &["$.blocks[0].accessory"]);
     let text = body["text"].as_str().expect("text fallback");
-    assert!(text.starts_with("[FIRING] openrouter: errors, latency_degraded (eu-west-1)"), "{text}");
+    assert!(
+        text.starts_with(
+            "[FIRING] openrouter/meta-llama/llama-3-70b-instruct@DeepInfra: errors, latency_degraded (eu-west-1)"
+        ),
+        "{text}"
+    );
     let blocks = body["blocks"].as_array().expect("blocks");
     assert_eq!(blocks[1]["type"], "divider");
     let first_alert = blocks[2]["text"]["text"].as_str().expect("alert section");
@@ -132,29 +143,29 @@ async fn slack_answers_map_to_retryable_or_permanent() {
 }
 
 #[tokio::test]
-async fn pagerduty_triggers_one_event_per_alert_with_stable_dedup_keys_and_resolves_them() {
+async fn pagerduty_triggers_one_event_per_incident_with_its_stable_dedup_key_and_resolves_it() {
     let r = Receiver::start(Reply::new(202, &fixture("pagerduty-response-202.json"))).await;
     let pd = pagerduty(&r);
     let firing = notification(AlertStatus::Firing);
     pd.send(&firing, Uuid::new_v4()).await.expect("trigger delivered");
     pd.send(&notification(AlertStatus::Resolved), Uuid::new_v4()).await.expect("resolve delivered");
     let reqs = r.requests();
-    assert_eq!(reqs.len(), 4, "two alerts, trigger and resolve each");
+    assert_eq!(reqs.len(), 2, "one incident with two kinds: one trigger, one resolve");
     let want: serde_json::Value = serde_json::from_str(&fixture("pagerduty-event-trigger.json")).expect("fixture");
     let trigger = reqs[0].json();
     assert_same_shape(&want, &trigger, "$", &["$.images"]);
     assert_eq!(trigger["event_action"], "trigger");
     assert_eq!(trigger["routing_key"], "pd-routing-key-REDACTED");
     assert_eq!(trigger["payload"]["severity"], "error");
-    assert_eq!(reqs[1].json()["payload"]["severity"], "warning");
-    assert_eq!(trigger["dedup_key"], "vigil:eu-west-1:openrouter:meta-llama/llama-3-70b-instruct:DeepInfra:errors");
+    assert_eq!(trigger["payload"]["custom_details"]["kinds"], serde_json::json!(["errors", "latency_degraded"]));
+    assert_eq!(trigger["payload"]["custom_details"]["facets"][1]["severity"], "warning");
+    assert_eq!(trigger["dedup_key"], "vigil:openrouter:meta-llama/llama-3-70b-instruct:DeepInfra");
     let want_resolve: serde_json::Value =
         serde_json::from_str(&fixture("pagerduty-event-resolve.json")).expect("fixture");
-    let resolve = reqs[2].json();
+    let resolve = reqs[1].json();
     assert_same_shape(&want_resolve, &resolve, "$", &[]);
     assert_eq!(resolve["event_action"], "resolve");
     assert_eq!(resolve["dedup_key"], trigger["dedup_key"]);
-    assert_eq!(reqs[3].json()["dedup_key"], reqs[1].json()["dedup_key"]);
 }
 
 #[tokio::test]

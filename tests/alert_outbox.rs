@@ -48,6 +48,12 @@ fn note(key: &str) -> Notification {
         key: key.into(),
         region: "eu-west-1".into(),
         provider: "openrouter".into(),
+        incident: String::new(),
+        subject: String::new(),
+        shared: false,
+        opened_at: None,
+        update: false,
+        seen: None,
         status: AlertStatus::Firing,
         reminder: false,
         test: false,
@@ -238,21 +244,7 @@ fn failing(t: &Target, when: DateTime<Utc>) -> Sample {
 
 async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture) {
     let w = Receiver::start(Reply::new(200, "")).await;
-    let rules = RuleConfig {
-        region: "eu-west-1".into(),
-        failover_factor: 2.0,
-        latency_window: 10,
-        latency_min_samples: 5,
-        error_probes: 2,
-        error_window: Duration::from_secs(120),
-        resolve_after: 3,
-        renotify: Duration::from_secs(3600),
-        daily_budget_usd: 5.0,
-        unhealthy_fraction: 0.6,
-        unhealthy_min_targets: 3,
-        maintenance: vec![],
-        status_url: None,
-    };
+    let rules = RuleConfig { daily_budget_usd: 5.0, ..RuleConfig::with_defaults("eu-west-1") };
     let t = target();
     let mut engine =
         AlertEngine::restore(rules.clone(), fx.store.load_alert_state("eu-west-1").await.expect("load").as_ref());
@@ -272,6 +264,122 @@ async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture
     let body = w.requests()[0].json();
     assert_eq!(body["alerts"][0]["kind"], "errors");
     assert_eq!(body["alerts"][0]["target"], "openrouter/m");
+}
+
+/// An engine of `region` seeing the shared target fail (or recover) at `secs`.
+fn shared_round(engine: &mut AlertEngine, region: &str, ok: bool, secs: i64) -> Vec<Notification> {
+    let t = Target { region: region.into(), ..target() };
+    let mut s = Sample::new(t, after(secs), after(secs));
+    s.outcome = if ok { Outcome::Ok } else { Outcome::ServerError };
+    engine.evaluate(&Round { probes: vec![probe(&s)], ..Round::default() }, after(secs))
+}
+
+fn shared_outbox(fx: &Fixture, w: &Receiver, region: &str) -> Outbox {
+    let cfg = OutboxConfig {
+        region: Some(region.into()),
+        lease_ttl: Duration::from_secs(65),
+        ..OutboxConfig::with_deadline(Duration::from_secs(86400))
+    };
+    Outbox::new(Arc::clone(&fx.store), vec![webhook(w, Duration::from_secs(5))], cfg)
+}
+
+/// (status, title) of every webhook delivery.
+fn pages(w: &Receiver) -> Vec<(String, String)> {
+    w.requests()
+        .iter()
+        .map(|r| r.json())
+        .map(|v| (v["status"].as_str().unwrap_or("").to_string(), v["title"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
+
+async fn a_global_outage_seen_by_two_regions_pages_once_and_resolves_once(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let (eu, us) = (shared_outbox(&fx, &w, "eu-west-1"), shared_outbox(&fx, &w, "us-east-1"));
+    let mut e_eu = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let mut e_us = AlertEngine::new(RuleConfig::with_defaults("us-east-1"));
+    for m in 0..2 {
+        for (engine, region) in [(&mut e_eu, "eu-west-1"), (&mut e_us, "us-east-1")] {
+            let ns = shared_round(engine, region, false, m * 60);
+            enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        }
+    }
+    eu.deliver_pending(after(61)).await.expect("eu step");
+    us.deliver_pending(after(62)).await.expect("us step");
+    let got = pages(&w);
+    assert_eq!(got.len(), 1, "one page for both regions: {got:?}");
+    assert!(got[0].1.starts_with("[FIRING] openrouter/m: errors (eu-west-1; in 1 of 1 regions)"), "{got:?}");
+    assert_eq!(eu.owned_incidents(), vec!["vigil:openrouter:m:".to_string()]);
+    assert!(us.owned_incidents().is_empty(), "us records its sighting and sends nothing");
+    // The owner recovers first: its resolve waits for us, which still fires.
+    for m in 2..5 {
+        let ns = shared_round(&mut e_eu, "eu-west-1", true, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        eu.deliver_pending(after(m * 60 + 1)).await.expect("eu step");
+        let ns = shared_round(&mut e_us, "us-east-1", false, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
+    }
+    assert_eq!(pages(&w).len(), 1, "no resolve while us still fires: {:?}", pages(&w));
+    assert_eq!(us.owned_incidents(), vec!["vigil:openrouter:m:".to_string()], "us took the released lease");
+    for m in 5..8 {
+        let ns = shared_round(&mut e_us, "us-east-1", true, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
+    }
+    let got = pages(&w);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1].0, "resolved");
+    assert!(got[1].1.starts_with("[RESOLVED] openrouter/m: errors (us-east-1; in 0 of 2 regions)"), "{got:?}");
+    assert!(fx.store.sightings("vigil:openrouter:m:").await.expect("sightings").is_empty(), "closed");
+}
+
+async fn when_the_owner_dies_another_region_takes_over_within_one_lease(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let (eu, us) = (shared_outbox(&fx, &w, "eu-west-1"), shared_outbox(&fx, &w, "us-east-1"));
+    let mut e_eu = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let mut e_us = AlertEngine::new(RuleConfig::with_defaults("us-east-1"));
+    for m in 0..2 {
+        let ns = shared_round(&mut e_eu, "eu-west-1", false, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+    }
+    eu.deliver_pending(after(61)).await.expect("eu step");
+    for m in 1..3 {
+        let ns = shared_round(&mut e_us, "us-east-1", false, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+    }
+    us.deliver_pending(after(121)).await.expect("us step");
+    assert_eq!(pages(&w).len(), 1);
+    assert!(us.owned_incidents().is_empty());
+    // eu dies (no more steps). Within the lease us still defers; once it lapses us owns it.
+    us.deliver_pending(after(61 + 60)).await.expect("us step");
+    assert!(us.owned_incidents().is_empty(), "eu's lease still holds");
+    us.deliver_pending(after(61 + 66)).await.expect("us step");
+    assert_eq!(
+        us.owned_incidents(),
+        vec!["vigil:openrouter:m:".to_string()],
+        "taken over one lease after eu's last renewal"
+    );
+    // us recovers: eu's sighting went stale, so us sends the one resolve.
+    for m in 3..6 {
+        let ns = shared_round(&mut e_us, "us-east-1", true, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
+    }
+    let got = pages(&w);
+    assert_eq!(got.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), vec!["firing", "resolved"], "{got:?}");
+}
+
+async fn a_single_region_owns_every_incident_and_pages_as_before(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let eu = shared_outbox(&fx, &w, "eu-west-1");
+    let mut e = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    for m in 0..6 {
+        let ns = shared_round(&mut e, "eu-west-1", m >= 2, m * 60);
+        enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
+        eu.deliver_pending(after(m * 60 + 1)).await.expect("step");
+    }
+    let got = pages(&w);
+    assert_eq!(got.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), vec!["firing", "resolved"], "{got:?}");
 }
 
 macro_rules! on_both_stores {
@@ -295,4 +403,7 @@ on_both_stores!(
     an_unconfigured_channel_is_abandoned,
     a_restart_loses_nothing_and_sends_nothing_twice,
     engine_state_and_outbox_survive_a_restart_through_the_store,
+    a_global_outage_seen_by_two_regions_pages_once_and_resolves_once,
+    when_the_owner_dies_another_region_takes_over_within_one_lease,
+    a_single_region_owns_every_incident_and_pages_as_before,
 );

@@ -4,8 +4,12 @@ mod store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
+use vigil::breaker::State;
 use vigil::probe::outcome::Outcome;
-use vigil::store::{BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, StoreError};
+use vigil::store::{
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, StoreError,
+    TargetHealth, TargetStatus,
+};
 
 store_support::on_both_stores!(
     every_sample_field_round_trips,
@@ -22,7 +26,74 @@ store_support::on_both_stores!(
     an_id_repeated_within_one_batch_is_stored_once,
     a_batch_across_midnight_lands_on_both_days_and_replays_exactly,
     awkward_text_and_null_heavy_rows_round_trip,
+    target_status_is_one_row_per_region_and_target_read_by_age,
+    an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
+    sightings_are_one_row_per_region_and_close_with_the_incident,
 );
+
+async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
+    let now = micros(Utc::now());
+    let row = |region: &str, route: Option<&str>, state, over, breaker, age: i64| TargetStatus {
+        target: target("openrouter", "meta-llama/llama-3-70b-instruct", route, region),
+        state,
+        over_latency: over,
+        breaker,
+        updated_at: now - Duration::seconds(age),
+    };
+    let rows = vec![
+        row("eu", Some("DeepInfra"), TargetHealth::Degraded, true, State::Closed, 5),
+        row("us", None, TargetHealth::Down, false, State::Open, 3),
+        row("ap", None, TargetHealth::Flapping, false, State::HalfOpen, 600),
+    ];
+    fx.store.publish_target_status(&rows).await.expect("publish");
+    let fresh = fx.store.target_statuses(now - Duration::seconds(60)).await.expect("read");
+    assert_eq!(fresh, vec![rows[0].clone(), rows[1].clone()], "ordered by region, the stale row left out");
+    // A newer write replaces the region's row.
+    let healed = row("us", None, TargetHealth::Ok, false, State::Closed, 0);
+    fx.store.publish_target_status(std::slice::from_ref(&healed)).await.expect("replace");
+    let all = fx.store.target_statuses(now - Duration::hours(1)).await.expect("read");
+    assert_eq!(all.len(), 3);
+    assert_eq!(all.iter().find(|r| r.target.region == "us"), Some(&healed));
+    assert_eq!(all.iter().find(|r| r.target.region == "ap").map(|r| r.state), Some(TargetHealth::Flapping));
+}
+
+async fn an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired(fx: Fixture) {
+    let now = micros(Utc::now());
+    let s = Duration::seconds;
+    let key = "vigil:openrouter:m:";
+    assert_eq!(fx.store.claim_incident(key, "eu", now, now + s(65)).await.expect("claim"), "eu");
+    assert_eq!(fx.store.claim_incident(key, "us", now + s(1), now + s(66)).await.expect("claim"), "eu", "held");
+    assert_eq!(fx.store.claim_incident(key, "eu", now + s(30), now + s(95)).await.expect("renew"), "eu");
+    assert_eq!(fx.store.claim_incident(key, "us", now + s(90), now + s(155)).await.expect("claim"), "eu", "renewed");
+    assert_eq!(fx.store.claim_incident(key, "us", now + s(96), now + s(161)).await.expect("take over"), "us");
+    assert_eq!(fx.store.claim_incident(key, "eu", now + s(97), now + s(162)).await.expect("claim"), "us");
+    fx.store.release_incident(key, "eu").await.expect("not eu's: no-op");
+    assert_eq!(fx.store.claim_incident(key, "ap", now + s(98), now + s(163)).await.expect("claim"), "us");
+    fx.store.release_incident(key, "us").await.expect("release");
+    assert_eq!(fx.store.claim_incident(key, "ap", now + s(99), now + s(164)).await.expect("claim"), "ap");
+    assert_eq!(fx.store.claim_incident("vigil:other", "eu", now, now + s(65)).await.expect("claim"), "eu");
+}
+
+async fn sightings_are_one_row_per_region_and_close_with_the_incident(fx: Fixture) {
+    let now = micros(Utc::now());
+    let key = "vigil:groq";
+    fx.store.record_sighting(key, "us", true, now).await.expect("us");
+    fx.store.record_sighting(key, "eu", true, now).await.expect("eu");
+    fx.store.record_sighting(key, "eu", false, now + Duration::seconds(5)).await.expect("eu clears");
+    fx.store.record_sighting("vigil:other", "eu", true, now).await.expect("other");
+    assert_eq!(
+        fx.store.sightings(key).await.expect("read"),
+        vec![
+            Sighting { region: "eu".into(), firing: false, updated_at: now + Duration::seconds(5) },
+            Sighting { region: "us".into(), firing: true, updated_at: now },
+        ]
+    );
+    fx.store.claim_incident(key, "us", now, now + Duration::seconds(65)).await.expect("claim");
+    fx.store.close_incident(key).await.expect("close");
+    assert!(fx.store.sightings(key).await.expect("read").is_empty());
+    assert_eq!(fx.store.claim_incident(key, "eu", now, now + Duration::seconds(65)).await.expect("claim"), "eu");
+    assert_eq!(fx.store.sightings("vigil:other").await.expect("read").len(), 1);
+}
 
 async fn every_sample_field_round_trips(fx: Fixture) {
     let now = Utc::now();

@@ -51,11 +51,17 @@ mod tests {
             key: "k".into(),
             region: "local".into(),
             provider: "demo-mixtral".into(),
+            incident: "vigil:demo-mixtral::".into(),
+            subject: "demo-mixtral".into(),
+            shared: false,
+            opened_at: None,
             status: AlertStatus::Firing,
             reminder: false,
+            update: false,
             test: false,
             created_at: chrono::Utc::now(),
             status_url: None,
+            seen: None,
             alerts: vec![alert],
         };
         assert_eq!(LogNotifier.name(), "log");

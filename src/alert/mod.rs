@@ -1,14 +1,22 @@
 //! Alerting: a pure rule engine ([`rules`]) turns samples, breaker transitions and credit
 //! readings into grouped [`Notification`]s; they are written to a durable outbox in storage
 //! and a delivery worker ([`outbox`]) sends them through the [`notifier::Notifier`]s
-//! ([`slack`], [`email`], [`pagerduty`], [`webhook`]) with backoff until delivered or abandoned.
+//! ([`slack`], [`email`], [`pagerduty`], [`webhook`], [`alertmanager`]) with backoff until
+//! delivered or abandoned. Facets of one target (or provider) form one [`incident`]; regions
+//! sharing storage page an incident once (the lease in [`outbox`]); [`flap`] detects flapping,
+//! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
+pub mod alertmanager;
+pub mod backtest;
 pub mod email;
+pub mod flap;
+pub mod incident;
 pub mod log;
 pub mod notifier;
 pub mod outbox;
 pub mod pagerduty;
 pub mod rules;
+pub mod scope;
 pub mod slack;
 pub mod webhook;
 
@@ -22,13 +30,13 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AlertKind {
-    /// Recent P95 TTFB or TTFT above failover_factor × baseline P95.
+    /// k of the last n ok probes' TTFB or TTFT above `alerts.latency_factor` × baseline P95.
     LatencyDegraded,
     /// Consecutive failed probes.
     Errors,
-    /// The circuit breaker opened.
+    /// The circuit breaker is open (or half-open).
     BreakerOpen,
-    /// The circuit breaker closed again.
+    /// The circuit breaker closed again (no longer sent: the breaker facet resolves with its incident).
     BreakerClosed,
     /// Balance under the minimum, projected to run out soon, or a 402 from a probe.
     CreditLow,
@@ -42,11 +50,13 @@ pub enum AlertKind {
     ProbeBudgetExceeded,
     /// Most targets fail at once from this instance: its own network is the problem.
     RegionUnhealthy,
+    /// The target changes state too often; changes are not paged while it flaps.
+    Flapping,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 10] = [
+    pub const ALL: [AlertKind; 11] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -57,6 +67,7 @@ impl AlertKind {
         AlertKind::AdherenceFailed,
         AlertKind::ProbeBudgetExceeded,
         AlertKind::RegionUnhealthy,
+        AlertKind::Flapping,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -72,6 +83,7 @@ impl AlertKind {
             AlertKind::AdherenceFailed => "adherence_failed",
             AlertKind::ProbeBudgetExceeded => "probe_budget_exceeded",
             AlertKind::RegionUnhealthy => "region_unhealthy",
+            AlertKind::Flapping => "flapping",
         }
     }
 
@@ -83,7 +95,8 @@ impl AlertKind {
             AlertKind::LatencyDegraded
             | AlertKind::CreditLow
             | AlertKind::AdherenceFailed
-            | AlertKind::ProbeBudgetExceeded => Severity::Warning,
+            | AlertKind::ProbeBudgetExceeded
+            | AlertKind::Flapping => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }
@@ -246,7 +259,17 @@ pub fn dedup_key(region: &str, provider: &str, model: Option<&str>, route: Optio
     }
 }
 
-/// One message to send on every channel: the alerts of one provider that changed together.
+/// In how many regions a shared incident is seen, as the owning region counted it when sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// Regions where it is firing.
+    pub affected: u32,
+    /// Regions probing the target.
+    pub regions: u32,
+}
+
+/// One message to send on every channel: one incident (every kind wrong with one target, a
+/// whole provider, or one instance-wide kind) opening, growing, still firing or resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Notification {
     /// Stable id of this message (derives the outbox item ids).
@@ -255,17 +278,35 @@ pub struct Notification {
     pub region: String,
     /// Provider the alerts are about; empty for instance-wide alerts.
     pub provider: String,
+    /// Incident key, the same on every message of the incident and in every region (PagerDuty `dedup_key`).
+    #[serde(default)]
+    pub incident: String,
+    /// What the incident is about: target id, provider, or `region R`.
+    #[serde(default)]
+    pub subject: String,
+    /// Regions sharing storage share this incident (one owner pages).
+    #[serde(default)]
+    pub shared: bool,
+    /// When the incident opened.
+    #[serde(default)]
+    pub opened_at: Option<DateTime<Utc>>,
     /// Firing or resolved (a notification never mixes the two).
     pub status: AlertStatus,
     /// A re-notification of alerts still firing.
     pub reminder: bool,
+    /// An update of an open incident (a new kind joined it).
+    #[serde(default)]
+    pub update: bool,
     /// `vigil alert-test` message, not a real alert.
     pub test: bool,
     /// When the engine produced it.
     pub created_at: DateTime<Utc>,
     /// Link to the status page, when configured.
     pub status_url: Option<String>,
-    /// The alerts, most severe first.
+    /// In how many regions the incident is seen (set by the owning region's delivery worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Seen>,
+    /// The incident's facets, most severe first.
     pub alerts: Vec<Alert>,
 }
 
@@ -280,18 +321,36 @@ impl Notification {
         self.alerts.first().map(|a| a.kind).unwrap_or(AlertKind::Errors)
     }
 
-    /// One-line title: `[FIRING] openrouter: errors, latency_degraded (eu-west-1)`.
+    /// One-line title: `[FIRING] openrouter/m: errors, breaker_open (eu-west-1; in 3 of 3 regions)`.
     pub fn title(&self) -> String {
-        let tag = match (self.test, self.status, self.reminder) {
-            (true, _, _) => "TEST",
-            (false, AlertStatus::Resolved, _) => "RESOLVED",
-            (false, AlertStatus::Firing, true) => "STILL FIRING",
-            (false, AlertStatus::Firing, false) => "FIRING",
+        let tag = match (self.test, self.status, self.reminder, self.update) {
+            (true, _, _, _) => "TEST",
+            (false, AlertStatus::Resolved, _, _) => "RESOLVED",
+            (false, AlertStatus::Firing, _, true) => "UPDATE",
+            (false, AlertStatus::Firing, true, false) => "STILL FIRING",
+            (false, AlertStatus::Firing, false, false) => "FIRING",
         };
         let mut kinds: Vec<&str> = self.alerts.iter().map(|a| a.kind.as_str()).collect();
+        kinds.sort_unstable();
         kinds.dedup();
-        let about = if self.provider.is_empty() { "vigil".to_string() } else { self.provider.clone() };
-        format!("[{tag}] {about}: {} ({})", kinds.join(", "), self.region)
+        let about = if !self.subject.is_empty() {
+            self.subject.clone()
+        } else if self.provider.is_empty() {
+            "vigil".to_string()
+        } else {
+            self.provider.clone()
+        };
+        let seen = self.seen.map(|s| format!("; in {} of {} regions", s.affected, s.regions)).unwrap_or_default();
+        format!("[{tag}] {about}: {} ({}{seen})", kinds.join(", "), self.region)
+    }
+
+    /// The incident key, or the first alert's dedup key for messages made before incidents existed.
+    pub fn incident_key(&self) -> String {
+        if !self.incident.is_empty() {
+            self.incident.clone()
+        } else {
+            self.alerts.first().map(|a| a.dedup_key.clone()).unwrap_or_else(|| self.key.clone())
+        }
     }
 
     /// Plain-text body: the title, then one line per alert.
@@ -305,6 +364,30 @@ impl Notification {
             out.push_str(&format!("\n\nStatus: {url}"));
         }
         out
+    }
+}
+
+/// The targets flapping now, published by the alert stage for readers (status page,
+/// `/v1/targets`, the router export): cheap to clone, read with [`FlappingSet::is_flapping`].
+#[derive(Debug, Clone, Default)]
+pub struct FlappingSet(std::sync::Arc<std::sync::RwLock<std::collections::BTreeSet<Target>>>);
+
+impl FlappingSet {
+    /// True when `target` is flapping.
+    pub fn is_flapping(&self, target: &Target) -> bool {
+        self.0.read().map(|s| s.contains(target)).unwrap_or(false)
+    }
+
+    /// The flapping targets.
+    pub fn targets(&self) -> std::collections::BTreeSet<Target> {
+        self.0.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the set.
+    pub fn set(&self, targets: impl IntoIterator<Item = Target>) {
+        // A poisoned lock still holds a valid set; replace it anyway.
+        let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
+        *g = targets.into_iter().collect();
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `Notifier` seam: one implementation per channel kind, built from config, plus the
 //! HTTP response classification they share and `alert_test`.
 
+use super::alertmanager::AlertmanagerNotifier;
 use super::email::EmailNotifier;
 use super::pagerduty::PagerDutyNotifier;
 use super::slack::SlackNotifier;
@@ -52,6 +53,10 @@ pub trait Notifier: Send + Sync {
     fn name(&self) -> &str;
     /// Sends once; the same `idempotency_key` is used for every retry of one outbox item.
     async fn send(&self, n: &Notification, idempotency_key: Uuid) -> Result<(), DeliveryError>;
+    /// Called every delivery step: channels that must keep re-sending (Alertmanager) do it here.
+    async fn tick(&self, _now: DateTime<Utc>) -> Result<(), DeliveryError> {
+        Ok(())
+    }
 }
 
 /// A channel could not be built from its config.
@@ -67,7 +72,7 @@ pub struct NotifierError {
 /// Default per-request timeout of channel HTTP and SMTP calls.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Builds every configured channel, in config order (slack, email, pagerduty, webhook).
+/// Builds every configured channel, in config order (slack, email, pagerduty, webhook, alertmanager).
 pub fn build_notifiers(cfg: &AlertsConfig, timeout: Duration) -> Result<Vec<Arc<dyn Notifier>>, NotifierError> {
     let mut out: Vec<Arc<dyn Notifier>> = Vec::new();
     for c in &cfg.slack {
@@ -81,6 +86,9 @@ pub fn build_notifiers(cfg: &AlertsConfig, timeout: Duration) -> Result<Vec<Arc<
     }
     for c in &cfg.webhook {
         out.push(Arc::new(WebhookNotifier::new(c, timeout)?));
+    }
+    for c in &cfg.alertmanager {
+        out.push(Arc::new(AlertmanagerNotifier::new(c, timeout)?));
     }
     Ok(out)
 }
@@ -158,11 +166,17 @@ pub fn test_notification(region: &str, now: DateTime<Utc>, status_url: Option<St
         key: format!("alert-test-{}", now.timestamp_millis()),
         region: region.to_string(),
         provider: "vigil".into(),
+        incident: a.dedup_key.clone(),
+        subject: "vigil".into(),
+        shared: false,
+        opened_at: Some(now),
         status: AlertStatus::Firing,
         reminder: false,
+        update: false,
         test: true,
         created_at: now,
         status_url,
+        seen: None,
         alerts: vec![a],
     }
 }

@@ -3,9 +3,18 @@
 //! and jitter (never sooner than `Retry-After`) until `alerts.delivery_deadline`, then abandons
 //! them with the reason. Item ids are derived from the notification, so enqueuing the same
 //! notification twice stores it once, and they are the idempotency key receivers see.
+//!
+//! Shared incidents (one target or provider, the same key in every region) are paged once for
+//! all regions sharing the database: before sending, the worker records its region's sighting
+//! and claims the incident's lease (insert when absent, take over when expired, renew when held).
+//! Only the owner sends, saying "in N of M regions"; the others only record that they see it.
+//! Leases and sightings are renewed every step while the incident keeps firing here, so when
+//! the owner dies another region takes over within one lease (≈ one probe interval). The
+//! resolve goes out once no other region's fresh sighting is still firing. With one region
+//! (or SQLite on one machine) the region always owns its incidents: it behaves as before.
 
 use super::notifier::{DeliveryError, Notifier};
-use super::Notification;
+use super::{AlertStatus, Notification, Scope, Seen};
 use crate::store::{OutboxItem, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
@@ -33,6 +42,13 @@ pub struct OutboxConfig {
     pub poll_every: Duration,
     /// Deliver only this region's items (instances sharing a database); `None` delivers all.
     pub region: Option<String>,
+    /// How long an incident lease (and a sighting) holds without renewal: one probe interval plus a margin.
+    pub lease_ttl: Duration,
+}
+
+/// The lease length for a probe interval: the interval plus a margin for one late step.
+pub fn lease_ttl_for(probe_interval: Duration) -> Duration {
+    probe_interval + (probe_interval / 4).max(Duration::from_secs(5))
 }
 
 impl OutboxConfig {
@@ -45,6 +61,7 @@ impl OutboxConfig {
             batch: 100,
             poll_every: Duration::from_secs(2),
             region: None,
+            lease_ttl: lease_ttl_for(Duration::from_secs(60)),
         }
     }
 }
@@ -124,7 +141,7 @@ pub fn items_for(notifications: &[Notification], channels: &[String], now: DateT
                 continue;
             }
         };
-        let dedup_key = n.alerts.first().map(|a| a.dedup_key.clone()).unwrap_or_else(|| n.key.clone());
+        let dedup_key = n.incident_key();
         for c in channels {
             out.push(OutboxItem {
                 id: item_id(n, c),
@@ -171,19 +188,43 @@ enum Outcome {
     Abandoned,
 }
 
+/// A shared incident this worker's region sees firing: its sighting and lease are renewed each step.
+#[derive(Debug, Clone)]
+struct Watch {
+    region: String,
+    owned: bool,
+}
+
+/// What the lease says about one notification.
+enum Lease {
+    /// This region pages: send, with the count of regions.
+    Send(Option<Seen>),
+    /// Another region pages (or still fires): record, send nothing.
+    Quiet(String),
+    /// The owner is resolving at the same moment: look again next step.
+    Later(String),
+}
+
 /// The delivery worker.
 pub struct Outbox {
     store: Arc<dyn Store>,
     notifiers: BTreeMap<String, Arc<dyn Notifier>>,
     cfg: OutboxConfig,
     counters: Arc<AlertCounters>,
+    watching: Mutex<BTreeMap<String, Watch>>,
 }
 
 impl Outbox {
     /// A worker over `store` sending through `notifiers` (matched by name).
     pub fn new(store: Arc<dyn Store>, notifiers: Vec<Arc<dyn Notifier>>, cfg: OutboxConfig) -> Self {
         let notifiers = notifiers.into_iter().map(|n| (n.name().to_string(), n)).collect();
-        Outbox { store, notifiers, cfg, counters: Arc::new(AlertCounters::default()) }
+        Outbox {
+            store,
+            notifiers,
+            cfg,
+            counters: Arc::new(AlertCounters::default()),
+            watching: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// Channel names, for `enqueue`.
@@ -196,8 +237,113 @@ impl Outbox {
         Arc::clone(&self.counters)
     }
 
+    /// Shared incidents whose lease this worker holds now.
+    pub fn owned_incidents(&self) -> Vec<String> {
+        let w = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+        w.iter().filter(|(_, v)| v.owned).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn expires(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now + chrono::Duration::from_std(self.cfg.lease_ttl).unwrap_or(chrono::Duration::seconds(75))
+    }
+
+    /// Renews sightings and leases of the shared incidents still firing here; takes over the
+    /// lease of an incident whose owner stopped renewing.
+    pub async fn renew(&self, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let watching: Vec<(String, Watch)> = self
+            .watching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (incident, w) in watching {
+            self.store.record_sighting(&incident, &w.region, true, now).await?;
+            let owner = self.store.claim_incident(&incident, &w.region, now, self.expires(now)).await?;
+            let owned = owner == w.region;
+            if owned && !w.owned {
+                tracing::info!(incident = %incident, region = %w.region, "took over the incident's lease: its owner stopped renewing");
+            }
+            let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(x) = g.get_mut(&incident) {
+                x.owned = owned;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides whether this region sends a shared incident's message, recording its sighting.
+    async fn lease(
+        &self,
+        n: &Notification,
+        region: &str,
+        attempts: i32,
+        now: DateTime<Utc>,
+    ) -> Result<Lease, StoreError> {
+        let incident = n.incident_key();
+        let firing = n.status == AlertStatus::Firing;
+        if !firing && attempts > 0 && !self.store.sightings(&incident).await?.iter().any(|s| s.region == region) {
+            // Our row is gone: another region's resolve went out and closed the incident.
+            return Ok(Lease::Quiet("closed by another region's resolve".into()));
+        }
+        self.store.record_sighting(&incident, region, firing, now).await?;
+        let owner = self.store.claim_incident(&incident, region, now, self.expires(now)).await?;
+        let owned = owner == region;
+        {
+            let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+            if firing {
+                g.insert(incident.clone(), Watch { region: region.to_string(), owned });
+            } else {
+                g.remove(&incident);
+            }
+        }
+        let ttl = chrono::Duration::from_std(self.cfg.lease_ttl).unwrap_or(chrono::Duration::seconds(75));
+        let all = self.store.sightings(&incident).await?;
+        if !owned {
+            let owner_firing = all.iter().any(|s| s.region == owner && s.firing && now - s.updated_at <= ttl);
+            if firing || owner_firing {
+                return Ok(Lease::Quiet(format!("owned by region {owner}; sighting recorded")));
+            }
+            // The owner is clearing too: whichever of us finds the lease free sends the one resolve.
+            return Ok(Lease::Later(format!("region {owner} holds the lease while clearing too")));
+        }
+        // A region whose sighting went stale (it stopped renewing) no longer counts as firing.
+        let fresh: Vec<_> = all.iter().filter(|s| s.region == region || now - s.updated_at <= ttl).collect();
+        // Regions that opened it here, or that the scope (their published status) says see it.
+        let (scope_affected, probing) = n
+            .alerts
+            .iter()
+            .filter_map(|a| match a.scope {
+                Scope::Global { affected, regions } => Some((affected, regions)),
+                Scope::Regional => None,
+            })
+            .max()
+            .unwrap_or((1, 1));
+        let affected = (fresh.iter().filter(|s| s.firing).count() as u32).max(scope_affected);
+        let known = n.seen.map_or(1, |s| s.regions);
+        let regions = probing.max(known).max(all.len() as u32).max(affected);
+        if firing {
+            return Ok(Lease::Send(Some(Seen { affected, regions })));
+        }
+        let still: Vec<&str> =
+            fresh.iter().filter(|s| s.firing && s.region != region).map(|s| s.region.as_str()).collect();
+        if !still.is_empty() {
+            // Another region still sees it: hand the lease to it; its resolve closes the incident.
+            self.store.release_incident(&incident, region).await?;
+            return Ok(Lease::Quiet(format!("still firing in {}; the resolve waits for them", still.join(", "))));
+        }
+        Ok(Lease::Send(Some(Seen { affected: 0, regions })))
+    }
+
     /// One step: sends every item due at `now` (channels in parallel, each channel in order).
     pub async fn deliver_pending(&self, now: DateTime<Utc>) -> Result<DeliveryReport, StoreError> {
+        self.renew(now).await?;
+        for (name, n) in &self.notifiers {
+            if let Err(e) = n.tick(now).await {
+                bump(&self.counters.failures, name.clone());
+                tracing::warn!(channel = %name, error = %e, "channel re-send failed; will retry next step");
+            }
+        }
         let due = self.store.due(self.cfg.region.as_deref(), now, self.cfg.batch).await?;
         let mut per_channel: BTreeMap<String, Vec<OutboxItem>> = BTreeMap::new();
         for item in due {
@@ -254,10 +400,27 @@ impl Outbox {
         let Some(notifier) = self.notifiers.get(channel) else {
             return self.abandon(&item, now, &format!("channel {channel} is no longer configured")).await;
         };
-        let n: Notification = match serde_json::from_value(item.payload.clone()) {
+        let mut n: Notification = match serde_json::from_value(item.payload.clone()) {
             Ok(n) => n,
             Err(e) => return self.abandon(&item, now, &format!("unreadable payload: {e}")).await,
         };
+        if n.shared && !n.test {
+            match self.lease(&n, &item.region, item.attempts, now).await? {
+                Lease::Send(seen) => n.seen = seen,
+                Lease::Later(why) => {
+                    let next =
+                        now + chrono::Duration::from_std(self.cfg.poll_every).unwrap_or(chrono::Duration::seconds(2));
+                    self.store.mark_retry(item.id, next, &why).await?;
+                    return Ok(Outcome::Retried);
+                }
+                Lease::Quiet(why) => {
+                    tracing::info!(channel, incident = %n.incident_key(), region = %item.region, status = n.status.as_str(),
+                        reason = %why, "shared incident not sent from this region");
+                    self.store.mark_delivered(item.id, now).await?;
+                    return Ok(Outcome::Delivered);
+                }
+            }
+        }
         match notifier.send(&n, item.id).await {
             Ok(()) => {
                 self.store.mark_delivered(item.id, now).await?;
@@ -265,6 +428,10 @@ impl Outbox {
                     bump(&self.counters.sent, (a.kind.as_str().to_string(), channel.to_string()));
                 }
                 tracing::info!(channel, kind = %item.kind, dedup_key = %item.dedup_key, attempts = item.attempts + 1, "alert delivered");
+                if n.shared && n.status == AlertStatus::Resolved && !n.test {
+                    // The last region's resolve went out: forget the lease and sightings.
+                    self.store.close_incident(&n.incident_key()).await?;
+                }
                 Ok(Outcome::Delivered)
             }
             Err(DeliveryError::Permanent { message }) => {

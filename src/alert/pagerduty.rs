@@ -1,4 +1,5 @@
-//! PagerDuty Events API v2: one trigger or resolve event per alert, keyed by its stable dedup_key.
+//! PagerDuty Events API v2: one trigger or resolve event per incident, keyed by the incident's
+//! stable key, so an update re-triggers the same PagerDuty incident instead of opening another.
 
 use super::notifier::{check_response, http_client, transport_error, DeliveryError, Notifier, NotifierError};
 use super::{Alert, AlertStatus, Notification};
@@ -34,39 +35,49 @@ fn clip(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
-/// The event for one alert: `trigger` with a payload while firing, `resolve` once cleared.
-pub fn event(routing_key: &str, n: &Notification, a: &Alert) -> Value {
-    if a.status == AlertStatus::Resolved {
-        return json!({"routing_key": routing_key, "dedup_key": a.dedup_key, "event_action": "resolve"});
+/// The event for one notification: `trigger` with a payload while firing (its summary names
+/// every kind of the incident), `resolve` once every facet cleared; `dedup_key` is the incident key.
+pub fn event(routing_key: &str, n: &Notification) -> Value {
+    let dedup_key = n.incident_key();
+    if n.status == AlertStatus::Resolved {
+        return json!({"routing_key": routing_key, "dedup_key": dedup_key, "event_action": "resolve"});
     }
-    let summary = format!("{} {}: {} [{}]", a.kind.as_str(), a.subject(), a.summary, a.scope.describe());
+    let Some(first) = n.alerts.first() else {
+        return json!({"routing_key": routing_key, "dedup_key": dedup_key, "event_action": "resolve"});
+    };
+    let mut kinds: Vec<&str> = n.alerts.iter().map(|a| a.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let scope =
+        n.seen.map(|s| format!("in {} of {} regions", s.affected, s.regions)).unwrap_or_else(|| first.scope.describe());
+    let summary = format!("{}: {} — {} [{scope}]", n.subject, kinds.join(", "), first.summary);
+    let facets: Vec<Value> = n.alerts.iter().map(facet).collect();
     let mut details = json!({
-        "kind": a.kind.as_str(),
-        "scope": a.scope.describe(),
-        "since": a.since.to_rfc3339(),
-        "region": a.region,
+        "kinds": kinds,
+        "scope": scope,
+        "since": n.opened_at.unwrap_or(first.since).to_rfc3339(),
+        "region": n.region,
+        "facets": facets,
     });
-    for (k, v) in [("current", a.current), ("baseline", a.baseline)] {
-        if let Some(v) = v {
-            details[k] = json!(v);
-        }
+    if n.update {
+        details["update"] = json!(true);
     }
     if n.test {
         details["test"] = json!(true);
     }
     let mut ev = json!({
         "routing_key": routing_key,
-        "dedup_key": a.dedup_key,
+        "dedup_key": dedup_key,
         "event_action": "trigger",
         "client": "vigil",
         "payload": {
             "summary": clip(&summary, 1024),
-            "source": format!("vigil/{}", a.region),
-            "severity": a.severity.as_str(),
-            "timestamp": a.since.to_rfc3339(),
-            "component": a.target.clone().unwrap_or_else(|| a.provider.clone()),
-            "group": if a.provider.is_empty() { a.region.clone() } else { a.provider.clone() },
-            "class": a.kind.as_str(),
+            "source": format!("vigil/{}", n.region),
+            "severity": n.severity().as_str(),
+            "timestamp": n.opened_at.unwrap_or(first.since).to_rfc3339(),
+            "component": if n.subject.is_empty() { first.subject() } else { n.subject.clone() },
+            "group": if n.provider.is_empty() { n.region.clone() } else { n.provider.clone() },
+            "class": kinds.join(","),
             "custom_details": details,
         },
     });
@@ -75,6 +86,17 @@ pub fn event(routing_key: &str, n: &Notification, a: &Alert) -> Value {
         ev["links"] = json!([{"href": url, "text": "vigil status page"}]);
     }
     ev
+}
+
+fn facet(a: &Alert) -> Value {
+    let mut v = json!({"kind": a.kind.as_str(), "severity": a.severity.as_str(), "summary": a.summary,
+        "scope": a.scope.describe(), "since": a.since.to_rfc3339()});
+    for (k, x) in [("current", a.current), ("baseline", a.baseline)] {
+        if let Some(x) = x {
+            v[k] = json!(x);
+        }
+    }
+    v
 }
 
 impl PagerDutyNotifier {
@@ -96,19 +118,15 @@ impl Notifier for PagerDutyNotifier {
         &self.name
     }
 
-    /// Events are idempotent per dedup_key, so a retry re-sends every event of the notification.
+    /// Events are idempotent per dedup_key, so a retry simply re-sends the event.
     async fn send(&self, n: &Notification, _idempotency_key: Uuid) -> Result<(), DeliveryError> {
         let key = self.routing_key.expose_secret();
-        for a in &n.alerts {
-            self.post(&event(key, n, a)).await?;
-        }
+        self.post(&event(key, n)).await?;
         if n.test {
             // A test incident is closed at once so nobody stays paged.
-            for a in &n.alerts {
-                let mut resolved = a.clone();
-                resolved.status = AlertStatus::Resolved;
-                self.post(&event(key, n, &resolved)).await?;
-            }
+            let mut resolved = n.clone();
+            resolved.status = AlertStatus::Resolved;
+            self.post(&event(key, &resolved)).await?;
         }
         Ok(())
     }

@@ -1,45 +1,61 @@
 //! The rule engine: pure, with `now` injected. Each round it is fed the round's samples (with
 //! their baselines and what other regions see), breaker transitions and credit readings, and
-//! returns the notifications to enqueue, grouped per provider. Its state is plain serde data so
-//! it survives a restart through `Store::save_alert_state`.
+//! returns the notifications to enqueue: one per incident that opened, grew, was re-sent or
+//! resolved. Rules judge *facets* (errors, breaker, latency, model gone, adherence, flapping…)
+//! with their own evidence and hysteresis; [`super::incident`] folds the facets of one target
+//! (or of a whole provider) into one incident. Its state is plain serde data so it survives a
+//! restart through `Store::save_alert_state`.
 
-use super::{Alert, AlertKind, AlertStatus, Notification, Scope, Severity};
+use super::incident::{Incidents, Subject};
+use super::{flap, Alert, AlertKind, Notification, Scope, Severity};
 use crate::balance::burn_rate;
+use crate::breaker::State;
 use crate::config::{Config, MaintenanceWindow};
 use crate::probe::outcome::Outcome;
 use crate::sample::Sample;
+use crate::store::{TargetHealth, TargetStatus};
 use crate::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
+
+/// Target identity across regions: (provider, model, route).
+pub type TargetKey = (String, String, Option<String>);
 
 /// Rule thresholds, taken from the validated config.
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
     /// Region label of this instance.
     pub region: String,
-    /// latency_degraded fires above this × baseline P95.
-    pub failover_factor: f64,
-    /// Recent ok probes whose P95 is compared (10).
-    pub latency_window: usize,
-    /// Fewer recent ok probes than this: no verdict (5).
-    pub latency_min_samples: usize,
+    /// A probe is slow when its TTFB or TTFT is above this × the target's baseline P95.
+    pub latency_factor: f64,
+    /// latency_degraded needs this many slow probes…
+    pub latency_k: usize,
+    /// …among the last this many ok probes.
+    pub latency_n: usize,
     /// Failed probes in a row for `errors` (and replies in a row for `adherence_failed`).
     pub error_probes: u32,
     /// …all within this span (`breaker.failure_window`, 120 s by default).
     pub error_window: Duration,
-    /// Evaluations a rule must stay clear before its alert resolves.
+    /// Evaluations a facet must stay clear before it leaves its incident.
     pub resolve_after: u32,
-    /// Re-send a firing alert no more often than this.
+    /// Re-send a firing incident no more often than this.
     pub renotify: Duration,
     /// Daily probe spend guard.
     pub daily_budget_usd: f64,
     /// region_unhealthy: at least this share of the round's targets failed with network-ish outcomes…
     pub unhealthy_fraction: f64,
-    /// …out of at least this many targets.
+    /// …out of at least this many targets…
     pub unhealthy_min_targets: usize,
+    /// …in this many rounds in a row.
+    pub unhealthy_rounds: u32,
+    /// Probes the flap detector looks at.
+    pub flap_window: usize,
+    /// Weighted change rate above which a target starts flapping.
+    pub flap_high: f64,
+    /// …and under which it stops.
+    pub flap_low: f64,
     /// Per-provider windows during which notifications are held back.
     pub maintenance: Vec<MaintenanceWindow>,
     /// Link put in messages.
@@ -47,13 +63,36 @@ pub struct RuleConfig {
 }
 
 impl RuleConfig {
-    /// Rule thresholds from the config, with the fixed defaults for the rest.
+    /// The documented defaults for `region` (what an empty `[alerts]` gives), for tools and tests.
+    pub fn with_defaults(region: &str) -> Self {
+        RuleConfig {
+            region: region.to_string(),
+            latency_factor: 1.5,
+            latency_k: 3,
+            latency_n: 5,
+            error_probes: 2,
+            error_window: Duration::from_secs(120),
+            resolve_after: 3,
+            renotify: Duration::from_secs(3600),
+            daily_budget_usd: 5.0,
+            unhealthy_fraction: 0.6,
+            unhealthy_min_targets: 3,
+            unhealthy_rounds: 2,
+            flap_window: 20,
+            flap_high: 0.4,
+            flap_low: 0.2,
+            maintenance: vec![],
+            status_url: None,
+        }
+    }
+
+    /// Rule thresholds from the config.
     pub fn from_config(c: &Config) -> Self {
         RuleConfig {
             region: c.region.clone(),
-            failover_factor: c.baseline.failover_factor,
-            latency_window: 10,
-            latency_min_samples: 5,
+            latency_factor: c.alerts.latency_factor,
+            latency_k: c.alerts.latency_k.max(1),
+            latency_n: c.alerts.latency_n.max(c.alerts.latency_k).max(1),
             error_probes: c.alerts.error_probes.max(1),
             error_window: c.breaker.failure_window,
             resolve_after: c.alerts.resolve_after.max(1),
@@ -61,6 +100,10 @@ impl RuleConfig {
             daily_budget_usd: c.probe.daily_budget_usd,
             unhealthy_fraction: 0.6,
             unhealthy_min_targets: 3,
+            unhealthy_rounds: 2,
+            flap_window: c.alerts.flap_window.max(2),
+            flap_high: c.alerts.flap_high,
+            flap_low: c.alerts.flap_low,
             maintenance: c.alerts.maintenance.clone(),
             status_url: c.alerts.status_url.clone(),
         }
@@ -76,13 +119,19 @@ pub struct Baseline {
     pub ttft_p95_ms: Option<f64>,
 }
 
-/// What the other regions see for the same target (from shared storage).
+/// What the other regions see for the same target (from their `target_status` rows).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Elsewhere {
-    /// Other regions probing the target.
+    /// Other regions probing the target (with a fresh row).
     pub regions: u32,
-    /// Of those, how many currently see it degraded or failing.
-    pub degraded: u32,
+    /// Of those, how many see it failing (down or half-open).
+    pub failing: u32,
+    /// …how many see it over their own latency threshold.
+    pub over_latency: u32,
+    /// …how many have its breaker open or half-open.
+    pub breaker_open: u32,
+    /// …how many see it flapping.
+    pub flapping: u32,
 }
 
 /// One sample of this round with its context.
@@ -101,10 +150,10 @@ pub struct Probe<'a> {
 pub struct BreakerChange {
     /// Target (with region).
     pub target: Target,
-    /// `closed`, `half_open` or `open`.
-    pub from: String,
+    /// Previous state.
+    pub from: State,
     /// New state.
-    pub to: String,
+    pub to: State,
     /// Why, for humans.
     pub reason: String,
 }
@@ -133,44 +182,74 @@ pub struct Round<'a> {
     pub credits: Vec<CreditCheck>,
 }
 
+/// One ok probe judged against the latency threshold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Judged {
+    /// Over the threshold on TTFB or TTFT.
+    slow: bool,
+    /// The worse metric's name, value and threshold.
+    metric: String,
+    value: f64,
+    threshold: f64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct History {
+    target: Option<Target>,
     /// Last outcomes with their start times and error text, newest last.
     recent: VecDeque<(DateTime<Utc>, Outcome, Option<String>)>,
-    /// (TTFB, TTFT) of the last ok probes.
-    ok_latency: VecDeque<(Option<f64>, Option<f64>)>,
+    /// Last ok probes judged against the latency threshold (only while a baseline exists).
+    #[serde(default)]
+    judged: VecDeque<Judged>,
     /// Last adherence verdicts.
     adherence: VecDeque<bool>,
+    /// Failed-or-not of the last probes, for flap detection.
+    #[serde(default)]
+    states: VecDeque<bool>,
+    #[serde(default)]
+    flapping: bool,
+    #[serde(default)]
+    breaker: Option<State>,
+    #[serde(default)]
+    breaker_reason: String,
+    /// Other regions probing the target at the last probe (from their published status).
+    #[serde(default)]
+    regions_elsewhere: u32,
+}
+
+impl History {
+    fn slow_count(&self) -> usize {
+        self.judged.iter().filter(|j| j.slow).count()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Tracked {
     alert: Alert,
     clear_streak: u32,
-    last_notified: Option<DateTime<Utc>>,
 }
 
 /// The engine's memory; serialized as one JSON document per region.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct EngineState {
     histories: BTreeMap<String, History>,
-    alerts: BTreeMap<String, Tracked>,
+    /// Facets currently holding, by facet key.
+    #[serde(default)]
+    facets: BTreeMap<String, Tracked>,
+    #[serde(default)]
+    incidents: Incidents,
     budget_day: Option<NaiveDate>,
     spent_usd: f64,
     /// Last reading-based credit verdict per provider.
     credit_reading_low: BTreeMap<String, bool>,
+    #[serde(default)]
+    unhealthy_streak: u32,
 }
 
-/// A rule's answer for one alert key this round.
+/// A rule's answer for one facet this round.
 struct Verdict {
     alert: Alert,
     holds: bool,
-}
-
-/// A lifecycle change worth telling people about.
-struct Event {
-    alert: Alert,
-    reminder: bool,
 }
 
 /// The alert rule engine.
@@ -189,16 +268,6 @@ fn is_generic_failure(o: Outcome) -> bool {
     o.is_failure() && !matches!(o, Outcome::AuthError | Outcome::ModelUnavailable | Outcome::PaymentRequired)
 }
 
-/// Nearest-rank P95.
-fn p95(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = ((values.len() as f64) * 0.95).ceil() as usize;
-    values.get(rank.saturating_sub(1)).copied()
-}
-
 fn push_capped<T>(q: &mut VecDeque<T>, v: T, cap: usize) {
     q.push_back(v);
     while q.len() > cap.max(1) {
@@ -206,12 +275,24 @@ fn push_capped<T>(q: &mut VecDeque<T>, v: T, cap: usize) {
     }
 }
 
-fn scope_of(e: Elsewhere, degraded_here: bool) -> Scope {
-    if e.degraded > 0 && degraded_here {
-        Scope::Global { affected: e.degraded + 1, regions: e.regions + 1 }
+/// Global when this region sees it and `affected` other regions do too.
+fn scope_of(regions_elsewhere: u32, affected_elsewhere: u32, here: bool) -> Scope {
+    if here && affected_elsewhere > 0 {
+        Scope::Global { affected: affected_elsewhere + 1, regions: regions_elsewhere + 1 }
     } else {
         Scope::Regional
     }
+}
+
+/// The scope of a facet of `kind`, from what the other regions publish.
+fn scope_for(kind: AlertKind, e: Elsewhere, here: bool) -> Scope {
+    let affected = match kind {
+        AlertKind::LatencyDegraded => e.over_latency,
+        AlertKind::BreakerOpen => e.breaker_open,
+        AlertKind::Flapping => e.flapping,
+        _ => e.failing,
+    };
+    scope_of(e.regions, affected, here)
 }
 
 impl AlertEngine {
@@ -238,11 +319,58 @@ impl AlertEngine {
         serde_json::to_value(&self.state).unwrap_or(serde_json::Value::Null)
     }
 
-    /// Alerts currently firing (silenced ones included), most severe first.
+    /// The thresholds in use.
+    pub fn config(&self) -> &RuleConfig {
+        &self.cfg
+    }
+
+    /// Facets currently holding (silenced ones included), most severe first.
     pub fn firing(&self) -> Vec<Alert> {
-        let mut v: Vec<Alert> = self.state.alerts.values().map(|t| t.alert.clone()).collect();
+        let mut v: Vec<Alert> = self.state.facets.values().map(|t| t.alert.clone()).collect();
         v.sort_by(|a, b| (a.severity, a.kind, &a.dedup_key).cmp(&(b.severity, b.kind, &b.dedup_key)));
         v
+    }
+
+    /// Keys of the incidents currently open in this region.
+    pub fn open_incidents(&self) -> Vec<String> {
+        self.state.incidents.keys()
+    }
+
+    /// True when `target` (of this region) is flapping.
+    pub fn is_flapping(&self, target: &Target) -> bool {
+        self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.flapping)
+    }
+
+    /// Every target of this region that is flapping.
+    pub fn flapping_targets(&self) -> Vec<Target> {
+        self.state.histories.values().filter(|h| h.flapping).filter_map(|h| h.target.clone()).collect()
+    }
+
+    /// This region's view of each target it probes, to publish for the other regions.
+    pub fn target_statuses(&self, now: DateTime<Utc>) -> Vec<TargetStatus> {
+        let k = self.cfg.latency_k;
+        self.state
+            .histories
+            .values()
+            .filter_map(|h| {
+                let target = h.target.clone()?;
+                let breaker = h.breaker.unwrap_or(State::Closed);
+                let over_latency = h.slow_count() >= k;
+                let last_failed = h.recent.back().is_some_and(|(_, o, _)| o.is_failure());
+                let state = if h.flapping {
+                    TargetHealth::Flapping
+                } else if breaker == State::Open || last_failed {
+                    TargetHealth::Down
+                } else if breaker == State::HalfOpen {
+                    TargetHealth::HalfOpen
+                } else if over_latency {
+                    TargetHealth::Degraded
+                } else {
+                    TargetHealth::Ok
+                };
+                Some(TargetStatus { target, state, over_latency, breaker, updated_at: now })
+            })
+            .collect()
     }
 
     /// True when `provider` is inside a maintenance window at `now`.
@@ -250,42 +378,59 @@ impl AlertEngine {
         self.cfg.maintenance.iter().any(|w| w.provider == provider && w.start <= now && now < w.end)
     }
 
-    /// Feeds one round and returns the notifications to enqueue, grouped per provider.
+    /// Feeds one round and returns the notifications to enqueue, one per incident that changed.
     pub fn evaluate(&mut self, round: &Round<'_>, now: DateTime<Utc>) -> Vec<Notification> {
         let mut verdicts = Vec::new();
-        let mut events = Vec::new();
         self.track_budget(round, now, &mut verdicts);
         for p in &round.probes {
-            self.record(p.sample);
+            self.record(p);
         }
-        let unhealthy = self.region_verdict(round, now, &mut verdicts);
-        if !unhealthy {
-            self.target_verdicts(round, now, &mut verdicts);
+        for c in &round.breaker {
+            let h = self.state.histories.entry(Self::history_key(&c.target)).or_default();
+            h.target.get_or_insert_with(|| c.target.clone());
+            h.breaker = Some(c.to);
+            h.breaker_reason = format!("{} → {}: {}", c.from, c.to, c.reason);
         }
-        self.credit_verdicts(round, now, unhealthy, &mut verdicts);
+        let suspect = self.region_verdict(round, &mut verdicts);
+        if !suspect {
+            self.target_verdicts(round, &mut verdicts);
+        }
+        self.credit_verdicts(round, suspect, &mut verdicts);
         for v in verdicts {
-            if let Some(e) = self.apply(v, now) {
-                events.push(e);
-            }
+            self.apply(v, now);
         }
-        self.breaker_events(round, now, unhealthy, &mut events);
-        self.group(events, now)
+        self.incidents(now)
     }
 
     fn history_key(t: &Target) -> String {
         format!("{}|{}", t.region, t.id())
     }
 
-    fn record(&mut self, s: &Sample) {
+    fn record(&mut self, p: &Probe<'_>) {
+        let s = p.sample;
         let n = self.cfg.error_probes as usize;
-        let window = self.cfg.latency_window;
+        let cfg = &self.cfg;
         let h = self.state.histories.entry(Self::history_key(&s.target)).or_default();
+        h.target.get_or_insert_with(|| s.target.clone());
+        h.regions_elsewhere = p.elsewhere.regions;
         push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), n);
         if s.outcome == Outcome::Ok {
-            push_capped(&mut h.ok_latency, (s.ttfb_ms, s.ttft_ms), window);
+            if let Some(j) = judge(s, p.baseline, cfg.latency_factor) {
+                tracing::debug!(target = %s.target, metric = %j.metric, value = j.value, threshold = j.threshold,
+                    slow = j.slow, "latency judged");
+                push_capped(&mut h.judged, j, cfg.latency_n);
+            }
         }
         if let Some(ok) = s.adherence_ok {
             push_capped(&mut h.adherence, ok, n);
+        }
+        push_capped(&mut h.states, s.outcome.is_failure(), cfg.flap_window);
+        let rate = flap::change_rate(h.states.iter().copied(), cfg.flap_window);
+        let was = h.flapping;
+        h.flapping = flap::next_flapping(was, rate, cfg.flap_high, cfg.flap_low);
+        if h.flapping != was {
+            tracing::info!(target = %s.target, provider = %s.target.provider, model = %s.target.model,
+                region = %s.target.region, rate, flapping = h.flapping, "flap state changed");
         }
     }
 
@@ -313,8 +458,9 @@ impl AlertEngine {
         out.push(Verdict { alert: a, holds: spent > budget });
     }
 
-    /// Returns whether the round looks like this instance's own network failing.
-    fn region_verdict(&mut self, round: &Round<'_>, _now: DateTime<Utc>, out: &mut Vec<Verdict>) -> bool {
+    /// Returns whether the round looks like this instance's own network failing (per-target
+    /// rules are then held back); the alert itself needs `unhealthy_rounds` such rounds in a row.
+    fn region_verdict(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) -> bool {
         let total = round.probes.len();
         if total == 0 {
             return false;
@@ -322,8 +468,10 @@ impl AlertEngine {
         let outcomes: Vec<Outcome> = round.probes.iter().map(|p| p.sample.outcome).collect();
         let network = outcomes.iter().filter(|o| is_network(**o)).count();
         let failing = outcomes.iter().filter(|o| o.is_failure()).count();
-        let holds = total >= self.cfg.unhealthy_min_targets
+        let suspect = total >= self.cfg.unhealthy_min_targets
             && ((network as f64) / (total as f64) >= self.cfg.unhealthy_fraction || failing == total);
+        self.state.unhealthy_streak = if suspect { self.state.unhealthy_streak + 1 } else { 0 };
+        let holds = self.state.unhealthy_streak >= self.cfg.unhealthy_rounds;
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for o in outcomes.iter().filter(|o| o.is_failure()) {
             *counts.entry(o.as_str()).or_default() += 1;
@@ -342,22 +490,25 @@ impl AlertEngine {
         a.current = Some(failing as f64);
         a.baseline = Some(total as f64);
         out.push(Verdict { alert: a, holds });
-        holds
+        suspect
     }
 
-    fn target_verdicts(&mut self, round: &Round<'_>, _now: DateTime<Utc>, out: &mut Vec<Verdict>) {
+    fn target_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) {
         let region = self.cfg.region.clone();
         let n = self.cfg.error_probes as usize;
+        let mut elsewhere: BTreeMap<String, Elsewhere> = BTreeMap::new();
         // auth is per provider (one credential): any refused probe of the provider this round.
         let mut auth: BTreeMap<String, Option<&Sample>> = BTreeMap::new();
         for p in &round.probes {
             let s = p.sample;
             let t = &s.target;
+            elsewhere.insert(Self::history_key(t), p.elsewhere);
             let entry = auth.entry(t.provider.clone()).or_insert(None);
             if s.outcome == Outcome::AuthError && entry.is_none() {
                 *entry = Some(s);
             }
             let Some(h) = self.state.histories.get(&Self::history_key(t)) else { continue };
+            let e = p.elsewhere;
 
             // errors: N consecutive generic failures within the window.
             let last: Vec<_> = h.recent.iter().rev().take(n).collect();
@@ -382,10 +533,10 @@ impl AlertEngine {
                 ),
             );
             a.current = Some(last.len() as f64);
-            a.scope = scope_of(p.elsewhere, errors_hold);
+            a.scope = scope_for(AlertKind::Errors, e, errors_hold);
             out.push(Verdict { alert: a, holds: errors_hold });
 
-            // model_unavailable: the latest probe says the model is gone.
+            // model_unavailable: a hard fact, the latest probe says the model is gone.
             let gone = s.outcome == Outcome::ModelUnavailable;
             let mut a = Alert::new(
                 AlertKind::ModelUnavailable,
@@ -398,7 +549,7 @@ impl AlertEngine {
                     s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default()
                 ),
             );
-            a.scope = scope_of(p.elsewhere, gone);
+            a.scope = scope_for(AlertKind::ModelUnavailable, e, gone);
             out.push(Verdict { alert: a, holds: gone });
 
             // adherence_failed: the last N replies that were judged all disobeyed the prompt.
@@ -412,16 +563,54 @@ impl AlertEngine {
                     Some(t),
                     format!("the last {} replies did not follow the probe's system prompt (JSON shape)", judged.len()),
                 );
-                a.scope = scope_of(p.elsewhere, holds);
+                a.scope = scope_for(AlertKind::AdherenceFailed, e, holds);
                 out.push(Verdict { alert: a, holds });
             }
 
-            // latency_degraded: recent P95 of TTFB or TTFT above factor × baseline P95.
-            if s.outcome == Outcome::Ok && h.ok_latency.len() >= self.cfg.latency_min_samples {
-                if let Some(v) = self.latency_verdict(h, p, &region) {
+            // latency_degraded: k of the last n ok probes over factor × baseline P95.
+            if s.outcome == Outcome::Ok {
+                if let Some(v) = self.latency_verdict(h, t, e, &region) {
                     out.push(v);
                 }
             }
+        }
+        // Breaker and flapping facets: per known target, whether or not it was probed this round.
+        for (key, h) in &self.state.histories {
+            let Some(t) = &h.target else { continue };
+            if t.region != region {
+                continue;
+            }
+            let e = elsewhere.get(key).copied().unwrap_or_default();
+            if let Some(state) = h.breaker {
+                let open = state != State::Closed;
+                let mut a = Alert::new(
+                    AlertKind::BreakerOpen,
+                    &region,
+                    &t.provider,
+                    Some(t),
+                    format!("circuit breaker {state} ({})", h.breaker_reason),
+                );
+                a.scope = scope_for(AlertKind::BreakerOpen, e, open);
+                out.push(Verdict { alert: a, holds: open });
+            }
+            let rate = flap::change_rate(h.states.iter().copied(), self.cfg.flap_window);
+            let mut a = Alert::new(
+                AlertKind::Flapping,
+                &region,
+                &t.provider,
+                Some(t),
+                format!(
+                    "state changed at a weighted rate of {:.0} % over the last {} probes (flapping above {:.0} %, calm under {:.0} %); changes are not paged while it flaps",
+                    rate * 100.0,
+                    self.cfg.flap_window,
+                    self.cfg.flap_high * 100.0,
+                    self.cfg.flap_low * 100.0
+                ),
+            );
+            a.current = Some(rate);
+            a.baseline = Some(self.cfg.flap_high);
+            a.scope = scope_for(AlertKind::Flapping, e, h.flapping);
+            out.push(Verdict { alert: a, holds: h.flapping });
         }
         for (provider, refused) in auth {
             let detail = refused.and_then(|s| s.error.as_deref()).map(|e| format!(": {}", truncate(e, 200)));
@@ -436,43 +625,39 @@ impl AlertEngine {
         }
     }
 
-    fn latency_verdict(&self, h: &History, p: &Probe<'_>, region: &str) -> Option<Verdict> {
-        let factor = self.cfg.failover_factor;
-        let t = &p.sample.target;
-        let mut ttfb: Vec<f64> = h.ok_latency.iter().filter_map(|(b, _)| *b).collect();
-        let mut ttft: Vec<f64> = h.ok_latency.iter().filter_map(|(_, t)| *t).collect();
-        let min = self.cfg.latency_min_samples;
-        let cands = [
-            ("TTFB", (ttfb.len() >= min).then(|| p95(&mut ttfb)).flatten(), p.baseline.ttfb_p95_ms, ttfb.len()),
-            ("TTFT", (ttft.len() >= min).then(|| p95(&mut ttft)).flatten(), p.baseline.ttft_p95_ms, ttft.len()),
-        ];
-        let mut judged = false;
-        let mut worst: Option<(&str, f64, f64, usize)> = None;
-        for (name, recent, base, n) in cands {
-            let (Some(recent), Some(base)) = (recent, base) else { continue };
-            judged = true;
-            let ratio = recent / base.max(f64::MIN_POSITIVE);
-            if recent > factor * base && worst.is_none_or(|(_, r, b, _)| ratio > r / b.max(f64::MIN_POSITIVE)) {
-                worst = Some((name, recent, base, n));
-            }
-        }
-        if !judged {
+    fn latency_verdict(&self, h: &History, t: &Target, e: Elsewhere, region: &str) -> Option<Verdict> {
+        let (k, n) = (self.cfg.latency_k, self.cfg.latency_n);
+        if h.judged.is_empty() {
             return None;
         }
-        let holds = worst.is_some();
-        let mut a = match worst {
-            Some((name, recent, base, n)) => {
+        let slow = h.slow_count();
+        let holds = h.judged.len() >= k && slow >= k;
+        let mut values: Vec<f64> = h.judged.iter().map(|j| j.value).collect();
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        let worst = h
+            .judged
+            .iter()
+            .filter(|j| j.slow)
+            .max_by(|a, b| (a.value / a.threshold).total_cmp(&(b.value / b.threshold)));
+        let mut a = match worst.filter(|_| holds) {
+            Some(j) => {
                 let mut a = Alert::new(
                     AlertKind::LatencyDegraded,
                     region,
                     &t.provider,
                     Some(t),
                     format!(
-                        "{name} P95 {recent:.0} ms over the last {n} ok probes is above {factor} × baseline P95 {base:.0} ms"
+                        "{slow} of the last {} ok probes over {} × baseline P95 (worst {} {:.0} ms over {:.0} ms; median of the window {median:.0} ms)",
+                        h.judged.len().min(n),
+                        self.cfg.latency_factor,
+                        j.metric,
+                        j.value,
+                        j.threshold
                     ),
                 );
-                a.current = Some(recent);
-                a.baseline = Some(base);
+                a.current = Some(median);
+                a.baseline = Some(j.threshold);
                 a
             }
             None => Alert::new(
@@ -483,11 +668,11 @@ impl AlertEngine {
                 "latency back within baseline".into(),
             ),
         };
-        a.scope = scope_of(p.elsewhere, holds);
+        a.scope = scope_for(AlertKind::LatencyDegraded, e, holds);
         Some(Verdict { alert: a, holds })
     }
 
-    fn credit_verdicts(&mut self, round: &Round<'_>, now: DateTime<Utc>, unhealthy: bool, out: &mut Vec<Verdict>) {
+    fn credit_verdicts(&mut self, round: &Round<'_>, suspect: bool, out: &mut Vec<Verdict>) {
         let region = self.cfg.region.clone();
         let mut per_provider: BTreeMap<String, Option<Alert>> = BTreeMap::new();
         for c in &round.credits {
@@ -531,7 +716,7 @@ impl AlertEngine {
             a.baseline = Some(c.min_usd);
             per_provider.insert(c.provider.clone(), Some(a));
         }
-        if !unhealthy {
+        if !suspect {
             for p in &round.probes {
                 let s = p.sample;
                 let slot = per_provider.entry(s.target.provider.clone()).or_insert(None);
@@ -552,7 +737,6 @@ impl AlertEngine {
                 }
             }
         }
-        let _ = now;
         for (provider, alert) in per_provider {
             let reading_low = self.state.credit_reading_low.get(&provider).copied().unwrap_or(false);
             let holds = alert.as_ref().is_some_and(|a| a.severity == Severity::Critical) || reading_low;
@@ -563,132 +747,101 @@ impl AlertEngine {
         }
     }
 
-    fn breaker_events(&mut self, round: &Round<'_>, now: DateTime<Utc>, unhealthy: bool, events: &mut Vec<Event>) {
-        let region = self.cfg.region.clone();
-        for c in &round.breaker {
-            let t = &c.target;
-            if c.to == "open" && !unhealthy {
-                let a = Alert::new(
-                    AlertKind::BreakerOpen,
-                    &region,
-                    &t.provider,
-                    Some(t),
-                    format!("circuit breaker opened ({} → open): {}", c.from, c.reason),
-                );
-                if let Some(e) = self.apply(Verdict { alert: a, holds: true }, now) {
-                    events.push(e);
-                }
-            } else if c.to == "closed" {
-                let key = super::dedup_key(
-                    &region,
-                    &t.provider,
-                    Some(t.model.as_str()).filter(|m| !m.is_empty()),
-                    t.route.as_deref(),
-                    AlertKind::BreakerOpen,
-                );
-                // breaker_closed resolves breaker_open's incident, so it carries that key.
-                if let Some(tracked) = self.state.alerts.remove(&key) {
-                    if tracked.last_notified.is_some() {
-                        let mut a = Alert::new(
-                            AlertKind::BreakerClosed,
-                            &region,
-                            &t.provider,
-                            Some(t),
-                            format!("circuit breaker closed ({} → closed): {}", c.from, c.reason),
-                        );
-                        a.status = AlertStatus::Resolved;
-                        a.since = tracked.alert.since;
-                        a.dedup_key = key;
-                        events.push(Event { alert: a, reminder: false });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Lifecycle: fire once, re-notify after `renotify`, resolve after `resolve_after` clear evaluations.
-    fn apply(&mut self, v: Verdict, now: DateTime<Utc>) -> Option<Event> {
-        let silenced = !v.alert.provider.is_empty() && self.in_maintenance(&v.alert.provider, now);
+    /// Facet lifecycle: holds at once, leaves after `resolve_after` clear evaluations.
+    fn apply(&mut self, v: Verdict, now: DateTime<Utc>) {
         let key = v.alert.dedup_key.clone();
-        let renotify = chrono::Duration::from_std(self.cfg.renotify).unwrap_or(chrono::Duration::hours(1));
-        match (self.state.alerts.get_mut(&key), v.holds) {
+        match (self.state.facets.get_mut(&key), v.holds) {
             (None, true) => {
                 let mut alert = v.alert;
                 alert.since = now;
-                let notify = !silenced;
-                self.state.alerts.insert(
-                    key,
-                    Tracked { alert: alert.clone(), clear_streak: 0, last_notified: notify.then_some(now) },
-                );
-                if silenced {
-                    tracing::info!(provider = %alert.provider, kind = %alert.kind, "alert fired inside a maintenance window; not notified");
-                }
-                notify.then_some(Event { alert, reminder: false })
+                self.state.facets.insert(key, Tracked { alert, clear_streak: 0 });
             }
             (Some(t), true) => {
                 t.clear_streak = 0;
                 let since = t.alert.since;
                 t.alert = v.alert;
                 t.alert.since = since;
-                let due = t.last_notified.is_none_or(|last| now - last >= renotify);
-                if silenced || !due {
-                    return None;
-                }
-                let reminder = t.last_notified.is_some();
-                t.last_notified = Some(now);
-                Some(Event { alert: t.alert.clone(), reminder })
             }
             (Some(t), false) => {
                 t.clear_streak += 1;
-                if t.clear_streak < self.cfg.resolve_after {
-                    return None;
+                if t.clear_streak >= self.cfg.resolve_after {
+                    self.state.facets.remove(&key);
                 }
-                let notified = t.last_notified.is_some();
-                let mut alert = t.alert.clone();
-                self.state.alerts.remove(&key);
-                // A resolve is sent whenever its firing was: it closes the incident and wakes nobody.
-                alert.status = AlertStatus::Resolved;
-                alert.summary = format!("resolved: {}", alert.summary);
-                notified.then_some(Event { alert, reminder: false })
             }
-            (None, false) => None,
+            (None, false) => {}
         }
     }
 
-    /// One notification per (provider, status) of this evaluation.
-    fn group(&self, events: Vec<Event>, now: DateTime<Utc>) -> Vec<Notification> {
-        let mut groups: BTreeMap<(String, AlertStatus), Vec<Event>> = BTreeMap::new();
-        for e in events {
-            groups.entry((e.alert.provider.clone(), e.alert.status)).or_default().push(e);
+    /// Folds the holding facets into incidents and returns what changed.
+    fn incidents(&mut self, now: DateTime<Utc>) -> Vec<Notification> {
+        // Targets of this region per provider: a provider whose every target (two or more) is in
+        // trouble at once is one provider incident.
+        let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for h in self.state.histories.values() {
+            if let Some(t) = h.target.as_ref().filter(|t| t.region == self.cfg.region) {
+                known.entry(t.provider.as_str()).or_default().insert(t.id());
+            }
         }
-        groups
-            .into_iter()
-            .map(|((provider, status), mut evs)| {
-                evs.sort_by_key(|e| (e.alert.severity, e.alert.kind));
-                let reminder = evs.iter().all(|e| e.reminder);
-                let alerts: Vec<Alert> = evs.into_iter().map(|e| e.alert).collect();
-                let mut h = Sha256::new();
-                h.update(format!("{}|{provider}|{}|{}", self.cfg.region, status.as_str(), now.to_rfc3339()));
-                for a in &alerts {
-                    h.update(format!("|{}@{}", a.dedup_key, a.since.to_rfc3339()));
-                }
-                Notification {
-                    key: hex::encode(h.finalize()),
-                    region: self.cfg.region.clone(),
-                    provider,
-                    status,
-                    reminder,
-                    test: false,
-                    created_at: now,
-                    status_url: self.cfg.status_url.clone(),
-                    alerts,
-                }
-            })
-            .collect()
+        let mut troubled: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for f in self.state.facets.values() {
+            if let Some(t) = &f.alert.target {
+                troubled.entry(f.alert.provider.as_str()).or_default().insert(t.clone());
+            }
+        }
+        let provider_wide: BTreeSet<String> = known
+            .iter()
+            .filter(|(p, all)| all.len() >= 2 && troubled.get(*p).is_some_and(|t| t.len() >= all.len()))
+            .map(|(p, _)| p.to_string())
+            .collect();
+        let mut facets: BTreeMap<Subject, Vec<(Alert, bool)>> = BTreeMap::new();
+        for f in self.state.facets.values() {
+            let subject = Subject::of(
+                &f.alert,
+                |p| provider_wide.contains(p) || self.state.incidents.has_provider(p),
+                |s| self.state.incidents.contains(s),
+            );
+            facets.entry(subject).or_default().push((f.alert.clone(), f.clear_streak == 0));
+        }
+        let cfg = &self.cfg;
+        let maintenance = |p: &str| cfg.maintenance.iter().any(|w| w.provider == p && w.start <= now && now < w.end);
+        // Regions probing what an incident is about: this one plus the most any of its targets has elsewhere.
+        let histories = &self.state.histories;
+        let probing = |alerts: &[Alert]| {
+            1 + histories
+                .values()
+                .filter(|h| {
+                    h.target.as_ref().is_some_and(|t| {
+                        alerts.iter().any(|a| {
+                            a.target.as_deref() == Some(t.id().as_str())
+                                || (a.target.is_none() && a.provider == t.provider)
+                        })
+                    })
+                })
+                .map(|h| h.regions_elsewhere)
+                .max()
+                .unwrap_or(0)
+        };
+        self.state.incidents.step(facets, now, cfg, &maintenance, &probing)
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// Judges one ok probe against the target's baseline; `None` while there is no baseline.
+fn judge(s: &Sample, b: Baseline, factor: f64) -> Option<Judged> {
+    let mut out: Option<Judged> = None;
+    for (name, value, base) in [("TTFB", s.ttfb_ms, b.ttfb_p95_ms), ("TTFT", s.ttft_ms, b.ttft_p95_ms)] {
+        let (Some(value), Some(base)) = (value, base) else { continue };
+        let threshold = factor * base;
+        let j = Judged { slow: value > threshold, metric: name.into(), value, threshold };
+        let ratio = value / threshold.max(f64::MIN_POSITIVE);
+        if out.as_ref().is_none_or(|o| ratio > o.value / o.threshold.max(f64::MIN_POSITIVE)) {
+            out = Some(j);
+        }
+    }
+    out
+}
+
+/// Cuts `s` to `max` characters with an ellipsis.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {
@@ -701,6 +854,7 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alert::AlertStatus;
 
     fn t0() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z").expect("time").with_timezone(&Utc)
@@ -713,9 +867,9 @@ mod tests {
     fn cfg() -> RuleConfig {
         RuleConfig {
             region: "eu-west-1".into(),
-            failover_factor: 2.0,
-            latency_window: 10,
-            latency_min_samples: 5,
+            latency_factor: 2.0,
+            latency_k: 3,
+            latency_n: 5,
             error_probes: 2,
             error_window: Duration::from_secs(120),
             resolve_after: 3,
@@ -723,6 +877,10 @@ mod tests {
             daily_budget_usd: 5.0,
             unhealthy_fraction: 0.6,
             unhealthy_min_targets: 3,
+            unhealthy_rounds: 2,
+            flap_window: 20,
+            flap_high: 0.4,
+            flap_low: 0.2,
             maintenance: vec![],
             status_url: None,
         }
@@ -932,47 +1090,6 @@ mod tests {
         assert_eq!(n[0].alerts[0].severity, Severity::Critical);
     }
 
-    fn latency_probe(s: &Sample) -> Probe<'_> {
-        Probe {
-            sample: s,
-            baseline: Baseline { ttfb_p95_ms: Some(200.0), ttft_p95_ms: Some(400.0) },
-            elsewhere: Elsewhere { regions: 3, degraded: 2 },
-        }
-    }
-
-    #[test]
-    fn latency_degraded_needs_enough_recent_samples_and_says_how_global_it_is() {
-        let mut e = AlertEngine::new(cfg());
-        let t = target("openrouter", "llama");
-        let mut out = Vec::new();
-        for m in 0..10 {
-            let mut s = sample(&t, Outcome::Ok, at(m));
-            s.ttft_ms = Some(1000.0 + m as f64);
-            let n = e.evaluate(&Round { probes: vec![latency_probe(&s)], ..Round::default() }, at(m));
-            if m < 4 {
-                assert!(n.is_empty(), "minute {m}: too few samples to judge");
-            }
-            out.extend(n);
-        }
-        assert_eq!(out.len(), 1, "{out:?}");
-        let a = &out[0].alerts[0];
-        assert_eq!(a.kind, AlertKind::LatencyDegraded);
-        assert_eq!(a.baseline, Some(400.0));
-        assert_eq!(a.current, Some(1004.0), "P95 of the five samples so far");
-        assert_eq!(a.scope, Scope::Global { affected: 3, regions: 4 });
-        assert!(a.summary.starts_with("TTFT P95 1004 ms"), "{}", a.summary);
-    }
-
-    #[test]
-    fn latency_within_factor_does_not_fire() {
-        let mut e = AlertEngine::new(cfg());
-        let t = target("openrouter", "llama");
-        for m in 0..12 {
-            let s = sample(&t, Outcome::Ok, at(m));
-            assert!(e.evaluate(&Round { probes: vec![latency_probe(&s)], ..Round::default() }, at(m)).is_empty());
-        }
-    }
-
     #[test]
     fn maintenance_silences_notifications_but_records_the_alert() {
         let mut c = cfg();
@@ -1001,26 +1118,6 @@ mod tests {
         }
         let resolved = round(&mut e, &fleet(Outcome::Ok, at(5)), at(5));
         assert_eq!(kinds(&resolved), vec![("openrouter".into(), AlertStatus::Resolved, vec![AlertKind::Errors])]);
-    }
-
-    #[test]
-    fn breaker_open_then_closed_resolves_the_same_incident() {
-        let mut e = AlertEngine::new(cfg());
-        let t = target("groq", "llama");
-        let change = |from: &str, to: &str| BreakerChange {
-            target: t.clone(),
-            from: from.into(),
-            to: to.into(),
-            reason: "3 failed probes in 120s".into(),
-        };
-        let open = e.evaluate(&Round { breaker: vec![change("closed", "open")], ..Round::default() }, at(0));
-        assert_eq!(kinds(&open), vec![("groq".into(), AlertStatus::Firing, vec![AlertKind::BreakerOpen])]);
-        let half = e.evaluate(&Round { breaker: vec![change("open", "half_open")], ..Round::default() }, at(5));
-        assert!(half.is_empty());
-        let closed = e.evaluate(&Round { breaker: vec![change("half_open", "closed")], ..Round::default() }, at(6));
-        assert_eq!(kinds(&closed), vec![("groq".into(), AlertStatus::Resolved, vec![AlertKind::BreakerClosed])]);
-        assert_eq!(closed[0].alerts[0].dedup_key, open[0].alerts[0].dedup_key);
-        assert_eq!(closed[0].alerts[0].severity, Severity::Info);
     }
 
     #[test]
@@ -1057,5 +1154,238 @@ mod tests {
             sent.extend(round(&mut e, &[s], at(m)));
         }
         assert_eq!(kinds(&sent), vec![("openai".into(), AlertStatus::Firing, vec![AlertKind::AdherenceFailed])]);
+    }
+
+    fn at_s(seconds: i64) -> DateTime<Utc> {
+        t0() + chrono::Duration::seconds(seconds)
+    }
+
+    /// A latency probe with a baseline P95 of 110 ms TTFT (threshold 2 × 110 = 220 ms).
+    fn timed(t: &Target, ttft: f64, when: DateTime<Utc>) -> Sample {
+        let mut s = sample(t, Outcome::Ok, when);
+        s.ttfb_ms = None;
+        s.ttft_ms = Some(ttft);
+        s
+    }
+
+    fn with_baseline(s: &Sample, e: Elsewhere) -> Probe<'_> {
+        Probe { sample: s, baseline: Baseline { ttfb_p95_ms: None, ttft_p95_ms: Some(110.0) }, elsewhere: e }
+    }
+
+    /// Runs one target's TTFTs (one per minute) and returns every notification.
+    fn run_latency(e: &mut AlertEngine, ttfts: &[f64], elsewhere: Elsewhere) -> Vec<(usize, Notification)> {
+        let t = target("openrouter", "llama");
+        let mut out = Vec::new();
+        for (i, v) in ttfts.iter().enumerate() {
+            let s = timed(&t, *v, at(i as i64));
+            let n = e.evaluate(&Round { probes: vec![with_baseline(&s, elsewhere)], ..Round::default() }, at(i as i64));
+            out.extend(n.into_iter().map(|n| (i, n)));
+        }
+        out
+    }
+
+    #[test]
+    fn a_single_slow_probe_never_pages() {
+        let mut e = AlertEngine::new(cfg());
+        let mut v = vec![100.0; 30];
+        v[10] = 602.0;
+        assert!(run_latency(&mut e, &v, Elsewhere::default()).is_empty());
+        // Two slow probes close together are still not three.
+        v[12] = 650.0;
+        assert!(run_latency(&mut AlertEngine::new(cfg()), &v, Elsewhere::default()).is_empty());
+    }
+
+    #[test]
+    fn a_heavy_tail_with_unchanged_distribution_never_pages_in_a_day() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        // A day at 60 s: body 90–110 ms, 1 % of probes at 3–5 × P50 at random, and a regular
+        // 3 % spike (every 33rd probe) that never clusters.
+        let v: Vec<f64> = (0..1440)
+            .map(|i| {
+                if i % 33 == 0 || rng.gen_bool(0.01) {
+                    rng.gen_range(300.0..500.0)
+                } else {
+                    rng.gen_range(90.0..110.0)
+                }
+            })
+            .collect();
+        let pages = run_latency(&mut AlertEngine::new(cfg()), &v, Elsewhere::default());
+        assert!(pages.is_empty(), "{:?}", pages.iter().map(|(i, n)| (i, n.title())).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn ttft_tripled_and_staying_pages_within_three_probes_and_resolves_once() {
+        let mut e = AlertEngine::new(cfg());
+        let mut v = vec![100.0; 10];
+        v.extend(vec![300.0; 10]);
+        v.extend(vec![100.0; 10]);
+        let got = run_latency(&mut e, &v, Elsewhere { regions: 2, over_latency: 2, ..Elsewhere::default() });
+        let firing: Vec<_> = got.iter().filter(|(_, n)| n.status == AlertStatus::Firing).collect();
+        assert_eq!(firing.len(), 1, "{got:?}");
+        let (i, n) = firing[0];
+        assert!(*i <= 12, "detected at probe {i}, the slow phase started at probe 10");
+        let a = &n.alerts[0];
+        assert_eq!(a.kind, AlertKind::LatencyDegraded);
+        assert_eq!(a.scope, Scope::Global { affected: 3, regions: 3 }, "others over their own thresholds too");
+        assert!(a.summary.starts_with("3 of the last 5 ok probes over 2 × baseline P95"), "{}", a.summary);
+        assert_eq!(n.incident, "vigil:openrouter:llama:");
+        let resolved: Vec<_> = got.iter().filter(|(_, n)| n.status == AlertStatus::Resolved).collect();
+        assert_eq!(resolved.len(), 1, "{got:?}");
+    }
+
+    #[test]
+    fn ttft_doubled_pages_within_three_probes() {
+        let mut e = AlertEngine::new(cfg());
+        let mut v = vec![100.0; 10];
+        v.extend(vec![230.0; 10]);
+        let got = run_latency(&mut e, &v, Elsewhere::default());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, 12, "the third doubled probe pages");
+        assert_eq!(got[0].1.alerts[0].scope, Scope::Regional);
+    }
+
+    fn breaker(t: &Target, from: State, to: State) -> BreakerChange {
+        BreakerChange { target: t.clone(), from, to, reason: "3 failed probes in 120s".into() }
+    }
+
+    #[test]
+    fn errors_breaker_and_latency_of_one_target_are_one_incident() {
+        let mut e = AlertEngine::new(cfg());
+        let t = target("groq", "llama");
+        let others: Vec<Target> = ["openai", "anthropic", "gemini"].iter().map(|p| target(p, "m")).collect();
+        let mut sent = Vec::new();
+        let mut step = |e: &mut AlertEngine, m: i64, o: Outcome, changes: Vec<BreakerChange>| {
+            let mut samples: Vec<Sample> = others.iter().map(|x| timed(x, 100.0, at(m))).collect();
+            samples.push(if o == Outcome::Ok { timed(&t, 100.0, at(m)) } else { sample(&t, o, at(m)) });
+            let probes = samples.iter().map(|s| with_baseline(s, Elsewhere::default())).collect();
+            let n = e.evaluate(&Round { probes, breaker: changes, ..Round::default() }, at(m));
+            sent.extend(n.into_iter().map(|n| (m, n)));
+        };
+        step(&mut e, 0, Outcome::ServerError, vec![]);
+        step(&mut e, 1, Outcome::ServerError, vec![]);
+        step(&mut e, 2, Outcome::ServerError, vec![breaker(&t, State::Closed, State::Open)]);
+        for m in 3..6 {
+            step(&mut e, m, Outcome::ServerError, vec![]);
+        }
+        step(
+            &mut e,
+            6,
+            Outcome::Ok,
+            vec![breaker(&t, State::Open, State::HalfOpen), breaker(&t, State::HalfOpen, State::Closed)],
+        );
+        for m in 7..12 {
+            step(&mut e, m, Outcome::Ok, vec![]);
+        }
+        let summary: Vec<(i64, AlertStatus, bool, Vec<AlertKind>)> =
+            sent.iter().map(|(m, n)| (*m, n.status, n.update, n.alerts.iter().map(|a| a.kind).collect())).collect();
+        assert_eq!(
+            summary,
+            vec![
+                (1, AlertStatus::Firing, false, vec![AlertKind::Errors]),
+                (2, AlertStatus::Firing, true, vec![AlertKind::Errors, AlertKind::BreakerOpen]),
+                (8, AlertStatus::Resolved, false, vec![AlertKind::Errors, AlertKind::BreakerOpen]),
+            ],
+            "one page, one update in place, one resolve"
+        );
+        assert!(sent.iter().all(|(_, n)| n.incident == "vigil:groq:llama:"));
+        assert!(sent[1].1.title().starts_with("[UPDATE] groq/llama: breaker_open, errors"), "{}", sent[1].1.title());
+    }
+
+    #[test]
+    fn every_model_of_a_provider_failing_is_one_provider_incident() {
+        let mut e = AlertEngine::new(cfg());
+        let models: Vec<Target> = ["a", "b", "c"].iter().map(|m| target("deepinfra", m)).collect();
+        let ok: Vec<Target> = ["openai", "anthropic", "gemini", "groq"].iter().map(|p| target(p, "m")).collect();
+        let mut sent = Vec::new();
+        for m in 0..10 {
+            let bad = if m < 5 { Outcome::ServerError } else { Outcome::Ok };
+            let mut samples: Vec<Sample> = ok.iter().map(|t| sample(t, Outcome::Ok, at(m))).collect();
+            samples.extend(models.iter().map(|t| sample(t, bad, at(m))));
+            sent.extend(round(&mut e, &samples, at(m)));
+        }
+        assert_eq!(
+            kinds(&sent),
+            vec![
+                ("deepinfra".into(), AlertStatus::Firing, vec![AlertKind::Errors; 3]),
+                ("deepinfra".into(), AlertStatus::Resolved, vec![AlertKind::Errors; 3]),
+            ]
+        );
+        assert_eq!(sent[0].incident, "vigil:deepinfra");
+        assert_eq!(sent[0].subject, "deepinfra");
+    }
+
+    #[test]
+    fn a_flapping_target_sends_one_flapping_notice_and_no_change_pages() {
+        let mut e = AlertEngine::new(cfg());
+        let t = target("together", "m");
+        let ok: Vec<Target> = ["openai", "anthropic", "gemini", "groq"].iter().map(|p| target(p, "m")).collect();
+        let mut sent = Vec::new();
+        // Ok/fail alternating for 60 probes, the breaker opening and closing along, then calm.
+        for m in 0..120 {
+            let o = if m < 60 && m % 2 == 1 { Outcome::ServerError } else { Outcome::Ok };
+            let mut samples: Vec<Sample> = ok.iter().map(|x| timed(x, 100.0, at_s(m * 10))).collect();
+            samples.push(if o == Outcome::Ok { timed(&t, 100.0, at_s(m * 10)) } else { sample(&t, o, at_s(m * 10)) });
+            let changes = match (m < 56, m % 8) {
+                (true, 3) => vec![breaker(&t, State::Closed, State::Open)],
+                (true, 6) => {
+                    vec![breaker(&t, State::Open, State::HalfOpen), breaker(&t, State::HalfOpen, State::Closed)]
+                }
+                _ => vec![],
+            };
+            let probes = samples.iter().map(|s| with_baseline(s, Elsewhere::default())).collect();
+            let n = e.evaluate(&Round { probes, breaker: changes, ..Round::default() }, at_s(m * 10));
+            if m == 40 {
+                assert!(e.is_flapping(&t));
+                assert_eq!(e.flapping_targets(), vec![t.clone()]);
+                let st = e.target_statuses(at_s(m * 10));
+                assert!(st.iter().any(|s| s.target == t && s.state == TargetHealth::Flapping));
+            }
+            sent.extend(n.into_iter().map(|n| (m, n)));
+        }
+        let summary: Vec<(AlertStatus, bool, Vec<AlertKind>)> = sent
+            .iter()
+            .map(|(_, n)| (n.status, n.update, n.alerts.iter().map(|a| a.kind).collect::<Vec<_>>()))
+            .collect();
+        let flap_notices =
+            summary.iter().filter(|(s, _, k)| *s == AlertStatus::Firing && k.contains(&AlertKind::Flapping)).count();
+        assert_eq!(flap_notices, 1, "{summary:?}");
+        let opens = summary.iter().filter(|(s, u, _)| *s == AlertStatus::Firing && !u).count();
+        assert_eq!(opens, 1, "one incident page for the whole flapping phase: {summary:?}");
+        let resolves = summary.iter().filter(|(s, _, _)| *s == AlertStatus::Resolved).count();
+        assert_eq!(resolves, 1, "{summary:?}");
+        assert!(!e.is_flapping(&t));
+    }
+
+    #[test]
+    fn a_breaker_open_in_every_region_is_global() {
+        let mut e = AlertEngine::new(cfg());
+        let t = target("groq", "llama");
+        let s = sample(&t, Outcome::ServerError, at(0));
+        let elsewhere = Elsewhere { regions: 2, failing: 2, breaker_open: 2, ..Elsewhere::default() };
+        let r = Round {
+            probes: vec![with_baseline(&s, elsewhere)],
+            breaker: vec![breaker(&t, State::Closed, State::Open)],
+            ..Round::default()
+        };
+        let n = e.evaluate(&r, at(0));
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].alerts[0].kind, AlertKind::BreakerOpen);
+        assert_eq!(n[0].alerts[0].scope, Scope::Global { affected: 3, regions: 3 });
+        // Seen nowhere else: regional.
+        let mut e = AlertEngine::new(cfg());
+        let r = Round { probes: vec![with_baseline(&s, Elsewhere { regions: 2, ..Elsewhere::default() })], ..r };
+        assert_eq!(e.evaluate(&r, at(0))[0].alerts[0].scope, Scope::Regional);
+    }
+
+    #[test]
+    fn region_unhealthy_needs_two_rounds() {
+        let mut e = AlertEngine::new(cfg());
+        let down: Vec<Sample> =
+            ["a", "b", "c", "d"].iter().map(|p| sample(&target(p, "m"), Outcome::ConnectError, at(0))).collect();
+        assert!(round(&mut e, &down, at(0)).is_empty(), "one bad round is one sample per target");
+        let up: Vec<Sample> =
+            ["a", "b", "c", "d"].iter().map(|p| sample(&target(p, "m"), Outcome::Ok, at(1))).collect();
+        assert!(round(&mut e, &up, at(1)).is_empty());
     }
 }

@@ -85,6 +85,7 @@ impl StatusPage {
                     ttfb: Some(v.baselines.get("ttfb").copied().unwrap_or_default()),
                     ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
                     breaker: Some(v.breaker.clone()),
+                    flapping: v.flapping,
                 })],
                 trend: Vec::new(),
             });
@@ -109,7 +110,7 @@ impl StatusPage {
             let Some(&col) = column.get(t.region.as_str()) else { continue };
             let cells = &mut data.rows[row].cells;
             cells.resize(data.regions.len(), None);
-            cells[col] = Some(Cell { last: Some(LastProbe::from(s)), ttfb: None, ttft: None, breaker: None });
+            cells[col] = Some(Cell { last: Some(LastProbe::from(s)), ..Cell::default() });
         }
         for row in &mut data.rows {
             row.cells.resize(data.regions.len(), None);
@@ -196,6 +197,8 @@ pub struct Cell {
     pub ttft: Option<Baseline>,
     /// Breaker (known for this region only).
     pub breaker: Option<Explanation>,
+    /// Its state changes too often (known for this region only): changes are not paged.
+    pub flapping: bool,
 }
 
 /// What the page shows of a sample.
@@ -454,6 +457,9 @@ fn breaker_line(b: &Explanation, now: DateTime<Utc>) -> String {
 fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> String {
     let health = cell.health(data.failover_factor);
     let mut s = format!(r#"<span class="pill {c}">{c}</span>"#, c = health.as_str());
+    if cell.flapping {
+        s.push_str(r#" <span class="pill half_open" title="its state changes too often: changes are not paged until it settles">flapping</span>"#);
+    }
     match &cell.last {
         None => s.push_str(r#" <span class="muted">no probe yet</span>"#),
         Some(last) => {
@@ -717,7 +723,13 @@ mod tests {
     }
 
     fn local(last: Option<LastProbe>, b: BreakerState) -> Cell {
-        Cell { last, ttfb: base(1000, Some(150.0)), ttft: base(1000, Some(312.0)), breaker: Some(breaker(b)) }
+        Cell {
+            last,
+            ttfb: base(1000, Some(150.0)),
+            ttft: base(1000, Some(312.0)),
+            breaker: Some(breaker(b)),
+            flapping: false,
+        }
     }
 
     fn data(rows: Vec<Row>, regions: &[&str]) -> StatusData {
@@ -911,6 +923,7 @@ mod tests {
             probes: 0,
             errors: 0,
             breaker: breaker(BreakerState::Closed),
+            flapping: target.route.as_deref() == Some("B"),
         };
         let mut seen = Sample::new(t("A", "eu"), now(), now());
         seen.ttft_ms = Some(210.0);
@@ -922,6 +935,7 @@ mod tests {
                 Sample::new(t("C", "ap"), now(), now()),
                 Sample::new(t("B", "ap"), now(), now()),
             ]),
+            flapping: Default::default(),
         };
         let d = page.gather(&snap);
         assert_eq!(d.regions, ["eu", "ap", "us"]);
@@ -935,6 +949,9 @@ mod tests {
         assert_eq!(a.ttft.map(|b| b.count), Some(7));
         assert!(d.rows[0].cells[2].as_ref().is_some_and(|c| c.breaker.is_none() && c.ttft.is_none()));
         assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.last.is_none()), "B not probed yet here");
+        assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.flapping) && !a.flapping, "B flaps here, A does not");
+        let html = cell_html(d.rows[1].cells[0].as_ref().expect("B here"), &d, now());
+        assert!(html.contains(">flapping</span>"), "{html}");
 
         let mut d = d;
         let trends: Trends = Arc::new([(t("B", "eu"), vec![(now(), 99.0)]), (t("C", "ap"), vec![(now(), 1.0)])].into());

@@ -11,7 +11,9 @@
 //! newest wins, retried with backoff, and spooled at shutdown.
 
 use super::spool::{SpoolError, SpoolOf, SpooledBatch};
-use super::{BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, Store, StoreError};
+use super::{
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, Store, StoreError, TargetStatus,
+};
 use crate::sample::Sample;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -52,6 +54,9 @@ pub enum Record {
         /// Engine state.
         state: serde_json::Value,
     },
+    /// What this region sees of each target, for the other regions' scope (newest wins; not
+    /// kept across a stop: it is stale by the next start).
+    TargetStatus(Vec<TargetStatus>),
 }
 
 /// A question the pipeline asks; answered later by a [`Reply`].
@@ -108,6 +113,8 @@ pub struct Context {
     pub elsewhere: Vec<Sample>,
     /// Credit readings of the last day per watched provider, oldest first.
     pub credits: BTreeMap<String, Vec<BalanceReading>>,
+    /// Every region's recent `target_status` rows (this one's included).
+    pub statuses: Vec<TargetStatus>,
 }
 
 /// Whether the link's store calls succeed, for `/readyz` and the log.
@@ -235,11 +242,12 @@ struct Pending {
     breakers: BTreeMap<String, BreakerRecord>,
     rollups: BTreeMap<(String, String, DateTime<Utc>), Rollup>,
     alert_states: BTreeMap<String, serde_json::Value>,
+    statuses: Option<Vec<TargetStatus>>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.breakers.is_empty() && self.rollups.is_empty() && self.alert_states.is_empty()
+        self.breakers.is_empty() && self.rollups.is_empty() && self.alert_states.is_empty() && self.statuses.is_none()
     }
 
     fn take(&mut self, r: Record) -> Option<Record> {
@@ -259,6 +267,10 @@ impl Pending {
                 self.alert_states.insert(region, state);
                 None
             }
+            Record::TargetStatus(rows) => {
+                self.statuses = Some(rows);
+                None
+            }
             other => Some(other),
         }
     }
@@ -275,6 +287,7 @@ impl Pending {
                 .into_iter()
                 .map(|(region, state)| Record::AlertState { region, state }),
         );
+        self.statuses = None;
         out
     }
 }
@@ -418,6 +431,16 @@ impl Link {
                 }
             }
         }
+        if failed.is_none() {
+            if let Some(rows) = self.pending.statuses.take() {
+                let sent = rows.clone();
+                if let Err(e) = self.call(|s| async move { s.publish_target_status(&sent).await }).await {
+                    // Records are taken only between calls, so nothing newer arrived meanwhile.
+                    self.pending.statuses = Some(rows);
+                    failed = Some(e);
+                }
+            }
+        }
         match failed {
             None => {
                 self.backoff = RETRY_MIN;
@@ -475,6 +498,10 @@ impl Link {
             Record::AlertState { region, state } => {
                 let (region, state) = (region.clone(), state.clone());
                 self.call(|s| async move { s.save_alert_state(&region, &state).await }).await
+            }
+            Record::TargetStatus(rows) => {
+                let rows = rows.clone();
+                self.call(|s| async move { s.publish_target_status(&rows).await }).await
             }
         }
     }
@@ -560,7 +587,14 @@ impl Link {
                 Err(e) => tracing::warn!(provider = %provider, error = %e, "credit readings not read"),
             }
         }
-        let _ = self.replies.send(Reply::Context(Context { read_at: Some(now), elsewhere, credits }));
+        let statuses = match self.call(|s| async move { s.target_statuses(since).await }).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %e, "other regions' target status not read; alerts are scoped regional");
+                Vec::new()
+            }
+        };
+        let _ = self.replies.send(Reply::Context(Context { read_at: Some(now), elsewhere, credits, statuses }));
     }
 
     async fn finish(&mut self) {

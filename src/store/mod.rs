@@ -285,6 +285,72 @@ pub struct OutboxItem {
     pub last_error: Option<String>,
 }
 
+/// How one region currently sees one target, as published for the other regions (scope).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetHealth {
+    /// Answering within its thresholds.
+    Ok,
+    /// Answering, but over its latency threshold with sustained evidence.
+    Degraded,
+    /// Failing (last probes failed or breaker open).
+    Down,
+    /// Breaker half-open: one probe decides.
+    HalfOpen,
+    /// Changing state too often to page on each change.
+    Flapping,
+}
+
+impl TargetHealth {
+    /// Stored name: `ok`, `degraded`, `down`, `half_open`, `flapping`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetHealth::Ok => "ok",
+            TargetHealth::Degraded => "degraded",
+            TargetHealth::Down => "down",
+            TargetHealth::HalfOpen => "half_open",
+            TargetHealth::Flapping => "flapping",
+        }
+    }
+
+    /// Parses a stored name; unknown names read as `ok` so a newer peer never breaks an older one.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "degraded" => TargetHealth::Degraded,
+            "down" => TargetHealth::Down,
+            "half_open" => TargetHealth::HalfOpen,
+            "flapping" => TargetHealth::Flapping,
+            _ => TargetHealth::Ok,
+        }
+    }
+}
+
+/// One row of `target_status`: what one region's instance currently sees of one target.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TargetStatus {
+    /// The target, with the publishing region.
+    pub target: Target,
+    /// Overall state.
+    pub state: TargetHealth,
+    /// Over its own latency threshold with sustained evidence (k of n probes).
+    pub over_latency: bool,
+    /// That region's breaker for the target.
+    pub breaker: crate::breaker::State,
+    /// When the row was written.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One region's sighting of a shared incident (`incident_sightings`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sighting {
+    /// Region that sees (or saw) it.
+    pub region: String,
+    /// Still firing there.
+    pub firing: bool,
+    /// Last refreshed.
+    pub updated_at: DateTime<Utc>,
+}
+
 /// One credit balance reading.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BalanceReading {
@@ -373,6 +439,34 @@ pub trait Store: Send + Sync {
     async fn insert_balance(&self, reading: &BalanceReading) -> Result<(), StoreError>;
     /// Readings for a provider since a time, oldest first.
     async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError>;
+
+    /// Writes this instance's per-target status rows (one per region × target, replaced).
+    async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError>;
+    /// Every region's status rows written at or after `since`.
+    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError>;
+    /// Claims (or renews) the lease on `incident` for `region` until `expires_at`: inserted when
+    /// absent, taken over when expired at `now`, renewed when `region` holds it. Returns the owner.
+    async fn claim_incident(
+        &self,
+        incident: &str,
+        region: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<String, StoreError>;
+    /// Drops `region`'s lease on `incident` (no-op when another region holds it).
+    async fn release_incident(&self, incident: &str, region: &str) -> Result<(), StoreError>;
+    /// Records that `region` sees `incident` firing (or no longer) at `at`.
+    async fn record_sighting(
+        &self,
+        incident: &str,
+        region: &str,
+        firing: bool,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+    /// Every region's sighting of `incident`, by region.
+    async fn sightings(&self, incident: &str) -> Result<Vec<Sighting>, StoreError>;
+    /// Forgets an incident once its resolve went out: its lease and sightings.
+    async fn close_incident(&self, incident: &str) -> Result<(), StoreError>;
 
     /// Transitions with `since <= at < until`, oldest first (`region: None` for all regions).
     async fn transitions_between(

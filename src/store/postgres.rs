@@ -4,7 +4,8 @@ use super::pg_copy;
 use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Rollup, SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+    BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetHealth, TargetStatus,
+    SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -828,5 +829,145 @@ impl Store for PgStore {
         .await
         .map_err(|e| self.fail(e))?;
         rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
+    }
+    async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for r in rows {
+            sqlx::query(
+                "INSERT INTO target_status (region, provider, model, route, state, over_latency, breaker, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (region, provider, model, route) DO UPDATE SET \
+                 state = excluded.state, over_latency = excluded.over_latency, breaker = excluded.breaker, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(&r.target.region)
+            .bind(&r.target.provider)
+            .bind(&r.target.model)
+            .bind(r.target.route_label())
+            .bind(r.state.as_str())
+            .bind(r.over_latency)
+            .bind(r.breaker.as_str())
+            .bind(r.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT region, provider, model, route, state, over_latency, breaker, updated_at FROM target_status \
+             WHERE updated_at >= $1 ORDER BY region, provider, model, route",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                let breaker: String = row.try_get("breaker")?;
+                Ok(TargetStatus {
+                    target: target_of(row)?,
+                    state: TargetHealth::parse(&row.try_get::<String, _>("state")?),
+                    over_latency: row.try_get("over_latency")?,
+                    breaker: breaker.parse().unwrap_or(crate::breaker::State::Closed),
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn claim_incident(
+        &self,
+        incident: &str,
+        region: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<String, StoreError> {
+        // One statement: insert when absent, take over when expired, renew when ours.
+        let owner: Option<String> = sqlx::query_scalar(
+            "INSERT INTO incident_lease (incident, owner, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (incident) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+             WHERE incident_lease.owner = excluded.owner OR incident_lease.expires_at < $4 RETURNING owner",
+        )
+        .bind(incident)
+        .bind(region)
+        .bind(expires_at)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        match owner {
+            Some(o) => Ok(o),
+            None => sqlx::query_scalar("SELECT owner FROM incident_lease WHERE incident = $1")
+                .bind(incident)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_sqlx),
+        }
+    }
+
+    async fn release_incident(&self, incident: &str, region: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM incident_lease WHERE incident = $1 AND owner = $2")
+            .bind(incident)
+            .bind(region)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn record_sighting(
+        &self,
+        incident: &str,
+        region: &str,
+        firing: bool,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO incident_sightings (incident, region, firing, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (incident, region) DO UPDATE SET firing = excluded.firing, updated_at = excluded.updated_at",
+        )
+        .bind(incident)
+        .bind(region)
+        .bind(firing)
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn sightings(&self, incident: &str) -> Result<Vec<Sighting>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT region, firing, updated_at FROM incident_sightings WHERE incident = $1 ORDER BY region",
+        )
+        .bind(incident)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Sighting {
+                    region: row.try_get("region")?,
+                    firing: row.try_get("firing")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_sqlx)
+    }
+
+    async fn close_incident(&self, incident: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for table in ["incident_sightings", "incident_lease"] {
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE incident = $1")))
+                .bind(incident)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
     }
 }

@@ -3,7 +3,7 @@
 use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, redact_url, BalanceReading, BreakerRecord, BreakerTransition,
-    OutboxItem, Rollup, SampleQuery, Store, StoreError, SAMPLE_COLUMNS,
+    OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetHealth, TargetStatus, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -656,5 +656,138 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| self.fail(e))?;
         collect(&rows, outbox_of)
+    }
+    async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for r in rows {
+            sqlx::query(
+                "INSERT INTO target_status (region, provider, model, route, state, over_latency, breaker, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (region, provider, model, route) DO UPDATE SET \
+                 state = excluded.state, over_latency = excluded.over_latency, breaker = excluded.breaker, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(&r.target.region)
+            .bind(&r.target.provider)
+            .bind(&r.target.model)
+            .bind(r.target.route_label())
+            .bind(r.state.as_str())
+            .bind(r.over_latency)
+            .bind(r.breaker.as_str())
+            .bind(ts(r.updated_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
+    }
+
+    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT region, provider, model, route, state, over_latency, breaker, updated_at FROM target_status \
+             WHERE updated_at >= ? ORDER BY region, provider, model, route",
+        )
+        .bind(ts(since))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            let breaker: String = row.try_get("breaker")?;
+            Ok(TargetStatus {
+                target: target_of(row)?,
+                state: TargetHealth::parse(&row.try_get::<String, _>("state")?),
+                over_latency: row.try_get("over_latency")?,
+                breaker: breaker.parse().unwrap_or(crate::breaker::State::Closed),
+                updated_at: time_of(row, "updated_at")?,
+            })
+        })
+    }
+
+    async fn claim_incident(
+        &self,
+        incident: &str,
+        region: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<String, StoreError> {
+        // One statement: insert when absent, take over when expired, renew when ours.
+        let owner: Option<String> = sqlx::query_scalar(
+            "INSERT INTO incident_lease (incident, owner, expires_at) VALUES (?, ?, ?) \
+             ON CONFLICT (incident) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+             WHERE incident_lease.owner = excluded.owner OR incident_lease.expires_at < ? RETURNING owner",
+        )
+        .bind(incident)
+        .bind(region)
+        .bind(ts(expires_at))
+        .bind(ts(now))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_sqlx)?;
+        match owner {
+            Some(o) => Ok(o),
+            None => sqlx::query_scalar("SELECT owner FROM incident_lease WHERE incident = ?")
+                .bind(incident)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_sqlx),
+        }
+    }
+
+    async fn release_incident(&self, incident: &str, region: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM incident_lease WHERE incident = ? AND owner = ?")
+            .bind(incident)
+            .bind(region)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx)
+    }
+
+    async fn record_sighting(
+        &self,
+        incident: &str,
+        region: &str,
+        firing: bool,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO incident_sightings (incident, region, firing, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (incident, region) DO UPDATE SET firing = excluded.firing, updated_at = excluded.updated_at",
+        )
+        .bind(incident)
+        .bind(region)
+        .bind(firing)
+        .bind(ts(at))
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(map_sqlx)
+    }
+
+    async fn sightings(&self, incident: &str) -> Result<Vec<Sighting>, StoreError> {
+        let rows =
+            sqlx::query("SELECT region, firing, updated_at FROM incident_sightings WHERE incident = ? ORDER BY region")
+                .bind(incident)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_sqlx)?;
+        collect(&rows, |row| {
+            Ok(Sighting {
+                region: row.try_get("region")?,
+                firing: row.try_get("firing")?,
+                updated_at: time_of(row, "updated_at")?,
+            })
+        })
+    }
+
+    async fn close_incident(&self, incident: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        for table in ["incident_sightings", "incident_lease"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE incident = ?")))
+                .bind(incident)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)
     }
 }

@@ -1,0 +1,214 @@
+//! The issue's scenario on real parts: two daemons (regions) at a 1 s interval sharing one
+//! PostgreSQL, a stand-in provider switched over time (normal with a heavy tail → TTFT ×3 →
+//! normal → 503 → flapping ok/fail → normal) beside a target that only has a heavy tail, and a
+//! webhook receiver counting what is sent. One page (and one resolve) per fault across both
+//! regions, none for the heavy tail, one `flapping` notice.
+
+#[path = "store_support/mod.rs"]
+mod store_support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use vigil::app::{App, AppOptions};
+use vigil::config::Config;
+use vigil::demo::standin::{Script, StandIn};
+
+const NORMAL: u8 = 0;
+const SLOW: u8 = 1;
+const DOWN: u8 = 2;
+const FLAPPING: u8 = 3;
+
+/// An OpenAI chat stream answering `{"ok":true}` (so adherence holds), chunks `gap` apart.
+fn stream(gap: Duration) -> Script {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        let v = serde_json::json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
+            "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {v}\n\n")
+    };
+    let mut body = chunk(serde_json::json!({"role": "assistant", "content": ""}), serde_json::Value::Null);
+    body.push_str(&chunk(serde_json::json!({"content": "{\"ok\":"}), serde_json::Value::Null));
+    body.push_str(&chunk(serde_json::json!({"content": "true}"}), serde_json::Value::Null));
+    body.push_str(&chunk(serde_json::json!({}), serde_json::json!("stop")));
+    body.push_str("data: [DONE]\n\n");
+    Script::sse(body.as_bytes(), gap)
+}
+
+/// (status, update, reminder, incident, kinds, seen regions) of every delivery.
+type Delivery = (String, bool, bool, String, Vec<String>, Option<u64>);
+
+fn deliveries(hook: &StandIn) -> Vec<Delivery> {
+    hook.requests()
+        .iter()
+        .filter_map(|r| r.json())
+        .map(|v| {
+            let kinds = v["alerts"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x["kind"].as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            (
+                v["status"].as_str().unwrap_or_default().to_string(),
+                v["update"] == true,
+                v["reminder"] == true,
+                v["incident"].as_str().unwrap_or_default().to_string(),
+                kinds,
+                v["seen"]["regions"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn pages(d: &[Delivery], incident: &str) -> Vec<Delivery> {
+    d.iter().filter(|x| x.0 == "firing" && !x.1 && !x.2 && x.3 == incident).cloned().collect()
+}
+
+fn resolves(d: &[Delivery], incident: &str) -> usize {
+    d.iter().filter(|x| x.0 == "resolved" && x.3 == incident).count()
+}
+
+async fn wait_for(hook: &StandIn, what: &str, max: Duration, pred: impl Fn(&[Delivery]) -> bool) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < max {
+        if pred(&deliveries(hook)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{what}: not seen; deliveries so far: {:?}", deliveries(hook));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_page_per_fault_across_regions_none_for_a_heavy_tail_and_one_flapping_notice() {
+    // `RUST_LOG=vigil=debug` shows the rule engine's verdicts when this needs explaining.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let db = store_support::PgTestDb::create().await;
+    let phase = Arc::new(AtomicU8::new(NORMAL));
+    let (p, count) = (phase.clone(), Arc::new(AtomicU64::new(0)));
+    let epoch = std::time::Instant::now();
+    let provider = StandIn::start(move |r| {
+        let n = count.fetch_add(1, Ordering::SeqCst);
+        // Each region probes once a second: the parity of the second alternates its outcomes.
+        let odd_second = epoch.elapsed().as_secs() % 2 == 1;
+        if r.path_only().starts_with("/steady/") {
+            // A heavy tail, isolated: one request in 25 is 5 × slower.
+            return stream(Duration::from_millis(if n % 25 == 3 { 100 } else { 20 }));
+        }
+        match p.load(Ordering::SeqCst) {
+            SLOW => stream(Duration::from_millis(60)),
+            DOWN => Script::json(503, br#"{"error":{"message":"overloaded","type":"server_error"}}"#),
+            FLAPPING if odd_second => Script::json(503, br#"{"error":{"message":"overloaded","type":"server_error"}}"#),
+            _ => stream(Duration::from_millis(20)),
+        }
+    })
+    .await
+    .expect("stand-in");
+    let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("receiver");
+    let data = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let mut running = Vec::new();
+    for region in ["eu-test-1", "us-test-1"] {
+        let text = format!(
+            r#"
+region = "{region}"
+[storage]
+url = "{db}"
+data_dir = "{d}/{region}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[baseline]
+min_samples_p50 = 10
+min_samples_p95 = 15
+[breaker]
+open_for = "2s"
+# The young baselines make loopback jitter look like latency trips; this test is about alerts.
+latency_trips = 50
+[alerts]
+[[alerts.webhook]]
+url_env = "VIGIL_TEST_HOOK"
+[[provider]]
+name = "shifty"
+kind = "openai"
+base_url = "{base}/shifty/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m"]
+[[provider]]
+name = "steady"
+kind = "openai"
+base_url = "{base}/steady/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m"]
+"#,
+            db = db.url,
+            d = data.path().display(),
+            base = provider.base_url()
+        );
+        let env: BTreeMap<String, String> = [
+            ("VIGIL_TEST_KEY".to_string(), "sk-test-scenario".to_string()),
+            ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
+        ]
+        .into();
+        // A young store: the slow phase quickly becomes part of the baseline, so keep it short.
+        let app = App::build(Config::from_toml(&text, &env).expect("valid config"), AppOptions::default())
+            .await
+            .expect("app builds");
+        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
+    }
+    let shifty = "vigil:shifty:m:";
+
+    // Normal (with the steady target's tail) long enough that a few slow probes cannot move
+    // the young baselines' P95 (3 slow in 70 stay above the 95th rank).
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(deliveries(&hook).is_empty(), "{:?}", deliveries(&hook));
+
+    // TTFT ×3 for 20 s.
+    phase.store(SLOW, Ordering::SeqCst);
+    wait_for(&hook, "latency page", Duration::from_secs(20), |d| !pages(d, shifty).is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    phase.store(NORMAL, Ordering::SeqCst);
+    wait_for(&hook, "latency resolve", Duration::from_secs(40), |d| resolves(d, shifty) == 1).await;
+
+    // 503 for 20 s.
+    phase.store(DOWN, Ordering::SeqCst);
+    wait_for(&hook, "outage page", Duration::from_secs(20), |d| pages(d, shifty).len() == 2).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    phase.store(NORMAL, Ordering::SeqCst);
+    wait_for(&hook, "outage resolve", Duration::from_secs(40), |d| resolves(d, shifty) == 2).await;
+
+    // Flapping ok/fail, then calm.
+    phase.store(FLAPPING, Ordering::SeqCst);
+    wait_for(&hook, "flapping notice", Duration::from_secs(60), |d| {
+        d.iter().any(|x| x.3 == shifty && x.0 == "firing" && x.4.contains(&"flapping".to_string()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    phase.store(NORMAL, Ordering::SeqCst);
+    wait_for(&hook, "flapping resolve", Duration::from_secs(90), |d| resolves(d, shifty) == 3).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    shutdown.cancel();
+    for r in running {
+        let stopped = tokio::time::timeout(Duration::from_secs(15), r).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    }
+    let all = deliveries(&hook);
+    let got = pages(&all, shifty);
+    let kinds: Vec<&Vec<String>> = got.iter().map(|x| &x.4).collect();
+    assert_eq!(got.len(), 3, "one page per fault across both regions: {all:?}");
+    assert!(kinds[0].contains(&"latency_degraded".to_string()), "{all:?}");
+    assert!(kinds[1].contains(&"errors".to_string()) || kinds[1].contains(&"breaker_open".to_string()), "{all:?}");
+    assert_eq!(resolves(&all, shifty), 3, "{all:?}");
+    let flapping_notices =
+        all.iter().filter(|x| x.0 == "firing" && !x.2 && x.4.contains(&"flapping".to_string())).count();
+    assert_eq!(flapping_notices, 1, "one flapping notice, no change pages while it flaps: {all:?}");
+    assert!(got.iter().all(|x| x.5 == Some(2)), "each page counts both regions: {all:?}");
+    assert!(all.iter().all(|x| x.3 != "vigil:steady:m:"), "the heavy tail never pages: {all:?}");
+}
