@@ -119,6 +119,7 @@ fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> Pr
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
     }

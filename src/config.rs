@@ -213,8 +213,10 @@ pub struct ProviderConfig {
     pub reasoning_models: Vec<String>,
     /// Low-credit polling.
     pub balance: Option<BalanceConfig>,
-    /// Configured prices.
+    /// Configured price for every model of the provider (`price`).
     pub price: Option<Price>,
+    /// Configured prices per model (`prices."model" = {…}`); win over `price` and the built-in table.
+    pub prices: BTreeMap<String, Price>,
     /// Extra request headers (e.g. OpenRouter `HTTP-Referer`).
     pub headers: BTreeMap<String, String>,
     /// Request headers whose values come from the environment (`headers_env`), never printed.
@@ -526,6 +528,8 @@ struct RawProvider {
     balance: Option<RawBalance>,
     price: Option<Price>,
     #[serde(default)]
+    prices: BTreeMap<String, Price>,
+    #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
@@ -677,6 +681,14 @@ const BUILTINS: [Builtin; 7] = [
     },
 ];
 
+/// Every built-in provider's name, API host and default model (for the built-in price table).
+pub fn builtin_defaults() -> impl Iterator<Item = (&'static str, String, &'static str)> {
+    BUILTINS.iter().map(|b| {
+        let host = Url::parse(b.base_url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+        (b.name, host, b.model)
+    })
+}
+
 /// Reads environment variables; injected so tests need not touch the process environment.
 pub trait Env {
     /// Value of `name`, if set and non-empty.
@@ -741,6 +753,13 @@ impl Config {
                     "api_key_env": p.api_key_env, "api_key": redact(&p.api_key),
                     "models": p.models, "routes": p.routes, "reasoning_models": p.reasoning_models,
                     "price": p.price,
+                    "prices": p.models.iter().filter_map(|m| {
+                        let (price, source) = crate::price_table::price_of(p, m, None, None)?;
+                        Some((m.clone(), serde_json::json!({
+                            "input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok,
+                            "source": source.label(),
+                        })))
+                    }).collect::<BTreeMap<_, _>>(),
                     "balance": p.balance.as_ref().map(|b| serde_json::json!({"min_usd": b.min_usd, "every": dur(b.every), "warn_hours": b.warn_hours})),
                     "headers": p.headers,
                     "headers_env": p.secret_headers.iter().map(|h| (h.name.clone(), h.env.clone())).collect::<BTreeMap<_, _>>(),
@@ -999,6 +1018,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 reasoning_models: vec![],
                 balance: None,
                 price: None,
+                prices: BTreeMap::new(),
                 headers: BTreeMap::new(),
                 headers_env: BTreeMap::new(),
             })
@@ -1075,6 +1095,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             number_in(&key("price.input_per_mtok"), price.input_per_mtok, 0.0, 1_000_000.0, false)?;
             number_in(&key("price.output_per_mtok"), price.output_per_mtok, 0.0, 1_000_000.0, false)?;
         }
+        for (model, price) in &rp.prices {
+            number_in(&key(&format!("prices.{model}.input_per_mtok")), price.input_per_mtok, 0.0, 1_000_000.0, false)?;
+            number_in(
+                &key(&format!("prices.{model}.output_per_mtok")),
+                price.output_per_mtok,
+                0.0,
+                1_000_000.0,
+                false,
+            )?;
+        }
         let mut secret_headers = Vec::new();
         for (name, var) in &rp.headers_env {
             let value = env.get(var).ok_or_else(|| {
@@ -1104,6 +1134,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             reasoning_models: rp.reasoning_models,
             balance,
             price: rp.price,
+            prices: rp.prices,
             headers: rp.headers,
             secret_headers,
         });

@@ -152,6 +152,7 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
     };

@@ -45,6 +45,7 @@ fn plan(kind: ProviderKind, base_url: &str) -> Planned {
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
     };

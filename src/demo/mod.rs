@@ -67,6 +67,7 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
         reasoning_models: Vec::new(),
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
     };

@@ -21,7 +21,7 @@ use crate::sample::Sample;
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use h1::{Exchange, H1Error};
-use outcome::{classify_error_text, classify_http_error, Outcome};
+use outcome::{classify_http_error, Outcome};
 use sse::{SseEvent, SseParser};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +33,21 @@ use url::Url;
 pub const SYSTEM_PROMPT: &str = "You are a health check. Reply with exactly this JSON and nothing else: {\"ok\":true}";
 /// The user turn of every chat probe.
 pub const USER_PROMPT: &str = "ping";
+/// Hex digits of the per-probe nonce: 48 random bits, so two probes practically never share one.
+pub const NONCE_LEN: usize = 12;
+
+/// A fresh random nonce for one probe.
+pub fn nonce() -> String {
+    let n: u64 = rand::random();
+    format!("{:012x}", n & 0xffff_ffff_ffff)
+}
+
+/// The system prompt of one probe: the nonce is its very first text, so the prompt differs from every
+/// earlier one from its first token after the chat template and no prefix or prompt cache
+/// (llama.cpp's KV reuse, vLLM prefix caching, hosted prompt caches) can answer it.
+pub fn system_prompt(nonce: &str) -> String {
+    format!("{nonce}. {SYSTEM_PROMPT}")
+}
 /// Extra output budget for reasoning models so an answer still arrives after the thinking.
 pub const REASONING_EXTRA_TOKENS: u32 = 1024;
 /// Most bytes of an error body read for classification.
@@ -77,6 +92,8 @@ pub struct ProbeParams<'a> {
     pub max_tokens: u32,
     /// The model streams reasoning: ask for the smallest effort and leave room for an answer.
     pub reasoning: bool,
+    /// This probe's random nonce, put at the start of the system prompt ([`system_prompt`]).
+    pub nonce: &'a str,
 }
 
 /// Usage as reported by the provider.
@@ -101,8 +118,9 @@ pub struct Signals {
     pub reasoning: bool,
     /// Usage report (later reports replace earlier ones: they are cumulative).
     pub usage: Option<Usage>,
-    /// An error event: its class (when recognisable) and message.
-    pub error: Option<(Option<Outcome>, String)>,
+    /// An error event or an unreadable event: the failure text, with the provider's error type
+    /// when it gave one. Inside an accepted stream this is always a `stream_error`.
+    pub error: Option<String>,
     /// The stream's terminator (`[DONE]`, `message_stop`, a Gemini `finishReason`).
     pub done: bool,
     /// Provider's id for the response.
@@ -141,12 +159,8 @@ pub fn join(base: &Url, path: &str) -> Result<Url, String> {
 
 /// Parses an event's JSON, turning malformed data into a stream error signal.
 pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Box<Signals>> {
-    serde_json::from_str(&event.data).map_err(|e| {
-        Box::new(Signals {
-            error: Some((Some(Outcome::StreamError), format!("malformed event JSON: {e}"))),
-            ..Signals::default()
-        })
-    })
+    serde_json::from_str(&event.data)
+        .map_err(|e| Box::new(Signals { error: Some(format!("malformed event JSON: {e}")), ..Signals::default() }))
 }
 
 /// A streaming JSON POST: SSE accept header, the key under `key_header` (formatted by
@@ -180,15 +194,38 @@ pub fn as_u32(v: &serde_json::Value) -> Option<u32> {
     v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
-/// Builds an error signal from an error object, classifying it by its words.
+/// Builds an error signal from an error object, keeping the provider's error type in its text
+/// (`error event overloaded_error: Overloaded`) so the sample says what the provider reported.
 pub fn error_signal(err: &serde_json::Value) -> Signals {
     let message = err
         .get("message")
         .and_then(|m| m.as_str())
         .map(str::to_string)
         .unwrap_or_else(|| truncate(&err.to_string(), 300));
-    let class = classify_error_text(&err.to_string().to_ascii_lowercase());
-    Signals { error: Some((class, message)), ..Signals::default() }
+    let text = match error_type(err) {
+        Some(kind) => format!("error event {kind}: {message}"),
+        None => format!("error event: {message}"),
+    };
+    Signals { error: Some(text), ..Signals::default() }
+}
+
+/// The provider's name for an error: OpenAI/Anthropic/Groq `type` (with a differing string
+/// `code`), Gemini `status`, OpenRouter `metadata.error_type`, else a bare `code`.
+fn error_type(err: &serde_json::Value) -> Option<String> {
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).filter(|t| !t.is_empty()).map(str::to_string);
+    let code = err.get("code").and_then(|c| match c {
+        serde_json::Value::String(t) if !t.is_empty() => Some(t.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let named = text(err.get("type"))
+        .or_else(|| text(err.get("status")))
+        .or_else(|| text(err.get("metadata").and_then(|m| m.get("error_type"))));
+    match (named, code) {
+        (Some(kind), Some(code)) if code != kind && code.parse::<u32>().is_err() => Some(format!("{kind} ({code})")),
+        (Some(kind), _) => Some(kind),
+        (None, code) => code,
+    }
 }
 
 /// One thing to probe: a target and the provider settings it uses.
@@ -226,11 +263,17 @@ impl Planned {
     }
 }
 
+/// OpenRouter's published per-endpoint prices by (provider name, model), shared between the
+/// prober (which prices samples with them) and whoever refreshes them ([`crate::pricing::load`]).
+pub type PublishedPrices =
+    Arc<std::sync::RwLock<std::collections::BTreeMap<(String, String), Vec<crate::pricing::EndpointPrice>>>>;
+
 /// Runs probes. Cheap to share: one per process.
 #[derive(Clone)]
 pub struct Prober {
     cfg: ProbeConfig,
     tls: TlsConnector,
+    published: PublishedPrices,
 }
 
 /// Everything learned while reading a response; turned into a [`Sample`] at the end.
@@ -255,7 +298,13 @@ struct Reading {
 impl Prober {
     /// A prober with the given limits, trusting the public web roots plus `extra_roots`.
     pub fn new(cfg: ProbeConfig, extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> Self {
-        Prober { cfg, tls: timing::tls_connector(extra_roots) }
+        Prober { cfg, tls: timing::tls_connector(extra_roots), published: PublishedPrices::default() }
+    }
+
+    /// The published-price table this prober charges OpenRouter samples with; refresh it with
+    /// [`crate::pricing::PriceBook::publish_into`].
+    pub fn published_prices(&self) -> PublishedPrices {
+        self.published.clone()
     }
 
     /// Probes one target now and returns its sample; never fails, never panics on bad input.
@@ -272,7 +321,12 @@ impl Prober {
                 r.total = Some(self.cfg.timeout);
             }
         }
-        fill(&mut sample, r, plan);
+        let published = self
+            .published
+            .read()
+            .ok()
+            .and_then(|m| m.get(&(plan.target.provider.clone(), plan.target.model.clone())).cloned());
+        fill(&mut sample, r, plan, published.as_deref());
         // The one place provider data is made safe: everything downstream sees only this.
         scrub::finalise(&mut sample, &scrub::Secrets::of(&plan.provider));
         sample
@@ -281,12 +335,14 @@ impl Prober {
     async fn exchange(&self, plan: &Planned, r: &mut Reading) {
         let adapter = adapter_for(plan.provider.kind);
         let reasoning = plan.provider.reasoning_models.iter().any(|m| m == &plan.target.model);
+        let nonce = nonce();
         let params = ProbeParams {
             provider: &plan.provider,
             model: &plan.target.model,
             route: plan.target.route.as_deref(),
             max_tokens: self.cfg.max_tokens,
             reasoning,
+            nonce: &nonce,
         };
         let spec = match adapter.request(&params) {
             Ok(s) => s,
@@ -473,13 +529,10 @@ impl Reading {
                 cost_usd: u.cost_usd.or(self.usage.cost_usd),
             };
         }
-        if let Some((class, message)) = s.error {
-            // Before any answer an error event says what went wrong; after it, the stream broke.
-            let outcome = match class {
-                Some(c) if self.ttft.is_none() => c,
-                _ => Outcome::StreamError,
-            };
-            self.fail(outcome, format!("error event: {message}"));
+        if let Some(message) = s.error {
+            // The request was accepted (2xx) and then broke, before or after the first token:
+            // that is a stream error whatever the provider calls it; its own type stays in the text.
+            self.fail(Outcome::StreamError, message);
         }
         s.done
     }
@@ -489,7 +542,7 @@ fn ms(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
 }
 
-fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
+fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[crate::pricing::EndpointPrice]>) {
     sample.dns_ms = ms(r.phases.dns);
     sample.connect_ms = ms(r.phases.connect);
     sample.tls_ms = ms(r.phases.tls);
@@ -518,8 +571,17 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
                 sample.tokens_per_s = Some(f64::from(n - 1) / window);
             }
         }
+        // The provider's own figure wins; else usage × the price `vigil report` also uses.
         sample.cost_usd = r.usage.cost_usd.or_else(|| {
-            let price = plan.provider.price?;
+            if r.usage.input.is_none() && sample.output_tokens.is_none() {
+                return None;
+            }
+            let (price, _) = crate::price_table::price_of(
+                &plan.provider,
+                &plan.target.model,
+                plan.target.route.as_deref(),
+                published,
+            )?;
             Some(price.cost(r.usage.input.unwrap_or(0), sample.output_tokens.unwrap_or(0)))
         });
     }
@@ -633,6 +695,18 @@ mod tests {
         assert!(!adherent("{\"ok\":false}"));
         assert!(!adherent("Sure! {\"ok\":true}"));
         assert!(!adherent(""));
+    }
+
+    #[test]
+    fn every_prompt_starts_with_its_own_nonce() {
+        let (a, b) = (nonce(), nonce());
+        assert_eq!(a.len(), NONCE_LEN);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+        let (pa, pb) = (system_prompt(&a), system_prompt(&b));
+        assert!(pa.starts_with(&a) && pa.ends_with(SYSTEM_PROMPT));
+        let common = pa.bytes().zip(pb.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(common < NONCE_LEN, "two prompts share only what two random nonces happen to share");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
+use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -19,7 +19,7 @@ impl Adapter for OpenAi {
             "stream": true,
             "stream_options": {"include_usage": true},
             "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "system", "content": system_prompt(p.nonce)},
                 {"role": "user", "content": USER_PROMPT},
             ],
         });
