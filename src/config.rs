@@ -75,6 +75,15 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Scheduled reports.
     pub report: ReportConfig,
+    /// Retirement warnings.
+    pub deprecation: DeprecationConfig,
+}
+
+/// `[deprecation]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeprecationConfig {
+    /// Warn this many days before an announced retirement date (`model_deprecated`).
+    pub warn_days: u32,
 }
 
 /// `[report]`.
@@ -337,6 +346,19 @@ struct RawConfig {
     provider: Option<Vec<RawProvider>>,
     alerts: RawAlerts,
     report: RawReport,
+    deprecation: RawDeprecation,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDeprecation {
+    warn_days: u32,
+}
+
+impl Default for RawDeprecation {
+    fn default() -> Self {
+        RawDeprecation { warn_days: crate::alert::deprecation::DEFAULT_WARN_DAYS }
+    }
 }
 
 impl Default for RawConfig {
@@ -351,6 +373,7 @@ impl Default for RawConfig {
             provider: None,
             alerts: RawAlerts::default(),
             report: RawReport::default(),
+            deprecation: RawDeprecation::default(),
         }
     }
 }
@@ -1152,7 +1175,21 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     }
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
-    Ok(Config { region: raw.region, storage, http, probe, baseline, breaker, providers, skipped, alerts, report })
+    let deprecation =
+        DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
+    Ok(Config {
+        region: raw.region,
+        storage,
+        http,
+        probe,
+        baseline,
+        breaker,
+        providers,
+        skipped,
+        alerts,
+        report,
+        deprecation,
+    })
 }
 
 /// Header names and values must be valid HTTP without control characters; names that look like

@@ -52,6 +52,10 @@ pub struct Sample {
     pub cost_usd: Option<f64>,
     /// Seconds the provider asked us to wait (`Retry-After`, Gemini `retryDelay`).
     pub retry_after_s: Option<f64>,
+    /// Retirement notices in the response's `Deprecation`/`Sunset` headers, for the
+    /// `model_deprecated` rule. Held in memory for the round's alerts, not stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deprecation: Vec<crate::alert::deprecation::Notice>,
 }
 
 impl Sample {
@@ -79,6 +83,7 @@ impl Sample {
             adherence_ok: None,
             cost_usd: None,
             retry_after_s: None,
+            deprecation: Vec::new(),
         }
     }
 

@@ -524,3 +524,30 @@ async fn every_probe_prompt_starts_with_a_fresh_nonce_and_adherence_still_holds(
         }
     }
 }
+
+#[tokio::test]
+async fn deprecation_and_sunset_headers_reach_the_model_deprecated_rule() {
+    let script = Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO)
+        .with_header("Deprecation", "@1795132800")
+        .with_header("Sunset", "Sun, 20 Dec 2026 00:00:00 GMT");
+    let server = serve(script).await;
+    let p = provider("openai", ProviderKind::Openai, &server.base_url());
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    use vigil::alert::deprecation::{evaluate, DeprecationSource, DEFAULT_WARN_DAYS};
+    let sources: Vec<_> = s.deprecation.iter().map(|n| n.source.clone()).collect();
+    assert_eq!(sources, vec![DeprecationSource::DeprecationHeader, DeprecationSource::SunsetHeader]);
+    let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").expect("date").with_timezone(&Utc);
+    let notices: Vec<_> = s.deprecation.iter().map(|n| (s.target.clone(), n.clone())).collect();
+    let alerts = evaluate("test-1", &notices, now, DEFAULT_WARN_DAYS);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].kind, vigil::alert::AlertKind::ModelDeprecated);
+    assert_eq!(
+        alerts[0].summary,
+        "test-model deprecated since 2026-11-20, says the provider's Deprecation response header"
+    );
+    // A probe without the headers carries no notice.
+    let plain = serve(Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO)).await;
+    let s = probe(&provider("openai", ProviderKind::Openai, &plain.base_url())).await;
+    assert!(s.deprecation.is_empty());
+}

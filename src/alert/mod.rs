@@ -3,6 +3,7 @@
 //! and a delivery worker ([`outbox`]) sends them through the [`notifier::Notifier`]s
 //! ([`slack`], [`email`], [`pagerduty`], [`webhook`]) with backoff until delivered or abandoned.
 
+pub mod deprecation;
 pub mod email;
 pub mod notifier;
 pub mod outbox;
@@ -41,11 +42,14 @@ pub enum AlertKind {
     ProbeBudgetExceeded,
     /// Most targets fail at once from this instance: its own network is the problem.
     RegionUnhealthy,
+    /// The provider announced the model's retirement (Deprecation/Sunset headers, OpenRouter
+    /// `expiration_date`, or no longer listed by its models endpoint); see [`deprecation`].
+    ModelDeprecated,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 10] = [
+    pub const ALL: [AlertKind; 11] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -56,6 +60,7 @@ impl AlertKind {
         AlertKind::AdherenceFailed,
         AlertKind::ProbeBudgetExceeded,
         AlertKind::RegionUnhealthy,
+        AlertKind::ModelDeprecated,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -71,6 +76,7 @@ impl AlertKind {
             AlertKind::AdherenceFailed => "adherence_failed",
             AlertKind::ProbeBudgetExceeded => "probe_budget_exceeded",
             AlertKind::RegionUnhealthy => "region_unhealthy",
+            AlertKind::ModelDeprecated => "model_deprecated",
         }
     }
 
@@ -82,7 +88,8 @@ impl AlertKind {
             AlertKind::LatencyDegraded
             | AlertKind::CreditLow
             | AlertKind::AdherenceFailed
-            | AlertKind::ProbeBudgetExceeded => Severity::Warning,
+            | AlertKind::ProbeBudgetExceeded
+            | AlertKind::ModelDeprecated => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }

@@ -293,6 +293,7 @@ struct Reading {
     answer: String,
     retry_after_s: Option<f64>,
     streamed: bool,
+    deprecation: Vec<crate::alert::deprecation::Notice>,
 }
 
 impl Prober {
@@ -399,6 +400,7 @@ impl Prober {
         r.status = Some(status);
         r.request_id = header_request_id(&head.headers);
         r.retry_after_s = retry_after(&head.headers);
+        r.deprecation = crate::alert::deprecation::from_headers(&head.headers, Utc::now());
         drop(head);
 
         if !(200..300).contains(&status) {
@@ -555,6 +557,7 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[cra
     sample.error = r.error;
     sample.request_id = r.request_id;
     sample.retry_after_s = r.retry_after_s;
+    sample.deprecation = r.deprecation;
     sample.input_tokens = r.usage.input;
     let counted = (r.content_events > 0).then_some(r.content_events);
     sample.output_tokens = r.usage.output.or(counted);

@@ -88,6 +88,7 @@ where
         adherence_ok: row.try_get("adherence_ok")?,
         cost_usd: row.try_get("cost_usd")?,
         retry_after_s: row.try_get("retry_after_s")?,
+        deprecation: Vec::new(),
     })
 }
 
