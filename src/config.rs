@@ -46,6 +46,9 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages API.
     Anthropic,
+    /// Azure OpenAI: `base_url` is the resource (`https://NAME.openai.azure.com`, optionally
+    /// `?api-version=…`), models are deployment names, the key goes in `api-key`.
+    Azure,
     /// Gemini `streamGenerateContent?alt=sse`.
     Gemini,
     /// Plain GET expecting 2xx.
@@ -1064,7 +1067,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         let kind = rp
             .kind
             .or(builtin.map(|b| b.kind))
-            .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | gemini | http)"))?;
+            .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | azure | gemini | http)"))?;
         let base = rp
             .base_url
             .or(builtin.map(|b| b.base_url.to_string()))

@@ -491,7 +491,7 @@ async fn reasoning_models_get_small_effort_and_room_for_an_answer() {
 /// The first message's text as the server received it, per adapter.
 fn first_message(kind: ProviderKind, body: &serde_json::Value) -> String {
     let text = match kind {
-        ProviderKind::Openai => &body["messages"][0]["content"],
+        ProviderKind::Openai | ProviderKind::Azure => &body["messages"][0]["content"],
         ProviderKind::Anthropic => &body["system"],
         ProviderKind::Gemini => &body["systemInstruction"]["parts"][0]["text"],
         ProviderKind::Http => &serde_json::Value::Null,
@@ -550,4 +550,59 @@ async fn deprecation_and_sunset_headers_reach_the_model_deprecated_rule() {
     let plain = serve(Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO)).await;
     let s = probe(&provider("openai", ProviderKind::Openai, &plain.base_url())).await;
     assert!(s.deprecation.is_empty());
+}
+
+#[tokio::test]
+async fn azure_deployment_url_api_version_and_api_key_header() {
+    let server = serve(Script::sse(&fixture("azure-chat-stream.sse"), Duration::from_millis(5))).await;
+    let mut p = provider("azure", ProviderKind::Azure, &server.base_url());
+    p.models = vec!["chat-default".into()];
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.adherence_ok, Some(true), "the written transcript answers the demanded JSON");
+    assert_eq!((s.input_tokens, s.output_tokens), (Some(41), Some(5)));
+    assert_eq!(s.request_id.as_deref(), Some("chatcmpl-AzTestStream0001"));
+    let r = only_request(&server);
+    assert_eq!(r.path_only(), "/openai/deployments/chat-default/chat/completions");
+    assert!(r.path.ends_with("?api-version=2024-10-21"), "{}", r.path);
+    assert_eq!(r.header("api-key"), Some("sk-test-probe"));
+    assert_eq!(r.header("authorization"), None, "Azure keys go in api-key only");
+    let body = r.json().expect("json");
+    assert!(body.get("model").is_none(), "the deployment names the model");
+    assert_nonce_prompt(&body["messages"][0]["content"]);
+
+    // A version in base_url wins over the default.
+    let server = serve(Script::sse(&fixture("azure-chat-stream.sse"), Duration::ZERO)).await;
+    let mut p =
+        provider("azure", ProviderKind::Azure, &format!("{}/?api-version=2025-04-01-preview", server.base_url()));
+    p.models = vec!["chat-default".into()];
+    assert_eq!(probe(&p).await.outcome, Outcome::Ok);
+    assert!(only_request(&server).path.ends_with("?api-version=2025-04-01-preview"));
+}
+
+#[tokio::test]
+async fn azure_error_bodies_are_classified_and_never_show_the_key() {
+    for (file, status, want) in [
+        ("azure-error-404-deployment.json", 404, Outcome::ModelUnavailable),
+        ("azure-error-401.json", 401, Outcome::AuthError),
+        ("azure-error-429.json", 429, Outcome::RateLimited),
+    ] {
+        let script = Script::json(status, &fixture(file)).with_header("retry-after", "6");
+        let server = serve(script).await;
+        let mut p = provider("azure", ProviderKind::Azure, &server.base_url());
+        p.secret_headers = vec![vigil::config::SecretHeader {
+            name: "x-gateway-token".into(),
+            env: "GATEWAY_TOKEN".into(),
+            value: SecretString::from("sk-test-gateway-secret"),
+        }];
+        let s = probe(&p).await;
+        assert_eq!(s.outcome, want, "{file}: {:?}", s.error);
+        let r = only_request(&server);
+        assert_eq!(r.header("x-gateway-token"), Some("sk-test-gateway-secret"), "headers_env goes on the wire");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sk-test-probe") && !shown.contains("sk-test-gateway-secret"), "{file}: {shown}");
+        if want == Outcome::RateLimited {
+            assert_eq!(s.retry_after_s, Some(6.0));
+        }
+    }
 }

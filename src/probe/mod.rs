@@ -7,6 +7,7 @@
 //! with its [`Outcome`].
 
 pub mod anthropic;
+pub mod azure;
 pub mod gemini;
 pub mod h1;
 pub mod http;
@@ -144,6 +145,7 @@ pub fn adapter_for(kind: ProviderKind) -> &'static dyn Adapter {
     match kind {
         ProviderKind::Openai => &openai::OpenAi,
         ProviderKind::Anthropic => &anthropic::Anthropic,
+        ProviderKind::Azure => &azure::Azure,
         ProviderKind::Gemini => &gemini::Gemini,
         ProviderKind::Http => &http::PlainHttp,
     }
