@@ -104,6 +104,7 @@ fn probe_config(concurrency: usize) -> ProbeConfig {
         concurrency,
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
     }
 }
 

@@ -130,6 +130,8 @@ pub struct HttpConfig {
 /// `[probe]`.
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
+    /// HTTP proxy for probes (`probe.proxy`, `HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY`).
+    pub proxy: crate::probe::proxy::ProxyConfig,
     /// One round every `interval`.
     pub interval: Duration,
     /// Whole-probe limit.
@@ -483,6 +485,7 @@ struct RawProbe {
     concurrency: usize,
     daily_budget_usd: f64,
     max_body_kb: usize,
+    proxy: Option<String>,
 }
 
 impl Default for RawProbe {
@@ -496,6 +499,7 @@ impl Default for RawProbe {
             concurrency: 256,
             daily_budget_usd: 5.0,
             max_body_kb: 1024,
+            proxy: None,
         }
     }
 }
@@ -706,6 +710,41 @@ const BUILTINS: [Builtin; 7] = [
         model: "gemini-2.0-flash-lite",
     },
 ];
+
+/// The probes' proxy: `probe.proxy` for every scheme (`off` for none), else `HTTPS_PROXY` and
+/// `HTTP_PROXY` (either case) by scheme; `NO_PROXY` lists the hosts that bypass it.
+fn proxy_config(key: Option<&str>, env: &dyn Env) -> Result<crate::probe::proxy::ProxyConfig, ConfigError> {
+    let var = |names: [&str; 2]| names.iter().find_map(|n| env.get(n));
+    let parse = |what: &str, v: String| -> Result<Url, ConfigError> {
+        let with_scheme = if v.contains("://") { v } else { format!("http://{v}") };
+        let u = Url::parse(&with_scheme).map_err(|e| invalid(what, e.to_string()))?;
+        if u.scheme() != "http" {
+            return Err(invalid(
+                what,
+                format!("scheme {:?}: only http:// proxies (HTTP CONNECT) are supported", u.scheme()),
+            ));
+        }
+        if u.host_str().is_none() {
+            return Err(invalid(what, "has no host"));
+        }
+        Ok(u)
+    };
+    let (https, http) = match key.map(str::trim) {
+        Some("off") => (None, None),
+        Some(v) if !v.is_empty() => {
+            let u = parse("probe.proxy", v.to_string())?;
+            (Some(u.clone()), Some(u))
+        }
+        _ => (
+            var(["HTTPS_PROXY", "https_proxy"]).map(|v| parse("HTTPS_PROXY", v)).transpose()?,
+            var(["HTTP_PROXY", "http_proxy"]).map(|v| parse("HTTP_PROXY", v)).transpose()?,
+        ),
+    };
+    let no_proxy = var(["NO_PROXY", "no_proxy"])
+        .map(|v| v.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect())
+        .unwrap_or_default();
+    Ok(crate::probe::proxy::ProxyConfig { https, http, no_proxy })
+}
 
 /// Every built-in provider's name, API host and default model (for the built-in price table).
 pub fn builtin_defaults() -> impl Iterator<Item = (&'static str, String, &'static str)> {
@@ -999,6 +1038,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let p = &raw.probe;
     let ms = Duration::from_millis;
     let probe = ProbeConfig {
+        proxy: proxy_config(p.proxy.as_deref(), env)?,
         interval: duration_in("probe.interval", &p.interval, SECOND, DAY)?,
         timeout: duration_in("probe.timeout", &p.timeout, ms(10), HOUR)?,
         connect_timeout: duration_in("probe.connect_timeout", &p.connect_timeout, ms(10), HOUR)?,

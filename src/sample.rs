@@ -24,6 +24,10 @@ pub struct Sample {
     pub connect_ms: Option<f64>,
     /// TLS handshake (null for plain HTTP).
     pub tls_ms: Option<f64>,
+    /// Through an HTTP proxy: CONNECT sent → the proxy's 2xx (null without a proxy). `dns_ms`
+    /// and `connect_ms` are then the proxy's; TTFB and TTFT still count from the request sent.
+    #[serde(default)]
+    pub proxy_ms: Option<f64>,
     /// Request sent → first byte of the status line.
     pub ttfb_ms: Option<f64>,
     /// Request sent → first visible content token.
@@ -69,6 +73,7 @@ impl Sample {
             dns_ms: None,
             connect_ms: None,
             tls_ms: None,
+            proxy_ms: None,
             ttfb_ms: None,
             ttft_ms: None,
             ttfr_ms: None,

@@ -33,6 +33,7 @@ fn probe_config() -> ProbeConfig {
         concurrency: 64,
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
     }
 }
 

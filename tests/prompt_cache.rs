@@ -153,6 +153,7 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
         concurrency: 1,
         daily_budget_usd: 5.0,
         max_body_bytes: 1 << 20,
+        proxy: Default::default(),
     };
     let prober = Prober::new(cfg, &[]);
     // One unmeasured probe first: the server's first evaluation also pays one-off set-up costs.

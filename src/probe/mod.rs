@@ -13,6 +13,7 @@ pub mod h1;
 pub mod http;
 pub mod openai;
 pub mod outcome;
+pub mod proxy;
 pub mod scrub;
 pub mod sse;
 pub mod timing;
@@ -356,7 +357,8 @@ impl Prober {
         };
         let port = spec.url.port_or_known_default().unwrap_or(80);
         let tls = (spec.url.scheme() == "https").then_some(&self.tls);
-        let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout).await {
+        let proxy = self.cfg.proxy.for_target(spec.url.scheme(), &host);
+        let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout, proxy).await {
             Ok((stream, phases)) => {
                 r.phases = phases;
                 stream
@@ -550,6 +552,7 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[cra
     sample.dns_ms = ms(r.phases.dns);
     sample.connect_ms = ms(r.phases.connect);
     sample.tls_ms = ms(r.phases.tls);
+    sample.proxy_ms = ms(r.phases.proxy);
     sample.ttfb_ms = ms(r.ttfb);
     sample.ttft_ms = ms(r.ttft);
     sample.ttfr_ms = ms(r.ttfr);

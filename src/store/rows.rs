@@ -74,6 +74,7 @@ where
         dns_ms: row.try_get("dns_ms")?,
         connect_ms: row.try_get("connect_ms")?,
         tls_ms: row.try_get("tls_ms")?,
+        proxy_ms: row.try_get("proxy_ms")?,
         ttfb_ms: row.try_get("ttfb_ms")?,
         ttft_ms: row.try_get("ttft_ms")?,
         ttfr_ms: row.try_get("ttfr_ms")?,
