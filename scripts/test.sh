@@ -17,6 +17,7 @@ command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v c++ >/dev/null || need_apt+=(g++)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
+[ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq

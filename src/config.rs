@@ -849,7 +849,12 @@ impl Config {
             "probe": {"interval": dur(self.probe.interval), "timeout": dur(self.probe.timeout),
                       "connect_timeout": dur(self.probe.connect_timeout), "ttft_timeout": dur(self.probe.ttft_timeout),
                       "max_tokens": self.probe.max_tokens, "concurrency": self.probe.concurrency,
-                      "daily_budget_usd": self.probe.daily_budget_usd, "max_body_bytes": self.probe.max_body_bytes},
+                      "daily_budget_usd": self.probe.daily_budget_usd, "max_body_bytes": self.probe.max_body_bytes,
+                      "proxy": {
+                          "https": self.probe.proxy.https.as_ref().map(crate::probe::proxy::ProxyConfig::redacted),
+                          "http": self.probe.proxy.http.as_ref().map(crate::probe::proxy::ProxyConfig::redacted),
+                          "no_proxy": self.probe.proxy.no_proxy,
+                      }},
             "baseline": {"window": dur(self.baseline.window), "failover_factor": self.baseline.failover_factor,
                          "min_samples_p50": self.baseline.min_samples_p50, "min_samples_p95": self.baseline.min_samples_p95,
                          "min_samples_p99": self.baseline.min_samples_p99},
@@ -1347,6 +1352,28 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn probe_proxy_comes_from_the_key_or_the_environment_and_is_shown_redacted() {
+        let env: BTreeMap<String, String> = [
+            ("HTTPS_PROXY".to_string(), "http://user:s3cret@proxy.corp:3128".to_string()),
+            ("no_proxy".to_string(), "localhost, .internal".to_string()),
+        ]
+        .into();
+        let c = Config::from_toml("", &env).expect("config");
+        assert_eq!(c.probe.proxy.https.as_ref().map(|u| u.as_str()), Some("http://user:s3cret@proxy.corp:3128/"));
+        assert_eq!(c.probe.proxy.http, None);
+        assert_eq!(c.probe.proxy.no_proxy, vec!["localhost".to_string(), ".internal".to_string()]);
+        let shown = c.redacted_toml();
+        assert!(shown.contains("proxy.corp:3128") && !shown.contains("s3cret"), "{shown}");
+        let c = Config::from_toml("[probe]\nproxy = \"10.0.0.1:8080\"", &env).expect("config");
+        assert_eq!(c.probe.proxy.http.as_ref().map(|u| u.as_str()), Some("http://10.0.0.1:8080/"));
+        assert_eq!(c.probe.proxy.https, c.probe.proxy.http);
+        let c = Config::from_toml("[probe]\nproxy = \"off\"", &env).expect("config");
+        assert_eq!(c.probe.proxy.https, None);
+        let e = Config::from_toml("[probe]\nproxy = \"socks5://h:1\"", &env).expect_err("socks refused");
+        assert!(e.to_string().contains("probe.proxy"), "{e}");
     }
 
     #[test]
