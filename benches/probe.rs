@@ -105,6 +105,8 @@ fn probe_config(concurrency: usize) -> ProbeConfig {
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
         proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     }
 }
 
@@ -123,6 +125,7 @@ fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> Pr
         prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     }
 }
 

@@ -130,6 +130,10 @@ pub struct HttpConfig {
 /// `[probe]`.
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
+    /// `probe.ca_file`: extra CA certificates every probe trusts (besides the system and built-in roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Its certificates, read at load.
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// HTTP proxy for probes (`probe.proxy`, `HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY`).
     pub proxy: crate::probe::proxy::ProxyConfig,
     /// One round every `interval`.
@@ -235,6 +239,8 @@ pub struct ProviderConfig {
     pub headers: BTreeMap<String, String>,
     /// Request headers whose values come from the environment (`headers_env`), never printed.
     pub secret_headers: Vec<SecretHeader>,
+    /// Its own `ca_file` and client certificate (`client_cert_file`/`client_key_file`).
+    pub tls: crate::probe::trust::ProviderTls,
 }
 
 /// One `headers_env` entry: a request header whose value is a secret read from a variable.
@@ -486,6 +492,7 @@ struct RawProbe {
     daily_budget_usd: f64,
     max_body_kb: usize,
     proxy: Option<String>,
+    ca_file: Option<String>,
 }
 
 impl Default for RawProbe {
@@ -500,6 +507,7 @@ impl Default for RawProbe {
             daily_budget_usd: 5.0,
             max_body_kb: 1024,
             proxy: None,
+            ca_file: None,
         }
     }
 }
@@ -563,6 +571,9 @@ struct RawProvider {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
+    ca_file: Option<String>,
+    client_cert_file: Option<String>,
+    client_key_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -827,6 +838,9 @@ impl Config {
                     }).collect::<BTreeMap<_, _>>(),
                     "balance": p.balance.as_ref().map(|b| serde_json::json!({"min_usd": b.min_usd, "every": dur(b.every), "warn_hours": b.warn_hours})),
                     "headers": p.headers,
+                    "ca_file": p.tls.ca_file.as_ref().map(|f| f.display().to_string()),
+                    "client_cert_file": p.tls.client.as_ref().map(|c| c.cert_file.display().to_string()),
+                    "client_key_file": p.tls.client.as_ref().map(|c| c.key_file.display().to_string()),
                     "headers_env": p.secret_headers.iter().map(|h| (h.name.clone(), h.env.clone())).collect::<BTreeMap<_, _>>(),
                 })
             })
@@ -850,6 +864,8 @@ impl Config {
                       "connect_timeout": dur(self.probe.connect_timeout), "ttft_timeout": dur(self.probe.ttft_timeout),
                       "max_tokens": self.probe.max_tokens, "concurrency": self.probe.concurrency,
                       "daily_budget_usd": self.probe.daily_budget_usd, "max_body_bytes": self.probe.max_body_bytes,
+                      "ca_file": self.probe.ca_file.as_ref().map(|f| f.display().to_string()),
+                      "trust": "system roots + built-in Mozilla roots + ca_file",
                       "proxy": {
                           "https": self.probe.proxy.https.as_ref().map(crate::probe::proxy::ProxyConfig::redacted),
                           "http": self.probe.proxy.http.as_ref().map(crate::probe::proxy::ProxyConfig::redacted),
@@ -1042,7 +1058,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     };
     let p = &raw.probe;
     let ms = Duration::from_millis;
+    let ca_file = p.ca_file.as_deref().map(std::path::PathBuf::from);
+    let ca_certs = match &ca_file {
+        Some(path) => crate::probe::trust::load_certs(path).map_err(|e| invalid("probe.ca_file", e))?,
+        None => Vec::new(),
+    };
     let probe = ProbeConfig {
+        ca_file,
+        ca_certs,
         proxy: proxy_config(p.proxy.as_deref(), env)?,
         interval: duration_in("probe.interval", &p.interval, SECOND, DAY)?,
         timeout: duration_in("probe.timeout", &p.timeout, ms(10), HOUR)?,
@@ -1092,6 +1115,9 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 prices: BTreeMap::new(),
                 headers: BTreeMap::new(),
                 headers_env: BTreeMap::new(),
+                ca_file: None,
+                client_cert_file: None,
+                client_key_file: None,
             })
             .collect()
     });
@@ -1194,6 +1220,23 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 value: SecretString::from(value),
             });
         }
+        let ca_file = rp.ca_file.as_deref().map(std::path::PathBuf::from);
+        let ca_certs = match &ca_file {
+            Some(path) => crate::probe::trust::load_certs(path).map_err(|e| invalid(key("ca_file"), e))?,
+            None => Vec::new(),
+        };
+        let client = match (&rp.client_cert_file, &rp.client_key_file) {
+            (Some(c), Some(k)) => Some(
+                crate::probe::trust::load_identity(c.as_ref(), k.as_ref())
+                    .map_err(|e| invalid(key("client_cert_file"), e))?,
+            ),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid(key("client_key_file"), "missing: client_cert_file needs its key")),
+            (None, Some(_)) => {
+                return Err(invalid(key("client_cert_file"), "missing: client_key_file needs its certificate"))
+            }
+        };
+        let tls = crate::probe::trust::ProviderTls { ca_file, ca_certs, client };
         providers.push(ProviderConfig {
             name: rp.name,
             kind,
@@ -1208,6 +1251,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             prices: rp.prices,
             headers: rp.headers,
             secret_headers,
+            tls,
         });
     }
 

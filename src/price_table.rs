@@ -171,6 +171,7 @@ mod tests {
             prices: BTreeMap::new(),
             headers: BTreeMap::new(),
             secret_headers: vec![],
+            tls: Default::default(),
         }
     }
 

@@ -155,6 +155,7 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
         prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
+        tls: Default::default(),
     };
     let t = Target { provider: "or".into(), model: "m".into(), route: Some("Host".into()), region: "test-1".into() };
     let dir = tempfile::tempdir().expect("tempdir");

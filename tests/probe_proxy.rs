@@ -69,6 +69,8 @@ async fn start_tinyproxy() -> Option<Tinyproxy> {
 fn config(proxy: ProxyConfig) -> ProbeConfig {
     ProbeConfig {
         proxy,
+        ca_file: None,
+        ca_certs: Vec::new(),
         interval: Duration::from_secs(60),
         timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(2),
@@ -95,6 +97,7 @@ fn plan(base_url: &str) -> Planned {
         prices: BTreeMap::new(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
+        tls: Default::default(),
     };
     Planned {
         target: Target { provider: "p".into(), model: "m".into(), route: None, region: "test".into() },
@@ -156,4 +159,132 @@ async fn a_dead_or_refusing_proxy_is_a_connect_error_naming_the_proxy() {
     let s = Prober::new(config(via), &[]).probe(&plan(&plain.base_url()), Utc::now()).await;
     assert_eq!(s.outcome, Outcome::ConnectError, "{:?}", s.error);
     assert!(s.error.as_deref().is_some_and(|e| e.contains("proxy refused CONNECT")), "{:?}", s.error);
+}
+
+/// A test CA, and certificates it signs for a server (`localhost`) and a client.
+struct TestPki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl TestPki {
+    fn new() -> TestPki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, "vigil test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().expect("key")).expect("CA");
+        TestPki { ca }
+    }
+
+    /// (certificate chain, key) signed by the CA.
+    fn issue(
+        &self,
+        names: &[&str],
+        purpose: rcgen::ExtendedKeyUsagePurpose,
+    ) -> (rustls::pki_types::CertificateDer<'static>, rcgen::KeyPair) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
+        params.extended_key_usages = vec![purpose];
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.ca).expect("signed");
+        (cert.der().clone(), key)
+    }
+
+    fn server_config(&self, client_ca: bool) -> rustls::ServerConfig {
+        let (cert, key) = self.issue(&["localhost"], rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions");
+        let builder = if client_ca {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.ca.der().clone()).expect("CA root");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("client verifier");
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        builder.with_single_cert(vec![cert, self.ca.der().clone()], key).expect("server cert")
+    }
+}
+
+fn toml_path(p: &std::path::Path) -> String {
+    p.display().to_string().replace('\\', "\\\\")
+}
+
+#[tokio::test]
+async fn private_ca_through_tinyproxy_and_client_certificates_from_config_files() {
+    let Some(proxy) = start_tinyproxy().await else { return };
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, pki.ca.pem()).expect("ca file");
+    let (client_cert, client_key) = pki.issue(&["vigil-probe"], rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+    let (cert_file, key_file) = (dir.path().join("client.pem"), dir.path().join("client.key"));
+    let client_pem =
+        format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", base64_lines(client_cert.as_ref()));
+    std::fs::write(&cert_file, client_pem).expect("client cert");
+    std::fs::write(&key_file, client_key.serialize_pem()).expect("client key");
+
+    let plain_tls = StandIn::start_tls_config(|_| stream(), pki.server_config(false)).expect("CA-signed stand-in");
+    let mtls = StandIn::start_tls_config(|_| stream(), pki.server_config(true)).expect("mTLS stand-in");
+    let text = format!(
+        "[probe]\nproxy = \"http://127.0.0.1:{port}\"\n\n\
+         [[provider]]\nname = \"private\"\nkind = \"openai\"\nbase_url = \"{a}\"\napi_key_env = \"K\"\nmodels = [\"m\"]\n\
+         ca_file = \"{ca}\"\n\n\
+         [[provider]]\nname = \"gateway\"\nkind = \"openai\"\nbase_url = \"{b}\"\napi_key_env = \"K\"\nmodels = [\"m\"]\n\
+         ca_file = \"{ca}\"\nclient_cert_file = \"{cert}\"\nclient_key_file = \"{key}\"\n\n\
+         [[provider]]\nname = \"untrusted\"\nkind = \"openai\"\nbase_url = \"{a}\"\napi_key_env = \"K\"\nmodels = [\"m\"]\n",
+        port = proxy.port,
+        a = plain_tls.base_url(),
+        b = mtls.base_url(),
+        ca = toml_path(&ca_file),
+        cert = toml_path(&cert_file),
+        key = toml_path(&key_file),
+    );
+    let env: BTreeMap<String, String> = [("K".to_string(), "sk-test-trust".to_string())].into();
+    let c = vigil::config::Config::from_toml(&text, &env).expect("config with CA and client certificate");
+    let shown = c.redacted_toml();
+    assert!(shown.contains("ca.pem") && shown.contains("client.key"), "{shown}");
+    assert!(!shown.contains("PRIVATE KEY") && !shown.contains("sk-test-trust"), "no key material shown");
+
+    let prober = Prober::new(ProbeConfig { timeout: Duration::from_secs(5), ..c.probe.clone() }, &[]);
+    let planned = Planned::all(&c.providers, "test");
+    for plan in &planned {
+        let s = prober.probe(plan, Utc::now()).await;
+        match plan.target.provider.as_str() {
+            "private" | "gateway" => {
+                assert_eq!(s.outcome, Outcome::Ok, "{}: {:?}", plan.target.provider, s.error);
+                assert!(s.proxy_ms.is_some() && s.tls_ms.is_some(), "{}: through the proxy", plan.target.provider);
+            }
+            _ => {
+                assert_eq!(s.outcome, Outcome::TlsError, "the test CA is trusted only where configured: {:?}", s.error)
+            }
+        }
+    }
+    assert_eq!(mtls.requests().len(), 1, "the gateway accepted the client certificate");
+
+    // Without the client certificate the gateway refuses the handshake.
+    let text = text
+        .replace(&format!("client_cert_file = \"{}\"\n", toml_path(&cert_file)), "")
+        .replace(&format!("client_key_file = \"{}\"\n", toml_path(&key_file)), "");
+    let c = vigil::config::Config::from_toml(&text, &env).expect("config");
+    let prober = Prober::new(c.probe.clone(), &[]);
+    let gateway =
+        Planned::all(&c.providers, "test").into_iter().find(|p| p.target.provider == "gateway").expect("gateway");
+    let s = prober.probe(&gateway, Utc::now()).await;
+    assert_ne!(s.outcome, Outcome::Ok, "an mTLS gateway refuses a probe without a client certificate");
+
+    // An unreadable ca_file is a config error naming the key.
+    let bad = text.replacen(&toml_path(&ca_file), "/nonexistent/ca.pem", 1);
+    let e = vigil::config::Config::from_toml(&bad, &env).expect_err("missing CA file");
+    assert!(e.to_string().contains("provider[0].ca_file"), "{e}");
+}
+
+fn base64_lines(der: &[u8]) -> String {
+    use base64::Engine;
+    let b = base64::engine::general_purpose::STANDARD.encode(der);
+    b.as_bytes().chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n")
 }

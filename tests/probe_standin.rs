@@ -34,6 +34,8 @@ fn probe_config() -> ProbeConfig {
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
         proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     }
 }
 
@@ -52,6 +54,7 @@ fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
         prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     }
 }
 

@@ -139,6 +139,7 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
         prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     };
     let plan = Planned {
         target: Target { provider: "llama".into(), model: "tiny".into(), route: None, region: "test".into() },
@@ -154,6 +155,8 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
         daily_budget_usd: 5.0,
         max_body_bytes: 1 << 20,
         proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     };
     let prober = Prober::new(cfg, &[]);
     // One unmeasured probe first: the server's first evaluation also pays one-off set-up costs.

@@ -70,6 +70,7 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
         prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     };
     let openrouter = |name: &str, model: &str| -> std::io::Result<ProviderConfig> {
         Ok(ProviderConfig {

@@ -17,6 +17,7 @@ pub mod proxy;
 pub mod scrub;
 pub mod sse;
 pub mod timing;
+pub mod trust;
 
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use crate::sample::Sample;
@@ -277,6 +278,11 @@ pub struct Prober {
     cfg: ProbeConfig,
     tls: TlsConnector,
     published: PublishedPrices,
+    /// `probe.ca_file` plus the caller's extra roots: what every connector trusts besides the
+    /// system and built-in roots.
+    roots: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// Connectors of providers with their own `ca_file` or client certificate, built on first use.
+    per_provider: Arc<std::sync::Mutex<std::collections::HashMap<String, Result<TlsConnector, String>>>>,
 }
 
 /// Everything learned while reading a response; turned into a [`Sample`] at the end.
@@ -302,7 +308,28 @@ struct Reading {
 impl Prober {
     /// A prober with the given limits, trusting the public web roots plus `extra_roots`.
     pub fn new(cfg: ProbeConfig, extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> Self {
-        Prober { cfg, tls: timing::tls_connector(extra_roots), published: PublishedPrices::default() }
+        let roots: Vec<_> = cfg.ca_certs.iter().chain(extra_roots).cloned().collect();
+        Prober {
+            tls: timing::tls_connector(&roots),
+            cfg,
+            published: PublishedPrices::default(),
+            roots: Arc::new(roots),
+            per_provider: Arc::default(),
+        }
+    }
+
+    /// The TLS connector for a provider: the shared one, or one with its own CA or client certificate.
+    fn connector_for(&self, p: &ProviderConfig) -> Result<TlsConnector, String> {
+        if !p.tls.is_custom() {
+            return Ok(self.tls.clone());
+        }
+        let mut map = self.per_provider.lock().map_err(|_| "TLS connector cache poisoned".to_string())?;
+        map.entry(p.name.clone())
+            .or_insert_with(|| {
+                let roots: Vec<_> = self.roots.iter().chain(&p.tls.ca_certs).cloned().collect();
+                trust::connector(&roots, p.tls.client.as_ref())
+            })
+            .clone()
     }
 
     /// The published-price table this prober charges OpenRouter samples with; refresh it with
@@ -356,7 +383,15 @@ impl Prober {
             return r.fail(Outcome::ClientError, format!("{} has no host", spec.url));
         };
         let port = spec.url.port_or_known_default().unwrap_or(80);
-        let tls = (spec.url.scheme() == "https").then_some(&self.tls);
+        let connector = if spec.url.scheme() == "https" {
+            match self.connector_for(&plan.provider) {
+                Ok(c) => Some(c),
+                Err(e) => return r.fail(Outcome::TlsError, format!("TLS setup: {e}")),
+            }
+        } else {
+            None
+        };
+        let tls = connector.as_ref();
         let proxy = self.cfg.proxy.for_target(spec.url.scheme(), &host);
         let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout, proxy).await {
             Ok((stream, phases)) => {

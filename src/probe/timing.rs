@@ -48,25 +48,20 @@ pub enum Stream {
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-/// The TLS client setup shared by all probes (roots are loaded once).
+/// The TLS client setup shared by all probes: system roots, built-in roots and `extra_roots`
+/// ([`super::trust::connector`]); a refused extra root leaves it out, so TLS fails visibly later.
 pub fn tls_connector(extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> TlsConnector {
-    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    for cert in extra_roots {
-        // A bad extra root is a test or operator error; skipping it makes TLS fail visibly later.
-        let _ = roots.add(cert.clone());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-        .unwrap_or_else(|_| {
+    super::trust::connector(extra_roots, None).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "extra CA certificates refused; trusting the system and built-in roots only");
+        super::trust::connector(&[], None).unwrap_or_else(|_| {
             // The ring provider supports the default versions; this branch only guards a library change.
-            rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth()
-        });
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    // Resumption would skip the full handshake and hide the TLS cost a new client pays.
-    config.resumption = rustls::client::Resumption::disabled();
-    TlsConnector::from(Arc::new(config))
+            TlsConnector::from(Arc::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            ))
+        })
+    })
 }
 
 /// Opens a fresh connection to `host:port` (through `proxy`'s CONNECT tunnel when given),
