@@ -56,10 +56,11 @@ async fn start_tinyproxy() -> Option<Tinyproxy> {
     )
     .expect("config");
     let child = Command::new(bin).arg("-d").arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
-    let child = child.expect("tinyproxy starts");
+    // Owned by the guard at once, so every path below stops and reaps it.
+    let proxy = Tinyproxy { child: child.expect("tinyproxy starts"), port, _dir: dir };
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Some(Tinyproxy { child, port, _dir: dir });
+            return Some(proxy);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -279,10 +279,13 @@ async fn error_statuses_map_to_outcome_classes() {
     }
 }
 
+/// One error-event case: what, body, adapter, error text prefix, tokens counted before it.
+type ErrorCase = (&'static str, Vec<u8>, ProviderKind, &'static str, Option<u32>);
+
 #[tokio::test]
 async fn error_events_in_accepted_streams_are_stream_errors_with_the_provider_type() {
-    // (fixture, adapter, the error text's start, output tokens counted before the error)
-    let cases: [(&str, Vec<u8>, ProviderKind, &str, Option<u32>); 6] = [
+    // (what, fixture, adapter, the error text's start, output tokens counted before the error)
+    let cases: [ErrorCase; 6] = [
         (
             "anthropic overloaded before content",
             fixture("anthropic-stream-overloaded-error.sse"),

@@ -87,6 +87,18 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
     if !python.exists() {
         return skip(&format!("no llama venv at {} (scripts/llama-tier.sh builds it)", venv().display()));
     }
+    match Command::new(&python).args(["-c", "import llama_cpp.server, gguf, numpy"]).output() {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr);
+            return skip(&format!(
+                "llama venv at {} is incomplete: {}",
+                venv().display(),
+                why.lines().last().unwrap_or("")
+            ));
+        }
+        Err(e) => return skip(&format!("cannot run {}: {e}", python.display())),
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join("tiny.gguf");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/tiny_gguf.py");
