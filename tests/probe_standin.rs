@@ -507,7 +507,7 @@ fn first_message(kind: ProviderKind, body: &serde_json::Value) -> String {
 }
 
 #[tokio::test]
-async fn every_probe_prompt_starts_with_a_fresh_nonce_and_adherence_still_holds() {
+async fn every_probe_prompt_starts_with_a_fresh_nonce() {
     for (kind, name) in [
         (ProviderKind::Openai, "openai-chat-stream.sse"),
         (ProviderKind::Anthropic, "anthropic-messages-stream.sse"),
