@@ -187,15 +187,24 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
     println!("TTFT ms with a nonce per probe: {nonce_ttft:.1?}");
     println!("TTFT ms with an identical prompt: {same_ttft:.1?}");
 
-    let (cold, repeats) = (same_ttft[0], median(same_ttft[1..].to_vec()));
+    // Shared CPU makes single figures noisy (a stalled request can take a second), so every
+    // check compares a median or a minimum with wide margins, and the cold cost is the lower of
+    // two independent cold evaluations; the gap looked for is evaluating the prompt or not.
+    let cold = same_ttft[0].min(nonce_ttft[0]);
+    let cached = median(same_ttft[1..].to_vec());
     assert!(
-        repeats < cold * 0.6,
-        "control: the server must answer a repeated prompt from cache ({cold:.1} ms cold, {repeats:.1} ms repeated)"
+        cached < same_ttft[0] * 0.5,
+        "control: the server must answer a repeated prompt from cache ({:.1} ms cold, {cached:.1} ms repeated)",
+        same_ttft[0]
     );
-    let (first, repeats) = (nonce_ttft[0], median(nonce_ttft[1..].to_vec()));
+    let repeats = median(nonce_ttft[1..].to_vec());
     assert!(
-        repeats > first * 0.6,
-        "with a nonce, repeats pay for the whole prompt like the first ({first:.1} ms first, {repeats:.1} ms repeated)"
+        repeats > cold * 0.5,
+        "with a nonce, repeats pay for the whole prompt like a first probe ({cold:.1} ms cold, {repeats:.1} ms repeated)"
     );
-    assert!(repeats > median(same_ttft[1..].to_vec()) * 1.5, "nonce probes are not served from cache");
+    let fastest_nonce = nonce_ttft[1..].iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        fastest_nonce > cached * 2.0,
+        "no nonce probe is answered from cache ({fastest_nonce:.1} ms fastest nonce probe, {cached:.1} ms a cache hit)"
+    );
 }

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import gguf
 
-N_EMBD, N_LAYER, N_HEAD, N_FF, N_CTX = 256, 4, 4, 704, 1024
+N_EMBD, N_LAYER, N_HEAD, N_FF, N_CTX = 384, 6, 6, 1024, 1024
 
 
 def main(path: str) -> None:
