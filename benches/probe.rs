@@ -104,6 +104,9 @@ fn probe_config(concurrency: usize) -> ProbeConfig {
         concurrency,
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     }
 }
 
@@ -119,8 +122,10 @@ fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> Pr
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     }
 }
 

@@ -16,10 +16,13 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+command -v c++ >/dev/null || need_apt+=(g++)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 # tests/http_server.rs runs the binary under a low open-file limit with prlimit.
 command -v prlimit >/dev/null || need_apt+=(util-linux)
+[ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq
@@ -51,6 +54,11 @@ if ! "$VIGIL_LITELLM_VENV/bin/python" -c 'import litellm, yaml' 2>/dev/null; the
   if ! { python3 -m venv "$VIGIL_LITELLM_VENV" && "$VIGIL_LITELLM_VENV/bin/pip" install -q litellm pyyaml; }; then
     echo "LiteLLM venv not built: the LiteLLM router checks will be skipped" >&2
   fi
+# The optional real-inference-server tier (tests/prompt_cache.rs): a cached venv with
+# llama-cpp-python[server]; when it cannot be built the test prints why and skips.
+if [ "${VIGIL_LLAMA_TIER:-1}" != 0 ]; then
+  log "llama tier (prompt-cache test)"
+  ./scripts/llama-tier.sh || echo "llama tier unavailable; tests/prompt_cache.rs will skip"
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;

@@ -46,6 +46,9 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages API.
     Anthropic,
+    /// Azure OpenAI: `base_url` is the resource (`https://NAME.openai.azure.com`, optionally
+    /// `?api-version=…`), models are deployment names, the key goes in `api-key`.
+    Azure,
     /// Gemini `streamGenerateContent?alt=sse`.
     Gemini,
     /// Plain GET expecting 2xx.
@@ -80,6 +83,15 @@ pub struct Config {
     /// The document as read, `VIGIL_*` overrides applied (for `check-config`). It names secret
     /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`.
     pub source: toml::Table,
+    /// Retirement warnings.
+    pub deprecation: DeprecationConfig,
+}
+
+/// `[deprecation]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeprecationConfig {
+    /// Warn this many days before an announced retirement date (`model_deprecated`).
+    pub warn_days: u32,
 }
 
 /// `[report]`.
@@ -127,6 +139,12 @@ pub struct HttpConfig {
 /// `[probe]`.
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
+    /// `probe.ca_file`: extra CA certificates every probe trusts (besides the system and built-in roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Its certificates, read at load.
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// HTTP proxy for probes (`probe.proxy`, `HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY`).
+    pub proxy: crate::probe::proxy::ProxyConfig,
     /// One round every `interval`.
     pub interval: Duration,
     /// Whole-probe limit.
@@ -222,12 +240,16 @@ pub struct ProviderConfig {
     pub reasoning_models: Vec<String>,
     /// Low-credit polling.
     pub balance: Option<BalanceConfig>,
-    /// Configured prices.
+    /// Configured price for every model of the provider (`price`).
     pub price: Option<Price>,
+    /// Configured prices per model (`prices."model" = {…}`); win over `price` and the built-in table.
+    pub prices: BTreeMap<String, Price>,
     /// Extra request headers (e.g. OpenRouter `HTTP-Referer`).
     pub headers: BTreeMap<String, String>,
     /// Request headers whose values come from the environment (`headers_env`), never printed.
     pub secret_headers: Vec<SecretHeader>,
+    /// Its own `ca_file` and client certificate (`client_cert_file`/`client_key_file`).
+    pub tls: crate::probe::trust::ProviderTls,
 }
 
 /// One `headers_env` entry: a request header whose value is a secret read from a variable.
@@ -373,6 +395,19 @@ struct RawConfig {
     report: RawReport,
     #[serde(skip_serializing)]
     chain: Vec<crate::chain::RawChain>,
+    deprecation: RawDeprecation,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDeprecation {
+    warn_days: u32,
+}
+
+impl Default for RawDeprecation {
+    fn default() -> Self {
+        RawDeprecation { warn_days: crate::alert::deprecation::DEFAULT_WARN_DAYS }
+    }
 }
 
 impl Default for RawConfig {
@@ -388,6 +423,7 @@ impl Default for RawConfig {
             alerts: RawAlerts::default(),
             report: RawReport::default(),
             chain: vec![],
+            deprecation: RawDeprecation::default(),
         }
     }
 }
@@ -499,6 +535,8 @@ struct RawProbe {
     concurrency: usize,
     daily_budget_usd: f64,
     max_body_kb: usize,
+    proxy: Option<String>,
+    ca_file: Option<String>,
 }
 
 impl Default for RawProbe {
@@ -512,6 +550,8 @@ impl Default for RawProbe {
             concurrency: 256,
             daily_budget_usd: 5.0,
             max_body_kb: 1024,
+            proxy: None,
+            ca_file: None,
         }
     }
 }
@@ -570,9 +610,14 @@ struct RawProvider {
     balance: Option<RawBalance>,
     price: Option<Price>,
     #[serde(default)]
+    prices: BTreeMap<String, Price>,
+    #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
+    ca_file: Option<String>,
+    client_cert_file: Option<String>,
+    client_key_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -745,6 +790,49 @@ const BUILTINS: [Builtin; 7] = [
     },
 ];
 
+/// The probes' proxy: `probe.proxy` for every scheme (`off` for none), else `HTTPS_PROXY` and
+/// `HTTP_PROXY` (either case) by scheme; `NO_PROXY` lists the hosts that bypass it.
+fn proxy_config(key: Option<&str>, env: &dyn Env) -> Result<crate::probe::proxy::ProxyConfig, ConfigError> {
+    let var = |names: [&str; 2]| names.iter().find_map(|n| env.get(n));
+    let parse = |what: &str, v: String| -> Result<Url, ConfigError> {
+        let with_scheme = if v.contains("://") { v } else { format!("http://{v}") };
+        let u = Url::parse(&with_scheme).map_err(|e| invalid(what, e.to_string()))?;
+        if u.scheme() != "http" {
+            return Err(invalid(
+                what,
+                format!("scheme {:?}: only http:// proxies (HTTP CONNECT) are supported", u.scheme()),
+            ));
+        }
+        if u.host_str().is_none() {
+            return Err(invalid(what, "has no host"));
+        }
+        Ok(u)
+    };
+    let (https, http) = match key.map(str::trim) {
+        Some("off") => (None, None),
+        Some(v) if !v.is_empty() => {
+            let u = parse("probe.proxy", v.to_string())?;
+            (Some(u.clone()), Some(u))
+        }
+        _ => (
+            var(["HTTPS_PROXY", "https_proxy"]).map(|v| parse("HTTPS_PROXY", v)).transpose()?,
+            var(["HTTP_PROXY", "http_proxy"]).map(|v| parse("HTTP_PROXY", v)).transpose()?,
+        ),
+    };
+    let no_proxy = var(["NO_PROXY", "no_proxy"])
+        .map(|v| v.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect())
+        .unwrap_or_default();
+    Ok(crate::probe::proxy::ProxyConfig { https, http, no_proxy })
+}
+
+/// Every built-in provider's name, API host and default model (for the built-in price table).
+pub fn builtin_defaults() -> impl Iterator<Item = (&'static str, String, &'static str)> {
+    BUILTINS.iter().map(|b| {
+        let host = Url::parse(b.base_url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+        (b.name, host, b.model)
+    })
+}
+
 /// Reads environment variables; injected so tests need not touch the process environment.
 pub trait Env {
     /// Value of `name`, if set and non-empty.
@@ -806,6 +894,10 @@ impl Config {
         merge(&mut doc, &self.source);
         let url = self.storage.url.expose_secret();
         table_mut(&mut doc, "storage").insert("url".into(), toml::Value::String(redact_url(url)));
+        let probe = table_mut(&mut doc, "probe");
+        if let Some(proxy) = probe.get("proxy").and_then(toml::Value::as_str).map(redact_url) {
+            probe.insert("proxy".into(), toml::Value::String(proxy));
+        }
         let raw_providers: Vec<&toml::Table> = self
             .source
             .get("provider")
@@ -841,6 +933,29 @@ impl Config {
         for (name, var) in &self.skipped {
             head.push_str(&format!("# provider {name} is skipped while {var} is not set.\n"));
         }
+        let px = &self.probe.proxy;
+        let shown = |u: &Option<Url>| u.as_ref().map_or_else(|| "none".to_string(), |u| redact_url(u.as_str()));
+        if px.https.is_some() || px.http.is_some() {
+            head.push_str(&format!(
+                "# probes go through proxy https={} http={} (no_proxy: {})\n",
+                shown(&px.https),
+                shown(&px.http),
+                if px.no_proxy.is_empty() { "none".to_string() } else { px.no_proxy.join(", ") }
+            ));
+        }
+        for p in &self.providers {
+            for m in &p.models {
+                if let Some((price, source)) = crate::price_table::price_of(p, m, None, None) {
+                    head.push_str(&format!(
+                        "# price {}/{m}: ${} in, ${} out per 1M tokens ({})\n",
+                        p.name,
+                        price.input_per_mtok,
+                        price.output_per_mtok,
+                        source.label()
+                    ));
+                }
+            }
+        }
         match toml::to_string_pretty(&doc) {
             Ok(body) => head + &body,
             Err(e) => format!("# could not render config: {e}\n"),
@@ -859,6 +974,7 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Gemini => "gemini",
         ProviderKind::Http => "http",
+        ProviderKind::Azure => "azure",
     };
     t.insert("kind".into(), s(kind));
     t.insert("base_url".into(), s(p.base_url.as_str()));
@@ -1071,7 +1187,15 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     };
     let p = &raw.probe;
     let ms = Duration::from_millis;
+    let ca_file = p.ca_file.as_deref().map(std::path::PathBuf::from);
+    let ca_certs = match &ca_file {
+        Some(path) => crate::probe::trust::load_certs(path).map_err(|e| invalid("probe.ca_file", e))?,
+        None => Vec::new(),
+    };
     let probe = ProbeConfig {
+        ca_file,
+        ca_certs,
+        proxy: proxy_config(p.proxy.as_deref(), env)?,
         interval: duration_in("probe.interval", &p.interval, SECOND, DAY)?,
         timeout: duration_in("probe.timeout", &p.timeout, ms(10), HOUR)?,
         connect_timeout: duration_in("probe.connect_timeout", &p.connect_timeout, ms(10), HOUR)?,
@@ -1117,8 +1241,12 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 reasoning_models: vec![],
                 balance: None,
                 price: None,
+                prices: BTreeMap::new(),
                 headers: BTreeMap::new(),
                 headers_env: BTreeMap::new(),
+                ca_file: None,
+                client_cert_file: None,
+                client_key_file: None,
             })
             .collect()
     });
@@ -1139,7 +1267,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         let kind = rp
             .kind
             .or(builtin.map(|b| b.kind))
-            .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | gemini | http)"))?;
+            .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | azure | gemini | http)"))?;
         let base = rp
             .base_url
             .or(builtin.map(|b| b.base_url.to_string()))
@@ -1193,6 +1321,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             number_in(&key("price.input_per_mtok"), price.input_per_mtok, 0.0, 1_000_000.0, false)?;
             number_in(&key("price.output_per_mtok"), price.output_per_mtok, 0.0, 1_000_000.0, false)?;
         }
+        for (model, price) in &rp.prices {
+            number_in(&key(&format!("prices.{model}.input_per_mtok")), price.input_per_mtok, 0.0, 1_000_000.0, false)?;
+            number_in(
+                &key(&format!("prices.{model}.output_per_mtok")),
+                price.output_per_mtok,
+                0.0,
+                1_000_000.0,
+                false,
+            )?;
+        }
         let mut secret_headers = Vec::new();
         for (name, var) in &rp.headers_env {
             let value = env.get(var).ok_or_else(|| {
@@ -1211,6 +1349,23 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 value: SecretString::from(value),
             });
         }
+        let ca_file = rp.ca_file.as_deref().map(std::path::PathBuf::from);
+        let ca_certs = match &ca_file {
+            Some(path) => crate::probe::trust::load_certs(path).map_err(|e| invalid(key("ca_file"), e))?,
+            None => Vec::new(),
+        };
+        let client = match (&rp.client_cert_file, &rp.client_key_file) {
+            (Some(c), Some(k)) => Some(
+                crate::probe::trust::load_identity(c.as_ref(), k.as_ref())
+                    .map_err(|e| invalid(key("client_cert_file"), e))?,
+            ),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid(key("client_key_file"), "missing: client_cert_file needs its key")),
+            (None, Some(_)) => {
+                return Err(invalid(key("client_cert_file"), "missing: client_key_file needs its certificate"))
+            }
+        };
+        let tls = crate::probe::trust::ProviderTls { ca_file, ca_certs, client };
         providers.push(ProviderConfig {
             name: rp.name,
             kind,
@@ -1222,8 +1377,10 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             reasoning_models: rp.reasoning_models,
             balance,
             price: rp.price,
+            prices: rp.prices,
             headers: rp.headers,
             secret_headers,
+            tls,
         });
     }
 
@@ -1240,6 +1397,8 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
+    let deprecation =
+        DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
     Ok(Config {
         region: raw.region,
         storage,
@@ -1253,6 +1412,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         report,
         chains,
         source: toml::Table::new(),
+        deprecation,
     })
 }
 
@@ -1402,6 +1562,28 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn probe_proxy_comes_from_the_key_or_the_environment_and_is_shown_redacted() {
+        let env: BTreeMap<String, String> = [
+            ("HTTPS_PROXY".to_string(), "http://user:s3cret@proxy.corp:3128".to_string()),
+            ("no_proxy".to_string(), "localhost, .internal".to_string()),
+        ]
+        .into();
+        let c = Config::from_toml("", &env).expect("config");
+        assert_eq!(c.probe.proxy.https.as_ref().map(|u| u.as_str()), Some("http://user:s3cret@proxy.corp:3128/"));
+        assert_eq!(c.probe.proxy.http, None);
+        assert_eq!(c.probe.proxy.no_proxy, vec!["localhost".to_string(), ".internal".to_string()]);
+        let shown = c.redacted_toml();
+        assert!(shown.contains("proxy.corp:3128") && !shown.contains("s3cret"), "{shown}");
+        let c = Config::from_toml("[probe]\nproxy = \"10.0.0.1:8080\"", &env).expect("config");
+        assert_eq!(c.probe.proxy.http.as_ref().map(|u| u.as_str()), Some("http://10.0.0.1:8080/"));
+        assert_eq!(c.probe.proxy.https, c.probe.proxy.http);
+        let c = Config::from_toml("[probe]\nproxy = \"off\"", &env).expect("config");
+        assert_eq!(c.probe.proxy.https, None);
+        let e = Config::from_toml("[probe]\nproxy = \"socks5://h:1\"", &env).expect_err("socks refused");
+        assert!(e.to_string().contains("probe.proxy"), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod http;
 pub mod metrics;
 pub mod monitor;
 pub mod pipeline;
+pub mod price_table;
 pub mod pricing;
 pub mod probe;
 pub mod report;

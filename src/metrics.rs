@@ -227,6 +227,7 @@ impl Metrics {
             ("dns", s.dns_ms),
             ("connect", s.connect_ms),
             ("tls", s.tls_ms),
+            ("proxy", s.proxy_ms),
             ("ttfb", s.ttfb_ms),
             ("ttft", s.ttft_ms),
             ("total", s.total_ms),

@@ -132,10 +132,11 @@ struct CacheEntry {
     endpoints: Vec<EndpointPrice>,
 }
 
-/// Prices for report rows: configured ones first, else published ones for OpenRouter targets.
+/// Prices for report rows, decided exactly as for samples ([`crate::price_table::price_of`]):
+/// configured, then published (OpenRouter), then the built-in table.
 #[derive(Debug, Default)]
 pub struct PriceBook {
-    configured: BTreeMap<String, Price>,
+    providers: Vec<ProviderConfig>,
     published: BTreeMap<(String, String), Vec<EndpointPrice>>,
     /// Why some published prices are missing, for a note under the report.
     pub notes: Vec<String>,
@@ -144,22 +145,23 @@ pub struct PriceBook {
 impl PriceBook {
     /// The price of a target, when known.
     pub fn price(&self, t: &Target) -> Option<Price> {
-        if let Some(p) = self.configured.get(&t.provider) {
-            return Some(*p);
+        let p = self.providers.iter().find(|p| p.name == t.provider)?;
+        let published = self.published.get(&(t.provider.clone(), t.model.clone()));
+        crate::price_table::price_of(p, &t.model, t.route.as_deref(), published.map(Vec::as_slice)).map(|x| x.0)
+    }
+
+    /// Copies the published prices into a prober's table, so samples are priced as the report is.
+    pub fn publish_into(&self, table: &crate::probe::PublishedPrices) {
+        if let Ok(mut t) = table.write() {
+            t.extend(self.published.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        self.published.get(&(t.provider.clone(), t.model.clone())).and_then(|e| price_for(t.route.as_deref(), e))
     }
 }
 
 /// Builds the price book for `targets`: fetches (or reads from the cache in `data_dir`) the
 /// published prices of OpenRouter models that have no configured price. Never fails.
 pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &Path, now: DateTime<Utc>) -> PriceBook {
-    let mut book = PriceBook::default();
-    for p in providers {
-        if let Some(price) = p.price {
-            book.configured.insert(p.name.clone(), price);
-        }
-    }
+    let mut book = PriceBook { providers: providers.to_vec(), ..PriceBook::default() };
     let cache_path = data_dir.join(CACHE_FILE);
     let mut cache: Cache =
         std::fs::read(&cache_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
@@ -173,7 +175,8 @@ pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &P
     let mut changed = false;
     let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
     for t in targets {
-        let Some(p) = providers.iter().find(|p| p.name == t.provider && p.price.is_none() && is_openrouter(p)) else {
+        let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(&t.model);
+        let Some(p) = providers.iter().find(|p| p.name == t.provider && !configured(p) && is_openrouter(p)) else {
             continue;
         };
         if !wanted.iter().any(|(q, m)| q.name == p.name && *m == t.model) {

@@ -24,6 +24,10 @@ pub struct Sample {
     pub connect_ms: Option<f64>,
     /// TLS handshake (null for plain HTTP).
     pub tls_ms: Option<f64>,
+    /// Through an HTTP proxy: CONNECT sent → the proxy's 2xx (null without a proxy). `dns_ms`
+    /// and `connect_ms` are then the proxy's; TTFB and TTFT still count from the request sent.
+    #[serde(default)]
+    pub proxy_ms: Option<f64>,
     /// Request sent → first byte of the status line.
     pub ttfb_ms: Option<f64>,
     /// Request sent → first visible content token.
@@ -56,6 +60,10 @@ pub struct Sample {
     /// for the metrics; not stored or shown.
     #[serde(skip)]
     pub rejected: Vec<&'static str>,
+    /// Retirement notices in the response's `Deprecation`/`Sunset` headers, for the
+    /// `model_deprecated` rule. Held in memory for the round's alerts, not stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deprecation: Vec<crate::alert::deprecation::Notice>,
 }
 
 impl Sample {
@@ -69,6 +77,7 @@ impl Sample {
             dns_ms: None,
             connect_ms: None,
             tls_ms: None,
+            proxy_ms: None,
             ttfb_ms: None,
             ttft_ms: None,
             ttfr_ms: None,
@@ -84,6 +93,7 @@ impl Sample {
             cost_usd: None,
             retry_after_s: None,
             rejected: Vec::new(),
+            deprecation: Vec::new(),
         }
     }
 

@@ -152,8 +152,10 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
+        tls: Default::default(),
     };
     let t = Target { provider: "or".into(), model: "m".into(), route: Some("Host".into()), region: "test-1".into() };
     let dir = tempfile::tempdir().expect("tempdir");

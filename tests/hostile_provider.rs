@@ -30,6 +30,9 @@ fn probe_config() -> ProbeConfig {
         concurrency: 8,
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     }
 }
 
@@ -45,8 +48,10 @@ fn plan(kind: ProviderKind, base_url: &str) -> Planned {
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: vec![],
+        tls: Default::default(),
     };
     Planned {
         target: Target { provider: p.name.clone(), model: "m".into(), route: None, region: "test-1".into() },

@@ -78,3 +78,59 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
     assert!(demo.standin.requests().is_empty(), "no models API request for a priced, non-OpenRouter provider");
     assert!(!data.path().join(CACHE_FILE).exists());
 }
+
+/// The report, the samples and `check-config` price a target the same way: the built-in table
+/// for a built-in default model with no config at all, and published endpoint prices for a
+/// sample whose stream reports usage but no cost.
+#[tokio::test]
+async fn samples_report_and_check_config_use_the_same_prices() {
+    use std::collections::BTreeMap;
+    use vigil::config::{Config, Price, ProbeConfig};
+    use vigil::demo::standin::{Script, StandIn};
+    use vigil::probe::{Planned, Prober};
+
+    let env: BTreeMap<String, String> = [("OPENAI_API_KEY".to_string(), "sk-test-report".to_string())].into();
+    let c = Config::from_toml("", &env).expect("built-in config");
+    let t = Target { provider: "openai".into(), model: "gpt-4o-mini".into(), route: None, region: "eu".into() };
+    let data = tempfile::tempdir().expect("temp dir");
+    let book = pricing::load(&c.providers, std::slice::from_ref(&t), data.path(), Utc::now()).await;
+    let price = book.price(&t).expect("built-in price for the default model");
+    assert!(close(price.input_per_mtok, 0.15) && close(price.output_per_mtok, 0.60), "{price:?}");
+    let shown = c.redacted_toml();
+    assert!(shown.contains("built-in, 2026-12-01 from https://openai.com/api/pricing/"), "{shown}");
+    assert!(!shown.contains("sk-test-report"), "secrets stay redacted");
+
+    let body = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
+        .expect("fixture");
+    let server = StandIn::start(move |_| Script::sse(&body, std::time::Duration::ZERO)).await.expect("stand-in");
+    let mut provider = c.providers.iter().find(|p| p.name == "openai").expect("openai").clone();
+    provider.name = "aggregator".into();
+    provider.base_url = server.base_url().parse().expect("url");
+    provider.models = vec!["m".into()];
+    provider.routes = vec!["Host".into()];
+    let plan = Planned {
+        target: Target {
+            provider: "aggregator".into(),
+            model: "m".into(),
+            route: Some("Host".into()),
+            region: "eu".into(),
+        },
+        provider: std::sync::Arc::new(provider.clone()),
+    };
+    let cfg = ProbeConfig { timeout: std::time::Duration::from_secs(5), ..c.probe.clone() };
+    let prober = Prober::new(cfg, &[]);
+    let published = vec![pricing::EndpointPrice {
+        provider_name: "Host".into(),
+        tag: None,
+        input_per_mtok: 1.0,
+        output_per_mtok: 2.0,
+    }];
+    prober.published_prices().write().expect("lock").insert(("aggregator".into(), "m".into()), published.clone());
+    let s = prober.probe(&plan, Utc::now()).await;
+    assert_eq!(s.outcome, vigil::probe::outcome::Outcome::Ok, "{:?}", s.error);
+    let (input, output) = (s.input_tokens.expect("input"), s.output_tokens.expect("output"));
+    let want = Price { input_per_mtok: 1.0, output_per_mtok: 2.0 }.cost(input, output);
+    assert_eq!(s.cost_usd, Some(want), "usage × the published price of the pinned route");
+    let report_price = vigil::price_table::price_of(&provider, "m", Some("Host"), Some(&published)).expect("price").0;
+    assert_eq!(report_price.cost(input, output), want, "the report charges the same");
+}

@@ -33,6 +33,9 @@ fn probe_config() -> ProbeConfig {
         concurrency: 64,
         daily_budget_usd: 5.0,
         max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
     }
 }
 
@@ -48,8 +51,10 @@ fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
         reasoning_models: vec![],
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     }
 }
 
@@ -83,6 +88,14 @@ fn assert_close(what: &str, measured: Option<f64>, truth: f64) {
     assert!(m + 1.0 >= truth && m - truth < SLACK_MS, "{what}: measured {m:.2} ms, server truth {truth:.2} ms");
 }
 
+/// The system prompt is the fixed instruction behind this probe's random nonce.
+fn assert_nonce_prompt(v: &serde_json::Value) {
+    let text = v.as_str().expect("system prompt text");
+    let (nonce, rest) = text.split_at(vigil::probe::NONCE_LEN);
+    assert!(nonce.chars().all(|c| c.is_ascii_hexdigit()), "{text}");
+    assert_eq!(rest, format!(". {}", vigil::probe::SYSTEM_PROMPT));
+}
+
 fn only_request(s: &StandIn) -> RequestRecord {
     let reqs = s.requests();
     assert_eq!(reqs.len(), 1, "exactly one request");
@@ -106,7 +119,7 @@ async fn openai_stream_ttfb_at_status_line_and_ttft_at_first_content_chunk() {
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert_eq!(body["max_tokens"], 16);
     assert_eq!(body["messages"][0]["role"], "system");
-    assert_eq!(body["messages"][0]["content"], vigil::probe::SYSTEM_PROMPT);
+    assert_nonce_prompt(&body["messages"][0]["content"]);
     let head = r.head_written_at.expect("head written");
     assert_close("ttfb", s.ttfb_ms, ms_between(r.received_at, head));
     // Chunk 0 carries only the role; the first content token is in chunk 1.
@@ -152,7 +165,7 @@ async fn anthropic_ttft_skips_message_start_and_ping() {
     assert_eq!(r.header("x-api-key"), Some("sk-test-probe"));
     assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
     let body = r.json().expect("json");
-    assert_eq!(body["system"], vigil::probe::SYSTEM_PROMPT);
+    assert_nonce_prompt(&body["system"]);
     assert_eq!(body["stream"], true);
     assert_close("ttft", s.ttft_ms, ms_between(r.received_at, r.chunk_written_at[3]));
     assert_eq!(s.output_tokens, Some(5));
@@ -266,18 +279,63 @@ async fn error_statuses_map_to_outcome_classes() {
     }
 }
 
+/// One error-event case: what, body, adapter, error text prefix, tokens counted before it.
+type ErrorCase = (&'static str, Vec<u8>, ProviderKind, &'static str, Option<u32>);
+
 #[tokio::test]
-async fn midstream_error_events_are_classified() {
-    for (name, kind, want) in [
-        ("anthropic-stream-overloaded-error.sse", ProviderKind::Anthropic, Outcome::ServerError),
-        ("anthropic-stream-midstream-error.sse", ProviderKind::Anthropic, Outcome::StreamError),
-        ("openrouter-stream-midstream-error.sse", ProviderKind::Openai, Outcome::StreamError),
-        ("groq-stream-error-event.sse", ProviderKind::Openai, Outcome::StreamError),
-    ] {
-        let server = serve(Script::sse(&fixture(name), Duration::ZERO)).await;
+async fn error_events_in_accepted_streams_are_stream_errors_with_the_provider_type() {
+    // (what, fixture, adapter, the error text's start, output tokens counted before the error)
+    let cases: [ErrorCase; 6] = [
+        (
+            "anthropic overloaded before content",
+            fixture("anthropic-stream-overloaded-error.sse"),
+            ProviderKind::Anthropic,
+            "error event overloaded_error: Overloaded",
+            None,
+        ),
+        (
+            "anthropic overloaded after content",
+            fixture("anthropic-stream-midstream-error.sse"),
+            ProviderKind::Anthropic,
+            "error event overloaded_error: Overloaded",
+            Some(1),
+        ),
+        (
+            "openai server_error",
+            fixture("openai-stream-midstream-error.sse"),
+            ProviderKind::Openai,
+            "error event server_error: The server had an error",
+            None,
+        ),
+        (
+            "openrouter mid-reasoning",
+            fixture("openrouter-stream-midstream-error.sse"),
+            ProviderKind::Openai,
+            "error event 400: Token limit reached",
+            Some(10),
+        ),
+        (
+            "groq event: error",
+            fixture("groq-stream-error-event.sse"),
+            ProviderKind::Openai,
+            "error event invalid_request_error (tool_use_failed)",
+            None,
+        ),
+        (
+            "gemini after content",
+            fixture("gemini-stream-midstream-error.sse"),
+            ProviderKind::Gemini,
+            "error event UNAVAILABLE: The model is overloaded",
+            Some(2),
+        ),
+    ];
+    for (what, body, kind, text, tokens) in cases {
+        let server = serve(Script::sse(&body, Duration::ZERO)).await;
         let s = probe(&provider("p", kind, &server.base_url())).await;
-        assert_eq!(s.outcome, want, "{name}: {:?}", s.error);
-        assert_eq!(s.status, Some(200), "{name}: a 200 does not mean success");
+        assert_eq!(s.outcome, Outcome::StreamError, "{what}: {:?}", s.error);
+        assert_eq!(s.status, Some(200), "{what}: a 200 does not mean success");
+        assert!(s.error.as_deref().is_some_and(|e| e.starts_with(text)), "{what}: {:?}", s.error);
+        assert_eq!(s.output_tokens, tokens, "{what}: tokens before the error still count");
     }
 }
 
@@ -435,4 +493,123 @@ async fn reasoning_models_get_small_effort_and_room_for_an_answer() {
     let body = only_request(&server).json().expect("json");
     assert_eq!(body["reasoning_effort"], "low");
     assert!(body["max_completion_tokens"].as_u64().is_some_and(|n| n > 16));
+}
+
+/// The first message's text as the server received it, per adapter.
+fn first_message(kind: ProviderKind, body: &serde_json::Value) -> String {
+    let text = match kind {
+        ProviderKind::Openai | ProviderKind::Azure => &body["messages"][0]["content"],
+        ProviderKind::Anthropic => &body["system"],
+        ProviderKind::Gemini => &body["systemInstruction"]["parts"][0]["text"],
+        ProviderKind::Http => &serde_json::Value::Null,
+    };
+    text.as_str().expect("a system prompt").to_string()
+}
+
+#[tokio::test]
+async fn every_probe_prompt_starts_with_a_fresh_nonce() {
+    for (kind, name) in [
+        (ProviderKind::Openai, "openai-chat-stream.sse"),
+        (ProviderKind::Anthropic, "anthropic-messages-stream.sse"),
+        (ProviderKind::Gemini, "gemini-stream.sse"),
+    ] {
+        let server = serve(Script::sse(&fixture(name), Duration::ZERO)).await;
+        let p = provider("p", kind, &server.base_url());
+        for _ in 0..3 {
+            let s = probe(&p).await;
+            assert_eq!(s.outcome, Outcome::Ok, "{kind:?}: {:?}", s.error);
+        }
+        let prompts: Vec<String> =
+            server.requests().iter().map(|r| first_message(kind, &r.json().expect("json body"))).collect();
+        assert_eq!(prompts.len(), 3);
+        for pair in prompts.windows(2) {
+            let common = pair[0].bytes().zip(pair[1].bytes()).take_while(|(a, b)| a == b).count();
+            assert!(common < vigil::probe::NONCE_LEN, "{kind:?}: {pair:?} share a prefix of {common} bytes");
+        }
+        for prompt in &prompts {
+            assert!(prompt.ends_with(vigil::probe::SYSTEM_PROMPT), "{kind:?}: the instruction is intact: {prompt}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn deprecation_and_sunset_headers_reach_the_model_deprecated_rule() {
+    let script = Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO)
+        .with_header("Deprecation", "@1795132800")
+        .with_header("Sunset", "Sun, 20 Dec 2026 00:00:00 GMT");
+    let server = serve(script).await;
+    let p = provider("openai", ProviderKind::Openai, &server.base_url());
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    use vigil::alert::deprecation::{evaluate, DeprecationSource, DEFAULT_WARN_DAYS};
+    let sources: Vec<_> = s.deprecation.iter().map(|n| n.source.clone()).collect();
+    assert_eq!(sources, vec![DeprecationSource::DeprecationHeader, DeprecationSource::SunsetHeader]);
+    let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").expect("date").with_timezone(&Utc);
+    let notices: Vec<_> = s.deprecation.iter().map(|n| (s.target.clone(), n.clone())).collect();
+    let alerts = evaluate("test-1", &notices, now, DEFAULT_WARN_DAYS);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].kind, vigil::alert::AlertKind::ModelDeprecated);
+    assert_eq!(
+        alerts[0].summary,
+        "test-model deprecated since 2026-11-20, says the provider's Deprecation response header"
+    );
+    // A probe without the headers carries no notice.
+    let plain = serve(Script::sse(&fixture("openai-chat-stream.sse"), Duration::ZERO)).await;
+    let s = probe(&provider("openai", ProviderKind::Openai, &plain.base_url())).await;
+    assert!(s.deprecation.is_empty());
+}
+
+#[tokio::test]
+async fn azure_deployment_url_api_version_and_api_key_header() {
+    let server = serve(Script::sse(&fixture("azure-chat-stream.sse"), Duration::from_millis(5))).await;
+    let mut p = provider("azure", ProviderKind::Azure, &server.base_url());
+    p.models = vec!["chat-default".into()];
+    let s = probe(&p).await;
+    assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.adherence_ok, Some(true), "the written transcript answers the demanded JSON");
+    assert_eq!((s.input_tokens, s.output_tokens), (Some(41), Some(5)));
+    assert_eq!(s.request_id.as_deref(), Some("chatcmpl-AzTestStream0001"));
+    let r = only_request(&server);
+    assert_eq!(r.path_only(), "/openai/deployments/chat-default/chat/completions");
+    assert!(r.path.ends_with("?api-version=2024-10-21"), "{}", r.path);
+    assert_eq!(r.header("api-key"), Some("sk-test-probe"));
+    assert_eq!(r.header("authorization"), None, "Azure keys go in api-key only");
+    let body = r.json().expect("json");
+    assert!(body.get("model").is_none(), "the deployment names the model");
+    assert_nonce_prompt(&body["messages"][0]["content"]);
+
+    // A version in base_url wins over the default.
+    let server = serve(Script::sse(&fixture("azure-chat-stream.sse"), Duration::ZERO)).await;
+    let mut p =
+        provider("azure", ProviderKind::Azure, &format!("{}/?api-version=2025-04-01-preview", server.base_url()));
+    p.models = vec!["chat-default".into()];
+    assert_eq!(probe(&p).await.outcome, Outcome::Ok);
+    assert!(only_request(&server).path.ends_with("?api-version=2025-04-01-preview"));
+}
+
+#[tokio::test]
+async fn azure_error_bodies_are_classified_and_never_show_the_key() {
+    for (file, status, want) in [
+        ("azure-error-404-deployment.json", 404, Outcome::ModelUnavailable),
+        ("azure-error-401.json", 401, Outcome::AuthError),
+        ("azure-error-429.json", 429, Outcome::RateLimited),
+    ] {
+        let script = Script::json(status, &fixture(file)).with_header("retry-after", "6");
+        let server = serve(script).await;
+        let mut p = provider("azure", ProviderKind::Azure, &server.base_url());
+        p.secret_headers = vec![vigil::config::SecretHeader {
+            name: "x-gateway-token".into(),
+            env: "GATEWAY_TOKEN".into(),
+            value: SecretString::from("sk-test-gateway-secret"),
+        }];
+        let s = probe(&p).await;
+        assert_eq!(s.outcome, want, "{file}: {:?}", s.error);
+        let r = only_request(&server);
+        assert_eq!(r.header("x-gateway-token"), Some("sk-test-gateway-secret"), "headers_env goes on the wire");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sk-test-probe") && !shown.contains("sk-test-gateway-secret"), "{file}: {shown}");
+        if want == Outcome::RateLimited {
+            assert_eq!(s.retry_after_s, Some(6.0));
+        }
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod alertmanager;
 pub mod backtest;
+pub mod deprecation;
 pub mod email;
 pub mod flap;
 pub mod incident;
@@ -52,11 +53,14 @@ pub enum AlertKind {
     RegionUnhealthy,
     /// The target changes state too often; changes are not paged while it flaps.
     Flapping,
+    /// The provider announced the model's retirement (Deprecation/Sunset headers, OpenRouter
+    /// `expiration_date`, or no longer listed by its models endpoint); see [`deprecation`].
+    ModelDeprecated,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 11] = [
+    pub const ALL: [AlertKind; 12] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -68,6 +72,7 @@ impl AlertKind {
         AlertKind::ProbeBudgetExceeded,
         AlertKind::RegionUnhealthy,
         AlertKind::Flapping,
+        AlertKind::ModelDeprecated,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -84,6 +89,7 @@ impl AlertKind {
             AlertKind::ProbeBudgetExceeded => "probe_budget_exceeded",
             AlertKind::RegionUnhealthy => "region_unhealthy",
             AlertKind::Flapping => "flapping",
+            AlertKind::ModelDeprecated => "model_deprecated",
         }
     }
 
@@ -97,6 +103,7 @@ impl AlertKind {
             | AlertKind::AdherenceFailed
             | AlertKind::ProbeBudgetExceeded
             | AlertKind::Flapping => Severity::Warning,
+            AlertKind::ModelDeprecated => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }

@@ -60,6 +60,8 @@ pub struct RuleConfig {
     pub maintenance: Vec<MaintenanceWindow>,
     /// Link put in messages.
     pub status_url: Option<String>,
+    /// `model_deprecated` fires this many days before an announced retirement.
+    pub deprecation_warn_days: u32,
 }
 
 impl RuleConfig {
@@ -83,6 +85,7 @@ impl RuleConfig {
             flap_low: 0.2,
             maintenance: vec![],
             status_url: None,
+            deprecation_warn_days: super::deprecation::DEFAULT_WARN_DAYS,
         }
     }
 
@@ -106,6 +109,7 @@ impl RuleConfig {
             flap_low: c.alerts.flap_low,
             maintenance: c.alerts.maintenance.clone(),
             status_url: c.alerts.status_url.clone(),
+            deprecation_warn_days: c.deprecation.warn_days,
         }
     }
 }
@@ -394,6 +398,7 @@ impl AlertEngine {
         let suspect = self.region_verdict(round, &mut verdicts);
         if !suspect {
             self.target_verdicts(round, &mut verdicts);
+            self.deprecation_verdicts(round, now, &mut verdicts);
         }
         self.credit_verdicts(round, suspect, &mut verdicts);
         for v in verdicts {
@@ -491,6 +496,25 @@ impl AlertEngine {
         a.baseline = Some(total as f64);
         out.push(Verdict { alert: a, holds });
         suspect
+    }
+
+    /// `model_deprecated` from the retirement notices the probes' responses carried (a hard
+    /// fact: one response saying so is enough); it clears once the responses stop saying it.
+    fn deprecation_verdicts(&self, round: &Round<'_>, now: DateTime<Utc>, out: &mut Vec<Verdict>) {
+        let region = &self.cfg.region;
+        for p in round.probes.iter().filter(|p| !p.sample.outcome.is_failure()) {
+            let t = &p.sample.target;
+            let notices: Vec<_> = p.sample.deprecation.iter().map(|n| (t.clone(), n.clone())).collect();
+            let fired = super::deprecation::evaluate(region, &notices, now, self.cfg.deprecation_warn_days);
+            match fired.into_iter().next() {
+                Some(alert) => out.push(Verdict { alert, holds: true }),
+                None => {
+                    let quiet = "no retirement announced".to_string();
+                    let alert = Alert::new(AlertKind::ModelDeprecated, region, &t.provider, Some(t), quiet);
+                    out.push(Verdict { alert, holds: false });
+                }
+            }
+        }
     }
 
     fn target_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) {
@@ -883,6 +907,7 @@ mod tests {
             flap_low: 0.2,
             maintenance: vec![],
             status_url: None,
+            deprecation_warn_days: 30,
         }
     }
 
@@ -923,6 +948,29 @@ mod tests {
             .collect();
         v.push(sample(&target("openrouter", "m"), bad, when));
         v
+    }
+
+    #[test]
+    fn a_sunset_header_within_the_warning_window_fires_model_deprecated_once_and_clears() {
+        use crate::alert::deprecation::{DeprecationSource, Notice};
+        let mut e = AlertEngine::new(cfg());
+        let sunset = Notice { source: DeprecationSource::SunsetHeader, date: at(10 * 24 * 60) };
+        let far = Notice { source: DeprecationSource::SunsetHeader, date: at(90 * 24 * 60) };
+        let announcing = |when, n: &Notice| {
+            let mut v = fleet(Outcome::Ok, when);
+            v[0].deprecation = vec![n.clone()];
+            v
+        };
+        assert!(round(&mut e, &announcing(at(0), &far), at(0)).is_empty(), "90 days ahead is outside warn_days");
+        let fired = round(&mut e, &announcing(at(1), &sunset), at(1));
+        assert_eq!(kinds(&fired), vec![("openai".into(), AlertStatus::Firing, vec![AlertKind::ModelDeprecated])]);
+        assert!(fired[0].alerts[0].summary.contains("2026-12-10"), "{}", fired[0].alerts[0].summary);
+        assert!(round(&mut e, &announcing(at(2), &sunset), at(2)).is_empty(), "not repeated");
+        let mut cleared = Vec::new();
+        for m in 3..8 {
+            cleared.extend(round(&mut e, &fleet(Outcome::Ok, at(m)), at(m)));
+        }
+        assert_eq!(kinds(&cleared), vec![("openai".into(), AlertStatus::Resolved, vec![AlertKind::ModelDeprecated])]);
     }
 
     #[test]

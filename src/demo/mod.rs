@@ -106,8 +106,10 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
         reasoning_models: Vec::new(),
         balance: None,
         price: None,
+        prices: Default::default(),
         headers: BTreeMap::new(),
         secret_headers: Vec::new(),
+        tls: Default::default(),
     };
     let openrouter = |name: &str, model: &str| -> std::io::Result<ProviderConfig> {
         Ok(ProviderConfig {

@@ -350,6 +350,16 @@ impl StandIn {
         Ok((standin, cert))
     }
 
+    /// Starts a TLS stand-in with the caller's server setup (a CA-signed certificate, client
+    /// certificate checks); ALPN is set to HTTP/1.1.
+    pub fn start_tls_config<F>(handler: F, mut config: rustls::ServerConfig) -> std::io::Result<StandIn>
+    where
+        F: Fn(&RequestRecord) -> Script + Send + Sync + 'static,
+    {
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self::spawn(Arc::new(handler), Some(TlsAcceptor::from(Arc::new(config))))
+    }
+
     fn spawn(handler: Arc<Handler>, tls: Option<TlsAcceptor>) -> std::io::Result<StandIn> {
         let socket = TcpSocket::new_v4()?;
         socket.set_reuseaddr(true)?;

@@ -3,7 +3,7 @@
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
+use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -19,7 +19,7 @@ impl Adapter for Anthropic {
         let mut body = json!({
             "model": p.model,
             "stream": true,
-            "system": SYSTEM_PROMPT,
+            "system": system_prompt(p.nonce),
             "messages": [{"role": "user", "content": USER_PROMPT}],
         });
         if p.reasoning {

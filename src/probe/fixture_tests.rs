@@ -99,27 +99,54 @@ fn anthropic_ping_and_message_start_are_not_tokens() {
     assert!(r.reading.request_id.as_deref().is_some_and(|id| id.starts_with("msg_")));
 }
 
-#[test]
-fn anthropic_error_events_are_classified() {
-    let r = replay(ProviderKind::Anthropic, "anthropic-stream-overloaded-error.sse");
-    assert_eq!(r.reading.outcome, Some(Outcome::ServerError), "overloaded before any token is the provider's fault");
-    let r = replay(ProviderKind::Anthropic, "anthropic-stream-midstream-error.sse");
-    assert_eq!(r.reading.outcome, Some(Outcome::StreamError), "an error after content broke the stream");
-    assert!(r.reading.ttft.is_some());
+/// The failure text a replay ended with.
+fn error_text(r: &Replay) -> &str {
+    r.reading.error.as_deref().unwrap_or("")
 }
 
 #[test]
-fn openai_style_midstream_errors_are_stream_errors() {
+fn anthropic_error_events_are_stream_errors_with_their_type() {
+    let r = replay(ProviderKind::Anthropic, "anthropic-stream-overloaded-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError), "an error event in an accepted stream, before any token");
+    assert_eq!(error_text(&r), "error event overloaded_error: Overloaded");
+    let r = replay(ProviderKind::Anthropic, "anthropic-stream-midstream-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError), "an error after content broke the stream");
+    assert_eq!(error_text(&r), "error event overloaded_error: Overloaded");
+    assert!(r.reading.ttft.is_some());
+    assert_eq!(r.reading.content_events, 1, "the token before the error still counts");
+    assert_eq!(r.reading.usage.input, Some(20));
+}
+
+#[test]
+fn openai_style_error_events_are_stream_errors_with_their_type() {
     let r = replay(ProviderKind::Openai, "openai-stream-midstream-error.sse");
-    assert!(matches!(r.reading.outcome, Some(Outcome::StreamError | Outcome::ServerError)));
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert!(error_text(&r).starts_with("error event server_error: The server had an error"), "{}", error_text(&r));
     let r = replay(ProviderKind::Openai, "openrouter-stream-midstream-error.sse");
     assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert_eq!(error_text(&r), "error event 400: Token limit reached");
     assert!(r.reading.ttfr.is_some() && r.reading.ttft.is_none(), "it ran out while reasoning");
+    assert_eq!(r.reading.usage.output, Some(10), "the usage sent with the error still counts");
     let r = replay(ProviderKind::Openai, "openrouter-stream-midstream-error-docs.sse");
-    assert!(r.reading.outcome.is_some());
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert_eq!(error_text(&r), "error event rate_limit_exceeded: Rate limit exceeded");
     let r = replay(ProviderKind::Openai, "groq-stream-error-event.sse");
-    assert!(r.reading.outcome.is_some());
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert!(error_text(&r).starts_with("error event invalid_request_error (tool_use_failed): Tool call validation"));
     assert!(!r.done, "Groq closes without [DONE] after an error");
+}
+
+#[test]
+fn gemini_error_events_are_stream_errors_with_their_status() {
+    let adapter = adapter_for(ProviderKind::Gemini);
+    let data =
+        r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#;
+    let s = adapter.interpret(&super::sse::SseEvent { event: None, data: data.into() });
+    let mut r = Reading { streamed: true, ..Reading::default() };
+    let sent = Instant::now();
+    r.absorb(s, sent, sent);
+    assert_eq!(r.outcome, Some(Outcome::StreamError));
+    assert_eq!(r.error.as_deref(), Some("error event UNAVAILABLE: The model is overloaded. Please try again later."));
 }
 
 #[test]
@@ -145,7 +172,7 @@ fn gemini_retry_delay_is_read_from_the_body() {
 fn malformed_json_is_a_stream_error_not_a_panic() {
     let adapter = adapter_for(ProviderKind::Openai);
     let s = adapter.interpret(&super::sse::SseEvent { event: None, data: "{not json".into() });
-    assert!(matches!(s.error, Some((Some(Outcome::StreamError), _))));
+    assert!(s.error.is_some_and(|e| e.starts_with("malformed event JSON")));
     for kind in [ProviderKind::Anthropic, ProviderKind::Gemini] {
         let s = adapter_for(kind).interpret(&super::sse::SseEvent { event: None, data: "[1,2".into() });
         assert!(s.error.is_some());

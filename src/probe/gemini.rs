@@ -3,7 +3,7 @@
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
+use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -23,7 +23,7 @@ impl Adapter for Gemini {
             generation["thinkingConfig"] = json!({"thinkingBudget": MIN_THINKING_BUDGET, "includeThoughts": true});
         }
         let body = json!({
-            "systemInstruction": {"parts": [{"text": SYSTEM_PROMPT}]},
+            "systemInstruction": {"parts": [{"text": system_prompt(p.nonce)}]},
             "contents": [{"role": "user", "parts": [{"text": USER_PROMPT}]}],
             "generationConfig": generation,
         });

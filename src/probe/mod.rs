@@ -7,21 +7,24 @@
 //! with its [`Outcome`].
 
 pub mod anthropic;
+pub mod azure;
 pub mod gemini;
 pub mod h1;
 pub mod http;
 pub mod openai;
 pub mod outcome;
+pub mod proxy;
 pub mod scrub;
 pub mod sse;
 pub mod timing;
+pub mod trust;
 
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use crate::sample::Sample;
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use h1::{Exchange, H1Error};
-use outcome::{classify_error_text, classify_http_error, Outcome};
+use outcome::{classify_http_error, Outcome};
 use sse::{SseEvent, SseParser};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +36,21 @@ use url::Url;
 pub const SYSTEM_PROMPT: &str = "You are a health check. Reply with exactly this JSON and nothing else: {\"ok\":true}";
 /// The user turn of every chat probe.
 pub const USER_PROMPT: &str = "ping";
+/// Hex digits of the per-probe nonce: 48 random bits, so two probes practically never share one.
+pub const NONCE_LEN: usize = 12;
+
+/// A fresh random nonce for one probe.
+pub fn nonce() -> String {
+    let n: u64 = rand::random();
+    format!("{:012x}", n & 0xffff_ffff_ffff)
+}
+
+/// The system prompt of one probe: the nonce is its very first text, so the prompt differs from every
+/// earlier one from its first token after the chat template and no prefix or prompt cache
+/// (llama.cpp's KV reuse, vLLM prefix caching, hosted prompt caches) can answer it.
+pub fn system_prompt(nonce: &str) -> String {
+    format!("{nonce}. {SYSTEM_PROMPT}")
+}
 /// Extra output budget for reasoning models so an answer still arrives after the thinking.
 pub const REASONING_EXTRA_TOKENS: u32 = 1024;
 /// Most bytes of an error body read for classification.
@@ -77,6 +95,8 @@ pub struct ProbeParams<'a> {
     pub max_tokens: u32,
     /// The model streams reasoning: ask for the smallest effort and leave room for an answer.
     pub reasoning: bool,
+    /// This probe's random nonce, put at the start of the system prompt ([`system_prompt`]).
+    pub nonce: &'a str,
 }
 
 /// Usage as reported by the provider.
@@ -101,8 +121,9 @@ pub struct Signals {
     pub reasoning: bool,
     /// Usage report (later reports replace earlier ones: they are cumulative).
     pub usage: Option<Usage>,
-    /// An error event: its class (when recognisable) and message.
-    pub error: Option<(Option<Outcome>, String)>,
+    /// An error event or an unreadable event: the failure text, with the provider's error type
+    /// when it gave one. Inside an accepted stream this is always a `stream_error`.
+    pub error: Option<String>,
     /// The stream's terminator (`[DONE]`, `message_stop`, a Gemini `finishReason`).
     pub done: bool,
     /// Provider's id for the response.
@@ -126,6 +147,7 @@ pub fn adapter_for(kind: ProviderKind) -> &'static dyn Adapter {
     match kind {
         ProviderKind::Openai => &openai::OpenAi,
         ProviderKind::Anthropic => &anthropic::Anthropic,
+        ProviderKind::Azure => &azure::Azure,
         ProviderKind::Gemini => &gemini::Gemini,
         ProviderKind::Http => &http::PlainHttp,
     }
@@ -141,12 +163,8 @@ pub fn join(base: &Url, path: &str) -> Result<Url, String> {
 
 /// Parses an event's JSON, turning malformed data into a stream error signal.
 pub fn parse_json(event: &SseEvent) -> Result<serde_json::Value, Box<Signals>> {
-    serde_json::from_str(&event.data).map_err(|e| {
-        Box::new(Signals {
-            error: Some((Some(Outcome::StreamError), format!("malformed event JSON: {e}"))),
-            ..Signals::default()
-        })
-    })
+    serde_json::from_str(&event.data)
+        .map_err(|e| Box::new(Signals { error: Some(format!("malformed event JSON: {e}")), ..Signals::default() }))
 }
 
 /// A streaming JSON POST: SSE accept header, the key under `key_header` (formatted by
@@ -180,15 +198,38 @@ pub fn as_u32(v: &serde_json::Value) -> Option<u32> {
     v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
-/// Builds an error signal from an error object, classifying it by its words.
+/// Builds an error signal from an error object, keeping the provider's error type in its text
+/// (`error event overloaded_error: Overloaded`) so the sample says what the provider reported.
 pub fn error_signal(err: &serde_json::Value) -> Signals {
     let message = err
         .get("message")
         .and_then(|m| m.as_str())
         .map(str::to_string)
         .unwrap_or_else(|| truncate(&err.to_string(), 300));
-    let class = classify_error_text(&err.to_string().to_ascii_lowercase());
-    Signals { error: Some((class, message)), ..Signals::default() }
+    let text = match error_type(err) {
+        Some(kind) => format!("error event {kind}: {message}"),
+        None => format!("error event: {message}"),
+    };
+    Signals { error: Some(text), ..Signals::default() }
+}
+
+/// The provider's name for an error: OpenAI/Anthropic/Groq `type` (with a differing string
+/// `code`), Gemini `status`, OpenRouter `metadata.error_type`, else a bare `code`.
+fn error_type(err: &serde_json::Value) -> Option<String> {
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).filter(|t| !t.is_empty()).map(str::to_string);
+    let code = err.get("code").and_then(|c| match c {
+        serde_json::Value::String(t) if !t.is_empty() => Some(t.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let named = text(err.get("type"))
+        .or_else(|| text(err.get("status")))
+        .or_else(|| text(err.get("metadata").and_then(|m| m.get("error_type"))));
+    match (named, code) {
+        (Some(kind), Some(code)) if code != kind && code.parse::<u32>().is_err() => Some(format!("{kind} ({code})")),
+        (Some(kind), _) => Some(kind),
+        (None, code) => code,
+    }
 }
 
 /// One thing to probe: a target and the provider settings it uses.
@@ -226,11 +267,22 @@ impl Planned {
     }
 }
 
+/// OpenRouter's published per-endpoint prices by (provider name, model), shared between the
+/// prober (which prices samples with them) and whoever refreshes them ([`crate::pricing::load`]).
+pub type PublishedPrices =
+    Arc<std::sync::RwLock<std::collections::BTreeMap<(String, String), Vec<crate::pricing::EndpointPrice>>>>;
+
 /// Runs probes. Cheap to share: one per process.
 #[derive(Clone)]
 pub struct Prober {
     cfg: ProbeConfig,
     tls: TlsConnector,
+    published: PublishedPrices,
+    /// `probe.ca_file` plus the caller's extra roots: what every connector trusts besides the
+    /// system and built-in roots.
+    roots: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// Connectors of providers with their own `ca_file` or client certificate, built on first use.
+    per_provider: Arc<std::sync::Mutex<std::collections::HashMap<String, Result<TlsConnector, String>>>>,
 }
 
 /// Everything learned while reading a response; turned into a [`Sample`] at the end.
@@ -250,12 +302,40 @@ struct Reading {
     answer: String,
     retry_after_s: Option<f64>,
     streamed: bool,
+    deprecation: Vec<crate::alert::deprecation::Notice>,
 }
 
 impl Prober {
     /// A prober with the given limits, trusting the public web roots plus `extra_roots`.
     pub fn new(cfg: ProbeConfig, extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> Self {
-        Prober { cfg, tls: timing::tls_connector(extra_roots) }
+        let roots: Vec<_> = cfg.ca_certs.iter().chain(extra_roots).cloned().collect();
+        Prober {
+            tls: timing::tls_connector(&roots),
+            cfg,
+            published: PublishedPrices::default(),
+            roots: Arc::new(roots),
+            per_provider: Arc::default(),
+        }
+    }
+
+    /// The TLS connector for a provider: the shared one, or one with its own CA or client certificate.
+    fn connector_for(&self, p: &ProviderConfig) -> Result<TlsConnector, String> {
+        if !p.tls.is_custom() {
+            return Ok(self.tls.clone());
+        }
+        let mut map = self.per_provider.lock().map_err(|_| "TLS connector cache poisoned".to_string())?;
+        map.entry(p.name.clone())
+            .or_insert_with(|| {
+                let roots: Vec<_> = self.roots.iter().chain(&p.tls.ca_certs).cloned().collect();
+                trust::connector(&roots, p.tls.client.as_ref())
+            })
+            .clone()
+    }
+
+    /// The published-price table this prober charges OpenRouter samples with; refresh it with
+    /// [`crate::pricing::PriceBook::publish_into`].
+    pub fn published_prices(&self) -> PublishedPrices {
+        self.published.clone()
     }
 
     /// Probes one target now and returns its sample; never fails, never panics on bad input.
@@ -272,7 +352,12 @@ impl Prober {
                 r.total = Some(self.cfg.timeout);
             }
         }
-        fill(&mut sample, r, plan);
+        let published = self
+            .published
+            .read()
+            .ok()
+            .and_then(|m| m.get(&(plan.target.provider.clone(), plan.target.model.clone())).cloned());
+        fill(&mut sample, r, plan, published.as_deref());
         // The one place provider data is made safe: everything downstream sees only this.
         scrub::finalise(&mut sample, &scrub::Secrets::of(&plan.provider));
         sample
@@ -281,12 +366,14 @@ impl Prober {
     async fn exchange(&self, plan: &Planned, r: &mut Reading) {
         let adapter = adapter_for(plan.provider.kind);
         let reasoning = plan.provider.reasoning_models.iter().any(|m| m == &plan.target.model);
+        let nonce = nonce();
         let params = ProbeParams {
             provider: &plan.provider,
             model: &plan.target.model,
             route: plan.target.route.as_deref(),
             max_tokens: self.cfg.max_tokens,
             reasoning,
+            nonce: &nonce,
         };
         let spec = match adapter.request(&params) {
             Ok(s) => s,
@@ -296,8 +383,17 @@ impl Prober {
             return r.fail(Outcome::ClientError, format!("{} has no host", spec.url));
         };
         let port = spec.url.port_or_known_default().unwrap_or(80);
-        let tls = (spec.url.scheme() == "https").then_some(&self.tls);
-        let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout).await {
+        let connector = if spec.url.scheme() == "https" {
+            match self.connector_for(&plan.provider) {
+                Ok(c) => Some(c),
+                Err(e) => return r.fail(Outcome::TlsError, format!("TLS setup: {e}")),
+            }
+        } else {
+            None
+        };
+        let tls = connector.as_ref();
+        let proxy = self.cfg.proxy.for_target(spec.url.scheme(), &host);
+        let stream = match timing::dial(&host, port, tls, self.cfg.connect_timeout, proxy).await {
             Ok((stream, phases)) => {
                 r.phases = phases;
                 stream
@@ -343,6 +439,7 @@ impl Prober {
         r.status = Some(status);
         r.request_id = header_request_id(&head.headers);
         r.retry_after_s = retry_after(&head.headers);
+        r.deprecation = crate::alert::deprecation::from_headers(&head.headers, Utc::now());
         drop(head);
 
         if !(200..300).contains(&status) {
@@ -473,13 +570,10 @@ impl Reading {
                 cost_usd: u.cost_usd.or(self.usage.cost_usd),
             };
         }
-        if let Some((class, message)) = s.error {
-            // Before any answer an error event says what went wrong; after it, the stream broke.
-            let outcome = match class {
-                Some(c) if self.ttft.is_none() => c,
-                _ => Outcome::StreamError,
-            };
-            self.fail(outcome, format!("error event: {message}"));
+        if let Some(message) = s.error {
+            // The request was accepted (2xx) and then broke, before or after the first token:
+            // that is a stream error whatever the provider calls it; its own type stays in the text.
+            self.fail(Outcome::StreamError, message);
         }
         s.done
     }
@@ -489,10 +583,11 @@ fn ms(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
 }
 
-fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
+fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[crate::pricing::EndpointPrice]>) {
     sample.dns_ms = ms(r.phases.dns);
     sample.connect_ms = ms(r.phases.connect);
     sample.tls_ms = ms(r.phases.tls);
+    sample.proxy_ms = ms(r.phases.proxy);
     sample.ttfb_ms = ms(r.ttfb);
     sample.ttft_ms = ms(r.ttft);
     sample.ttfr_ms = ms(r.ttfr);
@@ -502,6 +597,7 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
     sample.error = r.error;
     sample.request_id = r.request_id;
     sample.retry_after_s = r.retry_after_s;
+    sample.deprecation = r.deprecation;
     sample.input_tokens = r.usage.input;
     let counted = (r.content_events > 0).then_some(r.content_events);
     sample.output_tokens = r.usage.output.or(counted);
@@ -518,8 +614,17 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned) {
                 sample.tokens_per_s = Some(f64::from(n - 1) / window);
             }
         }
+        // The provider's own figure wins; else usage × the price `vigil report` also uses.
         sample.cost_usd = r.usage.cost_usd.or_else(|| {
-            let price = plan.provider.price?;
+            if r.usage.input.is_none() && sample.output_tokens.is_none() {
+                return None;
+            }
+            let (price, _) = crate::price_table::price_of(
+                &plan.provider,
+                &plan.target.model,
+                plan.target.route.as_deref(),
+                published,
+            )?;
             Some(price.cost(r.usage.input.unwrap_or(0), sample.output_tokens.unwrap_or(0)))
         });
     }
@@ -633,6 +738,18 @@ mod tests {
         assert!(!adherent("{\"ok\":false}"));
         assert!(!adherent("Sure! {\"ok\":true}"));
         assert!(!adherent(""));
+    }
+
+    #[test]
+    fn every_prompt_starts_with_its_own_nonce() {
+        let (a, b) = (nonce(), nonce());
+        assert_eq!(a.len(), NONCE_LEN);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+        let (pa, pb) = (system_prompt(&a), system_prompt(&b));
+        assert!(pa.starts_with(&a) && pa.ends_with(SYSTEM_PROMPT));
+        let common = pa.bytes().zip(pb.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(common < NONCE_LEN, "two prompts share only what two random nonces happen to share");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{REASONING_EXTRA_TOKENS, SYSTEM_PROMPT, USER_PROMPT};
+use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -14,30 +14,7 @@ impl Adapter for OpenAi {
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
         let url = join(&p.provider.base_url, "chat/completions")?;
         let openrouter = url.host_str().is_some_and(|h| h.ends_with("openrouter.ai")) || p.route.is_some();
-        let mut body = json!({
-            "model": p.model,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": USER_PROMPT},
-            ],
-        });
-        if p.reasoning {
-            // Reasoning models reject temperature; the smallest effort keeps probes cheap and fast.
-            body["max_completion_tokens"] = json!(p.max_tokens + REASONING_EXTRA_TOKENS);
-            if openrouter {
-                body["reasoning"] = json!({"effort": "low"});
-            } else {
-                body["reasoning_effort"] = json!("low");
-            }
-        } else {
-            body["max_tokens"] = json!(p.max_tokens);
-            body["temperature"] = json!(0);
-        }
-        if let Some(route) = p.route {
-            body["provider"] = json!({"order": [route], "allow_fallbacks": false});
-        }
+        let body = chat_body(p, openrouter);
         streaming_post(p, url, &body, "authorization", |key| format!("Bearer {key}"), &[])
     }
 
@@ -56,7 +33,8 @@ impl Adapter for OpenAi {
             return s;
         }
         let mut s = Signals {
-            request_id: v.get("id").and_then(Value::as_str).map(str::to_string),
+            // Azure's first frame (prompt filter results) has an empty id.
+            request_id: v.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()).map(str::to_string),
             usage: usage(&v),
             ..Signals::default()
         };
@@ -76,6 +54,35 @@ impl Adapter for OpenAi {
         }
         s
     }
+}
+
+/// The streaming chat completions body of one probe (shared with Azure OpenAI).
+pub fn chat_body(p: &ProbeParams<'_>, openrouter: bool) -> Value {
+    let mut body = json!({
+        "model": p.model,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "messages": [
+            {"role": "system", "content": system_prompt(p.nonce)},
+            {"role": "user", "content": USER_PROMPT},
+        ],
+    });
+    if p.reasoning {
+        // Reasoning models reject temperature; the smallest effort keeps probes cheap and fast.
+        body["max_completion_tokens"] = json!(p.max_tokens + REASONING_EXTRA_TOKENS);
+        if openrouter {
+            body["reasoning"] = json!({"effort": "low"});
+        } else {
+            body["reasoning_effort"] = json!("low");
+        }
+    } else {
+        body["max_tokens"] = json!(p.max_tokens);
+        body["temperature"] = json!(0);
+    }
+    if let Some(route) = p.route {
+        body["provider"] = json!({"order": [route], "allow_fallbacks": false});
+    }
+    body
 }
 
 fn usage(v: &Value) -> Option<Usage> {

@@ -24,6 +24,9 @@ pub struct Phases {
     pub connect: Option<Duration>,
     /// TLS handshake (None for plain HTTP).
     pub tls: Option<Duration>,
+    /// Through a proxy: CONNECT sent → the proxy's 2xx (its own DNS and connect to the target).
+    /// `dns` and `connect` are then the proxy's.
+    pub proxy: Option<Duration>,
 }
 
 /// Why a connection could not be opened, already classified.
@@ -45,33 +48,30 @@ pub enum Stream {
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-/// The TLS client setup shared by all probes (roots are loaded once).
+/// The TLS client setup shared by all probes: system roots, built-in roots and `extra_roots`
+/// ([`super::trust::connector`]); a refused extra root leaves it out, so TLS fails visibly later.
 pub fn tls_connector(extra_roots: &[rustls::pki_types::CertificateDer<'static>]) -> TlsConnector {
-    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    for cert in extra_roots {
-        // A bad extra root is a test or operator error; skipping it makes TLS fail visibly later.
-        let _ = roots.add(cert.clone());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-        .unwrap_or_else(|_| {
+    super::trust::connector(extra_roots, None).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "extra CA certificates refused; trusting the system and built-in roots only");
+        super::trust::connector(&[], None).unwrap_or_else(|_| {
             // The ring provider supports the default versions; this branch only guards a library change.
-            rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth()
-        });
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    // Resumption would skip the full handshake and hide the TLS cost a new client pays.
-    config.resumption = rustls::client::Resumption::disabled();
-    TlsConnector::from(Arc::new(config))
+            TlsConnector::from(Arc::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            ))
+        })
+    })
 }
 
-/// Opens a fresh connection to `host:port`, timing each phase; the whole dial is bounded by `limit`.
+/// Opens a fresh connection to `host:port` (through `proxy`'s CONNECT tunnel when given),
+/// timing each phase; the whole dial is bounded by `limit`.
 pub async fn dial(
     host: &str,
     port: u16,
     tls: Option<&TlsConnector>,
     limit: Duration,
+    proxy: Option<&url::Url>,
 ) -> Result<(Stream, Phases), DialError> {
     let mut phases = Phases::default();
     let deadline = tokio::time::Instant::now() + limit;
@@ -82,21 +82,38 @@ pub async fn dial(
     };
 
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
+    // Through a proxy the socket goes to the proxy; the target's name is the proxy's to resolve.
+    let proxy_host = proxy.and_then(|p| p.host_str()).map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+    let (dial_host, dial_port) = match (proxy, proxy_host) {
+        (Some(p), Some(h)) => (h, p.port_or_known_default().unwrap_or(8080)),
+        (Some(p), None) => {
+            return Err(DialError {
+                outcome: Outcome::ConnectError,
+                message: format!("proxy {p} has no host"),
+                phases,
+            });
+        }
+        (None, _) => (bare, port),
+    };
+    let addrs: Vec<SocketAddr> = match dial_host.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, dial_port)],
         Err(_) => {
             let t = Instant::now();
-            let looked = tokio::time::timeout_at(deadline, tokio::net::lookup_host((bare, port)))
+            let looked = tokio::time::timeout_at(deadline, tokio::net::lookup_host((dial_host, dial_port)))
                 .await
                 .map_err(|_| timeout(phases, "DNS lookup"))?;
             phases.dns = Some(t.elapsed());
             let addrs: Vec<SocketAddr> = looked
-                .map_err(|e| DialError { outcome: Outcome::DnsError, message: format!("resolve {bare}: {e}"), phases })?
+                .map_err(|e| DialError {
+                    outcome: Outcome::DnsError,
+                    message: format!("resolve {dial_host}: {e}"),
+                    phases,
+                })?
                 .collect();
             if addrs.is_empty() {
                 return Err(DialError {
                     outcome: Outcome::DnsError,
-                    message: format!("{bare} has no addresses"),
+                    message: format!("{dial_host} has no addresses"),
                     phases,
                 });
             }
@@ -117,14 +134,25 @@ pub async fn dial(
             Ok(Err(e)) => last_err = Some(format!("connect {addr}: {e}")),
         }
     }
-    let tcp = tcp.ok_or_else(|| DialError {
+    let mut tcp = tcp.ok_or_else(|| DialError {
         outcome: Outcome::ConnectError,
-        message: last_err.unwrap_or_else(|| "no address to connect to".into()),
+        message: last_err
+            .map(|e| if proxy.is_some() { format!("proxy: {e}") } else { e })
+            .unwrap_or_else(|| "no address to connect to".into()),
         phases,
     })?;
     phases.connect = Some(t.elapsed());
     // Small request and event writes must not wait for Nagle's algorithm.
     let _ = tcp.set_nodelay(true);
+
+    if let Some(p) = proxy {
+        let t = Instant::now();
+        tokio::time::timeout_at(deadline, super::proxy::connect(&mut tcp, p, bare, port))
+            .await
+            .map_err(|_| timeout(phases, "proxy CONNECT"))?
+            .map_err(|e| DialError { outcome: Outcome::ConnectError, message: e.to_string(), phases })?;
+        phases.proxy = Some(t.elapsed());
+    }
 
     let Some(connector) = tls else {
         return Ok((Stream::Plain(tcp), phases));

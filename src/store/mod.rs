@@ -119,7 +119,7 @@ impl crate::http::ReadyCheck for IntegrityCheck {
 /// Every `samples` column, in table order (both backends use the same names).
 pub(crate) const SAMPLE_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
     connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s";
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms";
 
 /// Maps a driver error: connection loss, pool timeouts, server shutdowns, a full disk and a
 /// corrupt file are `Unavailable` (retrying later, after an operator acts, can succeed).

@@ -9,9 +9,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 /// File header: signature, flags (no OIDs), header extension length.
 const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 /// Columns per row; must match `SAMPLE_COLUMNS`.
-const FIELDS: i16 = 24;
+const FIELDS: i16 = 25;
 /// A row's encoded size is roughly this plus its strings, enough to size the buffer once.
-const FIXED_ROW_BYTES: usize = 2 + 24 * 4 + 16 + 2 * 8 + 11 * 8 + 4 + 1;
+const FIXED_ROW_BYTES: usize = 2 + 25 * 4 + 16 + 2 * 8 + 12 * 8 + 4 + 1;
 
 /// Why a sample cannot be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,7 @@ pub fn encode(samples: &[Sample]) -> Result<Vec<u8>, CopyEncodeError> {
         }
         float8(&mut buf, s.cost_usd);
         float8(&mut buf, s.retry_after_s);
+        float8(&mut buf, s.proxy_ms);
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     Ok(buf)

@@ -229,6 +229,7 @@ impl PgStore {
         let (mut input, mut output, mut tps, mut status) = (vec![], vec![], vec![], vec![]);
         let (mut outcome, mut error, mut request_id, mut adherence, mut cost, mut retry) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
+        let mut proxy = Vec::with_capacity(n);
         for s in chunk {
             ids.push(s.id);
             providers.push(clean(&s.target.provider));
@@ -254,15 +255,16 @@ impl PgStore {
             adherence.push(s.adherence_ok);
             cost.push(s.cost_usd);
             retry.push(s.retry_after_s);
+            proxy.push(s.proxy_ms);
         }
         let res = sqlx::query(
             "INSERT INTO samples (id, provider, model, route, region, scheduled_at, started_at, dns_ms, connect_ms, \
              tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, outcome, \
-             error, request_id, adherence_ok, cost_usd, retry_after_s) \
+             error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms) \
              SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], \
              $7::timestamptz[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], $12::float8[], $13::float8[], \
              $14::float8[], $15::int8[], $16::int8[], $17::float8[], $18::int4[], $19::text[], $20::text[], $21::text[], \
-             $22::bool[], $23::float8[], $24::float8[]) \
+             $22::bool[], $23::float8[], $24::float8[], $25::float8[]) \
              ON CONFLICT (id, started_at) DO NOTHING",
         )
         .bind(ids)
@@ -289,6 +291,7 @@ impl PgStore {
         .bind(adherence)
         .bind(cost)
         .bind(retry)
+        .bind(proxy)
         .execute(&mut *conn)
         .await?;
         Ok(res.rows_affected())

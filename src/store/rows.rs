@@ -74,6 +74,7 @@ where
         dns_ms: row.try_get("dns_ms")?,
         connect_ms: row.try_get("connect_ms")?,
         tls_ms: row.try_get("tls_ms")?,
+        proxy_ms: row.try_get("proxy_ms")?,
         ttfb_ms: row.try_get("ttfb_ms")?,
         ttft_ms: row.try_get("ttft_ms")?,
         ttfr_ms: row.try_get("ttfr_ms")?,
@@ -89,6 +90,7 @@ where
         cost_usd: row.try_get("cost_usd")?,
         retry_after_s: row.try_get("retry_after_s")?,
         rejected: Vec::new(),
+        deprecation: Vec::new(),
     })
 }
 

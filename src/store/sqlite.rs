@@ -290,7 +290,8 @@ impl Store for SqliteStore {
                     .push_bind(s.request_id.clone())
                     .push_bind(s.adherence_ok)
                     .push_bind(s.cost_usd)
-                    .push_bind(s.retry_after_s);
+                    .push_bind(s.retry_after_s)
+                    .push_bind(s.proxy_ms);
             });
             qb.push(" ON CONFLICT (id) DO NOTHING");
             inserted += qb.build().execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();

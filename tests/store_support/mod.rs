@@ -168,6 +168,7 @@ pub fn full_sample(t: Target, started: DateTime<Utc>) -> Sample {
     s.dns_ms = Some(1.25);
     s.connect_ms = Some(12.5);
     s.tls_ms = Some(30.125);
+    s.proxy_ms = Some(4.5);
     s.ttfb_ms = Some(180.0);
     s.ttft_ms = Some(240.5);
     s.ttfr_ms = Some(200.75);
