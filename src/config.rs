@@ -77,6 +77,31 @@ pub struct Config {
     pub report: ReportConfig,
     /// Failover chains published in the router export (`[[chain]]`).
     pub chains: Vec<crate::chain::ChainConfig>,
+    /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
+    pub status_pages: StatusPagesConfig,
+}
+
+/// Polling of the providers' official status pages (Statuspage v2 JSON).
+#[derive(Debug, Clone, Default)]
+pub struct StatusPagesConfig {
+    /// Time between polls of each page (`probe.status_page_every`).
+    pub every: Duration,
+    /// One entry per configured provider whose page is polled (empty `status_page_url` = off).
+    pub pages: Vec<StatusPageSource>,
+    /// `alerts.provider_incident`: alert on the provider's own open incidents (off by default).
+    pub alert: bool,
+    /// `alerts.provider_incident_components`: only incidents naming one of these components
+    /// (case-insensitive); empty means every incident.
+    pub alert_components: Vec<String>,
+}
+
+/// One provider's status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusPageSource {
+    /// Provider name as in `[[provider]]`.
+    pub provider: String,
+    /// Base URL of the page (vigil reads `<url>/api/v2/summary.json`).
+    pub url: Url,
 }
 
 /// `[report]`.
@@ -469,6 +494,7 @@ struct RawProbe {
     concurrency: usize,
     daily_budget_usd: f64,
     max_body_kb: usize,
+    status_page_every: String,
 }
 
 impl Default for RawProbe {
@@ -482,6 +508,7 @@ impl Default for RawProbe {
             concurrency: 256,
             daily_budget_usd: 5.0,
             max_body_kb: 1024,
+            status_page_every: "3m".into(),
         }
     }
 }
@@ -543,6 +570,7 @@ struct RawProvider {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
+    status_page_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -571,6 +599,8 @@ struct RawAlerts {
     webhook: Vec<RawWebhook>,
     #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
+    provider_incident: bool,
+    provider_incident_components: Vec<String>,
 }
 
 impl Default for RawAlerts {
@@ -586,6 +616,8 @@ impl Default for RawAlerts {
             pagerduty: vec![],
             webhook: vec![],
             maintenance: vec![],
+            provider_incident: false,
+            provider_incident_components: vec![],
         }
     }
 }
@@ -637,6 +669,8 @@ struct Builtin {
     base_url: &'static str,
     key_env: &'static str,
     model: &'static str,
+    /// The provider's official status page when it serves the Statuspage v2 JSON API; "" = none.
+    status_page: &'static str,
 }
 
 const BUILTINS: [Builtin; 7] = [
@@ -646,6 +680,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://openrouter.ai/api/v1",
         key_env: "OPENROUTER_API_KEY",
         model: "meta-llama/llama-3.1-8b-instruct",
+        status_page: "",
     },
     Builtin {
         name: "openai",
@@ -653,6 +688,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.openai.com/v1",
         key_env: "OPENAI_API_KEY",
         model: "gpt-4o-mini",
+        status_page: "https://status.openai.com",
     },
     Builtin {
         name: "anthropic",
@@ -660,6 +696,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.anthropic.com/v1",
         key_env: "ANTHROPIC_API_KEY",
         model: "claude-3-5-haiku-latest",
+        status_page: "https://status.claude.com",
     },
     Builtin {
         name: "groq",
@@ -667,6 +704,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.groq.com/openai/v1",
         key_env: "GROQ_API_KEY",
         model: "llama-3.1-8b-instant",
+        status_page: "https://groqstatus.com",
     },
     Builtin {
         name: "together",
@@ -674,6 +712,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.together.xyz/v1",
         key_env: "TOGETHER_API_KEY",
         model: "meta-llama/Llama-3.2-3B-Instruct-Turbo",
+        status_page: "https://status.together.ai",
     },
     Builtin {
         name: "deepinfra",
@@ -681,6 +720,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.deepinfra.com/v1/openai",
         key_env: "DEEPINFRA_API_KEY",
         model: "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        status_page: "",
     },
     Builtin {
         name: "gemini",
@@ -688,6 +728,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://generativelanguage.googleapis.com/v1beta",
         key_env: "GEMINI_API_KEY",
         model: "gemini-2.0-flash-lite",
+        status_page: "",
     },
 ];
 
@@ -1019,12 +1060,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 price: None,
                 headers: BTreeMap::new(),
                 headers_env: BTreeMap::new(),
+                status_page_url: None,
             })
             .collect()
     });
     let mut providers = Vec::new();
     let mut skipped = Vec::new();
     let mut names = std::collections::HashSet::new();
+    let mut pages = Vec::new();
     for (i, rp) in raw_providers.into_iter().enumerate() {
         let key = |field: &str| format!("provider[{i}].{field}");
         if rp.name.trim().is_empty() {
@@ -1111,6 +1154,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 value: SecretString::from(value),
             });
         }
+        let page = rp.status_page_url.unwrap_or_else(|| builtin.map_or("", |b| b.status_page).to_string());
+        if !page.trim().is_empty() {
+            let url = Url::parse(page.trim()).map_err(|e| invalid(key("status_page_url"), e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(invalid(key("status_page_url"), format!("scheme {:?} is not http or https", url.scheme())));
+            }
+            pages.push(StatusPageSource { provider: rp.name.clone(), url });
+        }
         providers.push(ProviderConfig {
             name: rp.name,
             kind,
@@ -1137,6 +1188,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             ));
         }
     }
+    let status_page_every = duration_in("probe.status_page_every", &raw.probe.status_page_every, SECOND, DAY)?;
+    for (i, c) in raw.alerts.provider_incident_components.iter().enumerate() {
+        no_controls(&format!("alerts.provider_incident_components[{i}]"), c)?;
+    }
+    let status_pages = StatusPagesConfig {
+        every: status_page_every,
+        pages,
+        alert: raw.alerts.provider_incident,
+        alert_components: raw.alerts.provider_incident_components.clone(),
+    };
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
@@ -1152,6 +1213,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         alerts,
         report,
         chains,
+        status_pages,
     })
 }
 

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod pipeline;
 pub mod pricing;
+pub mod provider_status;
 pub mod probe;
 pub mod report;
 pub mod router_formats;
