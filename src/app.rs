@@ -232,6 +232,7 @@ impl App {
             Arc::new(store::IntegrityCheck(store.clone())),
         ];
         let snapshot = SharedSnapshot::default();
+        let provider_status = crate::provider_status::SharedProviderStatus::default();
         let app = router(HttpState {
             metrics: metrics.clone(),
             checks,
@@ -241,6 +242,7 @@ impl App {
             api_token: config.http.api_token.clone(),
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
             feed: Arc::new(crate::http::api::Feed::from_config(&config)),
+            provider_status: provider_status.clone(),
         });
         let server_stop = shutdown.clone();
         let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);
@@ -271,6 +273,11 @@ impl App {
             Task::spawn_optional(
                 "credit poller",
                 poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
+            ),
+            Task::spawn_optional(
+                "status pages",
+                crate::provider_status::poller::Poller::new(&config.status_pages, provider_status, store.clone())
+                    .run(shutdown.clone()),
             ),
             Task::spawn_optional(
                 "weekly summary",
@@ -307,7 +314,7 @@ impl App {
         shutdown.cancel();
         let deadline = tokio::time::Instant::now() + AFTER_DRAIN;
         // Order matters: the pipeline's end closes the writer's and the link's channels.
-        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "weekly summary"] {
+        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "status pages", "weekly summary"] {
             finish(&mut tasks, name, deadline).await;
         }
         writer_stop.cancel();

@@ -7,6 +7,7 @@ pub mod email;
 pub mod notifier;
 pub mod outbox;
 pub mod pagerduty;
+pub mod provider_incident;
 pub mod rules;
 pub mod slack;
 pub mod webhook;
@@ -41,11 +42,14 @@ pub enum AlertKind {
     ProbeBudgetExceeded,
     /// Most targets fail at once from this instance: its own network is the problem.
     RegionUnhealthy,
+    /// The provider's own status page has an open incident on a component you depend on
+    /// (`alerts.provider_incident`, off by default).
+    ProviderIncident,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 10] = [
+    pub const ALL: [AlertKind; 11] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -56,6 +60,7 @@ impl AlertKind {
         AlertKind::AdherenceFailed,
         AlertKind::ProbeBudgetExceeded,
         AlertKind::RegionUnhealthy,
+        AlertKind::ProviderIncident,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -71,6 +76,7 @@ impl AlertKind {
             AlertKind::AdherenceFailed => "adherence_failed",
             AlertKind::ProbeBudgetExceeded => "probe_budget_exceeded",
             AlertKind::RegionUnhealthy => "region_unhealthy",
+            AlertKind::ProviderIncident => "provider_incident",
         }
     }
 
@@ -82,7 +88,8 @@ impl AlertKind {
             AlertKind::LatencyDegraded
             | AlertKind::CreditLow
             | AlertKind::AdherenceFailed
-            | AlertKind::ProbeBudgetExceeded => Severity::Warning,
+            | AlertKind::ProbeBudgetExceeded
+            | AlertKind::ProviderIncident => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }
