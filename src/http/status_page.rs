@@ -802,6 +802,7 @@ mod tests {
             min_samples: 300,
             refresh_s: 30,
             trend_hours: 168,
+            providers: Vec::new(),
         }
     }
 
@@ -956,6 +957,58 @@ mod tests {
         );
         assert!(html.contains(r#"<tr class="low"><th scope="row">poor</th><td class="usd">$4.25 <span class="pill down">below minimum</span>"#));
         assert!(html.contains("no reading yet"));
+    }
+
+    #[test]
+    fn providers_section_shows_reported_status_open_incidents_and_unreadable_pages() {
+        use crate::provider_status::{ProviderComponent, ProviderIncident, ProviderStatus};
+        let mut d = data(vec![], &["eu"]);
+        assert!(!render(&d, now()).contains("Providers' status pages"), "no section when no page is polled");
+        d.providers = vec![
+            ProviderStatus {
+                provider: "openai".into(),
+                page_name: "OpenAI".into(),
+                page_url: "https://status.example.invalid".into(),
+                indicator: "major".into(),
+                description: "Partial System Outage".into(),
+                components: vec![ProviderComponent {
+                    provider: "openai".into(),
+                    id: "c".into(),
+                    name: "Chat Completions".into(),
+                    status: "partial_outage".into(),
+                    updated_at: None,
+                }],
+                incidents: vec![ProviderIncident {
+                    provider: "openai".into(),
+                    id: "i".into(),
+                    name: "Errors <b>on</b> chat".into(),
+                    status: "investigating".into(),
+                    impact: "major".into(),
+                    created_at: now() - Duration::minutes(18),
+                    updated_at: None,
+                    resolved_at: None,
+                    components: vec![],
+                    shortlink: Some("javascript:alert(1)".into()),
+                }],
+                fetched_at: Some(now() - Duration::minutes(1)),
+                fresh_until: Some(now() + Duration::minutes(8)),
+                last_error: None,
+            },
+            ProviderStatus {
+                provider: "groq".into(),
+                page_url: "https://groq.example.invalid".into(),
+                indicator: "unknown".into(),
+                last_error: Some("HTTP 503".into()),
+                ..ProviderStatus::default()
+            },
+        ];
+        let html = render(&d, now());
+        assert!(html.contains("<h2>Providers' status pages</h2>"));
+        assert!(html.contains(r#"<span class="pill down">major</span> Partial System Outage (Chat Completions: partial outage)"#), "{html}");
+        assert!(html.contains("Errors &lt;b&gt;on&lt;/b&gt; chat"), "provider text is escaped");
+        assert!(!html.contains("javascript:"), "only http(s) links are made");
+        assert!(html.contains("investigating · major impact"));
+        assert!(html.contains(r#"<span class="pill down">unreadable</span> <span class="muted">HTTP 503</span>"#));
     }
 
     #[tokio::test]
