@@ -58,7 +58,8 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
     let shared = SharedProviderStatus::default();
     let poller = Poller::with_timeout(&config, shared.clone(), store.clone(), Duration::from_millis(500));
 
-    let now = chrono::Utc::now();
+    // Storage keeps microseconds.
+    let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
     tokio::time::timeout(Duration::from_secs(20), poller.poll_once(now)).await.expect("one round is bounded by the read timeout");
     let snap = shared.read().expect("snapshot").clone();
     let openai = &snap.providers["openai"];
