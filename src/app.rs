@@ -314,9 +314,10 @@ impl App {
         shutdown.cancel();
         let deadline = tokio::time::Instant::now() + AFTER_DRAIN;
         // Order matters: the pipeline's end closes the writer's and the link's channels.
-        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "status pages", "weekly summary"] {
+        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "weekly summary"] {
             finish(&mut tasks, name, deadline).await;
         }
+        finish(&mut tasks, "status pages", deadline).await;
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not

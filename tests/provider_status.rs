@@ -34,8 +34,9 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
         "/openai/api/v2/summary.json" => Script::json(200, &incident),
         "/broken/api/v2/summary.json" => Script::json(200, &malformed),
         "/down/api/v2/summary.json" => Script::json(503, b"{}"),
-        "/slow/api/v2/summary.json" => Script::json(200, &fixture("summary_operational.json"))
-            .with_head_delay(Duration::from_secs(30)),
+        "/slow/api/v2/summary.json" => {
+            Script::json(200, &fixture("summary_operational.json")).with_head_delay(Duration::from_secs(30))
+        }
         _ => Script::status(404),
     })
     .await
@@ -60,7 +61,9 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
 
     // Storage keeps microseconds.
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
-    tokio::time::timeout(Duration::from_secs(20), poller.poll_once(now)).await.expect("one round is bounded by the read timeout");
+    tokio::time::timeout(Duration::from_secs(20), poller.poll_once(now))
+        .await
+        .expect("one round is bounded by the read timeout");
     let snap = shared.read().expect("snapshot").clone();
     let openai = &snap.providers["openai"];
     assert_eq!(openai.page_name, "OpenAI");
@@ -72,10 +75,17 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
     assert_eq!(snap.providers["down"].last_error.as_deref(), Some("HTTP 503"));
     assert!(snap.providers["slow"].last_error.is_some(), "a hanging page times out");
     assert!(snap.providers["slow"].fetched_at.is_none());
-    let line = annotation_for("openai", &snap, chrono::DateTime::parse_from_rfc3339("2026-12-01T14:12:00Z").expect("t").into());
+    let line = annotation_for(
+        "openai",
+        &snap,
+        chrono::DateTime::parse_from_rfc3339("2026-12-01T14:12:00Z").expect("t").into(),
+    );
     assert_eq!(line, None, "the reading is fresh only around `now`");
     let line = annotation_for("openai", &snap, now).expect("an annotation");
-    assert!(line.starts_with("OpenAI reports: Elevated error rates on Chat Completions, investigating since"), "{line}");
+    assert!(
+        line.starts_with("OpenAI reports: Elevated error rates on Chat Completions, investigating since"),
+        "{line}"
+    );
 
     let since = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").expect("t").to_utc();
     let until = since + chrono::Duration::days(1);
@@ -105,8 +115,9 @@ async fn probes_keep_their_schedule_while_the_status_page_hangs() {
         .expect("fixture");
     let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
     let page = fixture("summary_incident.json");
-    let hanging =
-        StandIn::start(move |_| Script::json(200, &page).with_head_delay(Duration::from_secs(120))).await.expect("stand-in");
+    let hanging = StandIn::start(move |_| Script::json(200, &page).with_head_delay(Duration::from_secs(120)))
+        .await
+        .expect("stand-in");
     let data = tempfile::tempdir().expect("tempdir");
     let text = format!(
         r#"

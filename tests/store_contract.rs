@@ -441,7 +441,10 @@ async fn provider_incidents_and_components_upsert_and_read_back(fx: Fixture) {
         status: status.into(),
         updated_at: Some(now),
     };
-    fx.store.upsert_provider_components(&[comp("x", "partial_outage"), comp("y", "operational")]).await.expect("insert");
+    fx.store
+        .upsert_provider_components(&[comp("x", "partial_outage"), comp("y", "operational")])
+        .await
+        .expect("insert");
     fx.store.upsert_provider_components(&[comp("x", "operational")]).await.expect("update");
     let back = fx.store.provider_components("openai").await.expect("read");
     assert_eq!(back, vec![comp("x", "operational"), comp("y", "operational")]);

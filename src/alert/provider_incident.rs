@@ -48,11 +48,8 @@ fn incident_key(region: &str, provider: &str, id: &str) -> String {
 /// One alert about `incident` as `page` names it.
 fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident, status: AlertStatus) -> Alert {
     let who = if page.page_name.is_empty() { page.provider.as_str() } else { page.page_name.as_str() };
-    let on = if incident.components.is_empty() {
-        String::new()
-    } else {
-        format!(" on {}", incident.components.join(", "))
-    };
+    let on =
+        if incident.components.is_empty() { String::new() } else { format!(" on {}", incident.components.join(", ")) };
     let summary = match status {
         AlertStatus::Firing => {
             format!("{who} reports: {}{on} ({} impact, {})", incident.name, incident.impact, incident.status)
@@ -61,7 +58,8 @@ fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident, statu
     };
     let mut a = Alert::new(AlertKind::ProviderIncident, region, &page.provider, None, summary);
     a.status = status;
-    a.severity = if matches!(incident.impact.as_str(), "major" | "critical") { Severity::Error } else { Severity::Warning };
+    a.severity =
+        if matches!(incident.impact.as_str(), "major" | "critical") { Severity::Error } else { Severity::Warning };
     a.since = incident.created_at;
     a.dedup_key = incident_key(region, &page.provider, &incident.id);
     a
@@ -84,8 +82,7 @@ pub fn provider_incident_alerts(
     let mut out = Vec::new();
     for (name, page) in &next.providers {
         let before = prev.providers.get(name);
-        let was_open =
-            |id: &str| before.is_some_and(|b| b.incidents.iter().any(|i| i.id == id && i.is_open()));
+        let was_open = |id: &str| before.is_some_and(|b| b.incidents.iter().any(|i| i.id == id && i.is_open()));
         for i in page.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
             if !was_open(&i.id) {
                 out.push(alert(region, page, i, AlertStatus::Firing));
@@ -155,7 +152,8 @@ mod tests {
     #[test]
     fn a_new_incident_on_a_watched_component_fires_once() {
         let prev = ProviderStatusSnapshot::default();
-        let next = snap(vec![incident("a", &["Chat Completions"], "major"), incident("b", &["Fine-tuning"], "minor")], None);
+        let next =
+            snap(vec![incident("a", &["Chat Completions"], "major"), incident("b", &["Fine-tuning"], "minor")], None);
         let alerts = provider_incident_alerts(&rule(&["chat completions"]), "eu", &prev, &next, at(14, 10));
         assert_eq!(alerts.len(), 1, "only the watched component: {alerts:?}");
         let a = &alerts[0];
@@ -165,7 +163,10 @@ mod tests {
         assert_eq!(a.since, at(14, 2));
         assert_eq!(a.summary, "OpenAI reports: Incident a on Chat Completions (major impact, investigating)");
         assert!(a.dedup_key.ends_with(":provider_incident:a"), "{}", a.dedup_key);
-        assert!(provider_incident_alerts(&rule(&["chat completions"]), "eu", &next, &next, at(14, 13)).is_empty(), "no repeat");
+        assert!(
+            provider_incident_alerts(&rule(&["chat completions"]), "eu", &next, &next, at(14, 13)).is_empty(),
+            "no repeat"
+        );
     }
 
     #[test]
@@ -178,7 +179,11 @@ mod tests {
         assert_eq!(alerts.len(), 1);
         assert_eq!(alerts[0].status, AlertStatus::Resolved);
         assert_eq!(alerts[0].severity, Severity::Warning);
-        assert_eq!(alerts[0].dedup_key, provider_incident_alerts(&rule(&[]), "eu", &ProviderStatusSnapshot::default(), &prev, at(14, 10))[0].dedup_key);
+        assert_eq!(
+            alerts[0].dedup_key,
+            provider_incident_alerts(&rule(&[]), "eu", &ProviderStatusSnapshot::default(), &prev, at(14, 10))[0]
+                .dedup_key
+        );
     }
 
     #[test]

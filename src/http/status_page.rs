@@ -306,11 +306,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     let trends = page.trends.current(now).await;
     page.attach_trends(&mut data, &trends);
     data.credits = page.credits(now).await;
-    data.providers = s
-        .provider_status
-        .read()
-        .map(|p| p.providers.values().cloned().collect())
-        .unwrap_or_default();
+    data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
@@ -619,7 +615,9 @@ fn providers_html(providers: &[crate::provider_status::ProviderStatus], now: Dat
             incidents.push_str(r#"<span class="muted">none</span>"#);
         }
         let read = match (p.fetched_at, &p.last_error) {
-            (_, Some(err)) => format!(r#"<span class="pill down">unreadable</span> <span class="muted">{}</span>"#, esc(err)),
+            (_, Some(err)) => {
+                format!(r#"<span class="pill down">unreadable</span> <span class="muted">{}</span>"#, esc(err))
+            }
             (Some(at), None) => format!(r#"<span title="{}">{}</span>"#, stamp(at), ago(at, now)),
             (None, None) => r#"<span class="muted">not yet</span>"#.to_string(),
         };
@@ -1004,7 +1002,12 @@ mod tests {
         ];
         let html = render(&d, now());
         assert!(html.contains("<h2>Providers' status pages</h2>"));
-        assert!(html.contains(r#"<span class="pill down">major</span> Partial System Outage (Chat Completions: partial outage)"#), "{html}");
+        assert!(
+            html.contains(
+                r#"<span class="pill down">major</span> Partial System Outage (Chat Completions: partial outage)"#
+            ),
+            "{html}"
+        );
         assert!(html.contains("Errors &lt;b&gt;on&lt;/b&gt; chat"), "provider text is escaped");
         assert!(!html.contains("javascript:"), "only http(s) links are made");
         assert!(html.contains("investigating · major impact"));

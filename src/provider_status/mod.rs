@@ -146,7 +146,11 @@ pub fn annotation_for(provider: &str, snap: &ProviderStatusSnapshot, now: DateTi
             since_label(first.created_at, now)
         );
         if open.len() > 1 {
-            line.push_str(&format!(" (and {} more open incident{})", open.len() - 1, if open.len() > 2 { "s" } else { "" }));
+            line.push_str(&format!(
+                " (and {} more open incident{})",
+                open.len() - 1,
+                if open.len() > 2 { "s" } else { "" }
+            ));
         }
         return Some(line);
     }
@@ -246,7 +250,10 @@ mod tests {
 
     #[test]
     fn an_incident_from_another_day_carries_its_date() {
-        let s = snap(openai(vec![incident("i1", "Outage", "monitoring", "major", at(14, 2) - chrono::Duration::days(1))], "major"));
+        let s = snap(openai(
+            vec![incident("i1", "Outage", "monitoring", "major", at(14, 2) - chrono::Duration::days(1))],
+            "major",
+        ));
         let line = annotation_for("openai", &s, at(14, 12)).expect("an annotation");
         assert!(line.ends_with("monitoring since 2026-11-30 14:02 UTC"), "{line}");
     }

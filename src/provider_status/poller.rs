@@ -104,7 +104,9 @@ impl Poller {
                 match result {
                     Ok(summary) => {
                         // Incidents that left the unresolved list were closed by the provider.
-                        for gone in entry.incidents.iter().filter(|old| !summary.incidents.iter().any(|n| n.id == old.id)) {
+                        for gone in
+                            entry.incidents.iter().filter(|old| !summary.incidents.iter().any(|n| n.id == old.id))
+                        {
                             let mut closed = gone.clone();
                             closed.status = "resolved".into();
                             closed.resolved_at = Some(now);
@@ -154,7 +156,13 @@ impl Poller {
         }
         let url = base.join(SUMMARY_PATH).map_err(fail)?;
         let work = async {
-            let resp = self.client.get(url).header("accept", "application/json").send().await.map_err(|e| fail(e.without_url()))?;
+            let resp = self
+                .client
+                .get(url)
+                .header("accept", "application/json")
+                .send()
+                .await
+                .map_err(|e| fail(e.without_url()))?;
             if !resp.status().is_success() {
                 return Err(format!("HTTP {}", resp.status().as_u16()));
             }

@@ -156,7 +156,7 @@ pub fn parse_summary(provider: &str, body: &[u8]) -> Result<Summary, ParseError>
             }
         })
         .collect();
-    incidents.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    incidents.sort_by_key(|i| std::cmp::Reverse(i.created_at));
     Ok(Summary {
         page_name: raw.page.and_then(|p| p.name).map(|n| clean(&n)).filter(|n| !n.is_empty()),
         indicator: clean(&raw.status.indicator),

@@ -145,7 +145,9 @@ pub fn document(report: &WeeklyReport, pictures: &[Picture], images: ImageSource
         out.push_str(&format!(
             "<h2>Providers' own incidents</h2>\n<table id=\"provider-incidents\" style=\"{TABLE}\">\n<tr>"
         ));
-        for h in ["provider", "incidents announced", "vigil saw first", "median lead", "longest lead", "vigil saw after"] {
+        for h in
+            ["provider", "incidents announced", "vigil saw first", "median lead", "longest lead", "vigil saw after"]
+        {
             out.push_str(&format!("<th style=\"{CELL};background:#f2f2f2\">{h}</th>"));
         }
         out.push_str("</tr>\n");

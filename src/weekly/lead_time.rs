@@ -38,14 +38,12 @@ pub struct ProviderLead {
 pub fn lead_times(incidents: &[ProviderIncident], transitions: &[BreakerTransition]) -> Vec<ProviderLead> {
     let mut by: BTreeMap<String, (ProviderLead, Vec<i64>)> = BTreeMap::new();
     for i in incidents {
-        let (lead, leads) = by.entry(i.provider.clone()).or_insert_with(|| {
-            (ProviderLead { provider: i.provider.clone(), ..ProviderLead::default() }, Vec::new())
-        });
+        let (lead, leads) = by
+            .entry(i.provider.clone())
+            .or_insert_with(|| (ProviderLead { provider: i.provider.clone(), ..ProviderLead::default() }, Vec::new()));
         lead.incidents += 1;
-        let openings = transitions
-            .iter()
-            .filter(|t| t.target.provider == i.provider && t.to_state == "open")
-            .map(|t| t.at);
+        let openings =
+            transitions.iter().filter(|t| t.target.provider == i.provider && t.to_state == "open").map(|t| t.at);
         let before: Option<DateTime<Utc>> =
             openings.clone().filter(|at| *at >= i.created_at - LOOKBACK && *at < i.created_at).min();
         match before {
@@ -123,7 +121,11 @@ mod tests {
         let leads = lead_times(&incidents, &transitions);
         assert_eq!(leads.len(), 2);
         let groq = &leads[0];
-        assert_eq!((groq.provider.as_str(), groq.incidents, groq.seen_first, groq.seen_after), ("groq", 1, 0, 0), "4 h before is another incident");
+        assert_eq!(
+            (groq.provider.as_str(), groq.incidents, groq.seen_first, groq.seen_after),
+            ("groq", 1, 0, 0),
+            "4 h before is another incident"
+        );
         let openai = &leads[1];
         assert_eq!((openai.incidents, openai.seen_first, openai.seen_after), (3, 2, 1));
         assert_eq!(openai.max_lead_s, Some(3600), "b: an hour early");
