@@ -195,3 +195,63 @@ status_page_url = "{}/hang"
     let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly while a status page read hangs: {stopped:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
+    use vigil::provider_status::ProviderIncident;
+    use vigil::store::BreakerTransition;
+    use vigil::target::Target;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T09:00:00Z").expect("t").to_utc();
+    let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).expect("t").to_utc();
+    let incident = |id: &str, created: &str| ProviderIncident {
+        provider: "openai".into(),
+        id: id.into(),
+        name: format!("Incident {id}"),
+        status: "resolved".into(),
+        impact: "major".into(),
+        created_at: at(created),
+        updated_at: None,
+        resolved_at: Some(at(created) + chrono::Duration::hours(1)),
+        components: vec!["Chat Completions".into()],
+        shortlink: None,
+    };
+    store
+        .upsert_provider_incidents(&[
+            incident("early", "2026-12-03T14:10:00Z"),
+            incident("late", "2026-12-04T10:00:00Z"),
+            incident("missed", "2026-12-05T10:00:00Z"),
+        ])
+        .await
+        .expect("incidents");
+    let target = |region: &str| Target {
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        route: None,
+        region: region.into(),
+    };
+    for (region, when) in
+        [("eu", "2026-12-03T13:40:00Z"), ("us", "2026-12-03T13:55:00Z"), ("eu", "2026-12-04T10:20:00Z")]
+    {
+        store
+            .append_transition(&BreakerTransition {
+                target: target(region),
+                from_state: "closed".into(),
+                to_state: "open".into(),
+                at: at(when),
+                reason: "3 consecutive failures".into(),
+            })
+            .await
+            .expect("transition");
+    }
+    let report = vigil::weekly::build(store.as_ref(), Some("us"), now).await.expect("report");
+    assert_eq!(report.provider_incidents.len(), 1);
+    let p = &report.provider_incidents[0];
+    assert_eq!((p.provider.as_str(), p.incidents, p.seen_first, p.seen_after), ("openai", 3, 1, 1));
+    assert_eq!(p.max_lead_s, Some(30 * 60), "the eu breaker opened 30 min before the announcement");
+    let html = vigil::weekly::html::document(&report, &[], vigil::weekly::html::ImageSource::DataUri);
+    assert!(html.contains("Providers' own incidents"), "the summary has the section");
+    assert!(html.contains("30 min"), "the lead is shown");
+}
