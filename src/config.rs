@@ -834,6 +834,10 @@ impl Config {
                        "resolve_after": self.alerts.resolve_after, "delivery_deadline": dur(self.alerts.delivery_deadline),
                        "channel": alert_channels},
             "report": {"weekly": self.report.weekly.as_deref().unwrap_or("off"), "weekly_to": self.report.weekly_to},
+            "status_pages": {"every": dur(self.status_pages.every),
+                             "pages": self.status_pages.pages.iter().map(|p| serde_json::json!({"provider": p.provider, "url": redact_url(p.url.as_str())})).collect::<Vec<_>>(),
+                             "provider_incident": self.status_pages.alert,
+                             "provider_incident_components": self.status_pages.alert_components},
             "chain": crate::chain::redacted(&self.chains),
         });
         let value = strip_nulls(doc);
@@ -1329,6 +1333,33 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn status_pages_default_for_builtins_can_be_set_or_switched_off() {
+        let keys =
+            env(&[("OPENAI_API_KEY", "sk-test-1"), ("GROQ_API_KEY", "sk-test-2"), ("DEEPINFRA_API_KEY", "sk-test-3")]);
+        let c = Config::from_toml("", &keys).expect("valid");
+        let pages: Vec<(&str, &str)> =
+            c.status_pages.pages.iter().map(|p| (p.provider.as_str(), p.url.as_str())).collect();
+        assert_eq!(pages, vec![("openai", "https://status.openai.com/"), ("groq", "https://groqstatus.com/")]);
+        assert_eq!(c.status_pages.every, Duration::from_secs(180));
+        assert!(!c.status_pages.alert, "provider_incident is off by default");
+        let text = "[probe]\nstatus_page_every = \"5m\"\n[alerts]\nprovider_incident = true\nprovider_incident_components = [\"Chat Completions\"]\n\
+                    [[provider]]\nname = \"openai\"\nstatus_page_url = \"\"\n\
+                    [[provider]]\nname = \"deepinfra\"\nstatus_page_url = \"https://status.example.invalid\"\n";
+        let c = Config::from_toml(text, &keys).expect("valid");
+        assert_eq!(c.status_pages.pages.len(), 1, "openai switched off");
+        assert_eq!(c.status_pages.pages[0].provider, "deepinfra");
+        assert_eq!(c.status_pages.every, Duration::from_secs(300));
+        assert!(c.status_pages.alert);
+        assert_eq!(c.status_pages.alert_components, vec!["Chat Completions".to_string()]);
+        assert!(c.redacted_toml().contains("status.example.invalid"));
+        let bad = Config::from_toml("[[provider]]\nname = \"openai\"\nstatus_page_url = \"ftp://x\"\n", &keys)
+            .expect_err("not http");
+        assert!(bad.to_string().contains("provider[0].status_page_url"), "{bad}");
+        let fast = Config::from_toml("[probe]\nstatus_page_every = \"10ms\"\n", &keys).expect_err("too fast");
+        assert!(fast.to_string().contains("probe.status_page_every"), "{fast}");
     }
 
     #[test]
