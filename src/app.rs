@@ -103,6 +103,8 @@ pub struct AppOptions {
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// Add the simulated providers on loopback (`vigil run --demo`).
     pub demo: bool,
+    /// With `demo`: start this far into the misbehaving host's schedule (tests; zero otherwise).
+    pub demo_elapsed: Duration,
 }
 
 /// A built, not yet running, daemon.
@@ -124,7 +126,11 @@ impl App {
     /// Binds the listener and prepares every stage.
     pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
         let demo = if opts.demo {
-            let demo = crate::demo::start_demo(rand::random()).await.map_err(AppError::Demo)?;
+            crate::demo::use_demo_cadence(&mut config);
+            if crate::demo::use_demo_database(&mut config) {
+                tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
+            }
+            let demo = crate::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
             config.providers.extend(demo.providers.iter().cloned());
             Some(demo)
@@ -144,6 +150,9 @@ impl App {
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, unavailable) = open_store_or_why(&config).await?;
         let migrated = unavailable.is_none();
+        if demo.is_some() && migrated {
+            crate::demo::history::seed_if_empty(store.as_ref(), &config, Utc::now()).await?;
+        }
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
         if !spool.is_empty() {
             tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
@@ -189,9 +198,13 @@ impl App {
         let health = writer.health();
         let spool =
             store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
-        let notifiers =
+        let mut notifiers =
             crate::alert::notifier::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
                 .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
+        if _demo.is_some() {
+            // The demo's alerts are seen in the log without any channel configured.
+            notifiers.push(Arc::new(crate::alert::log::LogNotifier));
+        }
         let outbox = Arc::new(crate::alert::outbox::Outbox::new(
             store.clone(),
             notifiers,

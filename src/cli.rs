@@ -47,6 +47,12 @@ pub enum Command {
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
+        /// Probe the built-in simulated providers (on loopback) as well.
+        #[arg(long)]
+        demo: bool,
+        /// Exit 0 even when a target failed (by default a failed target exits 1).
+        #[arg(long)]
+        no_fail: bool,
     },
     /// Print the router export (same document as `GET /v1/thresholds`) from stored data.
     Thresholds {
@@ -72,6 +78,9 @@ pub enum Command {
         /// Write to this file atomically (temp file + rename) instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// From the demo's database (seeded with a simulated week when empty), for the demo targets.
+        #[arg(long)]
+        demo: bool,
     },
     /// Print current P50/P95/P99 per target × region × metric.
     Baselines {
@@ -87,6 +96,9 @@ pub enum Command {
         /// Every region in the (shared) store, side by side.
         #[arg(long)]
         all_regions: bool,
+        /// From the demo's database (seeded with a simulated week when empty).
+        #[arg(long)]
+        demo: bool,
     },
     /// The provider comparison matrix from stored samples, or (`--weekly`) the weekly summary.
     Report {
@@ -108,6 +120,9 @@ pub enum Command {
         /// With `--weekly`: write the HTML to this file atomically instead of stdout.
         #[arg(long, requires = "weekly")]
         out: Option<PathBuf>,
+        /// From the demo's database (seeded with a simulated week when empty).
+        #[arg(long)]
+        demo: bool,
     },
     /// Send a test notification through each configured channel (or one) and report per channel.
     AlertTest {
@@ -124,12 +139,20 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Validate and print the resolved config, secrets redacted.
+    /// Validate and print the resolved config as TOML `--config` accepts; exits 2 where `run` would.
     CheckConfig {
         /// Config file.
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Print a shell completion script (e.g. `vigil completions bash > /etc/bash_completion.d/vigil`).
+    Completions {
+        /// Shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout (e.g. `vigil man > vigil.1`).
+    Man,
 }
 
 pub use crate::router_formats::Format;
@@ -193,8 +216,25 @@ pub async fn thresholds_document(
     monitor.publish(now, None).thresholds.context("no thresholds document")
 }
 
-async fn baselines(c: &Config, json: bool, rebuild: bool, all_regions: bool) -> anyhow::Result<()> {
-    let store = open_migrated(c).await?;
+/// Parses the storage URL as opening it would, without connecting: a URL `run` would refuse
+/// with exit 2 is refused the same way.
+fn check_storage_url(url: &str) -> Result<(), crate::store::StoreError> {
+    use std::str::FromStr;
+    let parsed = if url.starts_with("sqlite:") {
+        sqlx::sqlite::SqliteConnectOptions::from_str(url).map(drop)
+    } else {
+        sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
+    };
+    parsed.map_err(|e| crate::store::StoreError::BadUrl(format!("{}: {e}", crate::config::redact_url(url))))
+}
+
+async fn baselines(
+    c: &Config,
+    store: Arc<dyn crate::store::Store>,
+    json: bool,
+    rebuild: bool,
+    all_regions: bool,
+) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
     if rebuild {
         let targets = Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
@@ -219,34 +259,52 @@ async fn baselines(c: &Config, json: bool, rebuild: bool, all_regions: bool) -> 
             .iter()
             .map(|(t, m, v)| {
                 serde_json::json!({"target": t.id(), "provider": t.provider, "model": t.model, "route": t.route,
-                    "region": t.region, "metric": m.as_str(), "samples": v.count, "p50": v.p50, "p95": v.p95, "p99": v.p99})
+                    "region": t.region, "metric": m.as_str(), "samples": v.count, "p50": v.p50, "p95": v.p95, "p99": v.p99,
+                    "min_samples": {"p50": c.baseline.min_samples_p50, "p95": c.baseline.min_samples_p95,
+                        "p99": c.baseline.min_samples_p99}})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    let f = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let min = [c.baseline.min_samples_p50, c.baseline.min_samples_p95, c.baseline.min_samples_p99];
+    // An empty quantile says why: too few samples in the window, n of how many.
+    let f = |v: Option<f64>, count: u64, need: u64| match v {
+        Some(v) => format!("{v:.1}"),
+        None => format!("— ({count} of {need})"),
+    };
     println!(
-        "{:<60} {:<16} {:<13} {:>8} {:>9} {:>9} {:>9}",
+        "{:<60} {:<16} {:<13} {:>8} {:>16} {:>16} {:>16}",
         "TARGET", "REGION", "METRIC", "SAMPLES", "P50", "P95", "P99"
     );
-    for (t, m, v) in rows {
+    for (t, m, v) in &rows {
         println!(
-            "{:<60} {:<16} {:<13} {:>8} {:>9} {:>9} {:>9}",
+            "{:<60} {:<16} {:<13} {:>8} {:>16} {:>16} {:>16}",
             t.id(),
             t.region,
             m.as_str(),
             v.count,
-            f(v.p50),
-            f(v.p95),
-            f(v.p99)
+            f(v.p50, v.count, min[0]),
+            f(v.p95, v.count, min[1]),
+            f(v.p99, v.count, min[2])
+        );
+    }
+    if rows.is_empty() {
+        println!(
+            "(no baselines yet: no successful probe stored in the {} window)",
+            humantime::format_duration(c.baseline.window)
         );
     }
     Ok(())
 }
 
-async fn report(c: &Config, window: std::time::Duration, region: &str, json: bool) -> anyhow::Result<()> {
-    let store = open_migrated(c).await?;
+async fn report(
+    c: &Config,
+    store: Arc<dyn crate::store::Store>,
+    window: std::time::Duration,
+    region: &str,
+    json: bool,
+) -> anyhow::Result<()> {
     let since = chrono::Utc::now() - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(7));
     let q = SampleQuery {
         region: (region != "all").then(|| region.to_string()),
@@ -270,8 +328,11 @@ async fn report(c: &Config, window: std::time::Duration, region: &str, json: boo
     Ok(())
 }
 
-async fn weekly_report(c: &Config, region: &str, out: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let store = open_migrated(c).await?;
+async fn weekly_report(
+    store: Arc<dyn crate::store::Store>,
+    region: &str,
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let region = (region != "all").then_some(region);
     let report = crate::weekly::build(store.as_ref(), region, chrono::Utc::now()).await?;
     let pictures = crate::weekly::chart::pictures(&report)?;
@@ -291,19 +352,68 @@ async fn weekly_report(c: &Config, region: &str, out: Option<&std::path::Path>) 
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     let config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
-    for (name, var) in &config.skipped {
-        tracing::info!(provider = %name, "skipping provider {name}: {var} is not set");
-    }
+    log_providers(&config, false);
     Ok(config)
+}
+
+/// The config of a reading command: with `demo`, the demo's own database and its providers,
+/// served on loopback while the command runs (the report reads their published prices).
+async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Config, Option<crate::demo::Demo>)> {
+    let mut config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
+    log_providers(&config, demo);
+    if !demo {
+        return Ok((config, None));
+    }
+    let _ = crate::demo::use_demo_database(&mut config);
+    let running = crate::demo::start_demo(crate::demo::history::SEED).await.context("--demo")?;
+    config.providers.extend(running.providers.iter().cloned());
+    Ok((config, Some(running)))
+}
+
+/// Opens and migrates the store; the demo's is seeded with a simulated week when empty.
+async fn open_reading(c: &Config, demo: bool) -> anyhow::Result<Arc<dyn crate::store::Store>> {
+    let store = open_migrated(c).await?;
+    if demo {
+        crate::demo::history::seed_if_empty(store.as_ref(), c, chrono::Utc::now()).await.context("demo history")?;
+    }
+    Ok(store)
+}
+
+/// One line for the whole provider list, instead of one per skipped provider.
+fn log_providers(config: &Config, demo: bool) {
+    let mut enabled: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
+    if enabled.is_empty() && !demo {
+        enabled.push("none");
+    }
+    if demo {
+        enabled.push("demo-* (simulated)");
+    }
+    let skipped: Vec<String> = config.skipped.iter().map(|(name, var)| format!("{name} ({var} unset)")).collect();
+    tracing::info!(enabled = %enabled.join(", "), skipped = %skipped.join(", "), "providers");
 }
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, demo } => run_daemon(config, demo).await,
-        Command::Probe { config, target, json } => probe_once(load(config.as_ref())?, target, json).await,
-        Command::Thresholds { config, format, model, provider, chain, sign, out } => {
-            let c = load(config.as_ref())?;
+        Command::Probe { config, target, json, demo, no_fail } => {
+            let mut c = Config::load(config.as_deref(), &ProcessEnv)?;
+            log_providers(&c, demo);
+            // Kept alive until the round is done: the simulated providers answer from it.
+            let running = match demo {
+                true => {
+                    let d = crate::demo::start_demo(rand::random()).await.context("--demo")?;
+                    c.providers.extend(d.providers.iter().cloned());
+                    Some(d)
+                }
+                false => None,
+            };
+            let result = probe_once(c, target, json, no_fail).await;
+            drop(running);
+            result
+        }
+        Command::Thresholds { config, format, model, provider, chain, sign, out, demo } => {
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let signer = match (sign, &c.http.signing_key) {
                 (false, _) => None,
                 (true, Some(seed)) => crate::signing::ExportSigner::from_seed(seed),
@@ -311,7 +421,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     "--sign needs http.signing_key_env naming a variable that holds the key".into()
                 )),
             };
-            let store = open_migrated(&c).await?;
+            let store = open_reading(&c, demo).await?;
             let doc = thresholds_document(&c, store.as_ref(), chrono::Utc::now()).await?;
             let doc = doc
                 .filtered(&crate::export::Filter { model, provider, chain })
@@ -340,18 +450,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Baselines { config, json, rebuild, all_regions } => {
-            let c = load(config.as_ref())?;
-            baselines(&c, json, rebuild, all_regions).await
+        Command::Baselines { config, json, rebuild, all_regions, demo } => {
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
+            let store = open_reading(&c, demo).await?;
+            baselines(&c, store, json, rebuild, all_regions).await
         }
-        Command::Report { config, window, region, json, weekly, out } => {
-            let c = load(config.as_ref())?;
+        Command::Report { config, window, region, json, weekly, out, demo } => {
+            let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let region = region.unwrap_or_else(|| c.region.clone());
-            if weekly {
-                return weekly_report(&c, &region, out.as_deref()).await;
+            let window = match weekly {
+                true => None,
+                false => Some(crate::config::parse_duration("--window", &window)?),
+            };
+            let store = open_reading(&c, demo).await?;
+            match window {
+                None => weekly_report(store, &region, out.as_deref()).await,
+                Some(window) => report(&c, store, window, &region, json).await,
             }
-            let window = crate::config::parse_duration("--window", &window)?;
-            report(&c, window, &region, json).await
         }
         Command::AlertTest { config, channel } => {
             let c = load(config.as_ref())?;
@@ -393,7 +508,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::CheckConfig { config } => {
             let c = load(config.as_ref())?;
+            // What `run` refuses with exit 2 is refused here too, after the config is shown.
             print!("{}", c.redacted_toml());
+            if Planned::all(&c.providers, &c.region).is_empty() {
+                anyhow::bail!(crate::app::AppError::NothingToProbe);
+            }
+            check_storage_url(secrecy::ExposeSecret::expose_secret(&c.storage.url))?;
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "vigil", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out).context("rendering the man page")?;
+            std::io::Write::write_all(&mut std::io::stdout(), &out).context("writing the man page")?;
             Ok(())
         }
     }
@@ -493,7 +625,17 @@ async fn next_signal() -> Signal {
     }
 }
 
-async fn probe_once(config: Config, target: Option<String>, json: bool) -> anyhow::Result<()> {
+/// Some targets failed their probe (`vigil probe` exits 1 unless `--no-fail`).
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} of {total} targets failed")]
+pub struct ProbeFailed {
+    /// Targets whose probe failed.
+    pub failed: usize,
+    /// Targets probed.
+    pub total: usize,
+}
+
+async fn probe_once(config: Config, target: Option<String>, json: bool, no_fail: bool) -> anyhow::Result<()> {
     let plans = Planned::all(&config.providers, &config.region);
     if plans.is_empty() {
         anyhow::bail!(crate::app::AppError::NothingToProbe);
@@ -515,6 +657,10 @@ async fn probe_once(config: Config, target: Option<String>, json: bool) -> anyho
     } else {
         print!("{}", table(&samples));
     }
+    let failed = samples.iter().filter(|s| s.outcome.is_failure()).count();
+    if failed > 0 && !no_fail {
+        anyhow::bail!(ProbeFailed { failed, total: samples.len() });
+    }
     Ok(())
 }
 
@@ -529,22 +675,22 @@ pub fn sample_json(s: &Sample) -> serde_json::Value {
 }
 
 fn table(samples: &[Sample]) -> String {
-    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "—".into());
     let mut rows = vec![
         ["TARGET", "STATUS", "OUTCOME", "DNS", "CONNECT", "TLS", "TTFB", "TTFT", "TOK/S", "COST"].map(String::from)
     ];
     for s in samples {
         rows.push([
             s.target.id(),
-            s.status.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            s.status.map(|c| c.to_string()).unwrap_or_else(|| "—".into()),
             s.outcome.to_string(),
             ms(s.dns_ms),
             ms(s.connect_ms),
             ms(s.tls_ms),
             ms(s.ttfb_ms),
             ms(s.ttft_ms),
-            s.tokens_per_s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
-            s.cost_usd.map(|v| format!("${v:.6}")).unwrap_or_else(|| "-".into()),
+            s.tokens_per_s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "—".into()),
+            s.cost_usd.map(|v| format!("${v:.6}")).unwrap_or_else(|| "—".into()),
         ]);
     }
     let widths: Vec<usize> = (0..10).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
@@ -565,8 +711,15 @@ fn table(samples: &[Sample]) -> String {
         out.push('\n');
     }
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.outcome.is_failure()).collect();
-    for s in failed {
+    for s in &failed {
         out.push_str(&format!("{}: {}\n", s.target.id(), s.error.as_deref().unwrap_or(s.outcome.as_str())));
+    }
+    // Why a cell can be empty, once, under the table.
+    if out.contains('—') {
+        out.push_str(
+            "— not measured: no TLS on plain http, no tokens or price for a plain HTTP target, \
+             or the probe failed before that phase (reason above)\n",
+        );
     }
     out
 }

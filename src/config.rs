@@ -77,6 +77,9 @@ pub struct Config {
     pub report: ReportConfig,
     /// Failover chains published in the router export (`[[chain]]`).
     pub chains: Vec<crate::chain::ChainConfig>,
+    /// The document as read, `VIGIL_*` overrides applied (for `check-config`). It names secret
+    /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`.
+    pub source: toml::Table,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
     pub status_pages: StatusPagesConfig,
 }
@@ -775,83 +778,132 @@ impl Config {
             invalid("config", format!("{}{span}", e.message()))
         })?;
         apply_env_overrides(&mut doc, env)?;
+        let source = doc.clone();
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let key = e.path().to_string();
             invalid(if key == "." { "config".into() } else { key }, e.into_inner().message().to_string())
         })?;
-        validate(raw, env)
+        let mut config = validate(raw, env)?;
+        config.source = source;
+        Ok(config)
     }
 
-    /// The resolved config as TOML with every secret replaced by `<redacted>`.
+    /// The resolved config as a TOML document `--config` accepts back: defaults filled in,
+    /// `VIGIL_*` overrides applied, providers resolved (built-in defaults spelled out), every
+    /// secret named by its `*_env` variable and never shown, a database password replaced.
     pub fn redacted_toml(&self) -> String {
-        let redact = |s: &Option<SecretString>| s.as_ref().map(|_| "<redacted>".to_string());
-        let dur = |d: Duration| humantime::format_duration(d).to_string();
-        let storage_url = redact_url(self.storage.url.expose_secret());
-        let providers: Vec<serde_json::Value> = self
-            .providers
-            .iter()
-            .map(|p| {
-                serde_json::json!({
-                    "name": p.name, "kind": p.kind, "base_url": p.base_url.as_str(),
-                    "api_key_env": p.api_key_env, "api_key": redact(&p.api_key),
-                    "models": p.models, "routes": p.routes, "reasoning_models": p.reasoning_models,
-                    "price": p.price,
-                    "balance": p.balance.as_ref().map(|b| serde_json::json!({"min_usd": b.min_usd, "every": dur(b.every), "warn_hours": b.warn_hours})),
-                    "headers": p.headers,
-                    "headers_env": p.secret_headers.iter().map(|h| (h.name.clone(), h.env.clone())).collect::<BTreeMap<_, _>>(),
-                })
-            })
-            .collect();
-        let channels = |kind: &str, names: Vec<&String>| -> Vec<serde_json::Value> {
-            names.into_iter().map(|n| serde_json::json!({"kind": kind, "name": n, "secret": "<redacted>"})).collect()
+        let mut doc = toml::Table::try_from(RawConfig::default()).unwrap_or_default();
+        merge(&mut doc, &self.source);
+        let url = self.storage.url.expose_secret();
+        table_mut(&mut doc, "storage").insert("url".into(), toml::Value::String(redact_url(url)));
+        let raw_providers: Vec<&toml::Table> = self
+            .source
+            .get("provider")
+            .and_then(toml::Value::as_array)
+            .map(|a| a.iter().filter_map(toml::Value::as_table).collect())
+            .unwrap_or_default();
+        let raw_of = |name: &str| raw_providers.iter().find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name));
+        let mut providers = Vec::new();
+        let order: Vec<String> = match raw_providers.is_empty() {
+            true => BUILTINS.iter().map(|b| b.name.to_string()).collect(),
+            false => raw_providers.iter().filter_map(|t| t.get("name")?.as_str().map(String::from)).collect(),
         };
-        let mut alert_channels = channels("slack", self.alerts.slack.iter().map(|c| &c.name).collect());
-        alert_channels.extend(channels("email", self.alerts.email.iter().map(|c| &c.name).collect()));
-        alert_channels.extend(channels("pagerduty", self.alerts.pagerduty.iter().map(|c| &c.name).collect()));
-        alert_channels.extend(channels("webhook", self.alerts.webhook.iter().map(|c| &c.name).collect()));
-        let doc = serde_json::json!({
-            "region": self.region,
-            "storage": {"url": storage_url, "retention_days": self.storage.retention_days,
-                        "data_dir": self.storage.data_dir.display().to_string(),
-                        "spool_max_bytes": self.storage.spool_max_bytes, "batch_size": self.storage.batch_size,
-                        "batch_age": dur(self.storage.batch_age)},
-            "http": {"listen": self.http.listen.to_string(), "api_token_env": self.http.api_token_env,
-                     "api_token": redact(&self.http.api_token), "signing_key_env": self.http.signing_key_env,
-                     "signing_key": redact(&self.http.signing_key)},
-            "probe": {"interval": dur(self.probe.interval), "timeout": dur(self.probe.timeout),
-                      "connect_timeout": dur(self.probe.connect_timeout), "ttft_timeout": dur(self.probe.ttft_timeout),
-                      "max_tokens": self.probe.max_tokens, "concurrency": self.probe.concurrency,
-                      "daily_budget_usd": self.probe.daily_budget_usd, "max_body_bytes": self.probe.max_body_bytes},
-            "baseline": {"window": dur(self.baseline.window), "failover_factor": self.baseline.failover_factor,
-                         "min_samples_p50": self.baseline.min_samples_p50, "min_samples_p95": self.baseline.min_samples_p95,
-                         "min_samples_p99": self.baseline.min_samples_p99},
-            "breaker": {"consecutive_failures": self.breaker.consecutive_failures,
-                        "failure_window": dur(self.breaker.failure_window), "latency_trips": self.breaker.latency_trips,
-                        "open_for": dur(self.breaker.open_for)},
-            "provider": providers,
-            "skipped_provider": self.skipped.iter().map(|(n, v)| serde_json::json!({"name": n, "missing_env": v})).collect::<Vec<_>>(),
-            "alerts": {"renotify": dur(self.alerts.renotify), "error_probes": self.alerts.error_probes,
-                       "resolve_after": self.alerts.resolve_after, "delivery_deadline": dur(self.alerts.delivery_deadline),
-                       "channel": alert_channels},
-            "report": {"weekly": self.report.weekly.as_deref().unwrap_or("off"), "weekly_to": self.report.weekly_to},
-            "status_pages": {"every": dur(self.status_pages.every),
-                             "pages": self.status_pages.pages.iter().map(|p| serde_json::json!({"provider": p.provider, "url": redact_url(p.url.as_str())})).collect::<Vec<_>>(),
-                             "provider_incident": self.status_pages.alert,
-                             "provider_incident_components": self.status_pages.alert_components},
-            "chain": crate::chain::redacted(&self.chains),
-        });
-        let value = strip_nulls(doc);
-        toml::to_string_pretty(&value).unwrap_or_else(|e| format!("# could not render config: {e}\n"))
+        for name in &order {
+            if let Some(p) = self.providers.iter().find(|p| &p.name == name) {
+                let mut t = provider_table(p);
+                // Spelled out so the document reads back the same ("" = off, even for a built-in).
+                let page = self.status_pages.pages.iter().find(|s| &s.provider == name);
+                t.insert(
+                    "status_page_url".into(),
+                    toml::Value::String(page.map(|s| s.url.to_string()).unwrap_or_default()),
+                );
+                providers.push(toml::Value::Table(t));
+            } else if let Some(raw) = raw_of(name) {
+                providers.push(toml::Value::Table((*raw).clone()));
+            } else if let Some((_, var)) = self.skipped.iter().find(|(n, _)| n == name) {
+                let mut t = toml::Table::new();
+                t.insert("name".into(), toml::Value::String(name.clone()));
+                t.insert("api_key_env".into(), toml::Value::String(var.clone()));
+                providers.push(toml::Value::Table(t));
+            }
+        }
+        doc.insert("provider".into(), toml::Value::Array(providers));
+        let mut head = String::from(
+            "# vigil check-config: the resolved configuration. Secrets are read from the variables\n\
+             # named by the *_env keys and are never printed.\n",
+        );
+        if Url::parse(url).is_ok_and(|u| u.password().is_some()) {
+            head.push_str("# storage.url: the password is replaced; set DATABASE_URL to supply it.\n");
+        }
+        for (name, var) in &self.skipped {
+            head.push_str(&format!("# provider {name} is skipped while {var} is not set.\n"));
+        }
+        match toml::to_string_pretty(&doc) {
+            Ok(body) => head + &body,
+            Err(e) => format!("# could not render config: {e}\n"),
+        }
     }
 }
 
-fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
-    match v {
-        serde_json::Value::Object(m) => serde_json::Value::Object(
-            m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect(),
-        ),
-        serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(strip_nulls).collect()),
-        other => other,
+/// A resolved provider as a `[[provider]]` table (the key itself named by `api_key_env` only).
+fn provider_table(p: &ProviderConfig) -> toml::Table {
+    let mut t = toml::Table::new();
+    let s = |v: &str| toml::Value::String(v.to_string());
+    let list = |v: &[String]| toml::Value::Array(v.iter().map(|x| s(x)).collect());
+    t.insert("name".into(), s(&p.name));
+    let kind = match p.kind {
+        ProviderKind::Openai => "openai",
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::Gemini => "gemini",
+        ProviderKind::Http => "http",
+    };
+    t.insert("kind".into(), s(kind));
+    t.insert("base_url".into(), s(p.base_url.as_str()));
+    if let Some(var) = &p.api_key_env {
+        t.insert("api_key_env".into(), s(var));
+    }
+    if p.kind != ProviderKind::Http {
+        t.insert("models".into(), list(&p.models));
+    }
+    if !p.routes.is_empty() {
+        t.insert("routes".into(), list(&p.routes));
+    }
+    if !p.reasoning_models.is_empty() {
+        t.insert("reasoning_models".into(), list(&p.reasoning_models));
+    }
+    if let Some(b) = &p.balance {
+        let mut bt = toml::Table::new();
+        bt.insert("min_usd".into(), toml::Value::Float(b.min_usd));
+        bt.insert("every".into(), s(&humantime::format_duration(b.every).to_string()));
+        bt.insert("warn_hours".into(), toml::Value::Float(b.warn_hours));
+        t.insert("balance".into(), toml::Value::Table(bt));
+    }
+    if let Some(price) = &p.price {
+        let mut pt = toml::Table::new();
+        pt.insert("input_per_mtok".into(), toml::Value::Float(price.input_per_mtok));
+        pt.insert("output_per_mtok".into(), toml::Value::Float(price.output_per_mtok));
+        t.insert("price".into(), toml::Value::Table(pt));
+    }
+    if !p.headers.is_empty() {
+        t.insert("headers".into(), toml::Value::Table(p.headers.iter().map(|(k, v)| (k.clone(), s(v))).collect()));
+    }
+    if !p.secret_headers.is_empty() {
+        // The variables' names only: the values never leave the process.
+        let env: toml::Table = p.secret_headers.iter().map(|h| (h.name.clone(), s(&h.env))).collect();
+        t.insert("headers_env".into(), toml::Value::Table(env));
+    }
+    t
+}
+
+/// Deep-merges `over` into `base`: tables key by key, anything else replaced.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
     }
 }
 
@@ -1218,6 +1270,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         report,
         chains,
         status_pages,
+        source: toml::Table::new(),
     })
 }
 
@@ -1355,6 +1408,10 @@ mod tests {
         assert!(c.status_pages.alert);
         assert_eq!(c.status_pages.alert_components, vec!["Chat Completions".to_string()]);
         assert!(c.redacted_toml().contains("status.example.invalid"));
+        let back = Config::from_toml(&c.redacted_toml(), &keys).expect("check-config output reads back");
+        assert_eq!(back.status_pages.pages, c.status_pages.pages, "off stays off, set stays set");
+        assert_eq!(back.status_pages.every, c.status_pages.every);
+        assert_eq!(back.status_pages.alert_components, c.status_pages.alert_components);
         let bad = Config::from_toml("[[provider]]\nname = \"openai\"\nstatus_page_url = \"ftp://x\"\n", &keys)
             .expect_err("not http");
         assert!(bad.to_string().contains("provider[0].status_page_url"), "{bad}");
@@ -1467,7 +1524,14 @@ secret_env = "ALERT_WEBHOOK_SECRET"
         for secret in ["sk-or-v1-test", "slack-T000-secret", "hook-token-9", "pd-routing-key-test", "s3cret", "2525"] {
             assert!(!shown.contains(secret), "{secret} leaked into:\n{shown}");
         }
-        assert!(shown.contains("<redacted>"));
+        for var in ["SLACK_WEBHOOK_URL", "ALERT_WEBHOOK_SECRET", "PAGERDUTY_ROUTING_KEY", "SMTP_URL"] {
+            assert!(shown.contains(var), "{var} named in:\n{shown}");
+        }
+        // What check-config prints is a config: read back, it resolves to the same thing.
+        let again = Config::from_toml(&shown, &e).expect("check-config output is a valid config");
+        assert_eq!(again.redacted_toml(), shown);
+        assert_eq!(again.providers.len(), c.providers.len());
+        assert_eq!(again.alerts.webhook.len(), 1);
     }
 
     #[test]

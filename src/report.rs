@@ -30,11 +30,17 @@ pub struct MatrixRow {
     pub errors: u64,
     /// errors / samples.
     pub error_rate: f64,
-    /// Exact median TTFT of successful probes, ms.
+    /// Successful probes with a TTFT: what the TTFT percentiles are taken over.
+    #[serde(default)]
+    pub ttft_samples: u64,
+    /// Exact median TTFT of successful probes, ms (null below [`MIN_SAMPLES_P50`] of them).
     pub ttft_p50_ms: Option<f64>,
-    /// Exact 95th percentile TTFT, ms.
+    /// Exact 95th percentile TTFT, ms (null below [`MIN_SAMPLES_P95`] of them).
     pub ttft_p95_ms: Option<f64>,
-    /// Exact median generation speed.
+    /// Successful probes with a generation speed.
+    #[serde(default)]
+    pub tokens_per_s_samples: u64,
+    /// Exact median generation speed (null below [`MIN_SAMPLES_P50`] of them).
     pub tokens_per_s_p50: Option<f64>,
     /// USD per million input tokens.
     pub input_per_mtok: Option<f64>,
@@ -49,6 +55,17 @@ pub struct Matrix {
     pub regions: Vec<String>,
     /// Rows by model, then TTFT P95 ascending (unknown last), a target's regions together.
     pub rows: Vec<MatrixRow>,
+}
+
+/// Fewest values a reported median is taken from.
+pub const MIN_SAMPLES_P50: usize = 3;
+/// Fewest values a reported P95 is taken from: with fewer, the "95th percentile" is simply the
+/// slowest probe or one of the two slowest.
+pub const MIN_SAMPLES_P95: usize = 20;
+
+/// Nearest-rank percentile of sorted values, when there are at least `min` of them.
+pub fn percentile_of_at_least(sorted: &[f64], q: f64, min: usize) -> Option<f64> {
+    (sorted.len() >= min.max(1)).then(|| nearest_rank(sorted, q)).flatten()
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -113,9 +130,11 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
                 samples: acc.samples,
                 errors: acc.errors,
                 error_rate: acc.errors as f64 / acc.samples as f64,
-                ttft_p50_ms: nearest_rank(&acc.ttft, 0.5),
-                ttft_p95_ms: nearest_rank(&acc.ttft, 0.95),
-                tokens_per_s_p50: nearest_rank(&acc.tps, 0.5),
+                ttft_samples: acc.ttft.len() as u64,
+                ttft_p50_ms: percentile_of_at_least(&acc.ttft, 0.5, MIN_SAMPLES_P50),
+                ttft_p95_ms: percentile_of_at_least(&acc.ttft, 0.95, MIN_SAMPLES_P95),
+                tokens_per_s_samples: acc.tps.len() as u64,
+                tokens_per_s_p50: percentile_of_at_least(&acc.tps, 0.5, MIN_SAMPLES_P50),
                 input_per_mtok: p.map(|p| p.input_per_mtok),
                 output_per_mtok: p.map(|p| p.output_per_mtok),
             }
@@ -144,7 +163,16 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
 }
 
 fn num(v: Option<f64>, decimals: usize) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+    v.map_or_else(|| "— (no price)".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// A percentile cell, or why it is empty: no values at all, or too few of them.
+fn pct(v: Option<f64>, decimals: usize, n: u64, min: usize, none: &str) -> String {
+    match v {
+        Some(v) => format!("{v:.decimals$}"),
+        None if n == 0 => format!("— ({none})"),
+        None => format!("— ({n} of {min})"),
+    }
 }
 
 impl Matrix {
@@ -160,9 +188,9 @@ impl Matrix {
                     r.model.clone(),
                     r.route.as_ref().map_or_else(|| r.provider.clone(), |route| format!("{}@{route}", r.provider)),
                     r.region.clone(),
-                    num(r.ttft_p50_ms, 0),
-                    num(r.ttft_p95_ms, 0),
-                    num(r.tokens_per_s_p50, 1),
+                    pct(r.ttft_p50_ms, 0, r.ttft_samples, MIN_SAMPLES_P50, "no token"),
+                    pct(r.ttft_p95_ms, 0, r.ttft_samples, MIN_SAMPLES_P95, "no token"),
+                    pct(r.tokens_per_s_p50, 1, r.tokens_per_s_samples, MIN_SAMPLES_P50, "no token"),
                     num(r.input_per_mtok, 2),
                     num(r.output_per_mtok, 2),
                     format!("{:.2}%", r.error_rate * 100.0),
@@ -247,6 +275,9 @@ mod tests {
     #[test]
     fn percentiles_are_exact_nearest_rank_over_successful_probes() {
         let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        let few = matrix(&samples(&target(LLAMA, "DeepInfra", "eu"), &values[..19], 65.0, 0), &prices);
+        assert_eq!((few.rows[0].ttft_p95_ms, few.rows[0].ttft_samples), (None, 19), "no P95 from 19 values");
+        assert_eq!(few.rows[0].ttft_p50_ms, Some(10.0));
         let m = matrix(&samples(&target(LLAMA, "DeepInfra", "eu"), &values, 65.0, 1), &prices);
         let r = &m.rows[0];
         assert_eq!((r.ttft_p50_ms, r.ttft_p95_ms, r.tokens_per_s_p50), (Some(50.0), Some(95.0), Some(65.0)));
@@ -259,10 +290,10 @@ mod tests {
 
     #[test]
     fn rows_go_by_model_then_ttft_p95_with_unknown_last() {
-        let mut all = samples(&target(MIXTRAL, "Together", "eu"), &[310.0], 48.0, 0);
-        all.extend(samples(&target(LLAMA, "Together", "eu"), &[220.0], 58.0, 0));
+        let mut all = samples(&target(MIXTRAL, "Together", "eu"), &[310.0; 20], 48.0, 0);
+        all.extend(samples(&target(LLAMA, "Together", "eu"), &[220.0; 20], 58.0, 0));
         all.extend(samples(&target(LLAMA, "Broken", "eu"), &[], 0.0, 3));
-        all.extend(samples(&target(LLAMA, "DeepInfra", "eu"), &[180.0], 65.0, 0));
+        all.extend(samples(&target(LLAMA, "DeepInfra", "eu"), &[180.0; 20], 65.0, 0));
         let m = matrix(&all, &prices);
         let order: Vec<(&str, &str)> =
             m.rows.iter().map(|r| (r.model.as_str(), r.route.as_deref().unwrap_or(""))).collect();
@@ -273,10 +304,10 @@ mod tests {
 
     #[test]
     fn all_regions_keep_a_targets_rows_together() {
-        let mut all = samples(&target(LLAMA, "Together", "us-east-1"), &[150.0], 58.0, 0);
-        all.extend(samples(&target(LLAMA, "Together", "eu-west-1"), &[400.0], 58.0, 0));
-        all.extend(samples(&target(LLAMA, "DeepInfra", "eu-west-1"), &[200.0], 65.0, 0));
-        all.extend(samples(&target(LLAMA, "DeepInfra", "us-east-1"), &[210.0], 65.0, 0));
+        let mut all = samples(&target(LLAMA, "Together", "us-east-1"), &[150.0; 20], 58.0, 0);
+        all.extend(samples(&target(LLAMA, "Together", "eu-west-1"), &[400.0; 20], 58.0, 0));
+        all.extend(samples(&target(LLAMA, "DeepInfra", "eu-west-1"), &[200.0; 20], 65.0, 0));
+        all.extend(samples(&target(LLAMA, "DeepInfra", "us-east-1"), &[210.0; 20], 65.0, 0));
         let m = matrix(&all, &prices);
         assert_eq!(m.regions, ["eu-west-1", "us-east-1"]);
         let order: Vec<(&str, &str)> =
@@ -294,7 +325,8 @@ mod tests {
 
     #[test]
     fn table_and_json_render_every_column() {
-        let mut all = samples(&target(LLAMA, "DeepInfra", "eu-west-1"), &[180.0, 200.0], 65.0, 0);
+        let many: Vec<f64> = (0..20).map(|i| 180.0 + f64::from(i)).collect();
+        let mut all = samples(&target(LLAMA, "DeepInfra", "eu-west-1"), &many, 65.0, 0);
         all.extend(samples(&target(LLAMA, "Lepton", "eu-west-1"), &[195.0], 71.0, 1));
         let m = matrix(&all, &prices);
         let table = m.render_table();
@@ -308,16 +340,42 @@ mod tests {
             ]
         );
         assert_eq!(
-            lines[1].split_whitespace().collect::<Vec<_>>(),
-            [LLAMA, "openrouter@Lepton", "eu-west-1", "195", "195", "71.0", "-", "-", "50.00%", "2"]
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            [
+                LLAMA,
+                "openrouter@Lepton",
+                "eu-west-1",
+                "—",
+                "(1",
+                "of",
+                "3)",
+                "—",
+                "(1",
+                "of",
+                "20)",
+                "—",
+                "(1",
+                "of",
+                "3)",
+                "—",
+                "(no",
+                "price)",
+                "—",
+                "(no",
+                "price)",
+                "50.00%",
+                "2"
+            ]
         );
         assert_eq!(
-            lines[2].split_whitespace().collect::<Vec<_>>(),
-            [LLAMA, "openrouter@DeepInfra", "eu-west-1", "180", "200", "65.0", "0.59", "0.79", "0.00%", "2"]
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [LLAMA, "openrouter@DeepInfra", "eu-west-1", "189", "198", "65.0", "0.59", "0.79", "0.00%", "20"]
         );
         assert!(lines[1..].iter().all(|l| l.find("eu-west-1") == lines[1].find("eu-west-1")), "columns line up");
         let json: serde_json::Value = serde_json::from_str(&m.to_json()).expect("json");
-        assert_eq!(json["rows"][0]["ttft_p95_ms"], 195.0, "lower P95 first");
-        assert!(json["rows"][0]["input_per_mtok"].is_null());
+        assert_eq!(json["rows"][0]["ttft_p95_ms"], 198.0, "a known P95 first");
+        assert!(json["rows"][1]["ttft_p95_ms"].is_null());
+        assert_eq!(json["rows"][1]["ttft_samples"], 1, "says why it is null");
+        assert!(json["rows"][1]["input_per_mtok"].is_null());
     }
 }

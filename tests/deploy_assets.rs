@@ -1215,3 +1215,21 @@ fn the_router_example_refuses_an_expired_document_and_a_wrong_token() {
     server.join().expect("server thread");
     assert!(!ok && said.contains("401"), "{said}");
 }
+
+#[test]
+fn every_deploy_asset_selects_json_logs() {
+    let docker = dockerfile_instructions();
+    let last_from = docker.iter().rposition(|(op, _)| op == "FROM").expect("FROM");
+    assert!(
+        docker[last_from..].iter().any(|(op, a)| op == "ENV" && a.trim() == "VIGIL_LOG_FORMAT=json"),
+        "the runtime image sets VIGIL_LOG_FORMAT=json"
+    );
+    assert!(
+        unit_directives().iter().any(|(k, v)| k == "Environment" && v == "VIGIL_LOG_FORMAT=json"),
+        "vigil.service sets Environment=VIGIL_LOG_FORMAT=json"
+    );
+    let r = base_resources();
+    let env_vars = container(&r["Deployment"])["env"].as_sequence().expect("env").clone();
+    let format = env_vars.iter().find(|e| str_at(e, &["name"]) == Some("VIGIL_LOG_FORMAT"));
+    assert_eq!(format.and_then(|e| str_at(e, &["value"])), Some("json"), "the Deployment sets VIGIL_LOG_FORMAT=json");
+}

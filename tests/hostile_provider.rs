@@ -191,8 +191,8 @@ url_env = "VIGIL_ECHO_HOOK"
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                if v["fields"]["message"] == "http listening" {
-                    if let Some(addr) = v["fields"]["addr"].as_str() {
+                if v["message"] == "http listening" {
+                    if let Some(addr) = v["addr"].as_str() {
                         let _ = tx.send(addr.to_string());
                     }
                 }

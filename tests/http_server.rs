@@ -170,8 +170,8 @@ async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                if v["fields"]["message"] == "http listening" {
-                    if let Some(addr) = v["fields"]["addr"].as_str().and_then(|a| a.parse::<SocketAddr>().ok()) {
+                if v["message"] == "http listening" {
+                    if let Some(addr) = v["addr"].as_str().and_then(|a| a.parse::<SocketAddr>().ok()) {
                         let _ = tx.send(addr);
                     }
                 }

@@ -138,10 +138,10 @@ fn vigil_key_vars() -> [&'static str; 7] {
 /// The address in vigil's JSON log line `http listening`.
 fn listening_addr(line: &str) -> Option<SocketAddr> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    if v["fields"]["message"] != "http listening" {
+    if v["message"] != "http listening" {
         return None;
     }
-    v["fields"]["addr"].as_str()?.parse().ok()
+    v["addr"].as_str()?.parse().ok()
 }
 
 /// The demo's targets as a region's instance probes them.

@@ -4,6 +4,7 @@
 //! ([`slack`], [`email`], [`pagerduty`], [`webhook`]) with backoff until delivered or abandoned.
 
 pub mod email;
+pub mod log;
 pub mod notifier;
 pub mod outbox;
 pub mod pagerduty;

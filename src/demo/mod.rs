@@ -4,8 +4,10 @@
 //! simulated hosts and the streams they generate; [`start_demo`] serves them all from one
 //! stand-in and returns provider configs pointing at it.
 
+pub mod history;
 pub mod profiles;
 pub mod standin;
+pub mod trouble;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -18,8 +20,9 @@ use serde_json::{json, Value};
 use url::Url;
 
 use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
-use profiles::{Ask, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
+use profiles::{Ask, Draw, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
+use trouble::Trouble;
 
 /// Key every demo provider is configured with.
 pub const DEMO_KEY: &str = "sk-test-demo";
@@ -34,6 +37,35 @@ const DEMO_RECORDS: usize = 1000;
 /// Output limit assumed when a request names none.
 const DEFAULT_MAX_TOKENS: u32 = 16;
 
+/// File name of the demo's own database, in `storage.data_dir`.
+pub const DEMO_DATABASE: &str = "vigil-demo.db";
+
+/// Points `config` at the demo's own SQLite database (`vigil-demo.db` in the data dir) unless
+/// a storage URL was given explicitly (config file, `DATABASE_URL` or `VIGIL_STORAGE_URL`), so
+/// simulated targets never land in the default `vigil.db`. Returns whether it did.
+pub fn use_demo_database(config: &mut crate::config::Config) -> bool {
+    let explicit = config.source.get("storage").and_then(|s| s.get("url")).is_some();
+    if explicit {
+        return false;
+    }
+    let path = config.storage.data_dir.join(DEMO_DATABASE);
+    config.storage.url = SecretString::from(format!("sqlite://{}", path.display()));
+    true
+}
+
+/// Probe interval of the demo unless `probe.interval` is configured: every cell of the status
+/// page has a probe (and so its figures) within seconds of the start.
+pub const DEMO_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Sets the demo's probe cadence ([`DEMO_INTERVAL`]) when the config leaves `probe.interval` unset.
+pub fn use_demo_cadence(config: &mut crate::config::Config) {
+    if config.source.get("probe").and_then(|p| p.get("interval")).is_some() {
+        return;
+    }
+    config.probe.interval = DEMO_INTERVAL;
+    config.probe.timeout = config.probe.timeout.min(DEMO_INTERVAL);
+}
+
 /// A running demo: the server and the providers that point at it.
 #[derive(Debug)]
 pub struct Demo {
@@ -45,8 +77,15 @@ pub struct Demo {
 
 /// Starts the simulated providers; the same `seed` gives the same sequence of draws.
 pub async fn start_demo(seed: u64) -> std::io::Result<Demo> {
-    let state =
-        DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started: Instant::now(), spent: Mutex::new(0.0) };
+    start_demo_at(seed, Duration::ZERO).await
+}
+
+/// [`start_demo`] as if it had been running for `elapsed` already (where the misbehaving
+/// host's schedule, [`trouble`], starts; tests jump straight into a failure this way).
+pub async fn start_demo_at(seed: u64, elapsed: Duration) -> std::io::Result<Demo> {
+    let now = Instant::now();
+    let started = now.checked_sub(elapsed).unwrap_or(now);
+    let state = DemoState { rng: Mutex::new(StdRng::seed_from_u64(seed)), started, spent: Mutex::new(0.0) };
     let standin = StandIn::start(move |request| state.respond(request)).await?;
     standin.keep_records(DEMO_RECORDS);
     let providers = demo_providers(&format!("http://127.0.0.1:{}", standin.addr().port()))?;
@@ -136,7 +175,21 @@ impl DemoState {
 
     /// Runs a profile and books what the reply will cost against the demo credit.
     fn play(&self, profile: &Profile, ask: &Ask) -> Script {
-        let script = self.with_rng(|rng| profile.script_for(rng, ask));
+        let script = match trouble::is_troubled(profile.model, profile.route) {
+            true => match trouble::at(self.started.elapsed()) {
+                Trouble::None => self.with_rng(|rng| profile.script_for(rng, ask)),
+                Trouble::Degraded => {
+                    let slow = Profile { ttft_ms: profile.ttft_ms * trouble::DEGRADE_FACTOR, ..profile.clone() };
+                    self.with_rng(|rng| slow.script_for(rng, ask))
+                }
+                Trouble::Failing => {
+                    let failure =
+                        Draw::Failure { rate_limited: false, after: Duration::from_millis(40), retry_after_s: None };
+                    profile.render(&failure, ask, "demo-trouble")
+                }
+            },
+            false => self.with_rng(|rng| profile.script_for(rng, ask)),
+        };
         if script.status == 200 {
             let completion = profiles::reply_tokens(ask.max_tokens).len() as u32;
             *self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) +=

@@ -1,13 +1,35 @@
 //! Trend charts as PNG, drawn in memory with plotters and encoded with the `png` crate.
 //!
-//! The charts carry no text on purpose: plotters needs a font backend to draw text, and a fresh
-//! Debian machine has no font we can count on, while shipping one means a binary font file and
-//! its licence in the repository. Lines and gridlines need no font, and the axis scale and the
-//! legend sit in the HTML next to the image, where mail clients render text better anyway.
+//! Axis labels and values are drawn with DejaVu Sans, embedded in the binary (licence in
+//! `assets/fonts/LICENSE-DejaVu.txt`) and rasterised by plotters' pure-Rust `ab_glyph` text
+//! backend, so no system font or fontconfig is needed. The legend stays in the HTML next to
+//! the image, where mail clients render text better.
 
 use super::{Chart, WeeklyReport, BUCKETS};
+use chrono::{DateTime, Duration, Utc};
 use plotters::prelude::*;
+use plotters::style::FontStyle;
+use std::sync::OnceLock;
 use thiserror::Error;
+
+/// The embedded font (DejaVu Sans, Bitstream Vera licence with DejaVu's public-domain changes).
+pub static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+/// Font family name the charts ask plotters for.
+const FAMILY: &str = "sans-serif";
+/// Pixels left of the plot for the y values, and below it for the days.
+const Y_LABELS: u32 = 64;
+const X_LABELS: u32 = 34;
+
+/// Registers [`FONT`] with plotters once; `Err` says why text cannot be drawn.
+fn font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+                .map_err(|_| "the embedded font could not be read".to_string())
+        })
+        .clone()
+}
 
 /// Chart width in pixels.
 pub const WIDTH: u32 = 720;
@@ -91,19 +113,27 @@ pub fn pictures(report: &WeeklyReport) -> Result<Vec<Picture>, ChartError> {
         .iter()
         .map(|c| {
             let scale = scale(c);
-            Ok(Picture { png: render(c, scale)?, scale })
+            Ok(Picture { png: render_since(c, scale, Some(report.this_week.since))?, scale })
         })
         .collect()
 }
 
 const GRID: RGBColor = RGBColor(225, 225, 225);
 const AXIS: RGBColor = RGBColor(120, 120, 120);
+const AXIS_TEXT: RGBColor = RGBColor(60, 60, 60);
 
-/// Draws `chart` (x: this week's 6-hour steps; y: `scale`) and returns the PNG bytes.
+/// Draws `chart` (x: this week's 6-hour steps, labelled by days before the end; y: `scale`)
+/// and returns the PNG bytes.
 pub fn render(chart: &Chart, scale: Scale) -> Result<Vec<u8>, ChartError> {
+    render_since(chart, scale, None)
+}
+
+/// [`render`] with the days labelled by date when the week's start (`since`) is known.
+pub fn render_since(chart: &Chart, scale: Scale, since: Option<DateTime<Utc>>) -> Result<Vec<u8>, ChartError> {
     let fail = |message: String| ChartError { provider: chart.provider.clone(), message };
+    font().map_err(fail)?;
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
-    draw(chart, scale, &mut rgb).map_err(fail)?;
+    draw(chart, scale, since, &mut rgb).map_err(fail)?;
     let mut out = Vec::new();
     let mut encoder = png::Encoder::new(&mut out, WIDTH, HEIGHT);
     encoder.set_color(png::ColorType::Rgb);
@@ -114,20 +144,68 @@ pub fn render(chart: &Chart, scale: Scale) -> Result<Vec<u8>, ChartError> {
     Ok(out)
 }
 
-fn draw(chart: &Chart, scale: Scale, rgb: &mut [u8]) -> Result<(), String> {
+/// The x positions of the day lines (every 24 h, both ends included).
+fn day_points() -> Vec<f64> {
+    let per_day = (DAY_LINE_HOURS / super::BUCKET_HOURS) as usize;
+    (0..=BUCKETS).step_by(per_day).map(|i| i as f64).collect()
+}
+
+/// Label of the day line at step `i` (every 24 h): the date when known, else days before the end.
+fn day_label(i: usize, since: Option<DateTime<Utc>>) -> String {
+    let hours = i as i64 * super::BUCKET_HOURS;
+    match since {
+        Some(s) => (s + Duration::hours(hours)).format("%a %d %b").to_string(),
+        None => format!("{}d", hours / 24 - super::WEEK_DAYS),
+    }
+}
+
+/// A y value in ms as the axis shows it: `250 ms`, `1.5 s`.
+fn ms_label(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{} s", (v / 100.0).round() / 10.0)
+    } else {
+        format!("{v:.0} ms")
+    }
+}
+
+fn draw(chart: &Chart, scale: Scale, since: Option<DateTime<Utc>>, rgb: &mut [u8]) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::with_buffer(rgb, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let x_end = BUCKETS as f64;
-    let mut plot =
-        ChartBuilder::on(&root).margin(10).build_cartesian_2d(0.0..x_end, 0.0..scale.max).map_err(|e| err(&e))?;
+    let mut plot = ChartBuilder::on(&root)
+        .margin(10)
+        .margin_right(16)
+        .x_label_area_size(X_LABELS)
+        .y_label_area_size(Y_LABELS)
+        .build_cartesian_2d(0.0..x_end, 0.0..scale.max)
+        .map_err(|e| err(&e))?;
+    let text = (FAMILY, 12).into_font().color(&AXIS_TEXT);
+    let per_day = (DAY_LINE_HOURS / super::BUCKET_HOURS) as usize;
     let steps = (scale.max / scale.step).round() as usize;
+    // Values and days come from the axis painter; the gridlines are drawn below as before.
+    plot.configure_mesh()
+        .disable_mesh()
+        .x_labels(0)
+        .y_labels(steps + 1)
+        .y_label_formatter(&|y| ms_label(*y))
+        .y_label_style(text.clone())
+        .axis_style(AXIS)
+        .draw()
+        .map_err(|e| err(&e))?;
+    // Day labels centred under their gridlines (plotters picks its own x key points otherwise).
+    for x in day_points() {
+        let label = day_label(x as usize, since);
+        let (w, _) = root.estimate_text_size(&label, &text).map_err(|e| err(&e))?;
+        let (px, py) = plot.backend_coord(&(x, 0.0));
+        let left = (px - w as i32 / 2).clamp(0, WIDTH as i32 - w as i32);
+        root.draw(&Text::new(label, (left, py + 8), text.clone())).map_err(|e| err(&e))?;
+    }
     let horizontal = (1..=steps).map(|k| {
         let y = k as f64 * scale.step;
         PathElement::new(vec![(0.0, y), (x_end, y)], GRID.stroke_width(1))
     });
     plot.draw_series(horizontal).map_err(|e| err(&e))?;
-    let per_day = (DAY_LINE_HOURS / super::BUCKET_HOURS) as usize;
     let vertical = (per_day..BUCKETS).step_by(per_day).map(|i| {
         let x = i as f64;
         PathElement::new(vec![(x, 0.0), (x, scale.max)], GRID.stroke_width(1))
@@ -190,5 +268,32 @@ mod tests {
         assert_eq!((info.width, info.height), (WIDTH, HEIGHT));
         let (r, g, b) = color(0);
         assert!(buf.chunks(3).any(|p| p == [r, g, b]), "the line is drawn in the legend colour");
+    }
+
+    /// Dark (text) pixels inside a rectangle of a decoded RGB picture.
+    fn ink(buf: &[u8], x: std::ops::Range<u32>, y: std::ops::Range<u32>) -> usize {
+        y.flat_map(|row| x.clone().map(move |col| ((row * WIDTH + col) * 3) as usize))
+            .filter(|&i| buf[i] < 140 && buf[i + 1] < 140 && buf[i + 2] < 140)
+            .count()
+    }
+
+    #[test]
+    fn axes_carry_values_and_days_in_the_embedded_font() {
+        let c = chart(&[Some(180.0), Some(430.0)]);
+        let since = chrono::DateTime::parse_from_rfc3339("2026-11-23T09:00:00Z").expect("time").to_utc();
+        let png_bytes = render_since(&c, scale(&c), Some(since)).expect("render");
+        if let Some(path) = std::env::var_os("VIGIL_CHART_OUT") {
+            std::fs::write(path, &png_bytes).expect("write the chart for a look");
+        }
+        let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+        let mut reader = decoder.read_info().expect("png header");
+        let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+        reader.next_frame(&mut buf).expect("png frame");
+        // Left of the plot: the y values ("100 ms" … "500 ms"); below it: the dates.
+        assert!(ink(&buf, 0..Y_LABELS, 0..HEIGHT - X_LABELS) > 200, "y axis values are drawn");
+        assert!(ink(&buf, Y_LABELS..WIDTH, HEIGHT - X_LABELS..HEIGHT) > 100, "day labels are drawn");
+        assert_eq!(day_label(0, Some(since)), "Mon 23 Nov");
+        assert_eq!(day_label(4, None), "-6d");
+        assert_eq!((ms_label(250.0), ms_label(1500.0)), ("250 ms".to_string(), "1.5 s".to_string()));
     }
 }

@@ -1,0 +1,262 @@
+//! The demo's first minute: `--demo` uses its own database, seeded with a simulated week, so
+//! `report`, `baselines`, `thresholds`, the weekly summary (charts with readable axes, looked at
+//! in headless Chromium) and the running daemon's status page show real figures at once.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const KEY_VARS: [&str; 7] = [
+    "OPENROUTER_API_KEY",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GROQ_API_KEY",
+    "TOGETHER_API_KEY",
+    "DEEPINFRA_API_KEY",
+    "GEMINI_API_KEY",
+];
+
+/// The binary in `dir` with nothing from the caller's environment that would change the outcome.
+fn vigil(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    cmd.current_dir(dir);
+    for var in KEY_VARS.iter().chain(&["DATABASE_URL", "VIGIL_REGION", "VIGIL_LOG", "VIGIL_STORAGE_URL"]) {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("vigil runs")).await.expect("join")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// Where screenshots go: `target/test-artifacts/`.
+fn artifacts() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.parent().unwrap_or(tmp).join("test-artifacts");
+    std::fs::create_dir_all(&dir).expect("create test-artifacts");
+    dir
+}
+
+async fn screenshot(url: &str, path: &Path, (width, height): (u32, u32)) {
+    let profile = tempfile::tempdir().expect("chromium profile dir");
+    let _ = std::fs::remove_file(path);
+    let out = tokio::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", path.display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(url)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("could not run `chromium` ({e}): scripts/test.sh installs it"));
+    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+    let png = std::fs::read(path).expect("screenshot written");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    assert!(png.len() > 20_000, "{} is only {} bytes: a blank page?", path.display(), png.len());
+}
+
+/// The PNG charts inside the weekly HTML, decoded to RGB.
+fn charts(html: &str) -> Vec<(u32, u32, Vec<u8>)> {
+    use base64::Engine;
+    html.match_indices("src=\"data:image/png;base64,")
+        .map(|(at, m)| {
+            let rest = &html[at + m.len()..];
+            let data = &rest[..rest.find('"').expect("end of data URI")];
+            let bytes = base64::engine::general_purpose::STANDARD.decode(data).expect("base64");
+            let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("png");
+            let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+            let info = reader.next_frame(&mut buf).expect("frame");
+            (info.width, info.height, buf)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_commands_with_demo_use_their_own_seeded_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = vigil(dir.path());
+    cmd.args(["report", "--demo", "--json"]);
+    let report = json(&run(cmd).await);
+    let stderr_free = !dir.path().join("vigil.db").exists();
+    assert!(stderr_free, "the real default database is never created by --demo");
+    assert!(dir.path().join("vigil-data/vigil-demo.db").exists(), "the demo's own database");
+    let rows = report["rows"].as_array().expect("rows");
+    let demo_targets = vigil::demo::history::demo_targets("local");
+    assert_eq!(rows.len(), demo_targets.len());
+    for r in rows.iter().filter(|r| r["provider"] != "demo-status") {
+        assert!(r["ttft_p95_ms"].as_f64().is_some_and(|v| v > 50.0), "a week of P95: {r}");
+        assert!(r["samples"].as_u64().is_some_and(|n| n > 1_000), "{r}");
+    }
+
+    let mut cmd = vigil(dir.path());
+    cmd.args(["baselines", "--demo", "--json"]);
+    let baselines = json(&run(cmd).await);
+    let ttfb: Vec<&serde_json::Value> =
+        baselines.as_array().expect("array").iter().filter(|b| b["metric"] == "ttfb").collect();
+    assert_eq!(ttfb.len(), demo_targets.len());
+    assert!(ttfb.iter().all(|b| b["p95"].is_f64() && b["p99"].is_f64()), "P95 and P99 published: {ttfb:?}");
+
+    let mut cmd = vigil(dir.path());
+    cmd.args(["thresholds", "--demo"]);
+    let doc = json(&run(cmd).await);
+    let targets = doc["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), demo_targets.len());
+    assert!(targets.iter().all(|t| t["failover_ttfb_ms"].is_f64()), "thresholds at once: {targets:?}");
+
+    // The table says why a cell is empty instead of a bare dash.
+    let mut cmd = vigil(dir.path());
+    cmd.args(["baselines", "--demo"]);
+    let table = run(cmd).await;
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(!text.lines().any(|l| l.split_whitespace().any(|c| c == "-")), "{text}");
+
+    // Breaker history: the past incidents opened breakers that closed again.
+    let url = format!("sqlite://{}/vigil-data/vigil-demo.db", dir.path().display());
+    let store = vigil::store::open(&url).await.expect("open the demo database");
+    let now = chrono::Utc::now();
+    let transitions =
+        store.transitions_between(Some("local"), now - chrono::Duration::days(8), now).await.expect("transitions");
+    assert!(transitions.iter().filter(|t| t.to_state == "open").count() >= 3, "{transitions:?}");
+    let readings = store.balances("demo-llama", now - chrono::Duration::days(8)).await.expect("credit readings");
+    assert!(readings.len() >= 24 * 7, "hourly credit readings for the week: {}", readings.len());
+
+    // The weekly summary: one chart per provider, with text (axis values and days) in each.
+    let mut cmd = vigil(dir.path());
+    cmd.args(["report", "--weekly", "--demo", "--out", "weekly.html"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.path().join("weekly.html")).expect("weekly.html");
+    let pictures = charts(&html);
+    // One per provider with a TTFT: every demo provider but the plain-HTTP status page.
+    assert_eq!(pictures.len(), 4, "one chart per streaming demo provider");
+    for (w, h, rgb) in &pictures {
+        let dark = |x0: u32, x1: u32, y0: u32, y1: u32| {
+            (y0..y1)
+                .flat_map(|y| (x0..x1).map(move |x| ((y * w + x) * 3) as usize))
+                .filter(|&i| rgb[i] < 140 && rgb[i + 1] < 140 && rgb[i + 2] < 140)
+                .count()
+        };
+        assert!(dark(0, 74, 0, h - 44) > 100, "y axis values drawn");
+        assert!(dark(74, *w, h - 44, *h) > 100, "day labels drawn");
+    }
+    let shot = artifacts().join("weekly-report-demo.png");
+    screenshot(&format!("file://{}", dir.path().join("weekly.html").display()), &shot, (900, 1600)).await;
+}
+
+/// A `vigil run --demo` child with JSON logs; killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("vigil.toml"), "[http]\nlisten = \"127.0.0.1:0\"\n").expect("config");
+    let started = Instant::now();
+    let mut cmd = vigil(dir.path());
+    cmd.args(["run", "--demo"]).env("VIGIL_LOG_FORMAT", "json").stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("vigil starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let daemon = Daemon(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    let addr = loop {
+        let line =
+            rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("no address:\n{}", log.join("\n")));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
+        log.push(line);
+        if v["message"] == "http listening" {
+            break v["addr"].as_str().expect("addr").to_string();
+        }
+    };
+    assert!(log.iter().any(|l| l.contains("seeded 7 days")), "{}", log.join("\n"));
+    let http = reqwest::Client::new();
+    let mut page = String::new();
+    // A published P95 next to a probe's figures: "P95 312 ms".
+    let p95_shown = |page: &str| {
+        page.match_indices("P95 ").filter(|(i, _)| page[i + 4..].starts_with(|c: char| c.is_ascii_digit())).count()
+    };
+    let streaming = vigil::demo::history::demo_targets("local").len() - 1;
+    for _ in 0..300 {
+        page = http.get(format!("http://{addr}/")).send().await.expect("status page").text().await.expect("body");
+        if page.contains("<polyline") && p95_shown(&page) >= 2 * streaming {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("status page with baselines and sparklines {:.1} s after start", started.elapsed().as_secs_f64());
+    // Every streaming target has its TTFT trend and P95s; the plain-HTTP status page has no tokens.
+    assert!(p95_shown(&page) >= 2 * streaming, "TTFT and TTFB P95 of every streaming target:\n{page}");
+    assert!(page.matches("<polyline").count() >= streaming, "sparklines drawn:\n{page}");
+    assert!(page.matches("no hourly data yet").count() <= 1, "{page}");
+    assert!(!page.contains("need 300"), "every P95 is published");
+    assert!(!dir.path().join("vigil.db").exists(), "never the real default database");
+    screenshot(&format!("http://{addr}/"), &artifacts().join("status-page-demo-first-minute.png"), (1440, 1000)).await;
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_misbehaving_host_pages_the_log_channel() {
+    use vigil::app::{App, AppOptions};
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[storage]\ndata_dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n",
+        data.path().display()
+    );
+    let config =
+        vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::<String, String>::new()).expect("config");
+    // Straight into the hourly failure of the schedule (minute 8), instead of waiting for it.
+    let opts = AppOptions { demo: true, demo_elapsed: vigil::demo::trouble::FAIL_FROM, ..AppOptions::default() };
+    let app = App::build(config, opts).await.expect("demo app builds");
+    assert!(data.path().join("vigil-demo.db").exists(), "its own database in the data dir");
+    let base = format!("http://{}", app.local_addr().expect("bound"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let http = reqwest::Client::new();
+    let fired = |m: &str| {
+        m.lines().any(|l| {
+            l.starts_with("vigil_alerts_total{")
+                && l.contains(r#"channel="log""#)
+                && l.contains(r#"kind="errors""#)
+                && !l.ends_with(" 0")
+        })
+    };
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        metrics = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+        if fired(&metrics) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fired(&metrics), "the errors alert of demo-mixtral@Anyscale went to the log channel:\n{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("vigil_probes_total{")
+            && l.contains(r#"outcome="server_error""#)
+            && l.contains(r#"route="Anyscale""#)),
+        "{metrics}"
+    );
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}
