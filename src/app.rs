@@ -246,6 +246,7 @@ impl App {
             Arc::new(store::IntegrityCheck(store.clone())),
         ];
         let snapshot = SharedSnapshot::default();
+        let provider_status = crate::provider_status::SharedProviderStatus::default();
         let app = router(HttpState {
             metrics: metrics.clone(),
             checks,
@@ -255,6 +256,7 @@ impl App {
             api_token: config.http.api_token.clone(),
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
             feed: Arc::new(crate::http::api::Feed::from_config(&config)),
+            provider_status: provider_status.clone(),
         });
         let server_stop = shutdown.clone();
         let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);
@@ -285,6 +287,11 @@ impl App {
             Task::spawn_optional(
                 "credit poller",
                 poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
+            ),
+            Task::spawn_optional(
+                "status pages",
+                crate::provider_status::poller::Poller::new(&config.status_pages, provider_status, store.clone())
+                    .run(shutdown.clone()),
             ),
             Task::spawn_optional(
                 "weekly summary",
@@ -324,6 +331,7 @@ impl App {
         for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "weekly summary"] {
             finish(&mut tasks, name, deadline).await;
         }
+        finish(&mut tasks, "status pages", deadline).await;
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not

@@ -85,6 +85,8 @@ pub struct Config {
     pub source: toml::Table,
     /// Retirement warnings.
     pub deprecation: DeprecationConfig,
+    /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
+    pub status_pages: StatusPagesConfig,
 }
 
 /// `[deprecation]`.
@@ -92,6 +94,29 @@ pub struct Config {
 pub struct DeprecationConfig {
     /// Warn this many days before an announced retirement date (`model_deprecated`).
     pub warn_days: u32,
+}
+
+/// Polling of the providers' official status pages (Statuspage v2 JSON).
+#[derive(Debug, Clone, Default)]
+pub struct StatusPagesConfig {
+    /// Time between polls of each page (`probe.status_page_every`).
+    pub every: Duration,
+    /// One entry per configured provider whose page is polled (empty `status_page_url` = off).
+    pub pages: Vec<StatusPageSource>,
+    /// `alerts.provider_incident`: alert on the provider's own open incidents (off by default).
+    pub alert: bool,
+    /// `alerts.provider_incident_components`: only incidents naming one of these components
+    /// (case-insensitive); empty means every incident.
+    pub alert_components: Vec<String>,
+}
+
+/// One provider's status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusPageSource {
+    /// Provider name as in `[[provider]]`.
+    pub provider: String,
+    /// Base URL of the page (vigil reads `<url>/api/v2/summary.json`).
+    pub url: Url,
 }
 
 /// `[report]`.
@@ -537,6 +562,7 @@ struct RawProbe {
     max_body_kb: usize,
     proxy: Option<String>,
     ca_file: Option<String>,
+    status_page_every: String,
 }
 
 impl Default for RawProbe {
@@ -552,6 +578,7 @@ impl Default for RawProbe {
             max_body_kb: 1024,
             proxy: None,
             ca_file: None,
+            status_page_every: "3m".into(),
         }
     }
 }
@@ -618,6 +645,7 @@ struct RawProvider {
     ca_file: Option<String>,
     client_cert_file: Option<String>,
     client_key_file: Option<String>,
+    status_page_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -654,6 +682,8 @@ struct RawAlerts {
     alertmanager: Vec<RawAlertmanager>,
     #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
+    provider_incident: bool,
+    provider_incident_components: Vec<String>,
 }
 
 impl Default for RawAlerts {
@@ -676,6 +706,8 @@ impl Default for RawAlerts {
             webhook: vec![],
             alertmanager: vec![],
             maintenance: vec![],
+            provider_incident: false,
+            provider_incident_components: vec![],
         }
     }
 }
@@ -736,6 +768,8 @@ struct Builtin {
     base_url: &'static str,
     key_env: &'static str,
     model: &'static str,
+    /// The provider's official status page when it serves the Statuspage v2 JSON API; "" = none.
+    status_page: &'static str,
 }
 
 const BUILTINS: [Builtin; 7] = [
@@ -745,6 +779,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://openrouter.ai/api/v1",
         key_env: "OPENROUTER_API_KEY",
         model: "meta-llama/llama-3.1-8b-instruct",
+        status_page: "",
     },
     Builtin {
         name: "openai",
@@ -752,6 +787,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.openai.com/v1",
         key_env: "OPENAI_API_KEY",
         model: "gpt-4o-mini",
+        status_page: "https://status.openai.com",
     },
     Builtin {
         name: "anthropic",
@@ -759,6 +795,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.anthropic.com/v1",
         key_env: "ANTHROPIC_API_KEY",
         model: "claude-3-5-haiku-latest",
+        status_page: "https://status.claude.com",
     },
     Builtin {
         name: "groq",
@@ -766,6 +803,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.groq.com/openai/v1",
         key_env: "GROQ_API_KEY",
         model: "llama-3.1-8b-instant",
+        status_page: "https://groqstatus.com",
     },
     Builtin {
         name: "together",
@@ -773,6 +811,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.together.xyz/v1",
         key_env: "TOGETHER_API_KEY",
         model: "meta-llama/Llama-3.2-3B-Instruct-Turbo",
+        status_page: "https://status.together.ai",
     },
     Builtin {
         name: "deepinfra",
@@ -780,6 +819,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://api.deepinfra.com/v1/openai",
         key_env: "DEEPINFRA_API_KEY",
         model: "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        status_page: "",
     },
     Builtin {
         name: "gemini",
@@ -787,6 +827,7 @@ const BUILTINS: [Builtin; 7] = [
         base_url: "https://generativelanguage.googleapis.com/v1beta",
         key_env: "GEMINI_API_KEY",
         model: "gemini-2.0-flash-lite",
+        status_page: "",
     },
 ];
 
@@ -912,7 +953,14 @@ impl Config {
         };
         for name in &order {
             if let Some(p) = self.providers.iter().find(|p| &p.name == name) {
-                providers.push(toml::Value::Table(provider_table(p)));
+                let mut t = provider_table(p);
+                // Spelled out so the document reads back the same ("" = off, even for a built-in).
+                let page = self.status_pages.pages.iter().find(|s| &s.provider == name);
+                t.insert(
+                    "status_page_url".into(),
+                    toml::Value::String(page.map(|s| s.url.to_string()).unwrap_or_default()),
+                );
+                providers.push(toml::Value::Table(t));
             } else if let Some(raw) = raw_of(name) {
                 providers.push(toml::Value::Table((*raw).clone()));
             } else if let Some((_, var)) = self.skipped.iter().find(|(n, _)| n == name) {
@@ -1247,12 +1295,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 ca_file: None,
                 client_cert_file: None,
                 client_key_file: None,
+                status_page_url: None,
             })
             .collect()
     });
     let mut providers = Vec::new();
     let mut skipped = Vec::new();
     let mut names = std::collections::HashSet::new();
+    let mut pages = Vec::new();
     for (i, rp) in raw_providers.into_iter().enumerate() {
         let key = |field: &str| format!("provider[{i}].{field}");
         if rp.name.trim().is_empty() {
@@ -1366,6 +1416,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             }
         };
         let tls = crate::probe::trust::ProviderTls { ca_file, ca_certs, client };
+        let page = rp.status_page_url.unwrap_or_else(|| builtin.map_or("", |b| b.status_page).to_string());
+        if !page.trim().is_empty() {
+            let url = Url::parse(page.trim()).map_err(|e| invalid(key("status_page_url"), e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(invalid(key("status_page_url"), format!("scheme {:?} is not http or https", url.scheme())));
+            }
+            pages.push(StatusPageSource { provider: rp.name.clone(), url });
+        }
         providers.push(ProviderConfig {
             name: rp.name,
             kind,
@@ -1394,6 +1452,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             ));
         }
     }
+    let status_page_every = duration_in("probe.status_page_every", &raw.probe.status_page_every, SECOND, DAY)?;
+    for (i, c) in raw.alerts.provider_incident_components.iter().enumerate() {
+        no_controls(&format!("alerts.provider_incident_components[{i}]"), c)?;
+    }
+    let status_pages = StatusPagesConfig {
+        every: status_page_every,
+        pages,
+        alert: raw.alerts.provider_incident,
+        alert_components: raw.alerts.provider_incident_components.clone(),
+    };
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
@@ -1411,6 +1479,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         alerts,
         report,
         chains,
+        status_pages,
         source: toml::Table::new(),
         deprecation,
     })
@@ -1584,6 +1653,37 @@ mod tests {
         assert_eq!(c.probe.proxy.https, None);
         let e = Config::from_toml("[probe]\nproxy = \"socks5://h:1\"", &env).expect_err("socks refused");
         assert!(e.to_string().contains("probe.proxy"), "{e}");
+    }
+
+    #[test]
+    fn status_pages_default_for_builtins_can_be_set_or_switched_off() {
+        let keys =
+            env(&[("OPENAI_API_KEY", "sk-test-1"), ("GROQ_API_KEY", "sk-test-2"), ("DEEPINFRA_API_KEY", "sk-test-3")]);
+        let c = Config::from_toml("", &keys).expect("valid");
+        let pages: Vec<(&str, &str)> =
+            c.status_pages.pages.iter().map(|p| (p.provider.as_str(), p.url.as_str())).collect();
+        assert_eq!(pages, vec![("openai", "https://status.openai.com/"), ("groq", "https://groqstatus.com/")]);
+        assert_eq!(c.status_pages.every, Duration::from_secs(180));
+        assert!(!c.status_pages.alert, "provider_incident is off by default");
+        let text = "[probe]\nstatus_page_every = \"5m\"\n[alerts]\nprovider_incident = true\nprovider_incident_components = [\"Chat Completions\"]\n\
+                    [[provider]]\nname = \"openai\"\nstatus_page_url = \"\"\n\
+                    [[provider]]\nname = \"deepinfra\"\nstatus_page_url = \"https://status.example.invalid\"\n";
+        let c = Config::from_toml(text, &keys).expect("valid");
+        assert_eq!(c.status_pages.pages.len(), 1, "openai switched off");
+        assert_eq!(c.status_pages.pages[0].provider, "deepinfra");
+        assert_eq!(c.status_pages.every, Duration::from_secs(300));
+        assert!(c.status_pages.alert);
+        assert_eq!(c.status_pages.alert_components, vec!["Chat Completions".to_string()]);
+        assert!(c.redacted_toml().contains("status.example.invalid"));
+        let back = Config::from_toml(&c.redacted_toml(), &keys).expect("check-config output reads back");
+        assert_eq!(back.status_pages.pages, c.status_pages.pages, "off stays off, set stays set");
+        assert_eq!(back.status_pages.every, c.status_pages.every);
+        assert_eq!(back.status_pages.alert_components, c.status_pages.alert_components);
+        let bad = Config::from_toml("[[provider]]\nname = \"openai\"\nstatus_page_url = \"ftp://x\"\n", &keys)
+            .expect_err("not http");
+        assert!(bad.to_string().contains("provider[0].status_page_url"), "{bad}");
+        let fast = Config::from_toml("[probe]\nstatus_page_every = \"10ms\"\n", &keys).expect_err("too fast");
+        assert!(fast.to_string().contains("probe.status_page_every"), "{fast}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod pipeline;
 pub mod price_table;
 pub mod pricing;
 pub mod probe;
+pub mod provider_status;
 pub mod report;
 pub mod router_formats;
 pub mod sample;

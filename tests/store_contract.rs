@@ -29,6 +29,7 @@ store_support::on_both_stores!(
     target_status_is_one_row_per_region_and_target_read_by_age,
     an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
     sightings_are_one_row_per_region_and_close_with_the_incident,
+    provider_incidents_and_components_upsert_and_read_back,
 );
 
 async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
@@ -465,6 +466,62 @@ async fn awkward_text_and_null_heavy_rows_round_trip(fx: Fixture) {
 }
 
 /// PostgreSQL's `samples_*` partitions, comma-separated in name order.
+async fn provider_incidents_and_components_upsert_and_read_back(fx: Fixture) {
+    use vigil::provider_status::{ProviderComponent, ProviderIncident};
+    let now = micros(Utc::now());
+    let incident = |provider: &str, id: &str, created: chrono::DateTime<Utc>| ProviderIncident {
+        provider: provider.into(),
+        id: id.into(),
+        name: format!("Elevated errors ({id}) — \"quoted\" 'text'"),
+        status: "investigating".into(),
+        impact: "major".into(),
+        created_at: created,
+        updated_at: None,
+        resolved_at: None,
+        components: vec!["Chat Completions".into(), "Embeddings".into()],
+        shortlink: Some("https://stspg.example.invalid/x".into()),
+    };
+    let a = incident("openai", "a", now - Duration::hours(2));
+    let b = incident("openai", "b", now - Duration::hours(1));
+    let c = incident("groq", "c", now - Duration::minutes(30));
+    let old = incident("openai", "old", now - Duration::days(9));
+    fx.store.upsert_provider_incidents(&[a.clone(), b.clone(), c.clone(), old]).await.expect("insert");
+
+    // An update replaces the fields; a resolution time, once stored, is kept.
+    let mut a2 = a.clone();
+    a2.status = "resolved".into();
+    a2.updated_at = Some(now);
+    a2.resolved_at = Some(now);
+    a2.components = vec![];
+    fx.store.upsert_provider_incidents(std::slice::from_ref(&a2)).await.expect("update");
+    let mut a3 = a2.clone();
+    a3.resolved_at = None;
+    fx.store.upsert_provider_incidents(&[a3]).await.expect("update without resolution");
+
+    let since = now - Duration::days(1);
+    let until = now + Duration::minutes(1);
+    let openai = fx.store.provider_incidents_between(Some("openai"), since, until).await.expect("read");
+    assert_eq!(openai, vec![a2.clone(), b.clone()], "oldest first, the old one outside the window");
+    let all = fx.store.provider_incidents_between(None, since, until).await.expect("read all");
+    assert_eq!(all, vec![a2, b, c]);
+
+    let comp = |id: &str, status: &str| ProviderComponent {
+        provider: "openai".into(),
+        id: id.into(),
+        name: format!("Component {id}"),
+        status: status.into(),
+        updated_at: Some(now),
+    };
+    fx.store
+        .upsert_provider_components(&[comp("x", "partial_outage"), comp("y", "operational")])
+        .await
+        .expect("insert");
+    fx.store.upsert_provider_components(&[comp("x", "operational")]).await.expect("update");
+    let back = fx.store.provider_components("openai").await.expect("read");
+    assert_eq!(back, vec![comp("x", "operational"), comp("y", "operational")]);
+    assert!(fx.store.provider_components("groq").await.expect("read").is_empty());
+}
+
 async fn sample_partitions(fx: &Fixture) -> String {
     fx.text(
         "SELECT string_agg(c.relname::text, ',' ORDER BY c.relname) FROM pg_inherits i \

@@ -16,6 +16,7 @@ pub mod log;
 pub mod notifier;
 pub mod outbox;
 pub mod pagerduty;
+pub mod provider_incident;
 pub mod rules;
 pub mod scope;
 pub mod slack;
@@ -56,11 +57,14 @@ pub enum AlertKind {
     /// The provider announced the model's retirement (Deprecation/Sunset headers, OpenRouter
     /// `expiration_date`, or no longer listed by its models endpoint); see [`deprecation`].
     ModelDeprecated,
+    /// The provider's own status page has an open incident on a component you depend on
+    /// (`alerts.provider_incident`, off by default).
+    ProviderIncident,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 12] = [
+    pub const ALL: [AlertKind; 13] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -73,6 +77,7 @@ impl AlertKind {
         AlertKind::RegionUnhealthy,
         AlertKind::Flapping,
         AlertKind::ModelDeprecated,
+        AlertKind::ProviderIncident,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -90,6 +95,7 @@ impl AlertKind {
             AlertKind::RegionUnhealthy => "region_unhealthy",
             AlertKind::Flapping => "flapping",
             AlertKind::ModelDeprecated => "model_deprecated",
+            AlertKind::ProviderIncident => "provider_incident",
         }
     }
 
@@ -102,8 +108,9 @@ impl AlertKind {
             | AlertKind::CreditLow
             | AlertKind::AdherenceFailed
             | AlertKind::ProbeBudgetExceeded
-            | AlertKind::Flapping => Severity::Warning,
-            AlertKind::ModelDeprecated => Severity::Warning,
+            | AlertKind::Flapping
+            | AlertKind::ModelDeprecated
+            | AlertKind::ProviderIncident => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }

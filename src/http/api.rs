@@ -154,10 +154,12 @@ pub async fn schema(Path(name): Path<String>) -> Response {
     }
 }
 
-/// `GET /v1/targets`.
+/// `GET /v1/targets`, with what each polled provider's own status page says (`provider_status`).
 pub async fn targets(State(s): State<HttpState>) -> Response {
     let targets = s.snapshot.read().map(|snap| snap.targets.clone()).unwrap_or_default();
-    Json(serde_json::json!({ "targets": targets })).into_response()
+    let providers: Vec<crate::provider_status::ProviderStatus> =
+        s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
+    Json(serde_json::json!({ "targets": targets, "provider_status": providers })).into_response()
 }
 
 #[cfg(test)]

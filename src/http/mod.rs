@@ -69,6 +69,8 @@ pub struct HttpState {
     pub status: Option<Arc<status_page::StatusPage>>,
     /// Signing and caching of the router export.
     pub feed: Arc<api::Feed>,
+    /// What the providers' own status pages say (empty when none is polled).
+    pub provider_status: crate::provider_status::SharedProviderStatus,
 }
 
 /// The router; tests call it without a socket.

@@ -169,6 +169,8 @@ pub struct StatusData {
     pub refresh_s: u64,
     /// Hours the trend covers.
     pub trend_hours: i64,
+    /// What the providers' own status pages say (section shown when any is polled).
+    pub providers: Vec<crate::provider_status::ProviderStatus>,
 }
 
 /// One target across the regions.
@@ -307,6 +309,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     let trends = page.trends.current(now).await;
     page.attach_trends(&mut data, &trends);
     data.credits = page.credits(now).await;
+    data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
@@ -573,6 +576,70 @@ fn credits_html(credits: &[Credit], now: DateTime<Utc>) -> String {
     out
 }
 
+/// What each provider's own status page reports: overall status, components not operational,
+/// and open incidents.
+fn providers_html(providers: &[crate::provider_status::ProviderStatus], now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    out.push_str(
+        r#"<section><h2>Providers' status pages</h2><div class="scroll"><table class="credits providers"><thead><tr><th scope="col">Provider</th><th scope="col">Reported status</th><th scope="col">Open incidents</th><th scope="col">Read</th></tr></thead><tbody>"#,
+    );
+    for p in providers {
+        let pill = match p.indicator.as_str() {
+            "none" => "ok",
+            "minor" | "maintenance" => "degraded",
+            "major" | "critical" => "down",
+            _ => "pending",
+        };
+        let mut status = if p.description.is_empty() { p.indicator.clone() } else { p.description.clone() };
+        let hurt: Vec<String> = p
+            .components
+            .iter()
+            .filter(|c| c.status != "operational")
+            .map(|c| format!("{}: {}", c.name, c.status.replace('_', " ")))
+            .collect();
+        if !hurt.is_empty() {
+            status = format!("{status} ({})", hurt.join(", "));
+        }
+        let mut incidents = String::new();
+        for i in p.incidents.iter().filter(|i| i.is_open()) {
+            let title = match &i.shortlink {
+                Some(link) if link.starts_with("https://") || link.starts_with("http://") => {
+                    format!(r#"<a href="{}">{}</a>"#, esc(link), esc(&i.name))
+                }
+                _ => esc(&i.name),
+            };
+            let _ = write!(
+                incidents,
+                r#"<div>{title} <span class="muted">· {} · {} impact · since <span title="{}">{}</span></span></div>"#,
+                esc(&i.status),
+                esc(&i.impact),
+                stamp(i.created_at),
+                ago(i.created_at, now)
+            );
+        }
+        if incidents.is_empty() {
+            incidents.push_str(r#"<span class="muted">none</span>"#);
+        }
+        let read = match (p.fetched_at, &p.last_error) {
+            (_, Some(err)) => {
+                format!(r#"<span class="pill down">unreadable</span> <span class="muted">{}</span>"#, esc(err))
+            }
+            (Some(at), None) => format!(r#"<span title="{}">{}</span>"#, stamp(at), ago(at, now)),
+            (None, None) => r#"<span class="muted">not yet</span>"#.to_string(),
+        };
+        let _ = write!(
+            out,
+            r#"<tr><th scope="row"><a href="{}">{}</a></th><td><span class="pill {pill}">{}</span> {}</td><td>{incidents}</td><td>{read}</td></tr>"#,
+            esc(&p.page_url),
+            esc(&p.provider),
+            esc(&p.indicator),
+            esc(&status),
+        );
+    }
+    out.push_str("</tbody></table></div></section>\n");
+    out
+}
+
 /// The grid: one row per target, one column per region, then this region's trend.
 fn targets_html(data: &StatusData, now: DateTime<Utc>) -> String {
     let mut out = String::with_capacity(1024 + data.rows.len() * (1200 + 600 * data.regions.len()));
@@ -677,6 +744,9 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
     if !data.credits.is_empty() {
         out.push_str(&credits_html(&data.credits, now));
     }
+    if !data.providers.is_empty() {
+        out.push_str(&providers_html(&data.providers, now));
+    }
     out.push_str(&targets_html(data, now));
     let _ = write!(
         out,
@@ -742,6 +812,7 @@ mod tests {
             min_samples: 300,
             refresh_s: 30,
             trend_hours: 168,
+            providers: Vec::new(),
         }
     }
 
@@ -896,6 +967,63 @@ mod tests {
         );
         assert!(html.contains(r#"<tr class="low"><th scope="row">poor</th><td class="usd">$4.25 <span class="pill down">below minimum</span>"#));
         assert!(html.contains("no reading yet"));
+    }
+
+    #[test]
+    fn providers_section_shows_reported_status_open_incidents_and_unreadable_pages() {
+        use crate::provider_status::{ProviderComponent, ProviderIncident, ProviderStatus};
+        let mut d = data(vec![], &["eu"]);
+        assert!(!render(&d, now()).contains("Providers' status pages"), "no section when no page is polled");
+        d.providers = vec![
+            ProviderStatus {
+                provider: "openai".into(),
+                page_name: "OpenAI".into(),
+                page_url: "https://status.example.invalid".into(),
+                indicator: "major".into(),
+                description: "Partial System Outage".into(),
+                components: vec![ProviderComponent {
+                    provider: "openai".into(),
+                    id: "c".into(),
+                    name: "Chat Completions".into(),
+                    status: "partial_outage".into(),
+                    updated_at: None,
+                }],
+                incidents: vec![ProviderIncident {
+                    provider: "openai".into(),
+                    id: "i".into(),
+                    name: "Errors <b>on</b> chat".into(),
+                    status: "investigating".into(),
+                    impact: "major".into(),
+                    created_at: now() - Duration::minutes(18),
+                    updated_at: None,
+                    resolved_at: None,
+                    components: vec![],
+                    shortlink: Some("javascript:alert(1)".into()),
+                }],
+                fetched_at: Some(now() - Duration::minutes(1)),
+                fresh_until: Some(now() + Duration::minutes(8)),
+                last_error: None,
+            },
+            ProviderStatus {
+                provider: "groq".into(),
+                page_url: "https://groq.example.invalid".into(),
+                indicator: "unknown".into(),
+                last_error: Some("HTTP 503".into()),
+                ..ProviderStatus::default()
+            },
+        ];
+        let html = render(&d, now());
+        assert!(html.contains("<h2>Providers' status pages</h2>"));
+        assert!(
+            html.contains(
+                r#"<span class="pill down">major</span> Partial System Outage (Chat Completions: partial outage)"#
+            ),
+            "{html}"
+        );
+        assert!(html.contains("Errors &lt;b&gt;on&lt;/b&gt; chat"), "provider text is escaped");
+        assert!(!html.contains("javascript:"), "only http(s) links are made");
+        assert!(html.contains("investigating · major impact"));
+        assert!(html.contains(r#"<span class="pill down">unreadable</span> <span class="muted">HTTP 503</span>"#));
     }
 
     #[tokio::test]

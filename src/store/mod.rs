@@ -483,4 +483,29 @@ pub trait Store: Send + Sync {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<Vec<OutboxItem>, StoreError>;
+
+    /// Inserts or updates providers' status page incidents by (provider, id); a stored
+    /// resolution time is kept once set.
+    async fn upsert_provider_incidents(
+        &self,
+        items: &[crate::provider_status::ProviderIncident],
+    ) -> Result<(), StoreError>;
+    /// Provider incidents opened with `since <= created_at < until`, oldest first
+    /// (`provider: None` for all providers).
+    async fn provider_incidents_between(
+        &self,
+        provider: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<crate::provider_status::ProviderIncident>, StoreError>;
+    /// Inserts or replaces the latest state of providers' status page components.
+    async fn upsert_provider_components(
+        &self,
+        items: &[crate::provider_status::ProviderComponent],
+    ) -> Result<(), StoreError>;
+    /// The latest stored component states of `provider`, by name.
+    async fn provider_components(
+        &self,
+        provider: &str,
+    ) -> Result<Vec<crate::provider_status::ProviderComponent>, StoreError>;
 }

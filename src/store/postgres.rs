@@ -973,4 +973,120 @@ impl Store for PgStore {
         }
         tx.commit().await.map_err(map_sqlx)
     }
+
+    async fn upsert_provider_incidents(
+        &self,
+        items: &[crate::provider_status::ProviderIncident],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        for i in items {
+            let components = serde_json::to_string(&i.components).unwrap_or_else(|_| "[]".into());
+            sqlx::query(
+                "INSERT INTO provider_incidents (provider, incident_id, name, status, impact, created_at, updated_at, \
+                 resolved_at, components, shortlink) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (provider, incident_id) DO UPDATE SET name = excluded.name, status = excluded.status, \
+                 impact = excluded.impact, updated_at = excluded.updated_at, \
+                 resolved_at = COALESCE(provider_incidents.resolved_at, excluded.resolved_at), \
+                 components = excluded.components, shortlink = excluded.shortlink",
+            )
+            .bind(&i.provider)
+            .bind(&i.id)
+            .bind(&i.name)
+            .bind(&i.status)
+            .bind(&i.impact)
+            .bind(i.created_at)
+            .bind(i.updated_at)
+            .bind(i.resolved_at)
+            .bind(components)
+            .bind(&i.shortlink)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.fail(e))?;
+        }
+        tx.commit().await.map_err(|e| self.fail(e))
+    }
+
+    async fn provider_incidents_between(
+        &self,
+        provider: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<crate::provider_status::ProviderIncident>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, incident_id, name, status, impact, created_at, updated_at, resolved_at, components, \
+             shortlink FROM provider_incidents WHERE created_at >= $1 AND created_at < $2 AND ($3::text IS NULL OR provider = $3) \
+             ORDER BY created_at, provider, incident_id",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(provider)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(incident_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
+    }
+
+    async fn upsert_provider_components(
+        &self,
+        items: &[crate::provider_status::ProviderComponent],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        for c in items {
+            sqlx::query(
+                "INSERT INTO provider_components (provider, component_id, name, status, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (provider, component_id) DO UPDATE SET name = excluded.name, \
+                 status = excluded.status, updated_at = excluded.updated_at",
+            )
+            .bind(&c.provider)
+            .bind(&c.id)
+            .bind(&c.name)
+            .bind(&c.status)
+            .bind(c.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.fail(e))?;
+        }
+        tx.commit().await.map_err(|e| self.fail(e))
+    }
+
+    async fn provider_components(
+        &self,
+        provider: &str,
+    ) -> Result<Vec<crate::provider_status::ProviderComponent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT provider, component_id, name, status, updated_at FROM provider_components \
+             WHERE provider = $1 ORDER BY name, component_id",
+        )
+        .bind(provider)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(component_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
+    }
+}
+
+fn incident_of(row: &PgRow) -> Result<crate::provider_status::ProviderIncident, sqlx::Error> {
+    let components: String = row.try_get("components")?;
+    Ok(crate::provider_status::ProviderIncident {
+        provider: row.try_get("provider")?,
+        id: row.try_get("incident_id")?,
+        name: row.try_get("name")?,
+        status: row.try_get("status")?,
+        impact: row.try_get("impact")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        resolved_at: row.try_get("resolved_at")?,
+        components: serde_json::from_str(&components).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        shortlink: row.try_get("shortlink")?,
+    })
+}
+
+fn component_of(row: &PgRow) -> Result<crate::provider_status::ProviderComponent, sqlx::Error> {
+    Ok(crate::provider_status::ProviderComponent {
+        provider: row.try_get("provider")?,
+        id: row.try_get("component_id")?,
+        name: row.try_get("name")?,
+        status: row.try_get("status")?,
+        updated_at: row.try_get("updated_at")?,
+    })
 }

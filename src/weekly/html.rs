@@ -141,6 +141,35 @@ pub fn document(report: &WeeklyReport, pictures: &[Picture], images: ImageSource
             parts.join(", ")
         ));
     }
+    if !report.provider_incidents.is_empty() {
+        out.push_str(&format!(
+            "<h2>Providers' own incidents</h2>\n<table id=\"provider-incidents\" style=\"{TABLE}\">\n<tr>"
+        ));
+        for h in
+            ["provider", "incidents announced", "vigil saw first", "median lead", "longest lead", "vigil saw after"]
+        {
+            out.push_str(&format!("<th style=\"{CELL};background:#f2f2f2\">{h}</th>"));
+        }
+        out.push_str("</tr>\n");
+        let minutes = |s: Option<i64>| s.map_or("–".to_string(), |s| format!("{} min", s / 60));
+        for p in &report.provider_incidents {
+            out.push_str(&format!(
+                "<tr><td style=\"{CELL}\">{}</td><td style=\"{CELL}\">{}</td><td style=\"{CELL}\">{}</td>\
+                 <td style=\"{CELL}\">{}</td><td style=\"{CELL}\">{}</td><td style=\"{CELL}\">{}</td></tr>\n",
+                html_escape(&p.provider),
+                p.incidents,
+                p.seen_first,
+                minutes(p.median_lead_s),
+                minutes(p.max_lead_s),
+                p.seen_after
+            ));
+        }
+        out.push_str(
+            "</table>\n<p style=\"font-size:12px;color:#555\">Incidents the providers opened on their own status pages \
+             this week. vigil saw one first when one of its breakers for that provider opened in the two hours before \
+             the announcement; the lead is the time from the earliest such opening to the announcement.</p>\n",
+        );
+    }
     out.push_str(
         "<p style=\"font-size:12px;color:#555\">TTFT percentiles are exact (nearest rank) over the successful \
          probes of each week, all of a provider's models and routes together. Error rate: failed probes / probes. \

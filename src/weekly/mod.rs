@@ -12,6 +12,7 @@
 pub mod chart;
 pub mod html;
 pub mod job;
+pub mod lead_time;
 pub mod mail;
 
 use crate::alert::{AlertStatus, Notification};
@@ -154,6 +155,8 @@ pub struct WeeklyReport {
     pub charts: Vec<Chart>,
     /// Firing alerts about no single provider (`region_unhealthy`, `probe_budget_exceeded`), per region.
     pub instance_alerts: BTreeMap<String, u64>,
+    /// Providers' own status page incidents this week, and how many vigil saw first ([`lead_time`]).
+    pub provider_incidents: Vec<lead_time::ProviderLead>,
 }
 
 impl WeeklyReport {
@@ -334,6 +337,7 @@ impl Collector {
             rows,
             charts,
             instance_alerts,
+            provider_incidents: Vec::new(),
         }
     }
 }
@@ -417,7 +421,17 @@ pub async fn build(store: &dyn Store, region: Option<&str>, now: DateTime<Utc>) 
     for provider in c.providers() {
         balances.extend(store.balances(&provider, this.since).await?);
     }
-    Ok(c.finish(region, &transitions, &outbox, &balances))
+    let mut report = c.finish(region, &transitions, &outbox, &balances);
+    // Any region's breaker may be first to see a provider's incident; the page is shared by all.
+    let incidents = store.provider_incidents_between(None, this.since, this.until).await?;
+    if !incidents.is_empty() {
+        let all = match region {
+            None => transitions,
+            Some(_) => store.transitions_between(None, this.since - lead_time::LOOKBACK, this.until).await?,
+        };
+        report.provider_incidents = lead_time::lead_times(&incidents, &all);
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

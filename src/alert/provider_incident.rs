@@ -1,0 +1,196 @@
+//! The `provider_incident` alert (off by default): fires when a provider's own status page
+//! opens an incident on a component you depend on, and resolves when the page closes it. A pure
+//! function of two consecutive provider status snapshots, so the alert engine can call it on
+//! each publish without any I/O.
+
+use super::{Alert, AlertKind, AlertStatus, Severity};
+use crate::config::StatusPagesConfig;
+use crate::provider_status::{ProviderIncident, ProviderStatus, ProviderStatusSnapshot};
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+/// `alerts.provider_incident` and its component filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderIncidentRule {
+    /// Off unless `alerts.provider_incident = true`.
+    pub enabled: bool,
+    /// Lower-cased component names; empty = every incident.
+    pub components: Vec<String>,
+}
+
+impl ProviderIncidentRule {
+    /// The rule `config` asks for.
+    pub fn from_config(config: &StatusPagesConfig) -> Self {
+        ProviderIncidentRule {
+            enabled: config.alert,
+            components: config.alert_components.iter().map(|c| c.trim().to_lowercase()).collect(),
+        }
+    }
+
+    /// True when the incident names a component in the filter (or the filter is empty).
+    /// An incident that names no component at all matches only an empty filter.
+    pub fn matches(&self, incident: &ProviderIncident) -> bool {
+        self.components.is_empty()
+            || incident.components.iter().any(|c| self.components.contains(&c.trim().to_lowercase()))
+    }
+}
+
+/// Stable per (region, provider, incident): the same incident always folds into one page.
+fn incident_key(region: &str, provider: &str, id: &str) -> String {
+    let key = format!("vigil:{region}:{provider}:::provider_incident:{id}");
+    if key.len() <= 255 {
+        key
+    } else {
+        format!("vigil:{}", hex::encode(Sha256::digest(key.as_bytes())))
+    }
+}
+
+/// One alert about `incident` as `page` names it.
+fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident, status: AlertStatus) -> Alert {
+    let who = if page.page_name.is_empty() { page.provider.as_str() } else { page.page_name.as_str() };
+    let on =
+        if incident.components.is_empty() { String::new() } else { format!(" on {}", incident.components.join(", ")) };
+    let summary = match status {
+        AlertStatus::Firing => {
+            format!("{who} reports: {}{on} ({} impact, {})", incident.name, incident.impact, incident.status)
+        }
+        AlertStatus::Resolved => format!("{who} closed: {}{on}", incident.name),
+    };
+    let mut a = Alert::new(AlertKind::ProviderIncident, region, &page.provider, None, summary);
+    a.status = status;
+    a.severity =
+        if matches!(incident.impact.as_str(), "major" | "critical") { Severity::Error } else { Severity::Warning };
+    a.since = incident.created_at;
+    a.dedup_key = incident_key(region, &page.provider, &incident.id);
+    a
+}
+
+/// Alerts for what changed between two snapshots: one firing alert per incident that is open
+/// in `next`, matches the rule and was not open in `prev`; one resolved alert per matching
+/// incident open in `prev` that a successful read of `next` no longer lists as open. A failed
+/// read (the page kept its previous reading) changes nothing. Empty when the rule is off.
+pub fn provider_incident_alerts(
+    rule: &ProviderIncidentRule,
+    region: &str,
+    prev: &ProviderStatusSnapshot,
+    next: &ProviderStatusSnapshot,
+    now: DateTime<Utc>,
+) -> Vec<Alert> {
+    if !rule.enabled {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (name, page) in &next.providers {
+        let before = prev.providers.get(name);
+        let was_open = |id: &str| before.is_some_and(|b| b.incidents.iter().any(|i| i.id == id && i.is_open()));
+        for i in page.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
+            if !was_open(&i.id) {
+                out.push(alert(region, page, i, AlertStatus::Firing));
+            }
+        }
+        let read_now = page.last_error.is_none() && page.fetched_at.is_some_and(|t| t <= now);
+        if let (Some(b), true) = (before, read_now) {
+            for i in b.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
+                if !page.incidents.iter().any(|n| n.id == i.id && n.is_open()) {
+                    out.push(alert(region, page, i, AlertStatus::Resolved));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use std::collections::BTreeMap;
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).single().expect("valid time")
+    }
+
+    fn incident(id: &str, components: &[&str], impact: &str) -> ProviderIncident {
+        ProviderIncident {
+            provider: "openai".into(),
+            id: id.into(),
+            name: format!("Incident {id}"),
+            status: "investigating".into(),
+            impact: impact.into(),
+            created_at: at(14, 2),
+            updated_at: None,
+            resolved_at: None,
+            components: components.iter().map(|c| c.to_string()).collect(),
+            shortlink: None,
+        }
+    }
+
+    fn snap(incidents: Vec<ProviderIncident>, error: Option<&str>) -> ProviderStatusSnapshot {
+        let page = ProviderStatus {
+            provider: "openai".into(),
+            page_name: "OpenAI".into(),
+            indicator: "major".into(),
+            incidents,
+            fetched_at: Some(at(14, 10)),
+            last_error: error.map(String::from),
+            ..ProviderStatus::default()
+        };
+        ProviderStatusSnapshot { providers: BTreeMap::from([("openai".to_string(), page)]) }
+    }
+
+    fn rule(components: &[&str]) -> ProviderIncidentRule {
+        ProviderIncidentRule { enabled: true, components: components.iter().map(|c| c.to_lowercase()).collect() }
+    }
+
+    #[test]
+    fn off_by_default() {
+        let next = snap(vec![incident("a", &["Chat Completions"], "major")], None);
+        let off = ProviderIncidentRule::from_config(&StatusPagesConfig::default());
+        assert!(provider_incident_alerts(&off, "eu", &ProviderStatusSnapshot::default(), &next, at(14, 10)).is_empty());
+    }
+
+    #[test]
+    fn a_new_incident_on_a_watched_component_fires_once() {
+        let prev = ProviderStatusSnapshot::default();
+        let next =
+            snap(vec![incident("a", &["Chat Completions"], "major"), incident("b", &["Fine-tuning"], "minor")], None);
+        let alerts = provider_incident_alerts(&rule(&["chat completions"]), "eu", &prev, &next, at(14, 10));
+        assert_eq!(alerts.len(), 1, "only the watched component: {alerts:?}");
+        let a = &alerts[0];
+        assert_eq!(a.kind, AlertKind::ProviderIncident);
+        assert_eq!(a.status, AlertStatus::Firing);
+        assert_eq!(a.severity, Severity::Error);
+        assert_eq!(a.since, at(14, 2));
+        assert_eq!(a.summary, "OpenAI reports: Incident a on Chat Completions (major impact, investigating)");
+        assert!(a.dedup_key.ends_with(":provider_incident:a"), "{}", a.dedup_key);
+        assert!(
+            provider_incident_alerts(&rule(&["chat completions"]), "eu", &next, &next, at(14, 13)).is_empty(),
+            "no repeat"
+        );
+    }
+
+    #[test]
+    fn closing_resolves_but_a_failed_read_does_not() {
+        let prev = snap(vec![incident("a", &["Chat Completions"], "minor")], None);
+        let failed = snap(vec![], Some("HTTP 503"));
+        assert!(provider_incident_alerts(&rule(&[]), "eu", &prev, &failed, at(14, 13)).is_empty());
+        let closed = snap(vec![], None);
+        let alerts = provider_incident_alerts(&rule(&[]), "eu", &prev, &closed, at(14, 13));
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].status, AlertStatus::Resolved);
+        assert_eq!(alerts[0].severity, Severity::Warning);
+        assert_eq!(
+            alerts[0].dedup_key,
+            provider_incident_alerts(&rule(&[]), "eu", &ProviderStatusSnapshot::default(), &prev, at(14, 10))[0]
+                .dedup_key
+        );
+    }
+
+    #[test]
+    fn an_empty_filter_takes_every_incident_and_a_filter_skips_unnamed_ones() {
+        let next = snap(vec![incident("a", &[], "none")], None);
+        let empty = ProviderStatusSnapshot::default();
+        assert_eq!(provider_incident_alerts(&rule(&[]), "eu", &empty, &next, at(14, 10)).len(), 1);
+        assert!(provider_incident_alerts(&rule(&["API"]), "eu", &empty, &next, at(14, 10)).is_empty());
+    }
+}

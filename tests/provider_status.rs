@@ -1,0 +1,257 @@
+//! Providers' status pages end to end: recorded Statuspage JSON served on loopback by the
+//! stand-in (good, malformed, erroring and hanging pages), read by the real poller into real
+//! SQLite storage, and a real daemon whose probes keep their schedule while a page hangs.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+use vigil::app::{App, AppOptions};
+use vigil::config::{Config, StatusPageSource, StatusPagesConfig};
+use vigil::demo::standin::{Script, StandIn};
+use vigil::provider_status::poller::Poller;
+use vigil::provider_status::{annotation_for, SharedProviderStatus};
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/statuspage/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+fn source(provider: &str, base: &str, path: &str) -> StatusPageSource {
+    StatusPageSource { provider: provider.into(), url: Url::parse(&format!("{base}/{path}")).expect("url") }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incidents() {
+    let incident = fixture("summary_incident.json");
+    let green = fixture("summary_operational.json");
+    let malformed = fixture("summary_malformed.json");
+    let resolved = Arc::new(AtomicBool::new(false));
+    let flag = resolved.clone();
+    let pages = StandIn::start(move |req| match req.path_only() {
+        "/openai/api/v2/summary.json" if flag.load(Ordering::SeqCst) => Script::json(200, &green),
+        "/openai/api/v2/summary.json" => Script::json(200, &incident),
+        "/broken/api/v2/summary.json" => Script::json(200, &malformed),
+        "/down/api/v2/summary.json" => Script::json(503, b"{}"),
+        "/slow/api/v2/summary.json" => {
+            Script::json(200, &fixture("summary_operational.json")).with_head_delay(Duration::from_secs(30))
+        }
+        _ => Script::status(404),
+    })
+    .await
+    .expect("stand-in");
+    let base = pages.base_url();
+    let config = StatusPagesConfig {
+        every: Duration::from_secs(60),
+        pages: vec![
+            source("openai", &base, "openai"),
+            source("broken", &base, "broken"),
+            source("down", &base, "down"),
+            source("slow", &base, "slow"),
+        ],
+        alert: false,
+        alert_components: vec![],
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let shared = SharedProviderStatus::default();
+    let poller = Poller::with_timeout(&config, shared.clone(), store.clone(), Duration::from_millis(500));
+
+    // Storage keeps microseconds.
+    let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
+    tokio::time::timeout(Duration::from_secs(20), poller.poll_once(now))
+        .await
+        .expect("one round is bounded by the read timeout");
+    let snap = shared.read().expect("snapshot").clone();
+    let openai = &snap.providers["openai"];
+    assert_eq!(openai.page_name, "OpenAI");
+    assert_eq!(openai.indicator, "major");
+    assert_eq!(openai.incidents.len(), 1);
+    assert_eq!(openai.last_error, None);
+    let broken = snap.providers["broken"].last_error.clone().expect("malformed page is an error");
+    assert!(broken.contains("not a Statuspage summary"), "{broken}");
+    assert_eq!(snap.providers["down"].last_error.as_deref(), Some("HTTP 503"));
+    assert!(snap.providers["slow"].last_error.is_some(), "a hanging page times out");
+    assert!(snap.providers["slow"].fetched_at.is_none());
+    let line = annotation_for(
+        "openai",
+        &snap,
+        chrono::DateTime::parse_from_rfc3339("2026-12-01T14:12:00Z").expect("t").into(),
+    );
+    assert_eq!(line, None, "the reading is fresh only around `now`");
+    let line = annotation_for("openai", &snap, now).expect("an annotation");
+    assert!(
+        line.starts_with("OpenAI reports: Elevated error rates on Chat Completions, investigating since"),
+        "{line}"
+    );
+
+    let since = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").expect("t").to_utc();
+    let until = since + chrono::Duration::days(1);
+    let stored = store.provider_incidents_between(Some("openai"), since, until).await.expect("incidents");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].resolved_at, None);
+    let components = store.provider_components("openai").await.expect("components");
+    assert!(components.iter().any(|c| c.name == "Chat Completions" && c.status == "partial_outage"), "{components:?}");
+
+    // The provider closes the incident: it leaves the unresolved list and is stored as resolved.
+    resolved.store(true, Ordering::SeqCst);
+    let later = now + chrono::Duration::minutes(3);
+    tokio::time::timeout(Duration::from_secs(20), poller.poll_once(later)).await.expect("bounded");
+    let snap = shared.read().expect("snapshot").clone();
+    assert!(snap.providers["openai"].incidents.is_empty());
+    assert_eq!(annotation_for("openai", &snap, later), None, "a green page adds nothing to alerts");
+    let stored = store.provider_incidents_between(Some("openai"), since, until).await.expect("incidents");
+    assert_eq!(stored[0].resolved_at, Some(later));
+    assert_eq!(stored[0].status, "resolved");
+    let components = store.provider_components("openai").await.expect("components");
+    assert!(components.iter().all(|c| c.status == "operational"), "{components:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_keep_their_schedule_while_the_status_page_hangs() {
+    let body = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
+        .expect("fixture");
+    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    let page = fixture("summary_incident.json");
+    let hanging = StandIn::start(move |_| Script::json(200, &page).with_head_delay(Duration::from_secs(120)))
+        .await
+        .expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        r#"
+region = "test-1"
+[storage]
+url = "sqlite://{data}/vigil.db"
+data_dir = "{data}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+status_page_every = "1s"
+[[provider]]
+name = "fast"
+kind = "openai"
+base_url = "{}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1"]
+status_page_url = "{}/hang"
+"#,
+        provider.base_url(),
+        hanging.base_url(),
+        data = data.path().display(),
+    );
+    let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-status".to_string())].into();
+    let config = Config::from_toml(&text, &env).expect("valid config");
+    assert_eq!(config.status_pages.pages.len(), 1);
+    let app = App::build(config, AppOptions::default()).await.expect("app builds");
+    let addr = app.local_addr().expect("bound");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let probes = || async {
+        let text = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+        text.lines()
+            .filter(|l| l.starts_with("vigil_probes_total{") && l.contains("provider=\"fast\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+
+    // Wait (bounded) for the poller to be stuck on the page.
+    for _ in 0..200 {
+        if !hanging.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!hanging.requests().is_empty(), "the poller asked the status page");
+    let at_first_read = probes().await;
+    // While that read is outstanding (it ends only at the poller's read timeout) probes go on.
+    let mut during = at_first_read;
+    for _ in 0..300 {
+        let targets: serde_json::Value =
+            http.get(format!("{base}/v1/targets")).send().await.expect("targets").json().await.expect("json");
+        let status = &targets["provider_status"][0];
+        assert_eq!(status["provider"], "fast");
+        if !status["last_error"].is_null() {
+            break;
+        }
+        during = probes().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        during - at_first_read >= 3.0,
+        "probes kept their 1 s schedule while the status page hung: {at_first_read} then {during}"
+    );
+    let page = http.get(format!("{base}/")).send().await.expect("page").text().await.expect("html");
+    assert!(page.contains("Providers' status pages"), "the status page has the section");
+    assert!(page.contains("unreadable"), "and says the page could not be read");
+
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly while a status page read hangs: {stopped:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
+    use vigil::provider_status::ProviderIncident;
+    use vigil::store::BreakerTransition;
+    use vigil::target::Target;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T09:00:00Z").expect("t").to_utc();
+    let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).expect("t").to_utc();
+    let incident = |id: &str, created: &str| ProviderIncident {
+        provider: "openai".into(),
+        id: id.into(),
+        name: format!("Incident {id}"),
+        status: "resolved".into(),
+        impact: "major".into(),
+        created_at: at(created),
+        updated_at: None,
+        resolved_at: Some(at(created) + chrono::Duration::hours(1)),
+        components: vec!["Chat Completions".into()],
+        shortlink: None,
+    };
+    store
+        .upsert_provider_incidents(&[
+            incident("early", "2026-12-03T14:10:00Z"),
+            incident("late", "2026-12-04T10:00:00Z"),
+            incident("missed", "2026-12-05T10:00:00Z"),
+        ])
+        .await
+        .expect("incidents");
+    let target = |region: &str| Target {
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        route: None,
+        region: region.into(),
+    };
+    for (region, when) in
+        [("eu", "2026-12-03T13:40:00Z"), ("us", "2026-12-03T13:55:00Z"), ("eu", "2026-12-04T10:20:00Z")]
+    {
+        store
+            .append_transition(&BreakerTransition {
+                target: target(region),
+                from_state: "closed".into(),
+                to_state: "open".into(),
+                at: at(when),
+                reason: "3 consecutive failures".into(),
+            })
+            .await
+            .expect("transition");
+    }
+    let report = vigil::weekly::build(store.as_ref(), Some("us"), now).await.expect("report");
+    assert_eq!(report.provider_incidents.len(), 1);
+    let p = &report.provider_incidents[0];
+    assert_eq!((p.provider.as_str(), p.incidents, p.seen_first, p.seen_after), ("openai", 3, 1, 1));
+    assert_eq!(p.max_lead_s, Some(30 * 60), "the eu breaker opened 30 min before the announcement");
+    let html = vigil::weekly::html::document(&report, &[], vigil::weekly::html::ImageSource::DataUri);
+    assert!(html.contains("Providers' own incidents"), "the summary has the section");
+    assert!(html.contains("30 min"), "the lead is shown");
+}
