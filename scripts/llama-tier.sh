@@ -15,8 +15,11 @@ python3 -m venv "$venv" || { echo "llama tier: python3 -m venv failed (install p
 # A CPU-only build with no native-arch tuning, so the cached venv runs on any x86-64 runner.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
-if ! "$venv/bin/python" -m pip install -q 'llama-cpp-python[server]' gguf numpy; then
-  echo "llama tier: pip install llama-cpp-python[server] failed (it needs a C++ compiler and cmake)"
+# Bounded, so a slow machine costs the test run at most this much; pip keeps the built wheel in
+# its cache only once a build completes.
+limit="${VIGIL_LLAMA_BUILD_SECONDS:-1500}"
+if ! timeout "$limit" "$venv/bin/python" -m pip install -q 'llama-cpp-python[server]' gguf numpy; then
+  echo "llama tier: pip install llama-cpp-python[server] failed or took over ${limit}s (it compiles llama.cpp with a C++ compiler and cmake)"
   rm -rf "$venv"
   exit 1
 fi

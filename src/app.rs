@@ -278,6 +278,7 @@ impl App {
             snapshot,
             liveness,
             alerts: alerting,
+            provider_status: provider_status.clone(),
         });
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),

@@ -1059,6 +1059,24 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
         let env: toml::Table = p.secret_headers.iter().map(|h| (h.name.clone(), s(&h.env))).collect();
         t.insert("headers_env".into(), toml::Value::Table(env));
     }
+    if !p.prices.is_empty() {
+        let price = |pr: &Price| {
+            let mut pt = toml::Table::new();
+            pt.insert("input_per_mtok".into(), toml::Value::Float(pr.input_per_mtok));
+            pt.insert("output_per_mtok".into(), toml::Value::Float(pr.output_per_mtok));
+            toml::Value::Table(pt)
+        };
+        t.insert("prices".into(), toml::Value::Table(p.prices.iter().map(|(m, pr)| (m.clone(), price(pr))).collect()));
+    }
+    let path = |f: &std::path::Path| s(&f.display().to_string());
+    if let Some(f) = &p.tls.ca_file {
+        t.insert("ca_file".into(), path(f));
+    }
+    if let Some(c) = &p.tls.client {
+        // The paths only: the key itself never leaves the process.
+        t.insert("client_cert_file".into(), path(&c.cert_file));
+        t.insert("client_key_file".into(), path(&c.key_file));
+    }
     t
 }
 

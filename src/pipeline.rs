@@ -47,6 +47,7 @@ pub struct Pipeline {
     context: Context,
     /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
+    provider_status: crate::provider_status::SharedProviderStatus,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -119,6 +120,8 @@ pub struct Stages {
     pub liveness: Arc<Liveness>,
     /// The alert stage.
     pub alerts: Alerting,
+    /// The providers' own status pages, as last read (notes on alerts).
+    pub provider_status: crate::provider_status::SharedProviderStatus,
 }
 
 impl Pipeline {
@@ -139,6 +142,7 @@ impl Pipeline {
             alerts: s.alerts,
             context: Context::default(),
             elsewhere: Default::default(),
+            provider_status: s.provider_status,
         }
     }
 
@@ -176,7 +180,18 @@ impl Pipeline {
                 })
             })
             .collect();
-        let notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        // What the provider itself admits goes with the page ("OpenAI reports: …").
+        if let Ok(snap) = self.provider_status.read() {
+            for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
+                if alert.status != crate::alert::AlertStatus::Firing || alert.provider.is_empty() {
+                    continue;
+                }
+                if let Some(note) = crate::provider_status::annotation_for(&alert.provider, &snap, now) {
+                    alert.summary = format!("{} — {note}", alert.summary);
+                }
+            }
+        }
         let flapping = a.engine.flapping_targets();
         for t in &flapping {
             self.metrics.set_flapping(t, true);

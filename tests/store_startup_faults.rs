@@ -276,6 +276,8 @@ async fn the_tcp_proxy_forwards_refuses_and_blackholes() {
     assert_eq!(round_trip(&mut open).await, Some(*b"ping"), "forwarded");
 
     proxy.set_mode(Mode::Blackhole).await;
+    // Open connections follow the switch in their own tasks, a moment after the listener does.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(round_trip(&mut open).await, None, "an open connection goes silent");
     let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.expect("a blackhole accepts");
     assert_eq!(round_trip(&mut silent).await, None, "and never answers");

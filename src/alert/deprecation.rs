@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn deprecation_and_sunset_headers_are_read() {
         let now = at("2026-12-01T00:00:00Z");
-        let n = from_headers(&headers("deprecation-sunset.headers.txt"), now);
+        let n = from_headers(&headers("deprecation-sunset-head.txt"), now);
         assert_eq!(n.len(), 2, "{n:?}");
         assert_eq!(n[0], Notice { source: DeprecationSource::DeprecationHeader, date: at("2026-11-20T00:00:00Z") });
         assert_eq!(n[1], Notice { source: DeprecationSource::SunsetHeader, date: at("2026-12-20T00:00:00Z") });

@@ -889,26 +889,7 @@ mod tests {
     }
 
     fn cfg() -> RuleConfig {
-        RuleConfig {
-            region: "eu-west-1".into(),
-            latency_factor: 2.0,
-            latency_k: 3,
-            latency_n: 5,
-            error_probes: 2,
-            error_window: Duration::from_secs(120),
-            resolve_after: 3,
-            renotify: Duration::from_secs(3600),
-            daily_budget_usd: 5.0,
-            unhealthy_fraction: 0.6,
-            unhealthy_min_targets: 3,
-            unhealthy_rounds: 2,
-            flap_window: 20,
-            flap_high: 0.4,
-            flap_low: 0.2,
-            maintenance: vec![],
-            status_url: None,
-            deprecation_warn_days: 30,
-        }
+        RuleConfig { latency_factor: 2.0, ..RuleConfig::with_defaults("eu-west-1") }
     }
 
     fn target(provider: &str, model: &str) -> Target {

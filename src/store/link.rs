@@ -634,15 +634,7 @@ impl Link {
         &self,
         f: impl FnOnce(&mut SpoolOf<Record>) -> Result<R, SpoolError> + Send + 'static,
     ) -> Result<R, SpoolError> {
-        let spool = Arc::clone(&self.spool);
-        let joined = tokio::task::spawn_blocking(move || match spool.lock() {
-            Ok(mut s) => f(&mut s),
-            Err(_) => {
-                Err(SpoolError::Io { path: Default::default(), source: std::io::Error::other("spool lock poisoned") })
-            }
-        })
-        .await;
-        joined.unwrap_or_else(|e| Err(SpoolError::Io { path: Default::default(), source: std::io::Error::other(e) }))
+        super::spool::off_thread(&self.spool, f).await
     }
 }
 

@@ -218,6 +218,24 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
     }
 }
 
+/// Runs blocking spool I/O (appends fsync) on tokio's blocking pool, off the async workers.
+pub async fn off_thread<T, R>(
+    spool: &std::sync::Arc<std::sync::Mutex<SpoolOf<T>>>,
+    f: impl FnOnce(&mut SpoolOf<T>) -> Result<R, SpoolError> + Send + 'static,
+) -> Result<R, SpoolError>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+{
+    let spool = std::sync::Arc::clone(spool);
+    let joined = tokio::task::spawn_blocking(move || match spool.lock() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => Err(SpoolError::Io { path: Default::default(), source: io::Error::other("spool lock poisoned") }),
+    })
+    .await;
+    joined.unwrap_or_else(|e| Err(SpoolError::Io { path: Default::default(), source: io::Error::other(e) }))
+}
+
 /// Parses JSON lines; a bad line is skipped (a torn last line is the expected crash case).
 fn parse_lines<T: DeserializeOwned>(data: &[u8], path: &Path) -> Vec<T> {
     let mut out = Vec::new();

@@ -64,7 +64,8 @@ impl TcpProxy {
     }
 
     /// Switches behaviour and returns once the listener follows it (refusing: not listening;
-    /// otherwise: listening again); open connections are reset or silenced at the same time.
+    /// otherwise: listening again); open connections are reset or silenced by their own tasks,
+    /// a moment later.
     pub async fn set_mode(&self, mode: Mode) {
         self.mode.send_replace(mode);
         self.settle(mode).await;
