@@ -54,6 +54,7 @@ if ! "$VIGIL_LITELLM_VENV/bin/python" -c 'import litellm, yaml' 2>/dev/null; the
   if ! { python3 -m venv "$VIGIL_LITELLM_VENV" && "$VIGIL_LITELLM_VENV/bin/pip" install -q litellm pyyaml; }; then
     echo "LiteLLM venv not built: the LiteLLM router checks will be skipped" >&2
   fi
+fi
 # The optional real-inference-server tier (tests/prompt_cache.rs): a cached venv with
 # llama-cpp-python[server]; when it cannot be built the test prints why and skips.
 if [ "${VIGIL_LLAMA_TIER:-1}" != 0 ]; then
@@ -90,6 +91,15 @@ cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 2>&1 | tee "$
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) n += $i } END { print n + 0 }' "$out")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
 rm -f "$out"
+
+# Lints are part of the suite: formatting and clippy with warnings as errors.
+log "cargo fmt --check and cargo clippy --all-targets -- -D warnings"
+if cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
 
 # The stream parsers and error answers are fuzzed for a bounded time on every run (seeded from the fixtures);
 # VIGIL_FUZZ_SECONDS=0 skips it.
