@@ -101,9 +101,10 @@ pub fn clean(text: &str, secrets: &Secrets, max: usize, generic: bool) -> String
     let s = scrub_key_like(&s, generic);
     let s: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let cut = super::truncate(s.trim(), max);
-    // A cut can leave the head of a configured secret at the end: drop such a tail.
+    // A cut can leave the head of a configured secret at the end: drop such a tail (marked as
+    // a cut, which also keeps the text within `max` plus the mark).
     match secrets.0.iter().find_map(|k| secret_tail(&cut, k)) {
-        Some(at) => format!("{}{REDACTED}", &cut[..at]),
+        Some(at) => format!("{}…", &cut[..at]),
         None => cut,
     }
 }
