@@ -30,6 +30,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// First and longest wait between attempts to write what is pending.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Context reads skipped in a row while the link's store calls are failing.
+const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
 /// Longest a store call may take while stopping.
 const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Store calls failing for longer than this make the instance not ready.
@@ -234,6 +236,8 @@ pub struct Link {
     pending: Pending,
     backoff: Duration,
     next_attempt: Instant,
+    /// Context reads skipped since the last one made while calls were failing.
+    context_skipped: u32,
 }
 
 /// Newest-wins states not yet stored, and whether the spool must be replayed first.
@@ -312,6 +316,7 @@ impl Link {
             pending: Pending::default(),
             backoff: RETRY_MIN,
             next_attempt: Instant::now(),
+            context_skipped: 0,
         };
         (link, LinkHandle { records: rec_tx, queries: q_tx, replies: r_rx })
     }
@@ -564,6 +569,13 @@ impl Link {
     /// Reads other regions' latest samples and the watched providers' credit readings.
     pub async fn read_context(&mut self) {
         let Some(plan) = self.plan.clone() else { return };
+        // While calls fail, read only every fourth interval: each failing read costs its
+        // timeouts, and records wait behind it.
+        if self.health.is_failing() && self.context_skipped < CONTEXT_SKIPS_WHILE_FAILING {
+            self.context_skipped += 1;
+            return;
+        }
+        self.context_skipped = 0;
         let now = Utc::now();
         let since = now - chrono::Duration::from_std(plan.every * 3).unwrap_or_default();
         let region = plan.region.clone();
