@@ -15,7 +15,7 @@ use vigil::probe::scrub::{self, Secrets};
 use vigil::probe::{self, MAX_RETRY_AFTER_S};
 
 /// The provider key the harness configures; inputs may contain it (the dictionary has it).
-pub const SECRET: &str = "sk-fuzz-secret-0123456789";
+pub const SECRET: &str = "sk-test-fuzz-secret-01234";
 
 const STATUSES: [u16; 12] = [400, 401, 402, 403, 404, 408, 422, 429, 500, 502, 503, 529];
 

@@ -127,7 +127,7 @@ seed_error_response() { # CORPUS
     i=$((i + 1))
   done
   printf '\x07retry-after: Wed, 21 Oct 2015 07:28:00 GMT\n\n{"error":{"message":"later"}}' >"$corpus/seed-date"
-  printf '\x01\n\n{"error":{"message":"Incorrect API key provided: sk-fuzz-secret-0123456789"}}' >"$corpus/seed-echoed-key"
+  printf '\x01\n\n{"error":{"message":"Incorrect API key provided: sk-test-fuzz-secret-01234"}}' >"$corpus/seed-echoed-key"
   printf '\x0b\n\n{"data":{"total_credits":12.5,"total_usage":2.25,"limit_remaining":3}}' >"$corpus/seed-credits"
   printf '\x0b\n\n{"data":{"endpoints":[{"provider_name":"A","pricing":{"prompt":"0.0000005","completion":"0.000001"}}]}}' >"$corpus/seed-prices"
 }

@@ -188,10 +188,10 @@ mod tests {
         assert_eq!(e, "Incorrect API key provided: [redacted]. Try again");
         assert_eq!(clean("bad header azure-header-value-77!", &s, 1024, true), "bad header [redacted]!");
         for key in [
-            "sk-or-v1-0123456789abcdef0123456789abcdef",
-            "sk-ant-api03-AbCdEfGhIjKlMnOp",
-            "gsk_0123456789abcdefABCD",
-            "AIzaSyA-0123456789abcdefghijkl",
+            "sk-or-v1-test-placeholder-key",
+            "sk-ant-api03-test-placeholder",
+            "gsk_test_placeholder_key",
+            "AIzaSy-test-placeholder-key",
         ] {
             let out = clean(&format!("key {key} is invalid"), &Secrets::default(), 1024, false);
             assert_eq!(out, "key [redacted] is invalid", "{key}");
