@@ -1,11 +1,12 @@
 //! PostgreSQL store: day-partitioned `samples`, batch inserts through binary `COPY`, shared by every region.
 
 use super::pg_copy;
-use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
+use super::rows::{
+    component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of, StoredRow,
+};
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetHealth, TargetStatus,
-    SAMPLE_COLUMNS,
+    BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -369,6 +370,10 @@ impl StoredRow for PgRow {
     }
 
     fn time(&self, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+        self.try_get(col)
+    }
+
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
         self.try_get(col)
     }
 }
@@ -866,19 +871,7 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|row| {
-                let breaker: String = row.try_get("breaker")?;
-                Ok(TargetStatus {
-                    target: target_of(row)?,
-                    state: TargetHealth::parse(&row.try_get::<String, _>("state")?),
-                    over_latency: row.try_get("over_latency")?,
-                    breaker: breaker.parse().unwrap_or(crate::breaker::State::Closed),
-                    updated_at: row.try_get("updated_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
+        rows.iter().map(target_status_of).collect::<Result<_, sqlx::Error>>().map_err(map_sqlx)
     }
 
     async fn claim_incident(
@@ -1063,30 +1056,4 @@ impl Store for PgStore {
         .map_err(|e| self.fail(e))?;
         rows.iter().map(component_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
     }
-}
-
-fn incident_of(row: &PgRow) -> Result<crate::provider_status::ProviderIncident, sqlx::Error> {
-    let components: String = row.try_get("components")?;
-    Ok(crate::provider_status::ProviderIncident {
-        provider: row.try_get("provider")?,
-        id: row.try_get("incident_id")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        impact: row.try_get("impact")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        resolved_at: row.try_get("resolved_at")?,
-        components: serde_json::from_str(&components).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        shortlink: row.try_get("shortlink")?,
-    })
-}
-
-fn component_of(row: &PgRow) -> Result<crate::provider_status::ProviderComponent, sqlx::Error> {
-    Ok(crate::provider_status::ProviderComponent {
-        provider: row.try_get("provider")?,
-        id: row.try_get("component_id")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        updated_at: row.try_get("updated_at")?,
-    })
 }

@@ -16,6 +16,8 @@ pub(crate) trait StoredRow: Row {
     fn uuid(&self, col: &str) -> Result<Uuid, sqlx::Error>;
     /// A UTC timestamp column.
     fn time(&self, col: &str) -> Result<DateTime<Utc>, sqlx::Error>;
+    /// A nullable UTC timestamp column.
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error>;
 }
 
 /// The stored route is `''` when the target has none.
@@ -129,5 +131,61 @@ where
         to_state: row.try_get("to_state")?,
         at: row.time("at")?,
         reason: row.try_get("reason")?,
+    })
+}
+
+/// One `target_status` row.
+pub(crate) fn target_status_of<R>(row: &R) -> Result<super::TargetStatus, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let breaker: String = row.try_get("breaker")?;
+    Ok(super::TargetStatus {
+        target: target_of(row)?,
+        state: super::TargetHealth::parse(&row.try_get::<String, _>("state")?),
+        over_latency: row.try_get("over_latency")?,
+        breaker: breaker.parse().unwrap_or(crate::breaker::State::Closed),
+        updated_at: row.time("updated_at")?,
+    })
+}
+
+/// One `provider_incidents` row.
+pub(crate) fn incident_of<R>(row: &R) -> Result<crate::provider_status::ProviderIncident, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let components: String = row.try_get("components")?;
+    Ok(crate::provider_status::ProviderIncident {
+        provider: row.try_get("provider")?,
+        id: row.try_get("incident_id")?,
+        name: row.try_get("name")?,
+        status: row.try_get("status")?,
+        impact: row.try_get("impact")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.opt_time("updated_at")?,
+        resolved_at: row.opt_time("resolved_at")?,
+        components: serde_json::from_str(&components).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        shortlink: row.try_get("shortlink")?,
+    })
+}
+
+/// One `provider_components` row.
+pub(crate) fn component_of<R>(row: &R) -> Result<crate::provider_status::ProviderComponent, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(crate::provider_status::ProviderComponent {
+        provider: row.try_get("provider")?,
+        id: row.try_get("component_id")?,
+        name: row.try_get("name")?,
+        status: row.try_get("status")?,
+        updated_at: row.opt_time("updated_at")?,
     })
 }

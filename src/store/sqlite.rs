@@ -1,9 +1,11 @@
 //! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
 
-use super::rows::{json_of, outbox_of, sample_of, target_of, transition_of, StoredRow};
+use super::rows::{
+    component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of, StoredRow,
+};
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, redact_url, BalanceReading, BreakerRecord, BreakerTransition,
-    OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetHealth, TargetStatus, SAMPLE_COLUMNS,
+    OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -198,6 +200,11 @@ impl StoredRow for SqliteRow {
 
     fn time(&self, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
         time_of(self, col)
+    }
+
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        let text: Option<String> = self.try_get(col)?;
+        text.as_deref().map(parse_ts).transpose()
     }
 }
 
@@ -691,16 +698,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_sqlx)?;
-        collect(&rows, |row| {
-            let breaker: String = row.try_get("breaker")?;
-            Ok(TargetStatus {
-                target: target_of(row)?,
-                state: TargetHealth::parse(&row.try_get::<String, _>("state")?),
-                over_latency: row.try_get("over_latency")?,
-                breaker: breaker.parse().unwrap_or(crate::breaker::State::Closed),
-                updated_at: time_of(row, "updated_at")?,
-            })
-        })
+        collect(&rows, target_status_of)
     }
 
     async fn claim_incident(
@@ -882,35 +880,4 @@ impl Store for SqliteStore {
         .map_err(|e| self.fail(e))?;
         collect(&rows, component_of)
     }
-}
-
-fn opt_time_of(row: &SqliteRow, col: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    let text: Option<String> = row.try_get(col)?;
-    text.as_deref().map(parse_ts).transpose()
-}
-
-fn incident_of(row: &SqliteRow) -> Result<crate::provider_status::ProviderIncident, sqlx::Error> {
-    let components: String = row.try_get("components")?;
-    Ok(crate::provider_status::ProviderIncident {
-        provider: row.try_get("provider")?,
-        id: row.try_get("incident_id")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        impact: row.try_get("impact")?,
-        created_at: time_of(row, "created_at")?,
-        updated_at: opt_time_of(row, "updated_at")?,
-        resolved_at: opt_time_of(row, "resolved_at")?,
-        components: serde_json::from_str(&components).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        shortlink: row.try_get("shortlink")?,
-    })
-}
-
-fn component_of(row: &SqliteRow) -> Result<crate::provider_status::ProviderComponent, sqlx::Error> {
-    Ok(crate::provider_status::ProviderComponent {
-        provider: row.try_get("provider")?,
-        id: row.try_get("component_id")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        updated_at: opt_time_of(row, "updated_at")?,
-    })
 }
