@@ -10,8 +10,7 @@ use std::time::Instant;
 use vigil::alert::backtest::replay;
 use vigil::alert::rules::RuleConfig;
 use vigil::config::BaselineConfig;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
 
 fn week(targets: usize, end: DateTime<Utc>) -> Vec<Sample> {

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use vigil::demo::standin::{RequestRecord, Script, StandIn};
 use vigil::metrics::Metrics;
-use vigil::probe::outcome::Outcome;
 use vigil::probe::{Planned, Prober};
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::scheduler::Scheduler;
 
 #[path = "support/counting_alloc.rs"]

@@ -56,7 +56,7 @@ pub fn error_response(data: &[u8]) {
         }
     }
 
-    let _ = probe::outcome::classify_http_error(status, body);
+    let _ = probe::classify::classify_http_error(status, body);
     let message = probe::error_message(status, body);
     let secrets = Secrets::new([SECRET.to_string()]);
     let target = vigil::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };

@@ -230,7 +230,7 @@ impl App {
             saved.as_ref(),
         );
         let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
-            .with_credit(&config.providers);
+            .with_credit(&config);
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -287,7 +287,7 @@ impl App {
             Task::spawn("upkeep", side_jobs(store.clone(), config.clone(), migrated, shutdown.clone())),
             Task::spawn_optional(
                 "credit poller",
-                poll_balances(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
+                crate::balance::poll(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
             ),
             Task::spawn_optional(
                 "status pages",
@@ -403,49 +403,6 @@ async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, sh
             }
         }
     }
-}
-
-/// Polls the credit of every provider with a `balance` setting, storing readings and the gauge.
-async fn poll_balances(store: Arc<dyn Store>, config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
-    let mut jobs = tokio::task::JoinSet::new();
-    for p in config.providers.iter().filter(|p| p.balance.is_some() && p.kind == crate::config::ProviderKind::Openai) {
-        let (Some(balance), Some(key)) = (p.balance.clone(), p.api_key.clone()) else { continue };
-        let client = match crate::balance::BalanceClient::new(&p.name, p.base_url.clone(), key, config.probe.timeout) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(provider = %p.name, error = %e, "credit polling disabled");
-                continue;
-            }
-        };
-        let (store, metrics, shutdown, provider, region) =
-            (store.clone(), metrics.clone(), shutdown.clone(), p.name.clone(), config.region.clone());
-        jobs.spawn(async move {
-            let mut tick = tokio::time::interval(balance.every);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                match client.check().await.map(|c| c.remaining()) {
-                    Ok(Some(usd)) => {
-                        metrics.set_credit(&provider, usd);
-                        let reading = crate::store::BalanceReading {
-                            provider: provider.clone(), region: region.clone(), at: Utc::now(), remaining_usd: usd,
-                        };
-                        if let Err(e) = store.insert_balance(&reading).await {
-                            tracing::warn!(provider = %provider, error = %e, "credit reading not stored");
-                        }
-                        if usd < balance.min_usd {
-                            tracing::warn!(provider = %provider, remaining_usd = usd, min_usd = balance.min_usd, "credit low");
-                        }
-                    }
-                    Ok(None) => tracing::debug!(provider = %provider, "credit unlimited or not readable with this key"),
-                    Err(e) => tracing::warn!(provider = %provider, error = %e, "credit check failed"),
-                }
-            }
-        });
-    }
-    while jobs.join_next().await.is_some() {}
 }
 
 /// Copies the outbox's delivery counters into the Prometheus metrics every second.

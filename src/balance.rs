@@ -1,13 +1,19 @@
-//! OpenRouter credit polling (`/key` and `/credits`) and the pure burn-rate projection the
-//! `credit_low` rule uses.
+//! OpenRouter credit polling (`/key` and `/credits`), the poller task that stores readings for
+//! every provider on the credit-watch list, and the pure burn-rate projection the `credit_low`
+//! rule uses.
 
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::{BalanceReading, Store};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 /// Why a balance check failed.
@@ -219,6 +225,49 @@ pub fn burn_rate(readings: &[(DateTime<Utc>, f64)]) -> Option<BurnRate> {
     let hours_to_zero = (last.max(0.0)) / usd_per_hour;
     let zero_at = t_last + chrono::Duration::milliseconds((hours_to_zero * 3_600_000.0) as i64);
     Some(BurnRate { usd_per_hour, hours_to_zero: Some(hours_to_zero), zero_at: Some(zero_at) })
+}
+
+/// Polls the credit of every provider with a `balance` setting, storing readings and the gauge.
+pub async fn poll(store: Arc<dyn Store>, config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    let mut jobs = tokio::task::JoinSet::new();
+    for (p, balance) in config.credit_watch() {
+        let (balance, Some(key)) = (balance.clone(), p.api_key.clone()) else { continue };
+        let client = match BalanceClient::new(&p.name, p.base_url.clone(), key, config.probe.timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(provider = %p.name, error = %e, "credit polling disabled");
+                continue;
+            }
+        };
+        let (store, metrics, shutdown, provider, region) =
+            (store.clone(), metrics.clone(), shutdown.clone(), p.name.clone(), config.region.clone());
+        jobs.spawn(async move {
+            let mut tick = tokio::time::interval(balance.every);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match client.check().await.map(|c| c.remaining()) {
+                    Ok(Some(usd)) => {
+                        metrics.set_credit(&provider, usd);
+                        let reading = BalanceReading {
+                            provider: provider.clone(), region: region.clone(), at: Utc::now(), remaining_usd: usd,
+                        };
+                        if let Err(e) = store.insert_balance(&reading).await {
+                            tracing::warn!(provider = %provider, error = %e, "credit reading not stored");
+                        }
+                        if usd < balance.min_usd {
+                            tracing::warn!(provider = %provider, remaining_usd = usd, min_usd = balance.min_usd, "credit low");
+                        }
+                    }
+                    Ok(None) => tracing::debug!(provider = %provider, "credit unlimited or not readable with this key"),
+                    Err(e) => tracing::warn!(provider = %provider, error = %e, "credit check failed"),
+                }
+            }
+        });
+    }
+    while jobs.join_next().await.is_some() {}
 }
 
 #[cfg(test)]

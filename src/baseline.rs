@@ -9,8 +9,7 @@
 //! memory does not grow with its length. Persisted rollups are hdrhistogram V2 bytes.
 
 use crate::config::BaselineConfig;
-use crate::probe::outcome::Outcome;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::store::Rollup;
 use crate::target::Target;
 use chrono::{DateTime, TimeZone, Utc};
@@ -102,6 +101,15 @@ impl Metric {
         }
     }
 
+    /// How people write it in alerts and reasons (`TTFB`, `TTFT`, `tokens/s`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::Ttfb => "TTFB",
+            Metric::Ttft => "TTFT",
+            Metric::TokensPerS => "tokens/s",
+        }
+    }
+
     fn slot(self) -> usize {
         self as usize
     }
@@ -131,6 +139,61 @@ pub struct Baseline {
     pub p95: Option<f64>,
     /// 99th percentile.
     pub p99: Option<f64>,
+}
+
+/// The P95s a probe's latency is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LatencyP95 {
+    /// P95 of time to first byte, ms.
+    pub ttfb: Option<f64>,
+    /// P95 of time to first token, ms.
+    pub ttft: Option<f64>,
+}
+
+/// One probe's worst latency against its threshold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Excess {
+    /// The metric with the highest value/threshold ratio.
+    pub metric: Metric,
+    /// The probe's value, ms.
+    pub value: f64,
+    /// `factor` × that metric's P95, ms.
+    pub threshold: f64,
+}
+
+impl Excess {
+    /// The value is over the threshold.
+    pub fn exceeded(&self) -> bool {
+        self.value > self.threshold
+    }
+}
+
+/// The threshold of one metric: `factor` × its P95 (what the router export publishes).
+pub fn failover_threshold(p95: f64, factor: f64) -> f64 {
+    factor * p95
+}
+
+/// The one meaning of "over the threshold" that the breaker, the status page, the latency
+/// alerts and the export share: a probe is over when its TTFB *or* its TTFT is above `factor` ×
+/// that metric's own P95 (a provider that answers headers at once but queues generation is as
+/// slow for a user as one that is slow to answer). Returns the metric with the worst
+/// value/threshold ratio, over or not; `None` when neither metric has both a value and a P95.
+pub fn worst_excess(ttfb_ms: Option<f64>, ttft_ms: Option<f64>, p95: LatencyP95, factor: f64) -> Option<Excess> {
+    let mut worst: Option<Excess> = None;
+    for (metric, value, base) in [(Metric::Ttfb, ttfb_ms, p95.ttfb), (Metric::Ttft, ttft_ms, p95.ttft)] {
+        let (Some(value), Some(base)) = (value, base) else { continue };
+        let e = Excess { metric, value, threshold: failover_threshold(base, factor) };
+        let ratio = |e: &Excess| e.value / e.threshold.max(f64::MIN_POSITIVE);
+        if worst.as_ref().is_none_or(|w| ratio(&e) > ratio(w)) {
+            worst = Some(e);
+        }
+    }
+    worst
+}
+
+/// Whether a probe is over its threshold in the sense of [`worst_excess`].
+pub fn exceeds_failover(ttfb_ms: Option<f64>, ttft_ms: Option<f64>, p95: LatencyP95, factor: f64) -> bool {
+    worst_excess(ttfb_ms, ttft_ms, p95, factor).is_some_and(|e| e.exceeded())
 }
 
 /// Outcome of [`Baselines::load`]: rollups taken and rollups skipped as unreadable.

@@ -1,8 +1,9 @@
 //! Circuit breaker per target: a pure state machine fed probes, a baseline P95 and an injected `now`.
 //!
 //! `closed` → `open` after `consecutive_failures` failed probes in a row whose first and last lie
-//! within `failure_window`, or after `latency_trips` probes in a row with TTFB above
-//! `failover_factor` × P95 (only when the P95 is known). `open` → `half_open` once `open_for` has
+//! within `failure_window`, or after `latency_trips` probes in a row over the failover threshold
+//! ([`crate::baseline::exceeds_failover`]: TTFB or TTFT above `failover_factor` × that metric's
+//! P95, only where the P95 is known). `open` → `half_open` once `open_for` has
 //! passed (on [`Breaker::tick`] or the next [`Breaker::observe`]); in `half_open` the next probe
 //! decides: good → `closed`, failed or slow → `open` again.
 //!
@@ -14,9 +15,9 @@
 //! Any good probe resets the failure streak, so alternating good/bad probes never open a breaker
 //! that needs two or more failures in a row.
 
+use crate::baseline::{worst_excess, Excess, LatencyP95};
 use crate::config::{BaselineConfig, BreakerConfig};
-use crate::probe::outcome::Outcome;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::store::{BreakerRecord, BreakerTransition};
 use crate::target::Target;
 use chrono::{DateTime, Duration, Utc};
@@ -29,14 +30,6 @@ use uuid::Uuid;
 /// A stored breaker record this version cannot read.
 #[derive(Debug, Error)]
 pub enum BreakerError {
-    /// Unknown state name.
-    #[error("breaker {target}: unknown state {state:?}")]
-    UnknownState {
-        /// Target id.
-        target: String,
-        /// The state found.
-        state: String,
-    },
     /// The detail JSON does not have the expected shape.
     #[error("breaker {target}: bad detail: {message}")]
     BadDetail {
@@ -145,6 +138,9 @@ pub struct Probe {
     pub outcome: Outcome,
     /// Its TTFB, when a response arrived.
     pub ttfb_ms: Option<f64>,
+    /// Its TTFT, when content arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
     /// Seconds the provider asked us to wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<f64>,
@@ -152,7 +148,14 @@ pub struct Probe {
 
 impl From<&Sample> for Probe {
     fn from(s: &Sample) -> Self {
-        Probe { id: s.id, at: s.started_at, outcome: s.outcome, ttfb_ms: s.ttfb_ms, retry_after_s: s.retry_after_s }
+        Probe {
+            id: s.id,
+            at: s.started_at,
+            outcome: s.outcome,
+            ttfb_ms: s.ttfb_ms,
+            ttft_ms: s.ttft_ms,
+            retry_after_s: s.retry_after_s,
+        }
     }
 }
 
@@ -176,8 +179,8 @@ impl Transition {
     pub fn to_record(&self, target: &Target) -> BreakerTransition {
         BreakerTransition {
             target: target.clone(),
-            from_state: self.from.as_str().into(),
-            to_state: self.to.as_str().into(),
+            from_state: self.from,
+            to_state: self.to,
             at: self.at,
             reason: self.reason.clone(),
         }
@@ -220,7 +223,7 @@ struct Detail {
 enum Verdict {
     Good,
     Failed,
-    Slow(f64),
+    Slow(Excess),
     Excused,
 }
 
@@ -231,6 +234,14 @@ pub struct Breaker {
     state: State,
     since: DateTime<Utc>,
     detail: Detail,
+}
+
+/// The probe's value of the metric that made a probe slow.
+fn latency(p: &Probe, e: Excess) -> Option<f64> {
+    match e.metric {
+        crate::baseline::Metric::Ttft => p.ttft_ms,
+        _ => p.ttfb_ms,
+    }
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -283,9 +294,9 @@ impl Breaker {
     /// When an open breaker's wait has passed and no [`tick`](Self::tick) moved it yet, this probe is the
     /// half-open probe: the returned transition then goes from `open` straight to its verdict, and its
     /// reason says so (call `tick` first to record the `half_open` step on its own).
-    pub fn observe(&mut self, probe: Probe, baseline_p95_ttfb: Option<f64>, now: DateTime<Utc>) -> Option<Transition> {
+    pub fn observe(&mut self, probe: Probe, p95: LatencyP95, now: DateTime<Utc>) -> Option<Transition> {
         let implicit = self.tick(now);
-        let verdict = self.judge(&probe, baseline_p95_ttfb);
+        let verdict = self.judge(&probe, p95);
         let decided = match self.state {
             State::Closed => self.observe_closed(probe, verdict, now),
             State::HalfOpen => self.observe_half_open(probe, verdict, now),
@@ -301,7 +312,7 @@ impl Breaker {
         }
     }
 
-    fn judge(&mut self, probe: &Probe, p95: Option<f64>) -> Verdict {
+    fn judge(&mut self, probe: &Probe, p95: LatencyP95) -> Verdict {
         if probe.outcome == Outcome::RateLimited {
             let until = self.detail.rate_limited_until;
             let waiting = until.is_some_and(|u| probe.at < u);
@@ -319,10 +330,8 @@ impl Breaker {
         if probe.outcome.is_failure() {
             return Verdict::Failed;
         }
-        match (probe.ttfb_ms, p95) {
-            (Some(ttfb), Some(p95)) if ttfb > self.settings.failover_factor * p95 => {
-                Verdict::Slow(self.settings.failover_factor * p95)
-            }
+        match worst_excess(probe.ttfb_ms, probe.ttft_ms, p95, self.settings.failover_factor) {
+            Some(e) if e.exceeded() => Verdict::Slow(e),
             _ => Verdict::Good,
         }
     }
@@ -354,7 +363,7 @@ impl Breaker {
                 );
                 Some(self.trip(now, reason, probes))
             }
-            Verdict::Slow(limit) => {
+            Verdict::Slow(e) => {
                 self.detail.failures.clear();
                 self.detail.slow.push(probe);
                 let n = self.settings.latency_trips as usize;
@@ -362,13 +371,14 @@ impl Breaker {
                     return None;
                 }
                 let probes = std::mem::take(&mut self.detail.slow);
-                let ttfbs: Vec<String> = probes.iter().map(|p| ms(p.ttfb_ms)).collect();
+                let values: Vec<String> = probes.iter().map(|p| ms(latency(p, e))).collect();
                 let reason = format!(
-                    "{} consecutive probes with TTFB above {}×P95 ({}): {}",
+                    "{} consecutive probes with {} above {}×P95 ({}): {}",
                     probes.len(),
+                    e.metric.label(),
                     self.settings.failover_factor,
-                    ms(Some(limit)),
-                    ttfbs.join(", ")
+                    ms(Some(e.threshold)),
+                    values.join(", ")
                 );
                 Some(self.trip(now, reason, probes))
             }
@@ -386,8 +396,13 @@ impl Breaker {
                 let reason = format!("half-open probe failed: {}", probe.outcome);
                 Some(self.trip(now, reason, vec![probe]))
             }
-            Verdict::Slow(limit) => {
-                let reason = format!("half-open probe slow: ttfb {} > {}", ms(probe.ttfb_ms), ms(Some(limit)));
+            Verdict::Slow(e) => {
+                let reason = format!(
+                    "half-open probe slow: {} {} > {}",
+                    e.metric.label().to_lowercase(),
+                    ms(Some(e.value)),
+                    ms(Some(e.threshold))
+                );
                 Some(self.trip(now, reason, vec![probe]))
             }
         }
@@ -420,7 +435,7 @@ impl Breaker {
     pub fn to_record(&self, target: &Target) -> BreakerRecord {
         BreakerRecord {
             target: target.clone(),
-            state: self.state.as_str().into(),
+            state: self.state,
             since: self.since,
             detail: serde_json::to_value(&self.detail).unwrap_or(serde_json::Value::Null),
         }
@@ -428,10 +443,7 @@ impl Breaker {
 
     /// Rebuilds a breaker from its stored record (after a restart it resumes where it was).
     pub fn from_record(settings: BreakerSettings, record: &BreakerRecord) -> Result<Self, BreakerError> {
-        let state = record
-            .state
-            .parse::<State>()
-            .map_err(|_| BreakerError::UnknownState { target: record.target.id(), state: record.state.clone() })?;
+        let state = record.state;
         let detail = if record.detail.is_null() {
             Detail::default()
         } else {
@@ -462,7 +474,27 @@ mod tests {
     }
 
     fn probe(at: i64, outcome: Outcome, ttfb: f64) -> Probe {
-        Probe { id: Uuid::now_v7(), at: t(at), outcome, ttfb_ms: Some(ttfb), retry_after_s: None }
+        Probe { id: Uuid::now_v7(), at: t(at), outcome, ttfb_ms: Some(ttfb), ttft_ms: None, retry_after_s: None }
+    }
+
+    fn p95(ttfb: f64) -> LatencyP95 {
+        LatencyP95 { ttfb: Some(ttfb), ttft: None }
+    }
+
+    #[test]
+    fn a_slow_first_token_trips_like_a_slow_first_byte() {
+        let mut b = Breaker::new(settings(), t(0));
+        let base = LatencyP95 { ttfb: Some(100.0), ttft: Some(400.0) };
+        let queued = |at: i64| Probe { ttft_ms: Some(1_500.0), ..probe(at, Outcome::Ok, 90.0) };
+        assert_eq!(b.observe(queued(0), base, t(0)), None);
+        let tr = b.observe(queued(60), base, t(60)).expect("two probes over 2×P95 of TTFT trip");
+        assert_eq!(tr.to, State::Open);
+        assert!(tr.reason.contains("TTFT above 2×P95 (800 ms)"), "{}", tr.reason);
+        let mut fine = Breaker::new(settings(), t(0));
+        let quick = |at: i64| Probe { ttft_ms: Some(700.0), ..probe(at, Outcome::Ok, 90.0) };
+        for at in [0, 60, 120] {
+            assert_eq!(fine.observe(quick(at), base, t(at)), None, "under both thresholds");
+        }
     }
 
     fn ok(at: i64) -> Probe {
@@ -476,7 +508,7 @@ mod tests {
     fn opened() -> Breaker {
         let mut b = Breaker::new(settings(), t(0));
         for (i, o) in [Outcome::ServerError, Outcome::ServerError, Outcome::Timeout].into_iter().enumerate() {
-            b.observe(fail(60 * i as i64, o), None, t(60 * i as i64));
+            b.observe(fail(60 * i as i64, o), LatencyP95::default(), t(60 * i as i64));
         }
         assert_eq!(b.state(), State::Open);
         b
@@ -485,9 +517,9 @@ mod tests {
     #[test]
     fn closed_opens_after_consecutive_failures_within_the_window() {
         let mut b = Breaker::new(settings(), t(0));
-        assert_eq!(b.observe(fail(0, Outcome::ServerError), None, t(0)), None);
-        assert_eq!(b.observe(fail(60, Outcome::ServerError), None, t(60)), None);
-        let tr = b.observe(fail(120, Outcome::Timeout), None, t(120)).expect("third failure opens it");
+        assert_eq!(b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0)), None);
+        assert_eq!(b.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60)), None);
+        let tr = b.observe(fail(120, Outcome::Timeout), LatencyP95::default(), t(120)).expect("third failure opens it");
         assert_eq!((tr.from, tr.to, tr.at), (State::Closed, State::Open, t(120)));
         assert_eq!(tr.reason, "3 failed probes within 120s: server_error, server_error, timeout");
         let why = b.explain();
@@ -502,7 +534,7 @@ mod tests {
     fn failures_spread_wider_than_the_window_do_not_open_it() {
         let mut b = Breaker::new(settings(), t(0));
         for at in [0, 70, 140, 210, 280] {
-            assert_eq!(b.observe(fail(at, Outcome::ServerError), None, t(at)), None, "at {at}s");
+            assert_eq!(b.observe(fail(at, Outcome::ServerError), LatencyP95::default(), t(at)), None, "at {at}s");
         }
         assert_eq!(b.state(), State::Closed);
     }
@@ -510,21 +542,25 @@ mod tests {
     #[test]
     fn a_good_probe_resets_the_failure_streak() {
         let mut b = Breaker::new(settings(), t(0));
-        b.observe(fail(0, Outcome::ServerError), None, t(0));
-        b.observe(fail(10, Outcome::ServerError), None, t(10));
-        b.observe(ok(20), Some(250.0), t(20));
-        b.observe(fail(30, Outcome::ServerError), None, t(30));
-        assert_eq!(b.observe(fail(40, Outcome::ServerError), None, t(40)), None);
-        assert!(b.observe(fail(50, Outcome::ServerError), None, t(50)).is_some());
+        b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        b.observe(fail(10, Outcome::ServerError), LatencyP95::default(), t(10));
+        b.observe(ok(20), p95(250.0), t(20));
+        b.observe(fail(30, Outcome::ServerError), LatencyP95::default(), t(30));
+        assert_eq!(b.observe(fail(40, Outcome::ServerError), LatencyP95::default(), t(40)), None);
+        assert!(b.observe(fail(50, Outcome::ServerError), LatencyP95::default(), t(50)).is_some());
     }
 
     #[test]
     fn consecutive_slow_probes_open_it_only_when_p95_is_known() {
         let mut b = Breaker::new(settings(), t(0));
-        assert_eq!(b.observe(probe(0, Outcome::Ok, 900.0), None, t(0)), None);
-        assert_eq!(b.observe(probe(60, Outcome::Ok, 900.0), None, t(60)), None, "no P95, no latency trip");
-        assert_eq!(b.observe(probe(120, Outcome::Ok, 700.0), Some(310.0), t(120)), None);
-        let tr = b.observe(probe(180, Outcome::Ok, 810.0), Some(310.0), t(180)).expect("second slow probe trips");
+        assert_eq!(b.observe(probe(0, Outcome::Ok, 900.0), LatencyP95::default(), t(0)), None);
+        assert_eq!(
+            b.observe(probe(60, Outcome::Ok, 900.0), LatencyP95::default(), t(60)),
+            None,
+            "no P95, no latency trip"
+        );
+        assert_eq!(b.observe(probe(120, Outcome::Ok, 700.0), p95(310.0), t(120)), None);
+        let tr = b.observe(probe(180, Outcome::Ok, 810.0), p95(310.0), t(180)).expect("second slow probe trips");
         assert_eq!(tr.to, State::Open);
         assert_eq!(tr.reason, "2 consecutive probes with TTFB above 2×P95 (620 ms): 700 ms, 810 ms");
     }
@@ -534,7 +570,7 @@ mod tests {
         let mut b = Breaker::new(settings(), t(0));
         for (i, ttfb) in [700.0, 300.0, 700.0, 300.0, 700.0].into_iter().enumerate() {
             let at = 60 * i as i64;
-            assert_eq!(b.observe(probe(at, Outcome::Ok, ttfb), Some(310.0), t(at)), None);
+            assert_eq!(b.observe(probe(at, Outcome::Ok, ttfb), p95(310.0), t(at)), None);
         }
     }
 
@@ -542,7 +578,11 @@ mod tests {
     fn open_turns_half_open_after_open_for_on_tick() {
         let mut b = opened();
         assert_eq!(b.tick(t(419)), None, "not before open_for has passed");
-        assert_eq!(b.observe(fail(400, Outcome::ServerError), None, t(400)), None, "probes while open change nothing");
+        assert_eq!(
+            b.observe(fail(400, Outcome::ServerError), LatencyP95::default(), t(400)),
+            None,
+            "probes while open change nothing"
+        );
         let tr = b.tick(t(420)).expect("half-open at since + open_for");
         assert_eq!((tr.from, tr.to), (State::Open, State::HalfOpen));
         assert_eq!(tr.reason, "open for 300s; the next probe decides");
@@ -554,7 +594,7 @@ mod tests {
     fn half_open_closes_on_a_good_probe() {
         let mut b = opened();
         b.tick(t(420));
-        let tr = b.observe(ok(430), Some(310.0), t(430)).expect("good probe closes it");
+        let tr = b.observe(ok(430), p95(310.0), t(430)).expect("good probe closes it");
         assert_eq!((tr.from, tr.to), (State::HalfOpen, State::Closed));
         assert_eq!(tr.reason, "half-open probe succeeded (ttfb 200 ms)");
         assert!(b.explain().tripped_by.is_empty());
@@ -564,13 +604,13 @@ mod tests {
     fn half_open_reopens_on_a_failed_or_slow_probe() {
         let mut b = opened();
         b.tick(t(420));
-        let tr = b.observe(fail(430, Outcome::ConnectError), None, t(430)).expect("failure reopens");
+        let tr = b.observe(fail(430, Outcome::ConnectError), LatencyP95::default(), t(430)).expect("failure reopens");
         assert_eq!((tr.from, tr.to), (State::HalfOpen, State::Open));
         assert_eq!(tr.reason, "half-open probe failed: connect_error");
         assert_eq!(b.explain().next_half_open, Some(t(730)));
 
         b.tick(t(730));
-        let tr = b.observe(probe(740, Outcome::Ok, 999.0), Some(310.0), t(740)).expect("slow reopens");
+        let tr = b.observe(probe(740, Outcome::Ok, 999.0), p95(310.0), t(740)).expect("slow reopens");
         assert_eq!(tr.to, State::Open);
         assert_eq!(tr.reason, "half-open probe slow: ttfb 999 ms > 620 ms");
     }
@@ -578,7 +618,7 @@ mod tests {
     #[test]
     fn a_probe_after_open_for_without_tick_is_the_half_open_probe() {
         let mut b = opened();
-        let tr = b.observe(ok(425), None, t(425)).expect("decides");
+        let tr = b.observe(ok(425), LatencyP95::default(), t(425)).expect("decides");
         assert_eq!((tr.from, tr.to), (State::Open, State::Closed));
         assert_eq!(tr.reason, "open for 300s, then half-open probe succeeded (ttfb 200 ms)");
     }
@@ -590,7 +630,7 @@ mod tests {
             for i in 0..200 {
                 let at = 10 * i;
                 let p = if i % 2 == 0 { fail(at, Outcome::ServerError) } else { ok(at) };
-                assert_eq!(b.observe(p, Some(300.0), t(at)), None, "probe {i} with {needed} needed");
+                assert_eq!(b.observe(p, p95(300.0), t(at)), None, "probe {i} with {needed} needed");
             }
             assert_eq!(b.state(), State::Closed);
         }
@@ -602,13 +642,18 @@ mod tests {
         let limited = |at: i64, wait: Option<f64>| Probe { retry_after_s: wait, ..fail(at, Outcome::RateLimited) };
         // A 429 asking for 300 s, then probes every 60 s inside that wait: none counts.
         for at in [0, 60, 120, 180, 240] {
-            assert_eq!(b.observe(limited(at, Some(300.0)), None, t(at)), None, "429 at {at}s is within the wait");
+            assert_eq!(
+                b.observe(limited(at, Some(300.0)), LatencyP95::default(), t(at)),
+                None,
+                "429 at {at}s is within the wait"
+            );
         }
         assert_eq!(b.state(), State::Closed);
         // Still refused after the wait ran out: these count.
-        assert_eq!(b.observe(limited(300, Some(30.0)), None, t(300)), None);
-        assert_eq!(b.observe(limited(360, Some(30.0)), None, t(360)), None);
-        let tr = b.observe(limited(420, Some(30.0)), None, t(420)).expect("third counted 429 opens it");
+        assert_eq!(b.observe(limited(300, Some(30.0)), LatencyP95::default(), t(300)), None);
+        assert_eq!(b.observe(limited(360, Some(30.0)), LatencyP95::default(), t(360)), None);
+        let tr =
+            b.observe(limited(420, Some(30.0)), LatencyP95::default(), t(420)).expect("third counted 429 opens it");
         assert_eq!(tr.reason, "3 failed probes within 120s: rate_limited, rate_limited, rate_limited");
     }
 
@@ -617,12 +662,15 @@ mod tests {
         for wait in [9_999_999_999_999.0, 1e300, f64::MAX, 4e15] {
             let mut b = Breaker::new(settings(), t(0));
             let limited = |at: i64| Probe { retry_after_s: Some(wait), ..fail(at, Outcome::RateLimited) };
-            assert_eq!(b.observe(limited(0), None, t(0)), None, "{wait}: the first 429 is excused");
+            assert_eq!(b.observe(limited(0), LatencyP95::default(), t(0)), None, "{wait}: the first 429 is excused");
             // The grace ends after MAX_RETRY_AFTER_S, not in a million years: 429s then count.
             let after = MAX_RETRY_AFTER_S as i64;
-            b.observe(limited(after), None, t(after));
-            b.observe(limited(after + 30), None, t(after + 30));
-            assert!(b.observe(limited(after + 60), None, t(after + 60)).is_some(), "{wait}: opens after the cap");
+            b.observe(limited(after), LatencyP95::default(), t(after));
+            b.observe(limited(after + 30), LatencyP95::default(), t(after + 30));
+            assert!(
+                b.observe(limited(after + 60), LatencyP95::default(), t(after + 60)).is_some(),
+                "{wait}: opens after the cap"
+            );
         }
     }
 
@@ -631,9 +679,9 @@ mod tests {
         let s = BreakerSettings { open_for: Duration::MAX, ..settings() };
         let mut b = Breaker::new(s, t(0));
         for at in [0, 30] {
-            b.observe(fail(at, Outcome::ServerError), None, t(at));
+            b.observe(fail(at, Outcome::ServerError), LatencyP95::default(), t(at));
         }
-        assert!(b.observe(fail(60, Outcome::ServerError), None, t(60)).is_some());
+        assert!(b.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60)).is_some());
         assert_eq!(b.tick(t(120)), None, "still open: the wait saturated at the end of time");
     }
 
@@ -641,36 +689,39 @@ mod tests {
     fn a_rate_limit_without_retry_after_counts_at_once() {
         let mut b = Breaker::new(settings(), t(0));
         for at in [0, 30] {
-            b.observe(fail(at, Outcome::RateLimited), None, t(at));
+            b.observe(fail(at, Outcome::RateLimited), LatencyP95::default(), t(at));
         }
-        assert!(b.observe(fail(60, Outcome::RateLimited), None, t(60)).is_some());
+        assert!(b.observe(fail(60, Outcome::RateLimited), LatencyP95::default(), t(60)).is_some());
     }
 
     #[test]
     fn a_good_probe_ends_a_rate_limit_episode() {
         let mut b = Breaker::new(settings(), t(0));
         let limited = |at: i64| Probe { retry_after_s: Some(20.0), ..fail(at, Outcome::RateLimited) };
-        assert_eq!(b.observe(limited(0), None, t(0)), None);
-        b.observe(ok(60), None, t(60));
+        assert_eq!(b.observe(limited(0), LatencyP95::default(), t(0)), None);
+        b.observe(ok(60), LatencyP95::default(), t(60));
         // A fresh episode: its announcing 429 is excused again, later ones count.
         for at in [120, 180, 240] {
-            b.observe(limited(at), None, t(at));
+            b.observe(limited(at), LatencyP95::default(), t(at));
         }
         assert_eq!(b.state(), State::Closed, "one excused, two counted");
-        assert!(b.observe(limited(300), None, t(300)).is_some());
+        assert!(b.observe(limited(300), LatencyP95::default(), t(300)).is_some());
     }
 
     #[test]
     fn a_restart_resumes_the_same_state() {
         let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
         let mut mid_streak = Breaker::new(settings(), t(0));
-        mid_streak.observe(fail(0, Outcome::ServerError), None, t(0));
-        mid_streak.observe(fail(60, Outcome::ServerError), None, t(60));
+        mid_streak.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        mid_streak.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60));
         let record = mid_streak.to_record(&target);
-        assert_eq!(record.state, "closed");
+        assert_eq!(record.state, State::Closed);
         let mut restored = Breaker::from_record(settings(), &record).expect("readable record");
         assert_eq!(restored, mid_streak);
-        assert!(restored.observe(fail(90, Outcome::Timeout), None, t(90)).is_some(), "the streak survived");
+        assert!(
+            restored.observe(fail(90, Outcome::Timeout), LatencyP95::default(), t(90)).is_some(),
+            "the streak survived"
+        );
 
         let open = opened();
         let record = open.to_record(&target);
@@ -679,18 +730,20 @@ mod tests {
         assert_eq!(restored.explain(), open.explain());
         assert_eq!(restored.explain().next_half_open, Some(t(420)));
 
-        let bad = BreakerRecord { state: "ajar".into(), ..record };
-        let err = Breaker::from_record(settings(), &bad).expect_err("unknown state");
-        assert_eq!(err.to_string(), "breaker groq/llama: unknown state \"ajar\"");
+        // An unknown state name never reaches a record: the stored row fails to decode.
+        assert_eq!("ajar".parse::<State>(), Err("unknown breaker state \"ajar\"".to_string()));
+        let bad = BreakerRecord { detail: serde_json::json!({"failures": "three"}), ..record };
+        let err = Breaker::from_record(settings(), &bad).expect_err("bad detail");
+        assert!(err.to_string().starts_with("breaker groq/llama: bad detail"), "{err}");
     }
 
     #[test]
     fn transitions_become_history_records() {
         let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
         let mut b = Breaker::new(settings(), t(0));
-        b.observe(fail(0, Outcome::ServerError), None, t(0));
-        b.observe(fail(1, Outcome::ServerError), None, t(1));
-        let tr = b.observe(fail(2, Outcome::ServerError), None, t(2)).expect("opens");
+        b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        b.observe(fail(1, Outcome::ServerError), LatencyP95::default(), t(1));
+        let tr = b.observe(fail(2, Outcome::ServerError), LatencyP95::default(), t(2)).expect("opens");
         let rec = tr.to_record(&target);
         assert_eq!((rec.from_state.as_str(), rec.to_state.as_str(), rec.at), ("closed", "open", t(2)));
         assert_eq!(rec.reason, "3 failed probes within 120s: server_error, server_error, server_error");

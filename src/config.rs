@@ -55,6 +55,19 @@ pub enum ProviderKind {
     Http,
 }
 
+impl ProviderKind {
+    /// The config name (`openai`, `anthropic`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Azure => "azure",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Http => "http",
+        }
+    }
+}
+
 /// Validated configuration; runtime state never lives here.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -896,6 +909,12 @@ impl Env for BTreeMap<String, String> {
 }
 
 impl Config {
+    /// The one credit-watch list: every provider with a `balance` (validated at load to be one
+    /// whose credit can be polled). The poller, the `credit_low` rule and the status page read it.
+    pub fn credit_watch(&self) -> impl Iterator<Item = (&ProviderConfig, &BalanceConfig)> {
+        self.providers.iter().filter_map(|p| p.balance.as_ref().map(|b| (p, b)))
+    }
+
     /// Loads `path`, or `vigil.toml` in the working directory when it exists, else built-in defaults.
     pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
         let text = match path {
@@ -1017,14 +1036,7 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
     let s = |v: &str| toml::Value::String(v.to_string());
     let list = |v: &[String]| toml::Value::Array(v.iter().map(|x| s(x)).collect());
     t.insert("name".into(), s(&p.name));
-    let kind = match p.kind {
-        ProviderKind::Openai => "openai",
-        ProviderKind::Anthropic => "anthropic",
-        ProviderKind::Gemini => "gemini",
-        ProviderKind::Http => "http",
-        ProviderKind::Azure => "azure",
-    };
-    t.insert("kind".into(), s(kind));
+    t.insert("kind".into(), s(p.kind.as_str()));
     t.insert("base_url".into(), s(p.base_url.as_str()));
     if let Some(var) = &p.api_key_env {
         t.insert("api_key_env".into(), s(var));
@@ -1376,6 +1388,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                     return Err(invalid(format!("provider[{i}].{list}[{j}]"), format!("duplicate {v:?}")));
                 }
             }
+        }
+        if rp.balance.is_some() && kind != ProviderKind::Openai {
+            return Err(invalid(
+                key("balance"),
+                format!(
+                    "credit is read from an OpenRouter-compatible /key and /credits API (kind = \"openai\"); \
+                     kind = \"{}\" has none, so this balance would never be polled",
+                    kind.as_str()
+                ),
+            ));
         }
         let balance = match rp.balance {
             Some(b) => Some(BalanceConfig {

@@ -14,7 +14,7 @@
 //! largest value seen while n is too small for that bound (n < 59); the confidence reached is
 //! published with it. No deadline is published below the P50 minimum count (30 by default).
 
-use crate::baseline::Baseline;
+use crate::baseline::{failover_threshold, Baseline};
 use crate::breaker::State;
 use crate::chain::{ChainConfig, SkippedMember};
 use crate::target::Target;
@@ -359,9 +359,9 @@ struct Deadline {
 
 fn deadline(base: &Baseline, bound: Option<P95Bound>, factor: f64, min: u64) -> Deadline {
     match (base.p95, bound) {
-        (Some(p), _) => Deadline { ms: Some(factor * p), p95: Some(p), bound: None },
+        (Some(p), _) => Deadline { ms: Some(failover_threshold(p, factor)), p95: Some(p), bound: None },
         (None, Some(b)) if b.samples >= min => {
-            Deadline { ms: Some(factor * b.value), p95: Some(b.value), bound: Some(b) }
+            Deadline { ms: Some(failover_threshold(b.value, factor)), p95: Some(b.value), bound: Some(b) }
         }
         _ => Deadline { ms: None, p95: None, bound: None },
     }

@@ -212,7 +212,7 @@ impl Metrics {
         self.last_status.with_label_values(&l).set(f64::from(s.status.unwrap_or(0)));
         self.lag.with_label_values(&[&self.region]).observe(s.schedule_lag_s());
         let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
-        if s.outcome == crate::probe::outcome::Outcome::Ok {
+        if s.outcome == crate::sample::Outcome::Ok {
             if let Some(v) = secs(s.ttfb_ms) {
                 self.ttfb.with_label_values(&l).observe(v);
             }

@@ -2,7 +2,7 @@
 //! persists them, and publishes read-only snapshots (router export, target explanations) that
 //! the HTTP layer and the metrics read.
 
-use crate::baseline::{Baseline, Baselines, Metric};
+use crate::baseline::{Baseline, Baselines, LatencyP95, Metric};
 use crate::breaker::{Breaker, BreakerSettings, Explanation, Probe, State, Transition};
 use crate::config::Config;
 use crate::export::{self, ExportParams, TargetStats, Thresholds};
@@ -207,7 +207,10 @@ impl Monitor {
     /// Feeds one sample; returns the breaker transition it caused, if any.
     pub fn observe(&mut self, sample: &Sample, now: DateTime<Utc>) -> Option<Transition> {
         // Judge against the baseline as it was before this probe joined it.
-        let p95 = self.baselines.get(&sample.target, Metric::Ttfb, now).p95;
+        let p95 = LatencyP95 {
+            ttfb: self.baselines.get(&sample.target, Metric::Ttfb, now).p95,
+            ttft: self.baselines.get(&sample.target, Metric::Ttft, now).p95,
+        };
         self.baselines.record(sample);
         if let Some(c) = sample.cost_usd {
             self.cost.insert(sample.target.clone(), c);

@@ -88,11 +88,8 @@ impl Alerting {
     }
 
     /// Also evaluates `credit_low` from the stored balance readings of these providers.
-    pub fn with_credit(mut self, providers: &[crate::config::ProviderConfig]) -> Self {
-        self.credit = providers
-            .iter()
-            .filter_map(|p| p.balance.as_ref().map(|b| (p.name.clone(), b.min_usd, b.warn_hours)))
-            .collect();
+    pub fn with_credit(mut self, config: &crate::config::Config) -> Self {
+        self.credit = config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd, b.warn_hours)).collect();
         self
     }
 

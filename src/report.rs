@@ -234,7 +234,7 @@ impl Matrix {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::outcome::Outcome;
+    use crate::sample::Outcome;
     use chrono::{TimeZone, Utc};
 
     fn target(model: &str, route: &str, region: &str) -> Target {

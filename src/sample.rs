@@ -1,9 +1,11 @@
-//! `Sample`: one probe's measurements, the single value every later stage consumes.
+//! `Sample`: one probe's measurements, the single value every later stage consumes, and its
+//! `Outcome` (the twelve classes every stage after the prober speaks).
 
-use crate::probe::outcome::Outcome;
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 use uuid::Uuid;
 
 /// One probe's result. Field names are the SPEC's; durations are milliseconds from a monotonic clock.
@@ -101,5 +103,89 @@ impl Sample {
     pub fn schedule_lag_s(&self) -> f64 {
         let lag = self.started_at - self.scheduled_at;
         (lag.num_microseconds().unwrap_or(0).max(0) as f64) / 1e6
+    }
+}
+
+/// How a probe ended; a failed probe is data, not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Answer streamed to the end.
+    Ok,
+    /// 429 or an equivalent rate-limit error.
+    RateLimited,
+    /// Key missing, wrong or revoked.
+    AuthError,
+    /// Out of credit (402, OpenAI `insufficient_quota`, Anthropic "credit balance").
+    PaymentRequired,
+    /// Model removed, renamed or not served.
+    ModelUnavailable,
+    /// Any other 4xx: the request itself is wrong.
+    ClientError,
+    /// 5xx, overload (Anthropic 529) or an upstream error.
+    ServerError,
+    /// A connect, first-token or total limit ran out.
+    Timeout,
+    /// The host name did not resolve.
+    DnsError,
+    /// TCP connect failed.
+    ConnectError,
+    /// TLS handshake or certificate failure.
+    TlsError,
+    /// Bad or interrupted stream, or an error event mid-stream.
+    StreamError,
+}
+
+impl Outcome {
+    /// Every class, in SPEC order.
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Ok,
+        Outcome::RateLimited,
+        Outcome::AuthError,
+        Outcome::PaymentRequired,
+        Outcome::ModelUnavailable,
+        Outcome::ClientError,
+        Outcome::ServerError,
+        Outcome::Timeout,
+        Outcome::DnsError,
+        Outcome::ConnectError,
+        Outcome::TlsError,
+        Outcome::StreamError,
+    ];
+
+    /// The SPEC name (`rate_limited`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::AuthError => "auth_error",
+            Outcome::PaymentRequired => "payment_required",
+            Outcome::ModelUnavailable => "model_unavailable",
+            Outcome::ClientError => "client_error",
+            Outcome::ServerError => "server_error",
+            Outcome::Timeout => "timeout",
+            Outcome::DnsError => "dns_error",
+            Outcome::ConnectError => "connect_error",
+            Outcome::TlsError => "tls_error",
+            Outcome::StreamError => "stream_error",
+        }
+    }
+
+    /// True for everything but `ok`.
+    pub fn is_failure(self) -> bool {
+        self != Outcome::Ok
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == s).ok_or_else(|| format!("unknown outcome {s:?}"))
     }
 }

@@ -6,8 +6,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::process::Command;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
 
 const MINUTES: i64 = 7 * 24 * 60;

@@ -21,8 +21,7 @@ use vigil::alert::slack::SlackNotifier;
 use vigil::alert::webhook::WebhookNotifier;
 use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::store::Store;
 use vigil::target::Target;
 

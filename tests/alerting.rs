@@ -124,7 +124,7 @@ models = ["m"]
 
     healthy.store(true, Ordering::SeqCst);
     let mut all = Vec::new();
-    for _ in 0..300 {
+    for _ in 0..600 {
         all = deliveries(&hook);
         if all.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string())) {
             break;

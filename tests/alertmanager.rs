@@ -12,8 +12,7 @@ use vigil::alert::notifier::Notifier;
 use vigil::alert::rules::{AlertEngine, Baseline, Elsewhere, Probe, Round, RuleConfig};
 use vigil::alert::Notification;
 use vigil::config::AlertmanagerConfig;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
 
 struct Alertmanager {

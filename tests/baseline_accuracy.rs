@@ -7,8 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use vigil::baseline::{Baseline, Baselines, Metric};
 use vigil::config::BaselineConfig;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
 
 const MINUTES_PER_WEEK: i64 = 7 * 24 * 60;

@@ -126,7 +126,7 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
     let now = chrono::Utc::now();
     let transitions =
         store.transitions_between(Some("local"), now - chrono::Duration::days(8), now).await.expect("transitions");
-    assert!(transitions.iter().filter(|t| t.to_state == "open").count() >= 3, "{transitions:?}");
+    assert!(transitions.iter().filter(|t| t.to_state == vigil::breaker::State::Open).count() >= 3, "{transitions:?}");
     let readings = store.balances("demo-llama", now - chrono::Duration::days(8)).await.expect("credit readings");
     assert!(readings.len() >= 24 * 7, "hourly credit readings for the week: {}", readings.len());
 

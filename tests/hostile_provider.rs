@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use vigil::demo::standin::{Script, StandIn};
-use vigil::probe::outcome::Outcome;
 use vigil::probe::{Planned, Prober, MAX_RETRY_AFTER_S};
+use vigil::sample::Outcome;
 use vigil::target::Target;
 
 fn probe_config() -> ProbeConfig {

@@ -127,7 +127,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
     }];
     prober.published_prices().write().expect("lock").insert(("aggregator".into(), "m".into()), published.clone());
     let s = prober.probe(&plan, Utc::now()).await;
-    assert_eq!(s.outcome, vigil::probe::outcome::Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.outcome, vigil::sample::Outcome::Ok, "{:?}", s.error);
     let (input, output) = (s.input_tokens.expect("input"), s.output_tokens.expect("output"));
     let want = Price { input_per_mtok: 1.0, output_per_mtok: 2.0 }.cost(input, output);
     assert_eq!(s.cost_usd, Some(want), "usage × the published price of the pinned route");

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use vigil::demo::standin::{Script, StandIn};
-use vigil::probe::outcome::Outcome;
 use vigil::probe::proxy::ProxyConfig;
 use vigil::probe::{Planned, Prober};
+use vigil::sample::Outcome;
 use vigil::target::Target;
 
 /// The proxy process, stopped when the test ends however it ends.

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use vigil::config::{Price, ProbeConfig, ProviderConfig, ProviderKind};
 use vigil::demo::standin::{End, RequestRecord, Script, StandIn};
 use vigil::metrics::Metrics;
-use vigil::probe::outcome::Outcome;
 use vigil::probe::{Planned, Prober};
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::scheduler::Scheduler;
 use vigil::target::Target;
 

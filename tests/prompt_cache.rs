@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use vigil::probe::outcome::Outcome;
 use vigil::probe::{Planned, Prober, SYSTEM_PROMPT, USER_PROMPT};
+use vigil::sample::Outcome;
 use vigil::target::Target;
 
 /// Probes per series (the first is the cold one).

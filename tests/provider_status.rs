@@ -238,8 +238,8 @@ async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
         store
             .append_transition(&BreakerTransition {
                 target: target(region),
-                from_state: "closed".into(),
-                to_state: "open".into(),
+                from_state: vigil::breaker::State::Closed,
+                to_state: vigil::breaker::State::Open,
                 at: at(when),
                 reason: "3 consecutive failures".into(),
             })

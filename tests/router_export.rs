@@ -14,8 +14,7 @@ use chrono::{DateTime, Utc};
 use vigil::config::Config;
 use vigil::demo::standin::{Script, StandIn};
 use vigil::monitor::{Monitor, SharedSnapshot};
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
 
 const TOKEN: &str = "sk-test-router-token";

@@ -5,7 +5,7 @@ mod store_support;
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
 use vigil::breaker::State;
-use vigil::probe::outcome::Outcome;
+use vigil::sample::Outcome;
 use vigil::store::{
     BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, StoreError,
     TargetHealth, TargetStatus,
@@ -185,7 +185,7 @@ async fn breaker_state_and_transitions_persist(fx: Fixture) {
     let us = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "us");
     let rec = |t: &vigil::target::Target, state: &str| BreakerRecord {
         target: t.clone(),
-        state: state.into(),
+        state: state.parse().expect("breaker state"),
         since: now,
         detail: serde_json::json!({"failures": 3, "next_half_open": "2026-11-30T12:05:00Z"}),
     };
@@ -198,8 +198,8 @@ async fn breaker_state_and_transitions_persist(fx: Fixture) {
 
     let tr = |t: &vigil::target::Target, from: &str, to: &str, secs| BreakerTransition {
         target: t.clone(),
-        from_state: from.into(),
-        to_state: to.into(),
+        from_state: from.parse().expect("breaker state"),
+        to_state: to.parse().expect("breaker state"),
         at: now + Duration::seconds(secs),
         reason: format!("{from} -> {to}: 3 failed probes in 120s: server_error, server_error, timeout"),
     };
@@ -268,8 +268,8 @@ async fn transitions_and_outbox_items_read_back_by_time_window(fx: Fixture) {
     let us = target("openai", "gpt-4o-mini", None, "us-east-1");
     let tr = |t: &vigil::target::Target, to: &str, hours| BreakerTransition {
         target: t.clone(),
-        from_state: "closed".into(),
-        to_state: to.into(),
+        from_state: vigil::breaker::State::Closed,
+        to_state: to.parse().expect("breaker state"),
         at: t0 + Duration::hours(hours),
         reason: "3 failed probes in 120s".into(),
     };

@@ -11,8 +11,7 @@ use store_support::{bare_sample, full_sample, target, Fixture, PgTestDb, TcpProx
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::store::{self, SampleQuery, Spool, Store, StoreError, Writer, WriterHealth};
 
 /// Liveness bound for background progress; generous so a loaded machine never flakes.

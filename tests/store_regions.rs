@@ -4,7 +4,7 @@ mod store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, target, PgTestDb};
-use vigil::probe::outcome::Outcome;
+use vigil::sample::Outcome;
 use vigil::store::{self, SampleQuery};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,7 @@ use tokio_util::sync::CancellationToken;
 use vigil::alert::outbox::items_for;
 use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
 use vigil::config::Config;
-use vigil::probe::outcome::Outcome;
-use vigil::sample::Sample;
+use vigil::sample::{Outcome, Sample};
 use vigil::store::{BalanceReading, BreakerTransition, SampleQuery, Store};
 use vigil::target::Target;
 use vigil::weekly::html::ImageSource;
@@ -84,8 +83,8 @@ async fn seed_samples(store: &dyn Store, now: DateTime<Utc>) {
 fn transition(provider_target: &Target, from: &str, to: &str, at: DateTime<Utc>) -> BreakerTransition {
     BreakerTransition {
         target: provider_target.clone(),
-        from_state: from.into(),
-        to_state: to.into(),
+        from_state: from.parse().expect("breaker state"),
+        to_state: to.parse().expect("breaker state"),
         at,
         reason: "3 failed probes in 120s: server_error, server_error, timeout".into(),
     }

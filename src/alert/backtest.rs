@@ -8,7 +8,6 @@
 use super::rules::{AlertEngine, Baseline, BreakerChange, Probe, Round, RuleConfig};
 use super::{AlertStatus, Notification};
 use crate::baseline::{Baselines, Metric};
-use crate::breaker::State;
 use crate::config::BaselineConfig;
 use crate::sample::Sample;
 use crate::store::{BreakerTransition, Rollup};
@@ -203,9 +202,12 @@ pub fn replay(
         }
         let mut changes = Vec::new();
         while let Some(t) = trans.next_if(|t| t.at < round_end) {
-            if let (Ok(from), Ok(to)) = (t.from_state.parse::<State>(), t.to_state.parse::<State>()) {
-                changes.push(BreakerChange { target: t.target.clone(), from, to, reason: t.reason.clone() });
-            }
+            changes.push(BreakerChange {
+                target: t.target.clone(),
+                from: t.from_state,
+                to: t.to_state,
+                reason: t.reason.clone(),
+            });
         }
         if !batch.is_empty() || !changes.is_empty() {
             let probes = batch

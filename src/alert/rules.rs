@@ -9,10 +9,10 @@
 use super::incident::{Incidents, Subject};
 use super::{flap, Alert, AlertKind, Notification, Scope, Severity};
 use crate::balance::burn_rate;
+use crate::baseline::{worst_excess, LatencyP95};
 use crate::breaker::State;
 use crate::config::{Config, MaintenanceWindow};
-use crate::probe::outcome::Outcome;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::store::{TargetHealth, TargetStatus};
 use crate::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -849,19 +849,12 @@ impl AlertEngine {
     }
 }
 
-/// Judges one ok probe against the target's baseline; `None` while there is no baseline.
+/// Judges one ok probe against the target's baseline ([`crate::baseline::worst_excess`] with
+/// `latency_factor`); `None` while there is no baseline.
 fn judge(s: &Sample, b: Baseline, factor: f64) -> Option<Judged> {
-    let mut out: Option<Judged> = None;
-    for (name, value, base) in [("TTFB", s.ttfb_ms, b.ttfb_p95_ms), ("TTFT", s.ttft_ms, b.ttft_p95_ms)] {
-        let (Some(value), Some(base)) = (value, base) else { continue };
-        let threshold = factor * base;
-        let j = Judged { slow: value > threshold, metric: name.into(), value, threshold };
-        let ratio = value / threshold.max(f64::MIN_POSITIVE);
-        if out.as_ref().is_none_or(|o| ratio > o.value / o.threshold.max(f64::MIN_POSITIVE)) {
-            out = Some(j);
-        }
-    }
-    out
+    let p95 = LatencyP95 { ttfb: b.ttfb_p95_ms, ttft: b.ttft_p95_ms };
+    let e = worst_excess(s.ttfb_ms, s.ttft_ms, p95, factor)?;
+    Some(Judged { slow: e.exceeded(), metric: e.metric.label().into(), value: e.value, threshold: e.threshold })
 }
 
 /// Cuts `s` to `max` characters with an ellipsis.

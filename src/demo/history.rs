@@ -21,12 +21,11 @@ use uuid::Uuid;
 
 use super::profiles::{self, Profile, Wire, JITTER_SIGMA, SPIKE_FACTOR, SPIKE_PROBABILITY, TTFB_SHARE};
 use super::{demo_providers, CREDIT_LIMIT_USD, CREDIT_USED_AT_START_USD};
-use crate::baseline::Baselines;
+use crate::baseline::{Baselines, LatencyP95};
 use crate::breaker::{Breaker, BreakerSettings, Probe};
-use crate::config::{Config, ProviderKind};
-use crate::probe::outcome::Outcome;
+use crate::config::Config;
 use crate::probe::Planned;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::store::{BalanceReading, Rollup, SampleQuery, Store, StoreError};
 use crate::target::Target;
 
@@ -215,19 +214,22 @@ pub fn simulate(config: &Config, now: DateTime<Utc>, seed: u64) -> History {
         tracing::warn!(error = %e, "demo: rollups not encoded; baselines start empty");
         Vec::new()
     });
-    // Breakers: each target's probes through its own breaker, judged against the week's TTFB
-    // P95 once as many probes as a published P95 needs have been seen (none before).
+    // Breakers: each target's probes through its own breaker, judged against the week's TTFB and
+    // TTFT P95s once as many probes as a published P95 needs have been seen (none before).
     let settings = BreakerSettings::from_config(&config.breaker, &config.baseline);
     for (target, series) in targets.iter().zip(&probes) {
-        let mut ttfb: Vec<f64> = series.iter().filter(|s| s.outcome == Outcome::Ok).filter_map(|s| s.ttfb_ms).collect();
-        ttfb.sort_by(f64::total_cmp);
-        let p95 = ttfb.get((ttfb.len() as f64 * 0.95) as usize).copied();
+        let week_p95 = |metric: fn(&Sample) -> Option<f64>| {
+            let mut v: Vec<f64> = series.iter().filter(|s| s.outcome == Outcome::Ok).filter_map(metric).collect();
+            v.sort_by(f64::total_cmp);
+            v.get((v.len() as f64 * 0.95) as usize).copied()
+        };
+        let p95 = LatencyP95 { ttfb: week_p95(|s| s.ttfb_ms), ttft: week_p95(|s| s.ttft_ms) };
         let mut breaker = Breaker::new(settings, start);
         for (n, s) in series.iter().enumerate() {
             if let Some(tr) = breaker.tick(s.started_at) {
                 history.transitions.push(tr.to_record(target));
             }
-            let judged = p95.filter(|_| n as u64 >= config.baseline.min_samples_p95);
+            let judged = if n as u64 >= config.baseline.min_samples_p95 { p95 } else { LatencyP95::default() };
             if let Some(tr) = breaker.observe(Probe::from(s), judged, s.started_at) {
                 history.transitions.push(tr.to_record(target));
             }
@@ -253,7 +255,7 @@ fn readings(config: &Config, start: DateTime<Utc>, now: DateTime<Utc>, rng: &mut
     let at_now = CREDIT_LIMIT_USD - CREDIT_USED_AT_START_USD;
     let hours = DAYS * 24;
     let mut out = Vec::new();
-    for p in providers.iter().filter(|p| p.balance.is_some() && p.kind == ProviderKind::Openai) {
+    for p in providers.iter().filter(|p| p.balance.is_some()) {
         let mut spent = 0.0;
         let per_hour = (at_start - at_now) / hours as f64;
         for h in 0..hours {
@@ -389,9 +391,9 @@ mod tests {
         let incidents = targets.iter().enumerate().filter(|(i, _)| incident_start(*i, now).is_some()).count();
         assert!(incidents >= 2, "{incidents}");
         let opened: std::collections::BTreeSet<String> =
-            h.transitions.iter().filter(|t| t.to_state == "open").map(|t| t.target.id()).collect();
+            h.transitions.iter().filter(|t| t.to_state == crate::breaker::State::Open).map(|t| t.target.id()).collect();
         assert!(opened.len() >= incidents, "{opened:?}");
-        assert!(h.breakers.iter().all(|b| b.state == "closed"), "{:?}", h.breakers);
+        assert!(h.breakers.iter().all(|b| b.state == crate::breaker::State::Closed), "{:?}", h.breakers);
         // Rollups hold every probe of every hour.
         let probes: i64 = h.rollups.iter().filter(|r| r.metric == "probes").map(|r| r.count).sum();
         assert_eq!(probes as u64, h.probes);

@@ -8,12 +8,11 @@
 
 use super::trend::{Series, TrendCache, Trends};
 use super::HttpState;
-use crate::baseline::Baseline;
+use crate::baseline::{exceeds_failover, failover_threshold, Baseline, LatencyP95};
 use crate::breaker::{Explanation, State as BreakerState};
 use crate::config::Config;
 use crate::monitor::Snapshot;
-use crate::probe::outcome::Outcome;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::store::Store;
 use crate::target::Target;
 use axum::extract::State;
@@ -52,11 +51,7 @@ impl StatusPage {
             failover_factor: config.baseline.failover_factor,
             min_samples: config.baseline.min_samples_p95,
             refresh_s: config.probe.interval.as_secs().clamp(REFRESH_MIN_S, REFRESH_MAX_S),
-            credit: config
-                .providers
-                .iter()
-                .filter_map(|p| p.balance.as_ref().map(|b| (p.name.clone(), b.min_usd)))
-                .collect(),
+            credit: config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd)).collect(),
             trends: Arc::new(TrendCache::new(store.clone(), &config.region, config.baseline.window)),
             store,
         }
@@ -272,8 +267,10 @@ impl Health {
     }
 }
 
+/// One metric's cell over its failover threshold (the single-metric case of
+/// [`exceeds_failover`]).
 fn over(value: Option<f64>, base: Option<Baseline>, factor: f64) -> bool {
-    matches!((value, base.and_then(|b| b.p95)), (Some(v), Some(p95)) if v > factor * p95)
+    matches!((value, base.and_then(|b| b.p95)), (Some(v), Some(p95)) if v > failover_threshold(p95, factor))
 }
 
 impl Cell {
@@ -287,7 +284,12 @@ impl Cell {
         let Some(last) = &self.last else { return Health::Pending };
         if last.outcome.is_failure() {
             Health::Down
-        } else if over(last.ttfb_ms, self.ttfb, factor) || over(last.ttft_ms, self.ttft, factor) {
+        } else if exceeds_failover(
+            last.ttfb_ms,
+            last.ttft_ms,
+            LatencyP95 { ttfb: self.ttfb.and_then(|b| b.p95), ttft: self.ttft.and_then(|b| b.p95) },
+            factor,
+        ) {
             Health::Degraded
         } else {
             Health::Ok

@@ -1,9 +1,9 @@
 //! Every adapter against the real transcripts in tests/fixtures, with no sockets involved.
 
-use super::outcome::Outcome;
 use super::sse::SseParser;
 use super::{adapter_for, Reading};
 use crate::config::ProviderKind;
+use crate::sample::Outcome;
 use std::time::{Duration, Instant};
 
 struct Replay {

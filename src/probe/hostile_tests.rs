@@ -137,7 +137,7 @@ fn error_bodies_with_hostile_fields_never_panic() {
     ];
     for status in [0u16, 100, 399, 400, 401, 402, 404, 429, 500, 529, 999, u16::MAX] {
         for body in &bodies {
-            let _ = outcome::classify_http_error(status, body);
+            let _ = classify::classify_http_error(status, body);
             let msg = error_message(status, body);
             assert!(msg.len() <= ERROR_TEXT_LIMIT, "message not bounded: {} bytes", msg.len());
             let kept = scrub::clean(&msg, &scrub::Secrets::default(), scrub::MAX_ERROR_BYTES, true);

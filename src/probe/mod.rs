@@ -8,11 +8,11 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod classify;
 pub mod gemini;
 pub mod h1;
 pub mod http;
 pub mod openai;
-pub mod outcome;
 pub mod proxy;
 pub mod scrub;
 pub mod sse;
@@ -20,11 +20,11 @@ pub mod timing;
 pub mod trust;
 
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::target::Target;
 use chrono::{DateTime, Utc};
+use classify::classify_http_error;
 use h1::{Exchange, H1Error};
-use outcome::{classify_http_error, Outcome};
 use sse::{SseEvent, SseParser};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

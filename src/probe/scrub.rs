@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_dropped_and_counted() {
-        use crate::probe::outcome::Outcome;
+        use crate::sample::Outcome;
         let target = crate::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
         let now = chrono::Utc::now();
         for cost in [-1e12, 1e308, f64::NAN, f64::INFINITY, 100.01] {

@@ -3,7 +3,7 @@
 //! reqwest hides connection phases, so the probe dials itself and runs its HTTP/1.1 exchange
 //! ([`super::h1`]) on the stream; that layer stamps the response's reads.
 
-use super::outcome::Outcome;
+use crate::sample::Outcome;
 use rustls::pki_types::ServerName;
 use std::io;
 use std::net::SocketAddr;

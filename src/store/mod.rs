@@ -238,7 +238,7 @@ pub struct BreakerRecord {
     /// Target and region.
     pub target: Target,
     /// `closed`, `half_open` or `open`.
-    pub state: String,
+    pub state: crate::breaker::State,
     /// When it entered that state.
     pub since: DateTime<Utc>,
     /// Machine-readable detail (counters, tripping probes, next half-open time).
@@ -251,9 +251,9 @@ pub struct BreakerTransition {
     /// Target and region.
     pub target: Target,
     /// Previous state.
-    pub from_state: String,
+    pub from_state: crate::breaker::State,
     /// New state.
-    pub to_state: String,
+    pub to_state: crate::breaker::State,
     /// When.
     pub at: DateTime<Utc>,
     /// Why, for humans (`3 failed probes in 120s: server_error, server_error, timeout`).

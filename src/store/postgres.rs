@@ -589,7 +589,7 @@ impl Store for PgStore {
         .bind(&r.target.model)
         .bind(r.target.route_label())
         .bind(&r.target.region)
-        .bind(&r.state)
+        .bind(r.state.as_str())
         .bind(r.since)
         .bind(r.detail.to_string())
         .execute(&mut *self.conn().await?)
@@ -611,7 +611,7 @@ impl Store for PgStore {
             .map(|row| {
                 Ok(BreakerRecord {
                     target: target_of(row)?,
-                    state: row.try_get("state")?,
+                    state: super::rows::breaker_state(row, "state")?,
                     since: row.try_get("since")?,
                     detail: json_of(row, "detail")?,
                 })
@@ -629,8 +629,8 @@ impl Store for PgStore {
         .bind(&t.target.model)
         .bind(t.target.route_label())
         .bind(&t.target.region)
-        .bind(&t.from_state)
-        .bind(&t.to_state)
+        .bind(t.from_state.as_str())
+        .bind(t.to_state.as_str())
         .bind(t.at)
         .bind(clean(&t.reason))
         .execute(&mut *self.conn().await?)

@@ -2,8 +2,7 @@
 //! backend only says how it reads the two column kinds it stores differently (ids, times).
 
 use super::{BreakerTransition, OutboxItem};
-use crate::probe::outcome::Outcome;
-use crate::sample::Sample;
+use crate::sample::{Outcome, Sample};
 use crate::target::Target;
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Decode, Row, Type};
@@ -118,6 +117,17 @@ where
     })
 }
 
+/// A breaker state column (`closed`, `half_open`, `open`); anything else is a decode error.
+pub(crate) fn breaker_state<R>(row: &R, col: &str) -> Result<crate::breaker::State, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let text: String = row.try_get(col)?;
+    text.parse().map_err(|e: String| sqlx::Error::ColumnDecode { index: col.to_owned(), source: e.into() })
+}
+
 /// One `breaker_transitions` row.
 pub(crate) fn transition_of<R>(row: &R) -> Result<BreakerTransition, sqlx::Error>
 where
@@ -127,8 +137,8 @@ where
 {
     Ok(BreakerTransition {
         target: target_of(row)?,
-        from_state: row.try_get("from_state")?,
-        to_state: row.try_get("to_state")?,
+        from_state: breaker_state(row, "from_state")?,
+        to_state: breaker_state(row, "to_state")?,
         at: row.time("at")?,
         reason: row.try_get("reason")?,
     })

@@ -422,7 +422,7 @@ impl Store for SqliteStore {
         .bind(&r.target.model)
         .bind(r.target.route_label())
         .bind(&r.target.region)
-        .bind(&r.state)
+        .bind(r.state.as_str())
         .bind(ts(r.since))
         .bind(r.detail.to_string())
         .execute(&self.pool)
@@ -443,7 +443,7 @@ impl Store for SqliteStore {
         collect(&rows, |row| {
             Ok(BreakerRecord {
                 target: target_of(row)?,
-                state: row.try_get("state")?,
+                state: super::rows::breaker_state(row, "state")?,
                 since: time_of(row, "since")?,
                 detail: json_of(row, "detail")?,
             })
@@ -459,8 +459,8 @@ impl Store for SqliteStore {
         .bind(&t.target.model)
         .bind(t.target.route_label())
         .bind(&t.target.region)
-        .bind(&t.from_state)
-        .bind(&t.to_state)
+        .bind(t.from_state.as_str())
+        .bind(t.to_state.as_str())
         .bind(ts(t.at))
         .bind(&t.reason)
         .execute(&self.pool)

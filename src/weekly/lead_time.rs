@@ -42,8 +42,10 @@ pub fn lead_times(incidents: &[ProviderIncident], transitions: &[BreakerTransiti
             .entry(i.provider.clone())
             .or_insert_with(|| (ProviderLead { provider: i.provider.clone(), ..ProviderLead::default() }, Vec::new()));
         lead.incidents += 1;
-        let openings =
-            transitions.iter().filter(|t| t.target.provider == i.provider && t.to_state == "open").map(|t| t.at);
+        let openings = transitions
+            .iter()
+            .filter(|t| t.target.provider == i.provider && t.to_state == crate::breaker::State::Open)
+            .map(|t| t.at);
         let before: Option<DateTime<Utc>> =
             openings.clone().filter(|at| *at >= i.created_at - LOOKBACK && *at < i.created_at).min();
         match before {
@@ -95,8 +97,8 @@ mod tests {
     fn opened(provider: &str, when: &str, to: &str) -> BreakerTransition {
         BreakerTransition {
             target: Target { provider: provider.into(), model: "m".into(), route: None, region: "eu".into() },
-            from_state: "closed".into(),
-            to_state: to.into(),
+            from_state: crate::breaker::State::Closed,
+            to_state: to.parse().expect("breaker state"),
             at: at(when),
             reason: "errors".into(),
         }

@@ -293,8 +293,9 @@ impl Collector {
         }
 
         let mut openings: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for t in
-            transitions.iter().filter(|t| t.to_state == "open" && this.contains(t.at) && in_scope(&t.target.region))
+        for t in transitions
+            .iter()
+            .filter(|t| t.to_state == crate::breaker::State::Open && this.contains(t.at) && in_scope(&t.target.region))
         {
             *openings.entry((t.target.provider.clone(), t.target.region.clone())).or_default() += 1;
         }
@@ -437,7 +438,7 @@ pub async fn build(store: &dyn Store, region: Option<&str>, now: DateTime<Utc>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::outcome::Outcome;
+    use crate::sample::Outcome;
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).expect("time").with_timezone(&Utc)
