@@ -2018,6 +2018,20 @@ base_url = "not-a-url"
     }
 
     #[test]
+    fn a_balance_is_refused_where_credit_cannot_be_polled() {
+        let p = |kind: &str| {
+            format!("[[provider]]\nname = \"s\"\nkind = \"{kind}\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"m\"]\nbalance = {{ min_usd = 5.0 }}\n")
+        };
+        let k = [("K", "sk-test-k")];
+        for kind in ["anthropic", "gemini", "azure"] {
+            let msg = err_at(&p(kind), &k, "provider[0].balance");
+            assert!(msg.contains(&format!("kind = \"{kind}\" has none")), "{msg}");
+        }
+        let c = Config::from_toml(&p("openai"), &env(&k)).expect("openai kind polls credit");
+        assert_eq!(c.credit_watch().map(|(p, b)| (p.name.as_str(), b.min_usd)).collect::<Vec<_>>(), [("s", 5.0)]);
+    }
+
+    #[test]
     fn provider_numbers_have_ranges() {
         let p = |extra: &str| {
             format!("[[provider]]\nname = \"s\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"m\"]\n{extra}")
