@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the optional real-inference-server test tier: a venv with llama-cpp-python[server] and
 # gguf, cached outside the clone so CI and later runs reuse it. Compiling llama.cpp takes minutes
-# the first time; on failure the tier's test skips and says why (see tests/prompt_cache.rs).
+# the first time; on failure the tier's test skips and says why (see tests/it/prompt_cache.rs).
 set -uo pipefail
 venv="${VIGIL_LLAMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vigil-llama-venv}"
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import llama_cpp.server, gguf, numpy' 2>/dev/null; then

@@ -10,7 +10,7 @@ SUDO=""
 
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
-# amtool and the Alertmanager binary itself (tests/alertmanager.rs runs a real one).
+# amtool and the Alertmanager binary itself (tests/it/alertmanager.rs runs a real one).
 { command -v amtool && { command -v prometheus-alertmanager || command -v alertmanager; }; } >/dev/null \
   || need_apt+=(prometheus-alertmanager)
 command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
@@ -20,7 +20,7 @@ python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v c++ >/dev/null || need_apt+=(g++)
 command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
-# tests/http_server.rs runs the binary under a low open-file limit with prlimit.
+# tests/it/http_server.rs runs the binary under a low open-file limit with prlimit.
 command -v prlimit >/dev/null || need_apt+=(util-linux)
 [ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -55,11 +55,11 @@ if ! "$VIGIL_LITELLM_VENV/bin/python" -c 'import litellm, yaml' 2>/dev/null; the
     echo "LiteLLM venv not built: the LiteLLM router checks will be skipped" >&2
   fi
 fi
-# The optional real-inference-server tier (tests/prompt_cache.rs): a cached venv with
+# The optional real-inference-server tier (tests/it/prompt_cache.rs): a cached venv with
 # llama-cpp-python[server]; when it cannot be built the test prints why and skips.
 if [ "${VIGIL_LLAMA_TIER:-1}" != 0 ]; then
   log "llama tier (prompt-cache test)"
-  ./scripts/llama-tier.sh || echo "llama tier unavailable; tests/prompt_cache.rs will skip"
+  ./scripts/llama-tier.sh || echo "llama tier unavailable; tests/it/prompt_cache.rs will skip"
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;
@@ -85,6 +85,8 @@ if ! pg_ok; then
 fi
 
 log "cargo test"
+# Every tool above is installed, so a test that would skip for a missing tool fails instead.
+export VIGIL_REQUIRE_TOOLS=1
 out=$(mktemp)
 status=0
 cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 2>&1 | tee "$out" || status=$?

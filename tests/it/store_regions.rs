@@ -1,6 +1,6 @@
 //! Several regional instances share one PostgreSQL: concurrent writes, racing partition creation.
 
-mod store_support;
+use crate::support::store as store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, target, PgTestDb};

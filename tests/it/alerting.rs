@@ -123,14 +123,12 @@ models = ["m"]
     assert!(first.header("idempotency-key").is_some());
 
     healthy.store(true, Ordering::SeqCst);
-    let mut all = Vec::new();
-    for _ in 0..600 {
-        all = deliveries(&hook);
-        if all.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string())) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let all = crate::support::eventually(Duration::from_secs(60), "the errors alert to resolve", || {
+        let all = deliveries(&hook);
+        let resolved = all.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string()));
+        async move { resolved.then_some(all) }
+    })
+    .await;
     shutdown.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");

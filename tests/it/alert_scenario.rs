@@ -4,8 +4,7 @@
 //! webhook receiver counting what is sent. One page (and one resolve) per fault across both
 //! regions, none for the heavy tail, one `flapping` notice.
 
-#[path = "store_support/mod.rs"]
-mod store_support;
+use crate::support::store as store_support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};

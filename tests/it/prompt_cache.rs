@@ -101,7 +101,7 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join("tiny.gguf");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/tiny_gguf.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/tiny_gguf.py");
     match Command::new(&python).arg(script).arg(&model).output() {
         Ok(o) if o.status.success() => {}
         Ok(o) => return skip(&format!("tiny model not written: {}", String::from_utf8_lossy(&o.stderr))),

@@ -1,8 +1,7 @@
 //! Email through a real SMTP server process (Python aiosmtpd) on loopback.
 //! Needs `pip install aiosmtpd`.
 
-#[path = "support/smtp_server.rs"]
-mod smtp_server;
+use crate::support::smtp_server;
 
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;

@@ -1,6 +1,6 @@
 //! One contract suite, run against a fresh SQLite file and a fresh PostgreSQL database per test.
 
-mod store_support;
+use crate::support::store as store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};

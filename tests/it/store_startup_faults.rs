@@ -4,9 +4,8 @@
 //! migration retry succeeds once the database is fixed. Only a URL that cannot be parsed is a
 //! configuration error.
 
-mod store_support;
-#[path = "support/tcp_proxy.rs"]
-mod tcp_proxy;
+use crate::support::store as store_support;
+use crate::support::tcp_proxy;
 
 use sqlx::Connection;
 use std::collections::BTreeMap;

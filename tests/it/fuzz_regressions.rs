@@ -1,13 +1,13 @@
 //! Replays saved fuzz inputs and the fixture seeds through the fuzz harnesses (`sse_stream`,
 //! `h1_response`, `error_response`), so what the fuzzer once broke stays fixed without running the fuzzer.
 
-#[path = "../fuzz/harness.rs"]
+#[path = "../../fuzz/harness.rs"]
 mod harness;
 
-#[path = "../fuzz/h1_harness.rs"]
+#[path = "../../fuzz/h1_harness.rs"]
 mod h1_harness;
 
-#[path = "../fuzz/error_harness.rs"]
+#[path = "../../fuzz/error_harness.rs"]
 mod error_harness;
 
 use std::path::{Path, PathBuf};

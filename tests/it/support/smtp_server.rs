@@ -27,7 +27,7 @@ impl SmtpServer {
 
     fn spawn(auth: Option<(&str, &str)>, port: Option<u16>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let script = format!("{}/tests/support/alert_smtp_server.py", env!("CARGO_MANIFEST_DIR"));
+        let script = format!("{}/tests/it/support/alert_smtp_server.py", env!("CARGO_MANIFEST_DIR"));
         let mut cmd = Command::new("python3");
         cmd.arg(script).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(port) = port {

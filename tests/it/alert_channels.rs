@@ -1,8 +1,7 @@
 //! Each channel against a real HTTP receiver on loopback: payload shapes match the wire
 //! fixtures, signatures verify, and receiver answers map to retryable or permanent failures.
 
-#[path = "support/alert_receiver.rs"]
-mod receiver;
+use crate::support::alert_receiver as receiver;
 
 use chrono::{DateTime, Utc};
 use receiver::{assert_same_shape, fixture, Receiver, Reply};

@@ -2,10 +2,8 @@
 //! delivering to real HTTP receivers on loopback: outages, rate limits, hangs, rejections,
 //! deadlines and restarts lose nothing and deliver each alert once.
 
-#[path = "support/alert_receiver.rs"]
-mod receiver;
-#[path = "store_support/mod.rs"]
-mod store_support;
+use crate::support::alert_receiver as receiver;
+use crate::support::store as store_support;
 
 use chrono::{DateTime, Utc};
 use receiver::{Receiver, Reply};
@@ -381,18 +379,7 @@ async fn a_single_region_owns_every_incident_and_pages_as_before(fx: Fixture) {
     assert_eq!(got.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), vec!["firing", "resolved"], "{got:?}");
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(super::Fixture::sqlite().await).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(super::Fixture::postgres().await).await })*
-        }
-    };
-}
-
-on_both_stores!(
+store_support::on_both_stores!(
     each_channel_gets_the_alert_once_even_when_enqueued_twice,
     a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers,
     retry_after_is_honoured,

@@ -1,7 +1,7 @@
 //! SQLite on a disk that fills up and empties again (a real tmpfs, mounted by the test; skipped
 //! with a message where mounting is not allowed), and SQLite files damaged on purpose.
 
-mod store_support;
+use crate::support::store as store_support;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use std::collections::BTreeSet;

@@ -3,9 +3,8 @@
 //! database: every figure in the HTML is checked against a computation of its own over a query
 //! of the same samples, the charts decode as PNGs, and the email goes through a real SMTP server.
 
-#[path = "support/smtp_server.rs"]
-mod smtp_server;
-mod store_support;
+use crate::support::smtp_server;
+use crate::support::store as store_support;
 
 use base64::Engine;
 use chrono::{DateTime, Duration, Utc};

@@ -45,6 +45,9 @@ fn artifacts() -> PathBuf {
 }
 
 async fn screenshot(url: &str, path: &Path, (width, height): (u32, u32)) {
+    if !crate::support::tool_available("chromium", &[], "apt-get install -y chromium") {
+        return;
+    }
     let profile = tempfile::tempdir().expect("chromium profile dir");
     let _ = std::fs::remove_file(path);
     let out = tokio::process::Command::new("chromium")

@@ -2,10 +2,8 @@
 //! its PostgreSQL host goes dark, stops within its bound on SIGTERM with what it could not store
 //! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
 
-#[path = "store_support/mod.rs"]
-mod store_support;
-#[path = "support/tcp_proxy.rs"]
-mod tcp_proxy;
+use crate::support::store as store_support;
+use crate::support::tcp_proxy;
 
 use std::path::Path;
 use std::process::Stdio;

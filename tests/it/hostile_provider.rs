@@ -3,8 +3,7 @@
 //! header) back leaks it nowhere: not in the SQLite file, `/v1/targets`, the status page,
 //! `/metrics`, an alert payload at a real receiver, or the logs.
 
-#[path = "support/alert_receiver.rs"]
-mod alert_receiver;
+use crate::support::alert_receiver;
 
 use alert_receiver::{Receiver, Reply};
 use chrono::Utc;

@@ -359,7 +359,7 @@ async fn keep_records_bounds_the_log_and_still_stamps_the_newest() {
     assert!(records.iter().all(|r| r.head_written_at.is_some() && r.chunk_written_at.len() == 1));
 }
 
-/// Benchmark, not run by default: `cargo test --release --test demo_standin -- --ignored --nocapture`.
+/// Benchmark, not run by default: `cargo test --release --test it demo_standin -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: thousands of sockets"]
 async fn bench_5000_concurrent_streams() {

@@ -1,7 +1,6 @@
 //! OpenRouter credit polling against a real HTTP server on loopback serving the wire fixtures.
 
-#[path = "support/alert_receiver.rs"]
-mod receiver;
+use crate::support::alert_receiver as receiver;
 
 use receiver::{fixture, Receiver, Reply};
 use secrecy::SecretString;

@@ -1,8 +1,7 @@
 //! The daemon and the binary end to end: `vigil run` against stand-in providers on loopback,
 //! `/metrics` checked by promtool, and the CLI's output and exit codes.
 
-#[path = "support/promtool.rs"]
-mod promtool;
+use crate::support::promtool;
 
 use std::collections::BTreeMap;
 use std::process::Command;

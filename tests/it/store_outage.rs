@@ -1,6 +1,6 @@
 //! Outage safety: samples survive an unreachable PostgreSQL, a killed writer and a torn spool line.
 
-mod store_support;
+use crate::support::store as store_support;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use std::collections::BTreeSet;

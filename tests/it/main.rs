@@ -1,0 +1,42 @@
+//! The integration tests, as one crate: one binary to build and link instead of one per file.
+//! Each module is one area (its file says what it proves); `support` holds what they share:
+//! loopback receivers, an SMTP server, promtool, a TCP proxy, both-backends store fixtures, and
+//! the `eventually` and tool-tier helpers.
+
+mod support;
+
+mod alert_backtest;
+mod alert_balance;
+mod alert_channels;
+mod alert_email;
+mod alert_outbox;
+mod alert_scenario;
+mod alerting;
+mod alertmanager;
+mod baseline_accuracy;
+mod bounded_bodies;
+mod cli_honest;
+mod config_bounds;
+mod daemon;
+mod decisions;
+mod demo_first_hour;
+mod demo_profiles;
+mod demo_standin;
+mod deploy_assets;
+mod fuzz_regressions;
+mod hostile_provider;
+mod http_server;
+mod pricing;
+mod probe_proxy;
+mod probe_standin;
+mod prompt_cache;
+mod provider_status;
+mod router_export;
+mod status_page;
+mod store_contract;
+mod store_disk_faults;
+mod store_outage;
+mod store_regions;
+mod store_startup_faults;
+mod watchman;
+mod weekly_report;
