@@ -374,7 +374,8 @@ async fn finish(tasks: &mut Vec<Task>, name: &'static str, deadline: tokio::time
     }
 }
 
-/// Background upkeep: migrations retried while the database was down at start, then hourly retention.
+/// Background upkeep: migrations retried while the database was down at start, then the
+/// retention job (`store::retention`), which never touches the sample road.
 async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
     while !migrated {
@@ -390,19 +391,7 @@ async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, sh
             },
         }
     }
-    let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = hourly.tick() => {
-                let cutoff = chrono::Utc::now() - chrono::Duration::days(i64::from(config.storage.retention_days));
-                match store.purge_samples_before(cutoff).await {
-                    Ok(n) => tracing::info!(removed = n, %cutoff, "retention: old samples removed"),
-                    Err(e) => tracing::warn!(error = %e, "retention run failed; will retry next hour"),
-                }
-            }
-        }
-    }
+    store::retention::run(store, store::retention::Policy::from_config(&config.storage), shutdown).await;
 }
 
 /// Copies the outbox's delivery counters into the Prometheus metrics every second.

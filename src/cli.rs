@@ -447,7 +447,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 (false, _) => None,
                 (true, Some(seed)) => crate::signing::ExportSigner::from_seed(seed),
                 (true, None) => anyhow::bail!(UsageError(
-                    "--sign needs http.signing_key_env naming a variable that holds the key".into()
+                    "--sign needs http.signing_key_env (or http.signing_key_file) naming where the key is".into()
                 )),
             };
             let store = open_reading(&c, demo).await?;

@@ -157,6 +157,30 @@ pub struct StorageConfig {
     pub batch_size: usize,
     /// Longest a sample waits for its batch to fill.
     pub batch_age: Duration,
+    /// `[storage.retention]`: how long everything but raw samples is kept.
+    pub retention: RetentionConfig,
+}
+
+/// `[storage.retention]`: days each table is kept, and how the job deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Hourly rollups (`rollups_days`, at least the baseline window).
+    pub rollups_days: u32,
+    /// Delivered and abandoned alert outbox items (`outbox_days`); pending ones are never removed.
+    pub outbox_days: u32,
+    /// Breaker transition history (`breaker_transitions_days`).
+    pub breaker_transitions_days: u32,
+    /// Credit balance readings (`credit_readings_days`).
+    pub credit_readings_days: u32,
+    /// Alert state, target status, incident leases and sightings of regions that stopped
+    /// writing them (`alert_state_days`).
+    pub alert_state_days: u32,
+    /// Providers' status page incidents and components (`provider_status_days`).
+    pub provider_status_days: u32,
+    /// Most rows one delete statement removes (`batch_size`).
+    pub batch_size: u32,
+    /// Time between retention runs (`every`).
+    pub every: Duration,
 }
 
 /// `[http]`.
@@ -295,7 +319,7 @@ pub struct ProviderConfig {
 pub struct SecretHeader {
     /// Header name (`api-key`).
     pub name: String,
-    /// Variable the value was read from.
+    /// Variable the value was read from (`headers_env`); empty when read from a file (`headers_file`).
     pub env: String,
     /// The value.
     pub value: SecretString,
@@ -529,6 +553,7 @@ struct RawStorage {
     spool_max_mb: u64,
     batch_size: usize,
     batch_age: String,
+    retention: RawRetention,
 }
 
 impl Default for RawStorage {
@@ -540,8 +565,62 @@ impl Default for RawStorage {
             spool_max_mb: 256,
             batch_size: 5_000,
             batch_age: "1s".into(),
+            retention: RawRetention::default(),
         }
     }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRetention {
+    rollups_days: u32,
+    outbox_days: u32,
+    breaker_transitions_days: u32,
+    credit_readings_days: u32,
+    alert_state_days: u32,
+    provider_status_days: u32,
+    batch_size: u32,
+    every: String,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        RawRetention {
+            rollups_days: 400,
+            outbox_days: 30,
+            breaker_transitions_days: 180,
+            credit_readings_days: 90,
+            alert_state_days: 30,
+            provider_status_days: 180,
+            batch_size: 5_000,
+            every: "1h".into(),
+        }
+    }
+}
+
+fn validate_retention(raw: &RawRetention, baseline_window: Duration) -> Result<RetentionConfig, ConfigError> {
+    let days = |key: &str, v: u32| count_in(&format!("storage.retention.{key}"), v, 1, 3650);
+    let rollups_days = days("rollups_days", raw.rollups_days)?;
+    // Baselines are rebuilt from rollups at start: pruning inside the window would shrink them.
+    if Duration::from_secs(u64::from(rollups_days) * 86_400) < baseline_window {
+        return Err(invalid(
+            "storage.retention.rollups_days",
+            format!(
+                "{rollups_days} days is shorter than baseline.window ({}): baselines are built from rollups",
+                humantime::format_duration(baseline_window)
+            ),
+        ));
+    }
+    Ok(RetentionConfig {
+        rollups_days,
+        outbox_days: days("outbox_days", raw.outbox_days)?,
+        breaker_transitions_days: days("breaker_transitions_days", raw.breaker_transitions_days)?,
+        credit_readings_days: days("credit_readings_days", raw.credit_readings_days)?,
+        alert_state_days: days("alert_state_days", raw.alert_state_days)?,
+        provider_status_days: days("provider_status_days", raw.provider_status_days)?,
+        batch_size: count_in("storage.retention.batch_size", raw.batch_size, 100, 100_000)?,
+        every: duration_in("storage.retention.every", &raw.every, MINUTE, DAY)?,
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -550,6 +629,8 @@ struct RawHttp {
     listen: String,
     api_token_env: String,
     signing_key_env: String,
+    api_token_file: String,
+    signing_key_file: String,
 }
 
 impl Default for RawHttp {
@@ -558,6 +639,8 @@ impl Default for RawHttp {
             listen: "127.0.0.1:9470".into(),
             api_token_env: "VIGIL_API_TOKEN".into(),
             signing_key_env: String::new(),
+            api_token_file: String::new(),
+            signing_key_file: String::new(),
         }
     }
 }
@@ -642,6 +725,7 @@ struct RawProvider {
     kind: Option<ProviderKind>,
     base_url: Option<String>,
     api_key_env: Option<String>,
+    api_key_file: Option<String>,
     models: Option<Vec<String>>,
     #[serde(default)]
     routes: Vec<String>,
@@ -655,6 +739,8 @@ struct RawProvider {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
+    #[serde(default)]
+    headers_file: BTreeMap<String, String>,
     ca_file: Option<String>,
     client_cert_file: Option<String>,
     client_key_file: Option<String>,
@@ -729,14 +815,16 @@ impl Default for RawAlerts {
 #[serde(deny_unknown_fields)]
 struct RawSlack {
     name: Option<String>,
-    webhook_url_env: String,
+    webhook_url_env: Option<String>,
+    webhook_url_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEmail {
     name: Option<String>,
-    smtp_url_env: String,
+    smtp_url_env: Option<String>,
+    smtp_url_file: Option<String>,
     from: String,
     to: Vec<String>,
 }
@@ -745,7 +833,8 @@ struct RawEmail {
 #[serde(deny_unknown_fields)]
 struct RawPagerDuty {
     name: Option<String>,
-    routing_key_env: String,
+    routing_key_env: Option<String>,
+    routing_key_file: Option<String>,
     events_url: Option<String>,
 }
 
@@ -761,15 +850,18 @@ struct RawMaintenance {
 #[serde(deny_unknown_fields)]
 struct RawWebhook {
     name: Option<String>,
-    url_env: String,
+    url_env: Option<String>,
+    url_file: Option<String>,
     secret_env: Option<String>,
+    secret_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAlertmanager {
     name: Option<String>,
-    url_env: String,
+    url_env: Option<String>,
+    url_file: Option<String>,
     repost_every: Option<String>,
     ends_after: Option<String>,
 }
@@ -891,6 +983,21 @@ pub fn builtin_defaults() -> impl Iterator<Item = (&'static str, String, &'stati
 pub trait Env {
     /// Value of `name`, if set and non-empty.
     fn get(&self, name: &str) -> Option<String>;
+
+    /// Value of `name`, or the content of the file named by `<name>_FILE` (trailing newline
+    /// removed); an unreadable file is an error naming `<name>_FILE` and the path. Setting
+    /// both is refused: which one wins would be a guess.
+    fn get_or_file(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        let file_var = format!("{name}_FILE");
+        match (self.get(name), self.get(&file_var)) {
+            (Some(_), Some(_)) => Err(invalid(file_var, format!("set either {name} or {name}_FILE, not both"))),
+            (Some(v), None) => Ok(Some(v)),
+            (None, Some(path)) => {
+                crate::secret_file::read(Path::new(&path)).map(Some).map_err(|m| invalid(file_var, m))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 /// The process environment.
@@ -973,6 +1080,12 @@ impl Config {
         for name in &order {
             if let Some(p) = self.providers.iter().find(|p| &p.name == name) {
                 let mut t = provider_table(p);
+                // Paths to secrets are shown as written (the secrets themselves never are).
+                for k in ["api_key_file", "headers_file"] {
+                    if let Some(v) = raw_of(name).and_then(|raw| raw.get(k)) {
+                        t.insert(k.into(), v.clone());
+                    }
+                }
                 // Spelled out so the document reads back the same ("" = off, even for a built-in).
                 let page = self.status_pages.pages.iter().find(|s| &s.provider == name);
                 t.insert(
@@ -992,10 +1105,13 @@ impl Config {
         doc.insert("provider".into(), toml::Value::Array(providers));
         let mut head = String::from(
             "# vigil check-config: the resolved configuration. Secrets are read from the variables\n\
-             # named by the *_env keys and are never printed.\n",
+             # named by the *_env keys (or their *_FILE twins) or the files named by the *_file keys,\n\
+             # and are never printed.\n",
         );
         if Url::parse(url).is_ok_and(|u| u.password().is_some()) {
-            head.push_str("# storage.url: the password is replaced; set DATABASE_URL to supply it.\n");
+            head.push_str(
+                "# storage.url: the password is replaced; set DATABASE_URL (or DATABASE_URL_FILE) to supply it.\n",
+            );
         }
         for (name, var) in &self.skipped {
             head.push_str(&format!("# provider {name} is skipped while {var} is not set.\n"));
@@ -1068,8 +1184,11 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
     }
     if !p.secret_headers.is_empty() {
         // The variables' names only: the values never leave the process.
-        let env: toml::Table = p.secret_headers.iter().map(|h| (h.name.clone(), s(&h.env))).collect();
-        t.insert("headers_env".into(), toml::Value::Table(env));
+        let env: toml::Table =
+            p.secret_headers.iter().filter(|h| !h.env.is_empty()).map(|h| (h.name.clone(), s(&h.env))).collect();
+        if !env.is_empty() {
+            t.insert("headers_env".into(), toml::Value::Table(env));
+        }
     }
     if !p.prices.is_empty() {
         let price = |pr: &Price| {
@@ -1119,23 +1238,33 @@ pub fn redact_url(url: &str) -> String {
 /// the type the default has, so `VIGIL_PROBE_CONCURRENCY=abc` is rejected naming the variable.
 fn apply_env_overrides(doc: &mut toml::Table, env: &dyn Env) -> Result<(), ConfigError> {
     let defaults = toml::Table::try_from(RawConfig::default()).map_err(|e| invalid("config", e.to_string()))?;
-    if let Some(url) = env.get("DATABASE_URL") {
+    if let Some(url) = env.get_or_file("DATABASE_URL")? {
         table_mut(doc, "storage").insert("url".into(), toml::Value::String(url));
     }
-    for (key, default) in &defaults {
+    override_scalars(doc, &defaults, "VIGIL", env)
+}
+
+/// Overrides each scalar of `defaults` found in the environment as `<prefix>_<KEY>`, nested
+/// tables included (`storage.retention.every` → `VIGIL_STORAGE_RETENTION_EVERY`).
+fn override_scalars(
+    doc: &mut toml::Table,
+    defaults: &toml::Table,
+    prefix: &str,
+    env: &dyn Env,
+) -> Result<(), ConfigError> {
+    for (key, default) in defaults {
+        let var = format!("{prefix}_{}", key.to_uppercase());
         match default {
             toml::Value::Table(section) => {
-                for (sub, default) in section {
-                    let var = format!("VIGIL_{}_{}", key.to_uppercase(), sub.to_uppercase());
-                    if let Some(v) = env.get(&var) {
-                        let value = parse_like(default, &v).map_err(|m| invalid(var, m))?;
-                        table_mut(doc, key).insert(sub.clone(), value);
-                    }
+                // Built aside and merged only when something is set: `source` keeps its shape.
+                let mut found = toml::Table::new();
+                override_scalars(&mut found, section, &var, env)?;
+                if !found.is_empty() {
+                    merge(table_mut(doc, key), &found);
                 }
             }
             scalar => {
-                let var = format!("VIGIL_{}", key.to_uppercase());
-                if let Some(v) = env.get(&var) {
+                if let Some(v) = env.get_or_file(&var)? {
                     let value = parse_like(scalar, &v).map_err(|m| invalid(var, m))?;
                     doc.insert(key.clone(), value);
                 }
@@ -1253,14 +1382,31 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         spool_max_bytes: count_in("storage.spool_max_mb", raw.storage.spool_max_mb, 1, 1 << 20)? * 1024 * 1024,
         batch_size: size_in("storage.batch_size", raw.storage.batch_size, 1, 100_000)?,
         batch_age: duration_in("storage.batch_age", &raw.storage.batch_age, Duration::from_millis(1), MINUTE)?,
+        retention: validate_retention(
+            &raw.storage.retention,
+            duration_in("baseline.window", &raw.baseline.window, MINUTE, 90 * DAY)?,
+        )?,
     };
     let http = HttpConfig {
         listen: raw.http.listen.parse().map_err(|_| {
             invalid("http.listen", format!("{:?} is not host:port (e.g. 127.0.0.1:9470)", raw.http.listen))
         })?,
-        api_token: env.get(&raw.http.api_token_env).map(SecretString::from),
+        // A file, when given, replaces the default variable.
+        api_token: match raw.http.api_token_file.trim() {
+            "" => secret_of(env, "http.api_token", Some(raw.http.api_token_env.as_str()), None)?,
+            file => secret_of(env, "http.api_token", None, Some(file))?,
+        },
         api_token_env: raw.http.api_token_env,
-        signing_key: crate::signing::key_from_env(&raw.http.signing_key_env, env)?,
+        signing_key: match raw.http.signing_key_file.trim() {
+            "" => crate::signing::key_from_env(&raw.http.signing_key_env, env)?,
+            file if raw.http.signing_key_env.trim().is_empty() => Some(crate::signing::key_from_file(Path::new(file))?),
+            _ => {
+                return Err(invalid(
+                    "http.signing_key_file",
+                    "set either http.signing_key_env or http.signing_key_file, not both",
+                ))
+            }
+        },
         signing_key_env: Some(raw.http.signing_key_env).filter(|v| !v.is_empty()),
     };
     let p = &raw.probe;
@@ -1314,6 +1460,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 kind: None,
                 base_url: None,
                 api_key_env: None,
+                api_key_file: None,
                 models: None,
                 routes: vec![],
                 reasoning_models: vec![],
@@ -1322,6 +1469,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 prices: BTreeMap::new(),
                 headers: BTreeMap::new(),
                 headers_env: BTreeMap::new(),
+                headers_file: BTreeMap::new(),
                 ca_file: None,
                 client_cert_file: None,
                 client_key_file: None,
@@ -1339,7 +1487,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             return Err(invalid(key("name"), "must not be empty"));
         }
         no_controls(&key("name"), &rp.name)?;
-        validate_headers(i, &rp.headers, &rp.headers_env)?;
+        validate_headers(i, &rp.headers, &rp.headers_env, &rp.headers_file)?;
         if !names.insert(rp.name.clone()) {
             return Err(invalid(key("name"), format!("duplicate provider name {:?}", rp.name)));
         }
@@ -1356,12 +1504,20 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         if !matches!(base_url.scheme(), "http" | "https") {
             return Err(invalid(key("base_url"), format!("scheme {:?} is not http or https", base_url.scheme())));
         }
-        let api_key_env = rp.api_key_env.or(builtin.map(|b| b.key_env.to_string()));
-        let api_key = api_key_env.as_deref().and_then(|v| env.get(v)).map(SecretString::from);
+        let api_key_file = rp.api_key_file.filter(|f| !f.trim().is_empty());
+        // A file, when given, replaces the built-in default variable.
+        let api_key_env = match &api_key_file {
+            Some(_) => rp.api_key_env,
+            None => rp.api_key_env.or(builtin.map(|b| b.key_env.to_string())),
+        };
+        let api_key = secret_of(env, &key("api_key"), api_key_env.as_deref(), api_key_file.as_deref())?;
         if kind != ProviderKind::Http && api_key.is_none() {
             let var = api_key_env.clone().unwrap_or_default();
             if var.is_empty() {
-                return Err(invalid(key("api_key_env"), "missing: name the variable that holds the key"));
+                return Err(invalid(
+                    key("api_key_env"),
+                    "missing: name the variable (api_key_env) or the file (api_key_file) that holds the key",
+                ));
             }
             skipped.push((rp.name.clone(), var));
             continue;
@@ -1422,20 +1578,28 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             )?;
         }
         let mut secret_headers = Vec::new();
-        for (name, var) in &rp.headers_env {
-            let value = env.get(var).ok_or_else(|| {
-                invalid(format!("provider[{i}].headers_env.{name}"), format!("environment variable {var} is not set"))
+        let from_env = rp.headers_env.iter().map(|(n, var)| (n, "headers_env", var, env.get_or_file(var)));
+        let from_file = rp.headers_file.iter().map(|(n, path)| {
+            let value = crate::secret_file::read(Path::new(path))
+                .map(Some)
+                .map_err(|m| invalid(format!("provider[{i}].headers_file.{n}"), m));
+            (n, "headers_file", path, value)
+        });
+        for (name, field, source, value) in from_env.chain(from_file) {
+            let hkey = format!("provider[{i}].{field}.{name}");
+            let value = value?.ok_or_else(|| {
+                invalid(&hkey, format!("environment variable {source} is not set (nor {source}_FILE)"))
             })?;
             // The value goes onto the wire as a header: refuse CR/LF without echoing the secret.
             if value.chars().any(|c| c.is_control()) || ::http::HeaderValue::from_str(&value).is_err() {
                 return Err(invalid(
-                    format!("provider[{i}].headers_env.{name}"),
-                    format!("the value of {var} is not a valid header value (control characters?)"),
+                    hkey,
+                    format!("the value of {source} is not a valid header value (control characters?)"),
                 ));
             }
             secret_headers.push(SecretHeader {
                 name: name.clone(),
-                env: var.clone(),
+                env: if field == "headers_env" { source.clone() } else { String::new() },
                 value: SecretString::from(value),
             });
         }
@@ -1531,6 +1695,7 @@ fn validate_headers(
     i: usize,
     headers: &BTreeMap<String, String>,
     headers_env: &BTreeMap<String, String>,
+    headers_file: &BTreeMap<String, String>,
 ) -> Result<(), ConfigError> {
     for (name, value) in headers {
         let key = format!("provider[{i}].headers.{name}");
@@ -1553,6 +1718,21 @@ fn validate_headers(
         if headers_env.keys().any(|n| n.eq_ignore_ascii_case(name)) {
             return Err(invalid(key, "is also set in headers_env"));
         }
+        if headers_file.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(invalid(key, "is also set in headers_file"));
+        }
+    }
+    for (name, path) in headers_file {
+        let key = format!("provider[{i}].headers_file.{name}");
+        if ::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(invalid(key, "is not a valid HTTP header name"));
+        }
+        if headers_env.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(invalid(key, "is also set in headers_env"));
+        }
+        if path.trim().is_empty() {
+            return Err(invalid(key, "must name a file"));
+        }
     }
     for (name, var) in headers_env {
         let key = format!("provider[{i}].headers_env.{name}");
@@ -1566,8 +1746,37 @@ fn validate_headers(
     Ok(())
 }
 
-fn secret_from(env: &dyn Env, key: String, var: &str) -> Result<SecretString, ConfigError> {
-    env.get(var).map(SecretString::from).ok_or_else(|| invalid(key, format!("environment variable {var} is not set")))
+/// A secret named by `<key>_env` (a variable, or the file its `_FILE` twin names) or by
+/// `<key>_file` (a path); `None` when neither is given or the variable is unset. Errors name
+/// the key and the path, never the content.
+fn secret_of(
+    env: &dyn Env,
+    key: &str,
+    var: Option<&str>,
+    file: Option<&str>,
+) -> Result<Option<SecretString>, ConfigError> {
+    let var = var.filter(|v| !v.trim().is_empty());
+    match (var, file.filter(|f| !f.trim().is_empty())) {
+        (Some(_), Some(_)) => {
+            Err(invalid(format!("{key}_file"), format!("set either {key}_env or {key}_file, not both")))
+        }
+        (None, Some(path)) => crate::secret_file::read(Path::new(path))
+            .map(|v| Some(SecretString::from(v)))
+            .map_err(|m| invalid(format!("{key}_file"), m)),
+        (Some(var), None) => Ok(env.get_or_file(var)?.map(SecretString::from)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// [`secret_of`] for a secret that must be given.
+fn secret_from(env: &dyn Env, key: &str, var: Option<&str>, file: Option<&str>) -> Result<SecretString, ConfigError> {
+    secret_of(env, key, var, file)?.ok_or_else(|| match var.filter(|v| !v.trim().is_empty()) {
+        Some(var) => invalid(format!("{key}_env"), format!("environment variable {var} is not set (nor {var}_FILE)")),
+        None => invalid(
+            format!("{key}_env"),
+            format!("missing: name the variable ({key}_env) or the file ({key}_file) that holds it"),
+        ),
+    })
 }
 
 fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, ConfigError> {
@@ -1576,12 +1785,22 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
     };
     let mut slack = Vec::new();
     for (i, s) in raw.slack.into_iter().enumerate() {
-        let webhook_url = secret_from(env, format!("alerts.slack[{i}].webhook_url_env"), &s.webhook_url_env)?;
+        let webhook_url = secret_from(
+            env,
+            &format!("alerts.slack[{i}].webhook_url"),
+            s.webhook_url_env.as_deref(),
+            s.webhook_url_file.as_deref(),
+        )?;
         slack.push(SlackConfig { name: name(s.name, "slack", i), webhook_url });
     }
     let mut email = Vec::new();
     for (i, e) in raw.email.into_iter().enumerate() {
-        let smtp_url = secret_from(env, format!("alerts.email[{i}].smtp_url_env"), &e.smtp_url_env)?;
+        let smtp_url = secret_from(
+            env,
+            &format!("alerts.email[{i}].smtp_url"),
+            e.smtp_url_env.as_deref(),
+            e.smtp_url_file.as_deref(),
+        )?;
         if e.to.is_empty() {
             return Err(invalid(format!("alerts.email[{i}].to"), "needs at least one recipient"));
         }
@@ -1589,7 +1808,12 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
     }
     let mut pagerduty = Vec::new();
     for (i, p) in raw.pagerduty.into_iter().enumerate() {
-        let routing_key = secret_from(env, format!("alerts.pagerduty[{i}].routing_key_env"), &p.routing_key_env)?;
+        let routing_key = secret_from(
+            env,
+            &format!("alerts.pagerduty[{i}].routing_key"),
+            p.routing_key_env.as_deref(),
+            p.routing_key_file.as_deref(),
+        )?;
         let url = p.events_url.unwrap_or_else(|| "https://events.pagerduty.com/v2/enqueue".into());
         let events_url =
             Url::parse(&url).map_err(|e| invalid(format!("alerts.pagerduty[{i}].events_url"), e.to_string()))?;
@@ -1597,16 +1821,19 @@ fn validate_alerts(raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, Config
     }
     let mut webhook = Vec::new();
     for (i, w) in raw.webhook.into_iter().enumerate() {
-        let url = secret_from(env, format!("alerts.webhook[{i}].url_env"), &w.url_env)?;
-        let secret = match &w.secret_env {
-            Some(var) => Some(secret_from(env, format!("alerts.webhook[{i}].secret_env"), var)?),
-            None => None,
+        let url = secret_from(env, &format!("alerts.webhook[{i}].url"), w.url_env.as_deref(), w.url_file.as_deref())?;
+        let secret = match (&w.secret_env, &w.secret_file) {
+            (None, None) => None,
+            (var, file) => {
+                Some(secret_from(env, &format!("alerts.webhook[{i}].secret"), var.as_deref(), file.as_deref())?)
+            }
         };
         webhook.push(WebhookConfig { name: name(w.name, "webhook", i), url, secret });
     }
     let mut alertmanager = Vec::new();
     for (i, a) in raw.alertmanager.into_iter().enumerate() {
-        let url = secret_from(env, format!("alerts.alertmanager[{i}].url_env"), &a.url_env)?;
+        let url =
+            secret_from(env, &format!("alerts.alertmanager[{i}].url"), a.url_env.as_deref(), a.url_file.as_deref())?;
         Url::parse(url.expose_secret())
             .map_err(|e| invalid(format!("alerts.alertmanager[{i}].url_env"), format!("not a URL: {e}")))?;
         let dur = |field: &str, v: Option<String>, default: &str| {
@@ -2101,5 +2328,181 @@ base_url = "not-a-url"
         let e =
             err_at(&ok, &[k, ("AZURE_OPENAI_API_KEY", "azure-secret\r\nX-Evil: 1")], "provider[0].headers_env.api-key");
         assert!(!e.contains("azure-secret"), "{e}");
+    }
+
+    #[test]
+    fn retention_of_every_table_has_a_default_a_range_and_an_env_override() {
+        let c = Config::from_toml("", &env(&[])).expect("defaults");
+        let r = &c.storage.retention;
+        assert_eq!(
+            (r.rollups_days, r.outbox_days, r.breaker_transitions_days, r.credit_readings_days),
+            (400, 30, 180, 90)
+        );
+        assert_eq!((r.alert_state_days, r.provider_status_days, r.batch_size), (30, 180, 5_000));
+        assert_eq!(r.every, HOUR);
+        let c = Config::from_toml(
+            "[storage.retention]\noutbox_days = 7\nevery = \"10m\"",
+            &env(&[("VIGIL_STORAGE_RETENTION_ROLLUPS_DAYS", "120")]),
+        )
+        .expect("set");
+        assert_eq!((c.storage.retention.rollups_days, c.storage.retention.outbox_days), (120, 7));
+        assert_eq!(c.storage.retention.every, 10 * MINUTE);
+        for (key, bad) in [
+            ("rollups_days", "0"),
+            ("outbox_days", "3651"),
+            ("breaker_transitions_days", "0"),
+            ("credit_readings_days", "0"),
+            ("alert_state_days", "0"),
+            ("provider_status_days", "0"),
+            ("batch_size", "99"),
+            ("every", "\"10s\""),
+        ] {
+            err_at(&format!("[storage.retention]\n{key} = {bad}"), &[], &format!("storage.retention.{key}"));
+        }
+        err_at("[storage.retention]\nforever = true", &[], "storage.retention.forever");
+        err_at("", &[("VIGIL_STORAGE_RETENTION_BATCH_SIZE", "many")], "VIGIL_STORAGE_RETENTION_BATCH_SIZE");
+        let e = err_at(
+            "[baseline]\nwindow = \"30d\"\n[storage.retention]\nrollups_days = 20",
+            &[],
+            "storage.retention.rollups_days",
+        );
+        assert!(e.contains("shorter than baseline.window"), "{e}");
+        // The printed config carries the section and reads back.
+        let shown = c.redacted_toml();
+        assert!(shown.contains("[storage.retention]") && shown.contains("rollups_days = 120"), "{shown}");
+        Config::from_toml(&shown, &env(&[])).expect("reads back");
+    }
+
+    #[test]
+    fn every_secret_can_come_from_a_file_with_its_trailing_newline_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = |name: &str, body: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("{body}\n")).expect("write");
+            p.display().to_string()
+        };
+        let seed = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let text = format!(
+            "[http]\napi_token_file = \"{token}\"\nsigning_key_file = \"{seed_file}\"\n\
+             [[provider]]\nname = \"openai\"\napi_key_file = \"{key}\"\nheaders_file = {{ \"x-api-key\" = \"{hdr}\" }}\n\
+             [[alerts.slack]]\nwebhook_url_file = \"{slack}\"\n\
+             [[alerts.email]]\nsmtp_url_file = \"{smtp}\"\nfrom = \"vigil@example.com\"\nto = [\"ops@example.com\"]\n\
+             [[alerts.pagerduty]]\nrouting_key_file = \"{pd}\"\n\
+             [[alerts.webhook]]\nurl_file = \"{hook}\"\nsecret_file = \"{hook_secret}\"\n\
+             [[alerts.alertmanager]]\nurl_file = \"{am}\"\n",
+            token = file("token", "tok-from-file"),
+            seed_file = file("seed", seed),
+            key = file("key", "sk-test-from-file"),
+            hdr = file("hdr", "hdr-from-file"),
+            slack = file("slack", "https://hooks.example/slack-from-file"),
+            smtp = file("smtp", "smtp://user:smtp-from-file@mail.example:587"),
+            pd = file("pd", "pd-from-file"),
+            hook = file("hook", "https://hooks.example/hook-from-file"),
+            hook_secret = file("hook-secret", "hook-secret-from-file"),
+            am = file("am", "http://alertmanager.example:9093"),
+        );
+        let db = file("db", "postgres://vigil:db-from-file@db.example/vigil");
+        let region = file("region", "eu-west-1");
+        let c = Config::from_toml(
+            &text,
+            &env(&[("DATABASE_URL_FILE", db.as_str()), ("VIGIL_REGION_FILE", region.as_str())]),
+        )
+        .expect("valid");
+        let exposed = |s: &SecretString| s.expose_secret().to_string();
+        assert_eq!(c.region, "eu-west-1");
+        assert_eq!(exposed(&c.storage.url), "postgres://vigil:db-from-file@db.example/vigil");
+        assert_eq!(c.http.api_token.as_ref().map(exposed).as_deref(), Some("tok-from-file"));
+        assert_eq!(c.http.signing_key.as_ref().map(exposed).as_deref(), Some(seed));
+        let p = &c.providers[0];
+        assert_eq!(p.api_key.as_ref().map(exposed).as_deref(), Some("sk-test-from-file"));
+        assert_eq!(p.api_key_env, None, "the file replaces the built-in variable");
+        assert_eq!(
+            (p.secret_headers[0].name.as_str(), exposed(&p.secret_headers[0].value)),
+            ("x-api-key", "hdr-from-file".into())
+        );
+        assert!(c.skipped.is_empty());
+        let a = &c.alerts;
+        assert_eq!(exposed(&a.slack[0].webhook_url), "https://hooks.example/slack-from-file");
+        assert_eq!(exposed(&a.email[0].smtp_url), "smtp://user:smtp-from-file@mail.example:587");
+        assert_eq!(exposed(&a.pagerduty[0].routing_key), "pd-from-file");
+        assert_eq!(exposed(&a.webhook[0].url), "https://hooks.example/hook-from-file");
+        assert_eq!(a.webhook[0].secret.as_ref().map(exposed).as_deref(), Some("hook-secret-from-file"));
+        assert_eq!(exposed(&a.alertmanager[0].url), "http://alertmanager.example:9093");
+        let shown = c.redacted_toml();
+        for secret in [
+            "tok-from-file",
+            "sk-test-from-file",
+            "hdr-from-file",
+            "slack-from-file",
+            "smtp-from-file",
+            "pd-from-file",
+            "hook-from-file",
+            "db-from-file",
+        ] {
+            assert!(!shown.contains(secret), "{secret} shown:\n{shown}");
+        }
+        // `source` keeps storage.url as given (documented on the field); the other secrets are
+        // never in the Debug form.
+        for secret in [
+            "tok-from-file",
+            "sk-test-from-file",
+            "hdr-from-file",
+            "slack-from-file",
+            "smtp-from-file",
+            "pd-from-file",
+            "hook-from-file",
+        ] {
+            assert!(!format!("{c:?}").contains(secret), "{secret} in Debug");
+        }
+        let back = Config::from_toml(&shown, &env(&[("DATABASE_URL_FILE", db.as_str())])).expect("reads back");
+        assert_eq!(back.providers[0].api_key.as_ref().map(exposed).as_deref(), Some("sk-test-from-file"));
+        assert_eq!(back.providers[0].secret_headers.len(), 1);
+
+        // `<VAR>_FILE` twins of the variables `*_env` keys name.
+        let k = file("k", "sk-test-twin");
+        let c = Config::from_toml("", &env(&[("OPENAI_API_KEY_FILE", k.as_str())])).expect("twin");
+        assert_eq!(
+            c.providers.iter().find(|p| p.name == "openai").and_then(|p| p.api_key.as_ref()).map(exposed).as_deref(),
+            Some("sk-test-twin")
+        );
+        let e =
+            err_at("", &[("OPENAI_API_KEY", "sk-test-a"), ("OPENAI_API_KEY_FILE", k.as_str())], "OPENAI_API_KEY_FILE");
+        assert!(e.contains("not both"), "{e}");
+
+        // Errors name the key and the path; never the content.
+        let missing = dir.path().join("missing").display().to_string();
+        let cases = [
+            (format!("[http]\napi_token_file = \"{missing}\""), "http.api_token_file"),
+            (format!("[http]\nsigning_key_file = \"{missing}\""), "http.signing_key_file"),
+            (format!("[[provider]]\nname = \"openai\"\napi_key_file = \"{missing}\""), "provider[0].api_key_file"),
+            (format!("[[alerts.slack]]\nwebhook_url_file = \"{missing}\""), "alerts.slack[0].webhook_url_file"),
+            (format!("[[alerts.webhook]]\nurl_file = \"{missing}\""), "alerts.webhook[0].url_file"),
+        ];
+        for (text, key) in &cases {
+            let e = err_at(text, &[], key);
+            assert!(e.contains(&format!("cannot read {missing}")), "{e}");
+        }
+        let e = err_at(
+            &format!("[[provider]]\nname = \"x\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\nmodels = [\"m\"]\nheaders_file = {{ \"x-api-key\" = \"{missing}\" }}\napi_key_env = \"K\""),
+            &[("K", "sk-test-k")],
+            "provider[0].headers_file.x-api-key",
+        );
+        assert!(e.contains("cannot read"), "{e}");
+        let e = err_at(
+            &format!("[http]\nsigning_key_file = \"{}\"", file("bad-seed", "not-a-seed")),
+            &[],
+            "http.signing_key_file",
+        );
+        assert!(!e.contains("not-a-seed"), "{e}");
+        let e = err_at(
+            &format!("[[alerts.slack]]\nwebhook_url_env = \"S\"\nwebhook_url_file = \"{}\"", file("s", "x")),
+            &[("S", "https://hooks.example/x")],
+            "alerts.slack[0].webhook_url_file",
+        );
+        assert!(e.contains("not both"), "{e}");
+        let e = err_at("[[alerts.slack]]\nname = \"ops\"", &[], "alerts.slack[0].webhook_url_env");
+        assert!(e.contains("webhook_url_file"), "{e}");
+        err_at("", &[("DATABASE_URL_FILE", missing.as_str())], "DATABASE_URL_FILE");
+        err_at("", &[("VIGIL_PROBE_INTERVAL_FILE", missing.as_str())], "VIGIL_PROBE_INTERVAL_FILE");
     }
 }

@@ -36,6 +36,7 @@ pub mod report;
 pub mod router_formats;
 pub mod sample;
 pub mod scheduler;
+pub mod secret_file;
 pub mod signing;
 pub mod store;
 pub mod target;

@@ -29,7 +29,7 @@ pub fn key_from_env(var: &str, env: &dyn Env) -> Result<Option<SecretString>, Co
         return Ok(None);
     }
     let key = "http.signing_key_env".to_string();
-    let Some(value) = env.get(var) else {
+    let Some(value) = env.get_or_file(var)? else {
         return Err(ConfigError::Invalid { key, message: format!("environment variable {var} is not set") });
     };
     if decode_seed(&value).is_none() {
@@ -39,6 +39,20 @@ pub fn key_from_env(var: &str, env: &dyn Env) -> Result<Option<SecretString>, Co
         });
     }
     Ok(Some(SecretString::from(value)))
+}
+
+/// The seed in the file `http.signing_key_file` names; an unreadable file or a seed that is not
+/// base64 of 32 bytes is a config error naming the key and the path.
+pub fn key_from_file(path: &std::path::Path) -> Result<SecretString, ConfigError> {
+    let key = "http.signing_key_file".to_string();
+    let value = crate::secret_file::read(path).map_err(|message| ConfigError::Invalid { key: key.clone(), message })?;
+    if decode_seed(&value).is_none() {
+        return Err(ConfigError::Invalid {
+            key,
+            message: format!("{} must hold an Ed25519 seed: 32 bytes, base64", path.display()),
+        });
+    }
+    Ok(SecretString::from(value))
 }
 
 /// Signs export bodies.

@@ -16,6 +16,7 @@ use uuid::Uuid;
 pub mod link;
 mod pg_copy;
 pub mod postgres;
+pub mod retention;
 mod rows;
 pub mod spool;
 pub mod sqlite;
@@ -364,6 +365,80 @@ pub struct BalanceReading {
     pub remaining_usd: f64,
 }
 
+/// A table (or part of one) that retention prunes row by row, each by its own clock.
+/// Samples are not here: they go by day ([`Store::purge_samples_before`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prune {
+    /// `rollups` whose `hour` is before the cutoff.
+    Rollups,
+    /// `alert_outbox` items delivered or abandoned before the cutoff (pending items never).
+    Outbox,
+    /// `breaker_transitions` at before the cutoff.
+    BreakerTransitions,
+    /// `credit_balances` readings taken before the cutoff.
+    CreditReadings,
+    /// `alert_state` of regions that last wrote it before the cutoff (a live instance rewrites
+    /// its own every probe round).
+    AlertState,
+    /// `target_status` rows not rewritten since the cutoff (regions that stopped).
+    TargetStatus,
+    /// `incident_lease` rows that expired before the cutoff (left by an instance that died).
+    IncidentLeases,
+    /// `incident_sightings` not refreshed since the cutoff.
+    IncidentSightings,
+    /// `provider_incidents` resolved (or, unresolved, last updated) before the cutoff.
+    ProviderIncidents,
+    /// `provider_components` whose state the page last changed before the cutoff.
+    ProviderComponents,
+}
+
+impl Prune {
+    /// Every prunable table, in the order the retention job visits them.
+    pub const ALL: [Prune; 10] = [
+        Prune::Rollups,
+        Prune::Outbox,
+        Prune::BreakerTransitions,
+        Prune::CreditReadings,
+        Prune::AlertState,
+        Prune::TargetStatus,
+        Prune::IncidentLeases,
+        Prune::IncidentSightings,
+        Prune::ProviderIncidents,
+        Prune::ProviderComponents,
+    ];
+
+    /// The table's name.
+    pub fn table(self) -> &'static str {
+        match self {
+            Prune::Rollups => "rollups",
+            Prune::Outbox => "alert_outbox",
+            Prune::BreakerTransitions => "breaker_transitions",
+            Prune::CreditReadings => "credit_balances",
+            Prune::AlertState => "alert_state",
+            Prune::TargetStatus => "target_status",
+            Prune::IncidentLeases => "incident_lease",
+            Prune::IncidentSightings => "incident_sightings",
+            Prune::ProviderIncidents => "provider_incidents",
+            Prune::ProviderComponents => "provider_components",
+        }
+    }
+
+    /// The condition a row must meet to go, with `{c}` for the cutoff's placeholder (the same in
+    /// both dialects; both backends store times so that `<` is time order).
+    pub(crate) fn condition(self) -> &'static str {
+        match self {
+            Prune::Rollups => "hour < {c}",
+            Prune::Outbox => "(delivered_at < {c} OR abandoned_at < {c})",
+            Prune::BreakerTransitions | Prune::CreditReadings => "at < {c}",
+            Prune::AlertState | Prune::TargetStatus | Prune::IncidentSightings | Prune::ProviderComponents => {
+                "updated_at < {c}"
+            }
+            Prune::IncidentLeases => "expires_at < {c}",
+            Prune::ProviderIncidents => "COALESCE(resolved_at, updated_at, created_at) < {c}",
+        }
+    }
+}
+
 /// Everything vigil persists. Implementations: [`postgres`] and [`sqlite`].
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -402,6 +477,10 @@ pub trait Store: Send + Sync {
     }
     /// Removes rollups older than `cutoff`.
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Removes at most `limit` rows of `what` older than `cutoff` (one short statement, so a
+    /// large purge never holds a table's lock for long). Returns rows removed: fewer than
+    /// `limit` means nothing older is left.
+    async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
 
     /// Saves the current breaker state of a target.
     async fn save_breaker(&self, record: &BreakerRecord) -> Result<(), StoreError>;

@@ -6,7 +6,8 @@ use super::rows::{
 };
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
+    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus,
+    SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -573,6 +574,20 @@ impl Store for PgStore {
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let res = sqlx::query("DELETE FROM rollups WHERE hour < $1")
             .bind(cutoff)
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(res.rows_affected())
+    }
+
+    async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        let (table, cond) = (what.table(), what.condition().replace("{c}", "$1"));
+        // `ctid = ANY(ARRAY(…))` is a TID scan: only the chosen rows are touched.
+        let sql =
+            format!("DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {cond} LIMIT $2))");
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(cutoff)
+            .bind(i64::from(limit))
             .execute(&mut *self.conn().await?)
             .await
             .map_err(|e| self.fail(e))?;

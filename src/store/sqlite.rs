@@ -5,7 +5,7 @@ use super::rows::{
 };
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, redact_url, BalanceReading, BreakerRecord, BreakerTransition,
-    OutboxItem, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
+    OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -16,7 +16,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Connection, QueryBuilder, Row, Sqlite};
+use sqlx::{AssertSqlSafe, Connection, QueryBuilder, Row, Sqlite};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -406,6 +406,18 @@ impl Store for SqliteStore {
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let res = sqlx::query("DELETE FROM rollups WHERE hour < ?")
             .bind(ts(cutoff))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(res.rows_affected())
+    }
+
+    async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        let (table, cond) = (what.table(), what.condition().replace("{c}", "?1"));
+        let sql = format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} LIMIT ?2)");
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(ts(cutoff))
+            .bind(i64::from(limit))
             .execute(&self.pool)
             .await
             .map_err(|e| self.fail(e))?;

@@ -297,3 +297,56 @@ fn demo_ok(metrics: &str) -> bool {
             && !l.ends_with(" 0")
     })
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
+    use vigil::store::{BreakerTransition, Rollup};
+    let data = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/vigil.db", data.path().display());
+    let store = vigil::store::open(&url).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let now = chrono::Utc::now();
+    let t =
+        vigil::target::Target { provider: "none".into(), model: String::new(), route: None, region: "local".into() };
+    let rollup = |days: i64| Rollup {
+        target: t.clone(),
+        metric: "ttfb".into(),
+        hour: now - chrono::Duration::days(days),
+        count: 1,
+        histogram: vec![1],
+    };
+    let transition = |days: i64| BreakerTransition {
+        target: t.clone(),
+        from_state: "closed".into(),
+        to_state: "open".into(),
+        at: now - chrono::Duration::days(days),
+        reason: format!("{days} days ago"),
+    };
+    store.upsert_rollups(&[rollup(401), rollup(3)]).await.expect("rollups");
+    for d in [200, 2] {
+        store.append_transition(&transition(d)).await.expect("transition");
+    }
+    let text = format!(
+        "[storage]\nurl = \"{url}\"\ndata_dir = \"{d}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"60s\"\n[[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
+        d = data.path().display()
+    );
+    let config = Config::from_toml(&text, &BTreeMap::new()).expect("valid config");
+    let app = App::build(config, AppOptions::default()).await.expect("app builds");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let long_ago = now - chrono::Duration::days(1000);
+    let mut left = (0, 0);
+    for _ in 0..100 {
+        let rollups = store.rollups_since(None, long_ago).await.expect("rollups").len();
+        let transitions = store.transitions("local", None, 10).await.expect("transitions").len();
+        left = (rollups, transitions);
+        if left == (1, 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, (1, 1), "the retention job removed the expired rollup and transition, nothing else");
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}

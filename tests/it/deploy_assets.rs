@@ -766,8 +766,12 @@ fn env_example_holds_placeholders_for_every_key_the_config_names() {
         .filter(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    let credentials = unit_credentials();
     for key in env_names_in_config("deploy/docker/vigil.toml") {
-        assert!(entries.contains_key(&key), "vigil.env.example lacks {key}");
+        assert!(
+            entries.contains_key(&key) || credentials.contains_key(&format!("{key}_FILE")),
+            "neither vigil.env.example nor a credential of vigil.service supplies {key}"
+        );
     }
     for (key, value) in &entries {
         if key.ends_with("_KEY") || key.ends_with("_TOKEN") || key.ends_with("_SECRET") {
@@ -776,6 +780,43 @@ fn env_example_holds_placeholders_for_every_key_the_config_names() {
         }
     }
     assert_eq!(entries.get("VIGIL_HTTP_LISTEN").map(String::as_str), Some("0.0.0.0:9470"));
+}
+
+/// The unit's `*_FILE` variables, each with the credential it points at (`%d/<name>`).
+fn unit_credentials() -> BTreeMap<String, String> {
+    unit_directives()
+        .into_iter()
+        .filter(|(k, _)| k == "Environment")
+        .filter_map(|(_, v)| {
+            let (var, path) = v.split_once('=')?;
+            let name = path.strip_prefix("%d/")?;
+            var.ends_with("_FILE").then(|| (var.to_string(), name.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn systemd_unit_passes_secrets_as_credentials_never_as_environment() {
+    let d = unit_directives();
+    let loaded: BTreeMap<&str, &str> =
+        d.iter().filter(|(k, _)| k == "LoadCredential").filter_map(|(_, v)| v.split_once(':')).collect();
+    let credentials = unit_credentials();
+    assert!(!credentials.is_empty(), "vigil.service loads no credential");
+    for (var, name) in &credentials {
+        let source = loaded.get(name.as_str()).unwrap_or_else(|| panic!("{var} points at %d/{name}, never loaded"));
+        assert!(source.starts_with("/etc/vigil/credentials/"), "{name} loaded from {source}");
+    }
+    assert_eq!(loaded.len(), credentials.len(), "every loaded credential is read through a *_FILE variable");
+    // The database URL (the password) is a credential when enabled, never an Environment= value.
+    let unit = read("deploy/systemd/vigil.service");
+    assert!(unit.contains("#Environment=DATABASE_URL_FILE=%d/database-url"), "{unit}");
+    for (k, v) in &d {
+        assert!(!(k == "Environment" && v.starts_with("DATABASE_URL=")), "DATABASE_URL in the unit's environment");
+    }
+    let example = read("deploy/systemd/vigil.env.example");
+    for line in example.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        assert!(!line.contains("API_KEY=") && !line.starts_with("DATABASE_URL="), "a secret in vigil.env: {line}");
+    }
 }
 
 /// Environment variable names a vigil.toml refers to (`*_env` keys).
@@ -928,55 +969,80 @@ fn k8s_config_map_is_a_valid_vigil_config_fed_by_secrets() {
     assert_eq!(str_at(generator, &["name"]), Some("vigil-config"));
     assert_eq!(strings(&generator["files"]), ["vigil.toml"]);
     let toml_rel = format!("{K8S}/base/vigil.toml");
-    let env: BTreeMap<String, String> = [
-        ("VIGIL_REGION", "us-east-1"),
-        ("DATABASE_URL", "postgres://vigil:change-me@postgres.shared.example.com:5432/vigil"),
-        ("OPENROUTER_API_KEY", "sk-or-test-placeholder"),
-        ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T000/B000/XXXX"),
-        ("PAGERDUTY_ROUTING_KEY", "test-placeholder-routing-key"),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .into();
+    let r = base_resources();
+    let deploy = &r["Deployment"];
+    let env_vars = container(deploy)["env"].as_sequence().expect("env").clone();
+    // Secrets are files from one projected volume, read through *_FILE variables; none is in
+    // the environment.
+    let mount = container(deploy)["volumeMounts"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|m| str_at(m, &["name"]) == Some("secrets"))
+        .and_then(|m| str_at(m, &["mountPath"]))
+        .expect("the secrets volume is mounted")
+        .to_string();
+    let volume = deploy["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|v| str_at(v, &["name"]) == Some("secrets"))
+        .expect("a secrets volume")
+        .clone();
+    let sources: Vec<&Value> =
+        volume["projected"]["sources"].as_sequence().expect("projected sources").iter().collect();
+    let examples = yaml_docs(&repo().join(K8S).join("secrets.example.yaml"));
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    for src in &sources {
+        let name = str_at(src, &["secret", "name"]).expect("a Secret source");
+        assert!(
+            !src["secret"]["optional"].as_bool().unwrap_or(false),
+            "{name}: vigil needs every file it is pointed at"
+        );
+        let example = examples
+            .iter()
+            .find(|s| str_at(s, &["metadata", "name"]) == Some(name))
+            .unwrap_or_else(|| panic!("secrets.example.yaml lacks {name}"));
+        for (k, v) in example["stringData"].as_mapping().expect("stringData") {
+            let (k, v) = (k.as_str().expect("key"), v.as_str().expect("value"));
+            assert!(files.insert(k.to_string(), v.to_string()).is_none(), "{k} is in two Secrets");
+        }
+    }
+    let mut file_vars = BTreeMap::new();
+    for e in &env_vars {
+        let name = str_at(e, &["name"]).expect("env name");
+        assert!(e["valueFrom"]["secretKeyRef"].is_null(), "{name} takes a Secret into the environment");
+        if let Some(var) = name.strip_suffix("_FILE") {
+            let path = str_at(e, &["value"]).expect("a path");
+            let key =
+                path.strip_prefix(&format!("{mount}/")).unwrap_or_else(|| panic!("{name}={path} is outside {mount}"));
+            assert!(files.contains_key(key), "{name} points at {key}, which no mounted Secret holds");
+            file_vars.insert(var.to_string(), key.to_string());
+        }
+    }
+    assert_eq!(file_vars.get("DATABASE_URL").map(String::as_str), Some("DATABASE_URL"));
+    for name in env_names_in_config(&toml_rel) {
+        assert!(file_vars.contains_key(&name), "{name} (named in vigil.toml) is not read from a mounted Secret");
+    }
+
+    // With the example Secrets as files, the ConfigMap is a valid config reading every one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut env: BTreeMap<String, String> = [("VIGIL_REGION".to_string(), "us-east-1".to_string())].into();
+    for (var, key) in &file_vars {
+        let path = dir.path().join(key);
+        std::fs::write(&path, format!("{}\n", files[key])).expect("write secret file");
+        env.insert(format!("{var}_FILE"), path.display().to_string());
+    }
     let config = vigil::config::Config::from_toml(&read(&toml_rel), &env)
         .unwrap_or_else(|e| panic!("{toml_rel} is not a valid vigil config: {e}"));
     use secrecy::ExposeSecret;
     assert_eq!(config.region, "us-east-1");
-    assert!(config.storage.url.expose_secret().starts_with("postgres://"), "DATABASE_URL wins");
+    assert_eq!(config.storage.url.expose_secret(), files["DATABASE_URL"], "DATABASE_URL_FILE wins");
+    assert!(config.skipped.is_empty(), "every provider has its key: {:?}", config.skipped);
+    assert!(config.http.api_token.is_some());
     assert_eq!(config.storage.data_dir, Path::new("/var/lib/vigil"));
     assert_eq!(config.http.listen.port(), 9470);
     assert!(config.http.listen.ip().is_unspecified(), "listen on all interfaces inside the pod");
-
-    let r = base_resources();
-    let env_vars = container(&r["Deployment"])["env"].as_sequence().expect("env").clone();
-    let secret_of = |name: &str| {
-        env_vars
-            .iter()
-            .find(|e| str_at(e, &["name"]) == Some(name))
-            .and_then(|e| str_at(e, &["valueFrom", "secretKeyRef", "name"]))
-            .map(str::to_string)
-    };
-    assert_eq!(secret_of("DATABASE_URL").as_deref(), Some("vigil-database"));
-    for name in env_names_in_config(&toml_rel) {
-        assert!(secret_of(&name).is_some(), "{name} (named in vigil.toml) is not taken from a Secret");
-    }
-    // vigil refuses to start when a configured alert channel's variable is unset, so those
-    // Secret references must not be optional (a provider key may be: the provider is skipped).
-    for name in env_names_under(&toml_rel, Some("alerts")) {
-        let e = env_vars.iter().find(|e| str_at(e, &["name"]) == Some(name.as_str())).expect("env entry");
-        let optional = e["valueFrom"]["secretKeyRef"]["optional"].as_bool().unwrap_or(false);
-        assert!(!optional, "{name} is an alert channel vigil needs at start; its Secret must not be optional");
-    }
-    // The example Secrets carry every key the Deployment reads, with placeholder values.
-    let examples = yaml_docs(&repo().join(K8S).join("secrets.example.yaml"));
-    for e in &env_vars {
-        let Some(secret) = str_at(e, &["valueFrom", "secretKeyRef", "name"]) else { continue };
-        let key = str_at(e, &["valueFrom", "secretKeyRef", "key"]).expect("secret key");
-        let example = examples.iter().find(|s| str_at(s, &["metadata", "name"]) == Some(secret));
-        assert!(
-            example.is_some_and(|s| s["stringData"].get(key).is_some()),
-            "secrets.example.yaml lacks {secret}/{key}"
-        );
-    }
 }
 
 #[test]

@@ -32,6 +32,7 @@ mod probe_standin;
 mod prompt_cache;
 mod provider_status;
 mod router_export;
+mod secret_files;
 mod status_page;
 mod store_contract;
 mod store_disk_faults;

@@ -7,7 +7,7 @@ use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
 use vigil::breaker::State;
 use vigil::sample::Outcome;
 use vigil::store::{
-    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, SampleQuery, Sighting, StoreError,
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, StoreError,
     TargetHealth, TargetStatus,
 };
 
@@ -30,6 +30,8 @@ store_support::on_both_stores!(
     an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
     sightings_are_one_row_per_region_and_close_with_the_incident,
     provider_incidents_and_components_upsert_and_read_back,
+    every_table_is_pruned_by_its_own_clock_in_bounded_batches,
+    the_retention_job_removes_what_its_policy_expires_from_every_table,
 );
 
 async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
@@ -562,4 +564,225 @@ async fn an_unknown_url_scheme_is_refused_with_the_expected_forms() {
     let err = vigil::store::open("mysql://localhost/vigil").await.err().expect("mysql is not supported");
     assert!(matches!(err, StoreError::BadUrl(_)), "got {err:?}");
     assert!(err.to_string().contains("expected sqlite://PATH or postgres://"), "{err}");
+}
+
+fn rollup_at(hour: chrono::DateTime<Utc>, region: &str) -> Rollup {
+    Rollup {
+        target: target("groq", "llama-3.1-8b-instant", None, region),
+        metric: "ttft".into(),
+        hour: hour.duration_trunc(Duration::hours(1)).expect("hour"),
+        count: 12,
+        histogram: vec![1, 2, 3],
+    }
+}
+
+fn transition_at(at: chrono::DateTime<Utc>) -> BreakerTransition {
+    BreakerTransition {
+        target: target("groq", "llama-3.1-8b-instant", None, "eu"),
+        from_state: "closed".into(),
+        to_state: "open".into(),
+        at,
+        reason: "3 failed probes in 120s: server_error, server_error, timeout".into(),
+    }
+}
+
+fn outbox_at(created: chrono::DateTime<Utc>, n: u32) -> OutboxItem {
+    OutboxItem {
+        id: uuid::Uuid::now_v7(),
+        region: "eu".into(),
+        channel: "slack".into(),
+        kind: "errors".into(),
+        dedup_key: format!("groq/llama#{n}"),
+        payload: serde_json::json!({"text": format!("alert {n}")}),
+        created_at: created,
+        next_attempt_at: created,
+        attempts: 0,
+        last_error: None,
+    }
+}
+
+fn reading_at(at: chrono::DateTime<Utc>, usd: f64) -> BalanceReading {
+    BalanceReading { provider: "openrouter".into(), region: "eu".into(), at, remaining_usd: usd }
+}
+
+fn status_at(region: &str, at: chrono::DateTime<Utc>) -> TargetStatus {
+    TargetStatus {
+        target: target("groq", "llama-3.1-8b-instant", None, region),
+        state: TargetHealth::Ok,
+        over_latency: false,
+        breaker: State::Closed,
+        updated_at: at,
+    }
+}
+
+fn provider_incident(
+    id: &str,
+    created: chrono::DateTime<Utc>,
+    updated: Option<chrono::DateTime<Utc>>,
+    resolved: Option<chrono::DateTime<Utc>>,
+) -> vigil::provider_status::ProviderIncident {
+    vigil::provider_status::ProviderIncident {
+        provider: "openai".into(),
+        id: id.into(),
+        name: format!("Elevated errors ({id})"),
+        status: if resolved.is_some() { "resolved" } else { "investigating" }.into(),
+        impact: "minor".into(),
+        created_at: created,
+        updated_at: updated,
+        resolved_at: resolved,
+        components: vec!["Chat Completions".into()],
+        shortlink: None,
+    }
+}
+
+fn component_at(id: &str, at: chrono::DateTime<Utc>) -> vigil::provider_status::ProviderComponent {
+    vigil::provider_status::ProviderComponent {
+        provider: "openai".into(),
+        id: id.into(),
+        name: format!("Component {id}"),
+        status: "operational".into(),
+        updated_at: Some(at),
+    }
+}
+
+async fn every_table_is_pruned_by_its_own_clock_in_bounded_batches(fx: Fixture) {
+    let now = micros(Utc::now());
+    let (old, fresh, cutoff) = (now - Duration::days(10), now - Duration::hours(1), now - Duration::days(5));
+    let (far, later) = (old - Duration::days(1), now + Duration::days(1));
+    let s = fx.store.as_ref();
+
+    s.upsert_rollups(&[rollup_at(old, "eu"), rollup_at(fresh, "eu")]).await.expect("rollups");
+    assert_eq!(s.prune(Prune::Rollups, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(s.rollups_since(None, far).await.expect("read"), vec![rollup_at(fresh, "eu")]);
+
+    // Delivered or abandoned long ago: removed. Pending however old, or done recently: kept.
+    let (delivered, abandoned, pending, recent) = (
+        outbox_at(old, 1),
+        outbox_at(old + Duration::seconds(1), 2),
+        outbox_at(old + Duration::seconds(2), 3),
+        outbox_at(old + Duration::seconds(3), 4),
+    );
+    s.enqueue(&[delivered.clone(), abandoned.clone(), pending.clone(), recent.clone()]).await.expect("enqueue");
+    s.mark_delivered(delivered.id, old + Duration::minutes(1)).await.expect("delivered");
+    s.mark_abandoned(abandoned.id, old + Duration::hours(24), "HTTP 400").await.expect("abandoned");
+    s.mark_delivered(recent.id, fresh).await.expect("delivered recently");
+    assert_eq!(s.prune(Prune::Outbox, cutoff, 100).await.expect("prune"), 2);
+    let left: Vec<_> = s.outbox_between(None, far, later).await.expect("read").into_iter().map(|i| i.id).collect();
+    assert_eq!(left, vec![pending.id, recent.id]);
+    assert_eq!(s.outbox_depth().await.expect("depth"), 1, "the pending item still waits for delivery");
+
+    // Bounded batches: each call removes at most `limit` rows.
+    for k in 0..3 {
+        s.append_transition(&transition_at(old + Duration::seconds(k))).await.expect("append");
+    }
+    s.append_transition(&transition_at(fresh)).await.expect("append");
+    assert_eq!(s.prune(Prune::BreakerTransitions, cutoff, 2).await.expect("first batch"), 2);
+    assert_eq!(s.prune(Prune::BreakerTransitions, cutoff, 2).await.expect("second batch"), 1);
+    assert_eq!(s.prune(Prune::BreakerTransitions, cutoff, 2).await.expect("nothing left"), 0);
+    assert_eq!(s.transitions_between(None, far, later).await.expect("read"), vec![transition_at(fresh)]);
+
+    s.insert_balance(&reading_at(old, 50.0)).await.expect("reading");
+    s.insert_balance(&reading_at(fresh, 40.0)).await.expect("reading");
+    assert_eq!(s.prune(Prune::CreditReadings, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(s.balances("openrouter", far).await.expect("read"), vec![reading_at(fresh, 40.0)]);
+
+    s.publish_target_status(&[status_at("ap", old), status_at("eu", fresh)]).await.expect("publish");
+    assert_eq!(s.prune(Prune::TargetStatus, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(s.target_statuses(far).await.expect("read"), vec![status_at("eu", fresh)]);
+
+    s.claim_incident("vigil:k1", "ap", old, old + Duration::seconds(65)).await.expect("claim");
+    s.claim_incident("vigil:k2", "eu", now, now + Duration::seconds(65)).await.expect("claim");
+    assert_eq!(s.prune(Prune::IncidentLeases, cutoff, 100).await.expect("prune"), 1);
+    let leases = fx.text("SELECT min(incident) || ' ' || max(incident) FROM incident_lease").await;
+    assert_eq!(leases.as_deref(), Some("vigil:k2 vigil:k2"), "the lease a dead instance left is gone");
+
+    s.record_sighting("vigil:k1", "ap", true, old).await.expect("sighting");
+    s.record_sighting("vigil:k1", "eu", true, fresh).await.expect("sighting");
+    assert_eq!(s.prune(Prune::IncidentSightings, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(
+        s.sightings("vigil:k1").await.expect("read"),
+        vec![Sighting { region: "eu".into(), firing: true, updated_at: fresh }]
+    );
+
+    // The store stamps alert state itself: a region that stopped writing before the cutoff goes.
+    s.save_alert_state("gone", &serde_json::json!({"firing": {}})).await.expect("save");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let between = Utc::now();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    s.save_alert_state("eu", &serde_json::json!({"firing": {"x": 1}})).await.expect("save");
+    assert_eq!(s.prune(Prune::AlertState, between, 100).await.expect("prune"), 1);
+    assert_eq!(s.load_alert_state("gone").await.expect("load"), None);
+    assert_eq!(s.load_alert_state("eu").await.expect("load"), Some(serde_json::json!({"firing": {"x": 1}})));
+
+    let resolved_long_ago = provider_incident("a", old, Some(old), Some(old + Duration::hours(2)));
+    let silent_since = provider_incident("b", old, None, None);
+    let still_updated = provider_incident("c", old + Duration::seconds(1), Some(fresh), None);
+    let resolved_lately = provider_incident("d", old + Duration::seconds(2), Some(fresh), Some(fresh));
+    s.upsert_provider_incidents(&[resolved_long_ago, silent_since, still_updated.clone(), resolved_lately.clone()])
+        .await
+        .expect("incidents");
+    assert_eq!(s.prune(Prune::ProviderIncidents, cutoff, 100).await.expect("prune"), 2);
+    assert_eq!(
+        s.provider_incidents_between(None, far, later).await.expect("read"),
+        vec![still_updated, resolved_lately]
+    );
+
+    s.upsert_provider_components(&[component_at("x", old), component_at("y", fresh)]).await.expect("components");
+    assert_eq!(s.prune(Prune::ProviderComponents, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(s.provider_components("openai").await.expect("read"), vec![component_at("y", fresh)]);
+}
+
+async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: Fixture) {
+    use vigil::store::retention::{run_once, Policy};
+    let config = vigil::config::Config::from_toml(
+        "[storage.retention]\nbatch_size = 100\nbreaker_transitions_days = 20\n",
+        &std::collections::BTreeMap::<String, String>::new(),
+    )
+    .expect("config");
+    let policy = Policy::from_config(&config.storage);
+    assert_eq!((policy.samples_days, policy.tables.rollups_days, policy.tables.outbox_days), (30, 400, 30));
+    let now = micros(Utc::now());
+    let days = Duration::days;
+    let s = fx.store.as_ref();
+    let t = target("groq", "llama-3.1-8b-instant", None, "eu");
+    s.insert_samples(&[bare_sample(t.clone(), now - days(40), Outcome::Ok), bare_sample(t, now, Outcome::Ok)])
+        .await
+        .expect("samples");
+    s.upsert_rollups(&[rollup_at(now - days(401), "eu"), rollup_at(now - days(300), "eu")]).await.expect("rollups");
+    // 250 expired transitions: three batches of at most 100.
+    for k in 0..250 {
+        s.append_transition(&transition_at(now - days(21) + Duration::seconds(k))).await.expect("append");
+    }
+    s.append_transition(&transition_at(now - days(19))).await.expect("append");
+    let done = outbox_at(now - days(40), 1);
+    s.enqueue(std::slice::from_ref(&done)).await.expect("enqueue");
+    s.mark_delivered(done.id, now - days(31)).await.expect("delivered");
+    s.insert_balance(&reading_at(now - days(91), 1.0)).await.expect("reading");
+    s.insert_balance(&reading_at(now - days(89), 1.0)).await.expect("reading");
+    s.upsert_provider_incidents(&[provider_incident("z", now - days(200), None, Some(now - days(181)))])
+        .await
+        .expect("incident");
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let report = run_once(s, &policy, now, &stop).await;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    for (table, removed) in [
+        ("samples", 1),
+        ("rollups", 1),
+        ("breaker_transitions", 250),
+        ("alert_outbox", 1),
+        ("credit_balances", 1),
+        ("provider_incidents", 1),
+        ("alert_state", 0),
+    ] {
+        assert_eq!(report.removed_from(table), removed, "{table}: {report:?}");
+    }
+    assert_eq!(s.count_samples(&SampleQuery::default()).await.expect("count"), 1);
+    assert_eq!(s.rollups_since(None, now - days(500)).await.expect("read").len(), 1);
+    assert_eq!(s.transitions_between(None, now - days(30), now).await.expect("read").len(), 1);
+    assert_eq!(s.balances("openrouter", now - days(100)).await.expect("read").len(), 1);
+    assert!(s.outbox_between(None, now - days(50), now).await.expect("read").is_empty());
+
+    let again = run_once(s, &policy, now, &stop).await;
+    assert_eq!(again.removed.iter().map(|(_, n)| n).sum::<u64>(), 0, "a second run finds nothing: {again:?}");
 }

@@ -292,3 +292,72 @@ async fn an_unreachable_postgres_is_reported_as_unavailable() {
     let err = store.insert_samples(&samples(1, "eu")).await.expect_err("nothing listens");
     assert!(matches!(err, StoreError::Unavailable(_)), "got {err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_in_order() {
+    use vigil::store::link::{Link, Record};
+    use vigil::store::spool::SpoolOf;
+    use vigil::store::BreakerTransition;
+    let db = PgTestDb::create().await;
+    let direct = store::open(&db.url).await.expect("open");
+    direct.migrate().await.expect("migrate");
+    let proxy = TcpProxy::start(postgres_addr()).await;
+    let via_proxy = store::open_with_timeout(&db.url_via(proxy.addr), Duration::from_millis(800)).await.expect("open");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spool = || SpoolOf::<Record>::open(dir.path(), 64 << 20).expect("record spool");
+    let t0 = store_support::micros(Utc::now());
+    let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), "eu");
+    let tr = |k: i64, from: &str, to: &str| BreakerTransition {
+        target: t.clone(),
+        from_state: from.into(),
+        to_state: to.into(),
+        at: t0 + ChronoDuration::seconds(k),
+        reason: format!("transition {k}"),
+    };
+    let stored = async || direct.transitions_between(Some("eu"), t0, t0 + ChronoDuration::hours(1)).await.ok();
+
+    // First life: the database goes away mid-run, and the instance stops while it is away.
+    let (link, handle) = Link::new(via_proxy.clone(), spool(), None);
+    let link = link.with_call_timeout(Duration::from_secs(1));
+    let health = link.health();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(link.run(stop.clone()));
+    handle.store(Record::Transition(tr(0, "closed", "open")));
+    eventually("the first transition stored", async || stored().await.map(|v| v.len()) == Some(1)).await;
+    proxy.cut();
+    handle.store(Record::Transition(tr(1, "open", "half_open")));
+    handle.store(Record::Transition(tr(2, "half_open", "open")));
+    handle.store(Record::Transition(tr(3, "open", "half_open")));
+    eventually("three transitions spooled", async || health.spooled() == 3).await;
+    stop.cancel();
+    drop(handle);
+    task.await.expect("link stopped");
+    assert_eq!(spool().len(), 3, "the transitions are on disk, not dropped");
+    assert_eq!(stored().await.map(|v| v.len()), Some(1));
+
+    // Second life: storage answers again; the spool is replayed before anything newer.
+    proxy.restore();
+    let (link, handle) = Link::new(via_proxy, spool(), None);
+    let health = link.health();
+    assert_eq!(health.spooled(), 3, "the spool is found at start");
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(link.run(stop.clone()));
+    handle.store(Record::Transition(tr(4, "half_open", "closed")));
+    eventually("the spool replayed", async || health.spooled() == 0 && stored().await.map(|v| v.len()) == Some(5))
+        .await;
+    assert_eq!(
+        stored().await.expect("read"),
+        vec![
+            tr(0, "closed", "open"),
+            tr(1, "open", "half_open"),
+            tr(2, "half_open", "open"),
+            tr(3, "open", "half_open"),
+            tr(4, "half_open", "closed")
+        ],
+        "each transition stored once, in order"
+    );
+    stop.cancel();
+    drop(handle);
+    task.await.expect("link stopped");
+    assert!(spool().is_empty());
+}

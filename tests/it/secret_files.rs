@@ -1,0 +1,186 @@
+//! Secrets from files: `*_file` keys, `<VAR>_FILE` twins, `VIGIL_*_FILE` and `DATABASE_URL_FILE`,
+//! read by the real binary (`check-config` and `run`), used, and never printed or logged.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use vigil::demo::standin::{Script, StandIn};
+
+const API_KEY: &str = "sk-test-from-a-file-7f3a";
+const TOKEN: &str = "token-from-a-file-91c2";
+const DB_PASSWORD: &str = "pw-from-a-file-c0ffee";
+
+fn vigil() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+}
+
+/// Writes `body` (with the newline editors and `kubectl create secret --from-file` leave) to `dir/name`.
+fn secret(dir: &std::path::Path, name: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{body}\n")).expect("write secret");
+    path
+}
+
+#[test]
+fn check_config_reads_secret_files_never_prints_them_and_reads_its_output_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = secret(dir.path(), "database-url", &format!("postgres://vigil:{DB_PASSWORD}@db.example/vigil"));
+    let key = secret(dir.path(), "openai-key", API_KEY);
+    let slack = secret(dir.path(), "slack", "https://hooks.slack.example/services/T000/B000/sk-test-slack");
+    let config = dir.path().join("vigil.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[provider]]\nname = \"openai\"\napi_key_file = \"{}\"\n[[alerts.slack]]\nwebhook_url_file = \"{}\"\n",
+            key.display(),
+            slack.display()
+        ),
+    )
+    .expect("write config");
+    let run = |config: &std::path::Path| {
+        vigil()
+            .args(["check-config", "--config"])
+            .arg(config)
+            .env("DATABASE_URL_FILE", &db)
+            .env_remove("DATABASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .output()
+            .expect("vigil runs")
+    };
+    let out = run(&config);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{err}");
+    assert!(text.contains("postgres://vigil:redacted@db.example/vigil"), "the URL came from the file:\n{text}");
+    assert!(text.contains(&format!("api_key_file = \"{}\"", key.display())), "{text}");
+    assert!(!text.contains("is skipped"), "the key from the file enables the provider:\n{text}");
+    for s in [DB_PASSWORD, API_KEY, "sk-test-slack"] {
+        assert!(!text.contains(s) && !err.contains(s), "{s} leaked:\n{text}\n{err}");
+    }
+    // The printed document is a config `--config` accepts back, still reading the same files.
+    let again = dir.path().join("printed.toml");
+    std::fs::write(&again, text.as_bytes()).expect("write");
+    let out = run(&again);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_unreadable_secret_file_is_a_config_error_naming_the_key_and_the_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-secret");
+    let config = dir.path().join("vigil.toml");
+    let check = |toml: String, env: &[(&str, &std::path::Path)]| {
+        std::fs::write(&config, toml).expect("write config");
+        let mut cmd = vigil();
+        cmd.args(["check-config", "--config"]).arg(&config);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("vigil runs");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = check(String::new(), &[("DATABASE_URL_FILE", &missing)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&format!("DATABASE_URL_FILE: cannot read {}", missing.display())), "{err}");
+
+    let (code, err) = check(String::new(), &[("VIGIL_HTTP_LISTEN_FILE", &missing)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&format!("VIGIL_HTTP_LISTEN_FILE: cannot read {}", missing.display())), "{err}");
+
+    let toml = format!("[[alerts.pagerduty]]\nrouting_key_file = \"{}\"\n", missing.display());
+    let (code, err) = check(toml, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&format!("alerts.pagerduty[0].routing_key_file: cannot read {}", missing.display())), "{err}");
+}
+
+/// Picks a free loopback port for a child process to listen on.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_uses_secrets_read_from_files_and_never_logs_them() {
+    // The provider answers only the key from the file.
+    let body = fixture("openai-chat-stream-usage.sse");
+    let err = fixture("openai-error-401.json");
+    let provider = StandIn::start(move |req| match req.header("authorization") {
+        Some(v) if v == format!("Bearer {API_KEY}") => Script::sse(&body, Duration::from_millis(1)),
+        _ => Script::json(401, &err),
+    })
+    .await
+    .expect("stand-in");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = secret(dir.path(), "api-key", API_KEY);
+    let token = secret(dir.path(), "api-token", TOKEN);
+    let db = secret(dir.path(), "database-url", &format!("sqlite://{}/vigil.db", dir.path().display()));
+    let port = free_port();
+    let config = dir.path().join("vigil.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\ndata_dir = \"{d}\"\nbatch_age = \"100ms\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n\
+             [probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n\
+             [[provider]]\nname = \"filed\"\nkind = \"openai\"\nbase_url = \"{}/v1\"\napi_key_file = \"{}\"\nmodels = [\"m1\"]\n",
+            provider.base_url(),
+            key.display(),
+            d = dir.path().display(),
+        ),
+    )
+    .expect("write config");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("DATABASE_URL_FILE", &db)
+        .env("VIGIL_API_TOKEN_FILE", &token)
+        .env_remove("DATABASE_URL")
+        .env_remove("VIGIL_API_TOKEN")
+        .env("VIGIL_LOG", "vigil=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("vigil run starts");
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ok = false;
+    for _ in 0..150 {
+        if let Ok(r) = http.get(format!("{base}/metrics")).send().await {
+            let text = r.text().await.unwrap_or_default();
+            ok = text.lines().any(|l| {
+                l.starts_with("vigil_probes_total{")
+                    && l.contains(r#"outcome="ok""#)
+                    && l.contains(r#"provider="filed""#)
+                    && !l.ends_with(" 0")
+            });
+            if ok {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "probes with the key from the file succeeded");
+    let targets = format!("{base}/v1/targets");
+    let without = http.get(&targets).send().await.expect("request");
+    assert_eq!(without.status(), 401, "the token from the file guards /v1");
+    let with = http.get(&targets).bearer_auth(TOKEN).send().await.expect("request");
+    assert_eq!(with.status(), 200);
+    assert!(dir.path().join("vigil.db").exists(), "storage.url came from DATABASE_URL_FILE");
+
+    let pid = i32::try_from(child.id().expect("running")).expect("pid");
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(15), child.wait_with_output())
+        .await
+        .expect("vigil stops within 15 s of SIGTERM")
+        .expect("output");
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(log.contains("vigil running"), "{log}");
+    for s in [API_KEY, TOKEN] {
+        assert!(!log.contains(s), "{s} was logged:\n{log}");
+    }
+}
