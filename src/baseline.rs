@@ -692,6 +692,13 @@ impl Baselines {
 
     /// Counts a sample and adds its `ttfb`, `ttft` and `tokens_per_s` to its hour (histograms take `ok` samples only).
     pub fn record(&mut self, sample: &Sample) {
+        self.record_weighted(sample, 1);
+    }
+
+    /// As [`Baselines::record`], with the sample's values counted `weight` times in the
+    /// histograms (adaptive probing: a sample of a target probed every three base intervals
+    /// stands for three; 0 keeps it out of the percentiles). Probe and error counts stay real.
+    pub fn record_weighted(&mut self, sample: &Sample, weight: u32) {
         let hour = hour_of(sample.started_at);
         let create = hour >= self.hold_from;
         let series = match self.series.get_mut(&sample.target) {
@@ -706,7 +713,7 @@ impl Baselines {
         h.tally.probes += 1;
         h.tally.errors += i64::from(sample.outcome.is_failure());
         h.version = h.version.wrapping_add(1);
-        if sample.outcome != Outcome::Ok {
+        if sample.outcome != Outcome::Ok || weight == 0 {
             return;
         }
         for metric in Metric::ALL {
@@ -714,8 +721,8 @@ impl Baselines {
             let slot = metric.slot();
             // Never re-open a folded hour: its stored rollup would be overwritten by the newcomer alone.
             if let Some(h) = series.metrics[slot].held_mut(hour, create) {
-                h.tally.packed = h.tally.packed.merged(&[(index, 1)], false);
-                h.tally.count += 1;
+                h.tally.packed = h.tally.packed.merged(&[(index, weight)], false);
+                h.tally.count += u64::from(weight);
                 h.version = h.version.wrapping_add(1);
                 series.cached[slot] = None;
             }
