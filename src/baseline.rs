@@ -1139,6 +1139,39 @@ mod tests {
     }
 
     #[test]
+    fn a_weighted_sample_counts_as_often_as_its_interval_stands_for() {
+        // Every minute a 100 ms sample; every third minute also a 400 ms one that stands for
+        // three minutes (a target stretched to three intervals).
+        let (mut weighted, mut unweighted, mut repeated) =
+            (Baselines::new(&config(1)), Baselines::new(&config(1)), Baselines::new(&config(1)));
+        let t = target("A");
+        for m in 0..60 {
+            let at = t0() + Duration::minutes(m);
+            for b in [&mut weighted, &mut unweighted, &mut repeated] {
+                b.record(&sample(&t, at, 100.0, Outcome::Ok));
+            }
+            if m % 3 == 0 {
+                let slow = sample(&t, at, 400.0, Outcome::Ok);
+                weighted.record_weighted(&slow, 3);
+                unweighted.record(&slow);
+                for _ in 0..3 {
+                    repeated.record(&slow);
+                }
+            }
+        }
+        let now = t0() + Duration::minutes(90);
+        let w = weighted.get(&t, Metric::Ttfb, now);
+        assert_eq!(w, repeated.get(&t, Metric::Ttfb, now), "weight 3 = the same value three times");
+        assert_eq!((w.count, unweighted.get(&t, Metric::Ttfb, now).count), (120, 80));
+        let p75 = |b: &mut Baselines| b.quantile_any(&t, Metric::Ttfb, 0.75, now);
+        assert!(p75(&mut weighted).is_some_and(|p| p > 390.0), "half the weight is slow: {:?}", p75(&mut weighted));
+        assert!(p75(&mut unweighted).is_some_and(|p| p < 110.0), "unweighted, a quarter: {:?}", p75(&mut unweighted));
+        weighted.record_weighted(&sample(&t, now, 9000.0, Outcome::Ok), 0);
+        assert_eq!(weighted.get(&t, Metric::Ttfb, now).count, 120, "weight 0 stays out of the percentiles");
+        assert_eq!(weighted.window_counts(&t).0, 81, "but counts as a probe");
+    }
+
+    #[test]
     fn window_slides_hour_by_hour_and_old_hours_drop_out() {
         let mut b = Baselines::new(&BaselineConfig { window: StdDuration::from_secs(3 * 3600), ..config(1) });
         let t = target("A");

@@ -185,7 +185,9 @@ impl Scheduler {
         let slot = &self.slots[i];
         let cadence = self.adaptive.as_ref().and_then(|p| {
             let plan = p.read().ok()?;
-            plan.get(&slot.id).map(|t| (t.stretch, t.burst))
+            // The planner lists targets in slot order; the search covers a plan made otherwise.
+            let entry = plan.targets.get(i).filter(|t| t.target == slot.id).or_else(|| plan.get(&slot.id));
+            entry.map(|t| (t.stretch, t.burst))
         });
         let (stretch, burst) = cadence.unwrap_or((1, 1));
         crate::adaptive::plan::due(round, slot.phase, stretch, burst, position, positions)

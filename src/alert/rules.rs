@@ -1203,6 +1203,46 @@ mod tests {
     }
 
     #[test]
+    fn a_provider_incident_pages_once_survives_failed_reads_and_resolves_after_a_good_one() {
+        use crate::alert::provider_incident::ProviderIncidentReading;
+        let mut e = AlertEngine::new(cfg());
+        let mut a = Alert::new(AlertKind::ProviderIncident, "eu", "openai", None, "OpenAI reports: outage".into());
+        a.dedup_key = "vigil:eu:openai:::provider_incident:x1".into();
+        let open = |read: bool| ProviderIncidentReading {
+            open: vec![a.clone()],
+            read: if read { ["openai".to_string()].into() } else { Default::default() },
+        };
+        let gone = |read: bool| ProviderIncidentReading {
+            open: vec![],
+            read: if read { ["openai".to_string()].into() } else { Default::default() },
+        };
+        let mut sent = Vec::new();
+        for m in 0..3 {
+            e.read_provider_pages(open(true));
+            sent.extend(round(&mut e, &[], at(m)));
+        }
+        assert_eq!(kinds(&sent), vec![("openai".to_string(), AlertStatus::Firing, vec![AlertKind::ProviderIncident])]);
+        assert_eq!(sent[0].incident, "vigil:openai", "folded into the provider's incident");
+        // The page fails to read: nothing is known, nothing clears.
+        for m in 3..10 {
+            e.read_provider_pages(gone(false));
+            assert!(round(&mut e, &[], at(m)).is_empty());
+        }
+        // Read again without the incident: it clears after resolve_after evaluations.
+        let mut later = Vec::new();
+        for m in 10..14 {
+            e.read_provider_pages(gone(true));
+            later.extend(round(&mut e, &[], at(m)));
+        }
+        assert_eq!(
+            kinds(&later),
+            vec![("openai".to_string(), AlertStatus::Resolved, vec![AlertKind::ProviderIncident])]
+        );
+        // An evaluation without any reading (backtests) leaves provider facets alone.
+        assert!(round(&mut e, &[], at(15)).is_empty());
+    }
+
+    #[test]
     fn repeated_adherence_failures_fire() {
         let mut e = AlertEngine::new(cfg());
         let t = target("openai", "gpt");
