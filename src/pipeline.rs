@@ -52,6 +52,10 @@ pub struct Pipeline {
     planner: Option<crate::adaptive::Planner>,
     /// Targets whose last probe failed (in trouble for the planner at once).
     failing: std::collections::HashSet<Target>,
+    /// When the plan was last made, and whether a newer failure still waits for a replan
+    /// (at most one a second, so a mass outage does not replan once per failing sample).
+    planned_at: Option<DateTime<Utc>>,
+    replan_due: bool,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -160,6 +164,8 @@ impl Pipeline {
             provider_status: s.provider_status,
             planner: s.planner,
             failing: Default::default(),
+            planned_at: None,
+            replan_due: false,
         }
     }
 
@@ -168,6 +174,8 @@ impl Pipeline {
     /// last probe failed, or part of an open incident); publishes the plan and its gauges.
     pub fn replan(&mut self, now: DateTime<Utc>) {
         let Some(planner) = self.planner.as_mut() else { return };
+        self.planned_at = Some(now);
+        self.replan_due = false;
         let engine = &self.alerts.engine;
         let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
         let spent = engine.spent_today(now) + pending;
@@ -339,7 +347,11 @@ impl Pipeline {
         self.alerts.round.push((sample, baseline));
         if newly_failing {
             // A failing target goes back to the fast interval now, not at the next evaluation.
-            self.replan(now);
+            if self.planned_at.is_some_and(|at| now - at < chrono::Duration::seconds(1)) {
+                self.replan_due = true;
+            } else {
+                self.replan(now);
+            }
         }
     }
 
@@ -361,6 +373,9 @@ impl Pipeline {
 
     /// Ticks breakers and publishes a fresh snapshot for the HTTP layer and the gauges.
     pub fn publish(&mut self, now: DateTime<Utc>) {
+        if self.replan_due {
+            self.replan(now);
+        }
         let transitions = self.monitor.tick(now);
         let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
         // The status page keeps showing a region that went quiet, with its age, for a while.
