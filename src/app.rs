@@ -230,7 +230,10 @@ impl App {
             saved.as_ref(),
         );
         let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
-            .with_credit(&config);
+            .with_credit(&config)
+            .with_provider_incidents(crate::alert::provider_incident::ProviderIncidentRule::from_config(
+                &config.status_pages,
+            ));
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -246,6 +249,10 @@ impl App {
             Arc::new(store::IntegrityCheck(store.clone())),
         ];
         let snapshot = SharedSnapshot::default();
+        // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
+        let probe_plan = crate::adaptive::SharedPlan::default();
+        let planner = crate::adaptive::Planner::new(&config, scheduler.targets(), probe_plan.clone());
+        let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
         let provider_status = crate::provider_status::SharedProviderStatus::default();
         let app = router(HttpState {
             metrics: metrics.clone(),
@@ -279,6 +286,7 @@ impl App {
             liveness,
             alerts: alerting,
             provider_status: provider_status.clone(),
+            planner: Some(planner),
         });
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),

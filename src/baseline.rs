@@ -755,6 +755,13 @@ impl Baselines {
 
     /// Counts a sample and adds its `ttfb`, `ttft` and `tokens_per_s` to its hour (histograms take `ok` samples only).
     pub fn record(&mut self, sample: &Sample) {
+        self.record_weighted(sample, 1);
+    }
+
+    /// As [`Baselines::record`], with the sample's values counted `weight` times in the
+    /// histograms (adaptive probing: a sample of a target probed every three base intervals
+    /// stands for three; 0 keeps it out of the percentiles). Probe and error counts stay real.
+    pub fn record_weighted(&mut self, sample: &Sample, weight: u32) {
         let hour = hour_of(sample.started_at);
         let create = hour >= self.hold_from;
         let series = match self.series.get_mut(&sample.target) {
@@ -769,7 +776,7 @@ impl Baselines {
         h.tally.probes += 1;
         h.tally.errors += i64::from(sample.outcome.is_failure());
         h.version = h.version.wrapping_add(1);
-        if sample.outcome != Outcome::Ok {
+        if sample.outcome != Outcome::Ok || weight == 0 {
             return;
         }
         for metric in Metric::ALL {
@@ -777,8 +784,8 @@ impl Baselines {
             let slot = metric.slot();
             // Never re-open a folded hour: its stored rollup would be overwritten by the newcomer alone.
             if let Some(h) = series.metrics[slot].held_mut(hour, create) {
-                h.tally.packed = h.tally.packed.merged(&[(index, 1)], false);
-                h.tally.count += 1;
+                h.tally.packed = h.tally.packed.merged(&[(index, weight)], false);
+                h.tally.count += u64::from(weight);
                 h.version = h.version.wrapping_add(1);
                 series.cached[slot] = None;
             }
@@ -1192,6 +1199,39 @@ mod tests {
         assert_eq!(got.p50, Some(104.063), "5th of 100..109 ms, reported at its bucket's top (µs resolution 1/1024)");
         assert_eq!(b.get(&t, Metric::TokensPerS, now).p99, Some(60.031));
         assert_eq!(b.get(&target("unknown"), Metric::Ttft, now), Baseline::default());
+    }
+
+    #[test]
+    fn a_weighted_sample_counts_as_often_as_its_interval_stands_for() {
+        // Every minute a 100 ms sample; every third minute also a 400 ms one that stands for
+        // three minutes (a target stretched to three intervals).
+        let (mut weighted, mut unweighted, mut repeated) =
+            (Baselines::new(&config(1)), Baselines::new(&config(1)), Baselines::new(&config(1)));
+        let t = target("A");
+        for m in 0..60 {
+            let at = t0() + Duration::minutes(m);
+            for b in [&mut weighted, &mut unweighted, &mut repeated] {
+                b.record(&sample(&t, at, 100.0, Outcome::Ok));
+            }
+            if m % 3 == 0 {
+                let slow = sample(&t, at, 400.0, Outcome::Ok);
+                weighted.record_weighted(&slow, 3);
+                unweighted.record(&slow);
+                for _ in 0..3 {
+                    repeated.record(&slow);
+                }
+            }
+        }
+        let now = t0() + Duration::minutes(90);
+        let w = weighted.get(&t, Metric::Ttfb, now);
+        assert_eq!(w, repeated.get(&t, Metric::Ttfb, now), "weight 3 = the same value three times");
+        assert_eq!((w.count, unweighted.get(&t, Metric::Ttfb, now).count), (120, 80));
+        let p75 = |b: &mut Baselines| b.quantile_any(&t, Metric::Ttfb, 0.75, now);
+        assert!(p75(&mut weighted).is_some_and(|p| p > 390.0), "half the weight is slow: {:?}", p75(&mut weighted));
+        assert!(p75(&mut unweighted).is_some_and(|p| p < 110.0), "unweighted, a quarter: {:?}", p75(&mut unweighted));
+        weighted.record_weighted(&sample(&t, now, 9000.0, Outcome::Ok), 0);
+        assert_eq!(weighted.get(&t, Metric::Ttfb, now).count, 120, "weight 0 stays out of the percentiles");
+        assert_eq!(weighted.window_counts(&t).0, 81, "but counts as a probe");
     }
 
     #[test]

@@ -100,6 +100,17 @@ pub struct Config {
     pub deprecation: DeprecationConfig,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
     pub status_pages: StatusPagesConfig,
+    /// Cost-aware adaptive probing (`probe.max_interval`, `probe.incident_interval`).
+    pub adaptive: AdaptiveConfig,
+}
+
+/// The intervals of cost-aware adaptive probing (the budget is `probe.daily_budget_usd`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptiveConfig {
+    /// `probe.max_interval`: the longest a calm target is stretched to under the daily budget.
+    pub max_interval: Duration,
+    /// `probe.incident_interval`: how often a target in trouble is probed (at most `probe.interval`).
+    pub incident_interval: Duration,
 }
 
 /// `[deprecation]`.
@@ -130,6 +141,10 @@ pub struct StatusPageSource {
     pub provider: String,
     /// Base URL of the page (vigil reads `<url>/api/v2/summary.json`).
     pub url: Url,
+    /// `status_page_components`: the components whose incidents `provider_incident` pages for
+    /// this provider (case-insensitive; empty = every incident); `None` follows
+    /// `alerts.provider_incident_components`.
+    pub components: Option<Vec<String>>,
 }
 
 /// `[report]`.
@@ -251,6 +266,18 @@ pub struct BreakerConfig {
     pub latency_trips: u32,
     /// Time open before a half-open probe.
     pub open_for: Duration,
+}
+
+/// `probe.max_interval` (from `interval` up to a day) and `probe.incident_interval` (from
+/// `probe.timeout` up to `interval`, empty = `interval`), so a target is never probed twice at once.
+fn adaptive_intervals(p: &RawProbe, probe: &ProbeConfig) -> Result<AdaptiveConfig, ConfigError> {
+    let max = duration_in("probe.max_interval", &p.max_interval, probe.interval.max(SECOND), DAY.max(probe.interval))?;
+    let fast = if p.incident_interval.trim().is_empty() {
+        probe.interval
+    } else {
+        duration_in("probe.incident_interval", &p.incident_interval, probe.timeout, probe.interval)?
+    };
+    Ok(AdaptiveConfig { max_interval: max, incident_interval: fast })
 }
 
 /// `price = { input_per_mtok, output_per_mtok }`.
@@ -659,6 +686,8 @@ struct RawProbe {
     proxy: Option<String>,
     ca_file: Option<String>,
     status_page_every: String,
+    max_interval: String,
+    incident_interval: String,
 }
 
 impl Default for RawProbe {
@@ -675,6 +704,9 @@ impl Default for RawProbe {
             proxy: None,
             ca_file: None,
             status_page_every: "3m".into(),
+            max_interval: "5m".into(),
+            // Empty: the base interval.
+            incident_interval: String::new(),
         }
     }
 }
@@ -745,6 +777,8 @@ struct RawProvider {
     client_cert_file: Option<String>,
     client_key_file: Option<String>,
     status_page_url: Option<String>,
+    /// Components whose incidents `provider_incident` pages for this provider.
+    status_page_components: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1430,6 +1464,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         // 1 GiB at most: the byte count then fits every usize vigil runs on.
         max_body_bytes: size_in("probe.max_body_kb", p.max_body_kb, 1, 1 << 20)? * 1024,
     };
+    let adaptive = adaptive_intervals(p, &probe)?;
     if probe.timeout > probe.interval {
         return Err(invalid(
             "probe.timeout",
@@ -1474,6 +1509,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
                 client_cert_file: None,
                 client_key_file: None,
                 status_page_url: None,
+                status_page_components: None,
             })
             .collect()
     });
@@ -1626,7 +1662,16 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             if !matches!(url.scheme(), "http" | "https") {
                 return Err(invalid(key("status_page_url"), format!("scheme {:?} is not http or https", url.scheme())));
             }
-            pages.push(StatusPageSource { provider: rp.name.clone(), url });
+            if let Some(list) = &rp.status_page_components {
+                for (i, c) in list.iter().enumerate() {
+                    no_controls(&format!("{}[{i}]", key("status_page_components")), c)?;
+                }
+            }
+            pages.push(StatusPageSource {
+                provider: rp.name.clone(),
+                url,
+                components: rp.status_page_components.clone(),
+            });
         }
         providers.push(ProviderConfig {
             name: rp.name,
@@ -1684,6 +1729,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         report,
         chains,
         status_pages,
+        adaptive,
         source: toml::Table::new(),
         deprecation,
     })
@@ -1920,6 +1966,28 @@ mod tests {
         assert_eq!(c.probe.proxy.https, None);
         let e = Config::from_toml("[probe]\nproxy = \"socks5://h:1\"", &env).expect_err("socks refused");
         assert!(e.to_string().contains("probe.proxy"), "{e}");
+    }
+
+    #[test]
+    fn adaptive_intervals_default_to_five_minutes_and_the_base_interval_and_are_bounded() {
+        let c = Config::from_toml("", &env(&[("OPENAI_API_KEY", "sk-test-1")])).expect("valid");
+        assert_eq!(c.adaptive.max_interval, Duration::from_secs(300));
+        assert_eq!(c.adaptive.incident_interval, c.probe.interval, "no faster probing unless asked");
+        let c = Config::from_toml(
+            "[probe]\ninterval = \"30s\"\nmax_interval = \"2m\"\nincident_interval = \"10s\"\n\
+             [[provider]]\nname = \"openai\"\nstatus_page_components = [\"Chat Completions\"]\n",
+            &env(&[("OPENAI_API_KEY", "sk-test-1")]),
+        )
+        .expect("valid");
+        assert_eq!(
+            (c.adaptive.max_interval, c.adaptive.incident_interval),
+            (Duration::from_secs(120), Duration::from_secs(10))
+        );
+        assert_eq!(c.status_pages.pages[0].components, Some(vec!["Chat Completions".to_string()]));
+        err_at("[probe]\ninterval = \"60s\"\nmax_interval = \"30s\"", &[], "probe.max_interval");
+        err_at("[probe]\nmax_interval = \"2d\"", &[], "probe.max_interval");
+        err_at("[probe]\nincident_interval = \"2m\"", &[], "probe.incident_interval");
+        err_at("[probe]\ntimeout = \"10s\"\nincident_interval = \"5s\"", &[], "probe.incident_interval");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! providers on loopback for `--demo` and for tests. [`report`] and [`weekly`] only read the
 //! store: the comparison matrix, and the weekly summary (HTML with PNG charts, emailed on a schedule).
 
+pub mod adaptive;
 pub mod alert;
 pub mod app;
 pub mod balance;

@@ -46,6 +46,7 @@ pub struct Metrics {
     records_spooled: IntGaugeVec,
     rejected: IntCounterVec,
     region: String,
+    adaptive: AdaptiveMetrics,
 }
 
 fn labels(t: &Target) -> [&str; 4] {
@@ -159,6 +160,7 @@ impl Metrics {
                 &["field", "region"],
             )?,
             region: region.to_string(),
+            adaptive: AdaptiveMetrics::new()?,
             registry,
         };
         let build = GaugeVec::new(
@@ -202,6 +204,7 @@ impl Metrics {
         ] {
             m.registry.register(c)?;
         }
+        m.adaptive.register(&m.registry, region)?;
         Ok(m)
     }
 
@@ -332,6 +335,18 @@ impl Metrics {
         self.outbox_depth.with_label_values(&[&self.region]).set(n);
     }
 
+    /// Publishes the adaptive probe plan: each target's interval and the day's projected spend.
+    pub fn set_probe_plan(&self, plan: &crate::adaptive::ProbePlan, targets: &[Target]) {
+        let a = &self.adaptive;
+        a.budget.with_label_values(&[&self.region]).set(plan.budget_usd);
+        a.projected.with_label_values(&[&self.region]).set(plan.projected_usd);
+        for t in targets {
+            if let Some(p) = plan.get(&t.id()) {
+                a.interval.with_label_values(&labels(t)).set(p.every.as_secs_f64());
+            }
+        }
+    }
+
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -343,6 +358,43 @@ impl Metrics {
         // which promtool accepts and PromQL treats exactly like a gauge. The crate's encoder
         // cannot write untyped families, hence the edit of its output.
         text.replacen(BASELINE_GAUGE_TYPE, BASELINE_UNTYPED_TYPE, 1)
+    }
+}
+
+/// Cost-aware adaptive probing (`crate::adaptive`): kept in its own block.
+struct AdaptiveMetrics {
+    interval: GaugeVec,
+    projected: GaugeVec,
+    budget: GaugeVec,
+}
+
+impl AdaptiveMetrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        Ok(AdaptiveMetrics {
+            interval: GaugeVec::new(
+                Opts::new("vigil_probe_interval_seconds", "Time between two probes of the target in the current plan."),
+                &TARGET_LABELS,
+            )?,
+            projected: GaugeVec::new(
+                Opts::new(
+                    "vigil_probe_projected_spend_usd",
+                    "Probe spend today (UTC) so far plus the plan's projection to the end of the day.",
+                ),
+                &["region"],
+            )?,
+            budget: GaugeVec::new(
+                Opts::new("vigil_probe_budget_usd", "probe.daily_budget_usd, the spend the plan keeps under."),
+                &["region"],
+            )?,
+        })
+    }
+
+    fn register(&self, registry: &Registry, region: &str) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.interval.clone()))?;
+        registry.register(Box::new(self.projected.clone()))?;
+        registry.register(Box::new(self.budget.clone()))?;
+        self.projected.with_label_values(&[region]).set(0.0);
+        Ok(())
     }
 }
 

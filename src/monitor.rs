@@ -54,6 +54,8 @@ pub struct Snapshot {
     pub elsewhere: Arc<Vec<Sample>>,
     /// Targets flapping now (from the alert stage).
     pub flapping: crate::alert::FlappingSet,
+    /// The adaptive probe plan, when probing is cost-aware.
+    pub probe_plan: Option<Arc<crate::adaptive::ProbePlan>>,
 }
 
 impl Snapshot {
@@ -206,12 +208,17 @@ impl Monitor {
 
     /// Feeds one sample; returns the breaker transition it caused, if any.
     pub fn observe(&mut self, sample: &Sample, now: DateTime<Utc>) -> Option<Transition> {
+        self.observe_weighted(sample, 1, now)
+    }
+
+    /// As [`Monitor::observe`], the sample counting `weight` times in the baselines' percentiles.
+    pub fn observe_weighted(&mut self, sample: &Sample, weight: u32, now: DateTime<Utc>) -> Option<Transition> {
         // Judge against the baseline as it was before this probe joined it.
         let p95 = LatencyP95 {
             ttfb: self.baselines.get(&sample.target, Metric::Ttfb, now).p95,
             ttft: self.baselines.get(&sample.target, Metric::Ttft, now).p95,
         };
-        self.baselines.record(sample);
+        self.baselines.record_weighted(sample, weight);
         if let Some(c) = sample.cost_usd {
             self.cost.insert(sample.target.clone(), c);
         }
@@ -319,6 +326,7 @@ impl Monitor {
             targets: views,
             elsewhere: Arc::default(),
             flapping: self.flapping.clone(),
+            probe_plan: None,
         }
     }
 

@@ -48,6 +48,14 @@ pub struct Pipeline {
     /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
     provider_status: crate::provider_status::SharedProviderStatus,
+    /// Cost-aware adaptive probing, when the scheduler follows a plan.
+    planner: Option<crate::adaptive::Planner>,
+    /// Targets whose last probe failed (in trouble for the planner at once).
+    failing: std::collections::HashSet<Target>,
+    /// When the plan was last made, and whether a newer failure still waits for a replan
+    /// (at most one a second, so a mass outage does not replan once per failing sample).
+    planned_at: Option<DateTime<Utc>>,
+    replan_due: bool,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -64,6 +72,8 @@ pub struct Alerting {
     /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
     flapping: crate::alert::FlappingSet,
     flapping_before: std::collections::BTreeSet<Target>,
+    /// `provider_incident`: which of the providers' own incidents page (off by default).
+    provider_rule: crate::alert::provider_incident::ProviderIncidentRule,
 }
 
 impl Alerting {
@@ -79,7 +89,14 @@ impl Alerting {
             credit: Vec::new(),
             flapping: crate::alert::FlappingSet::default(),
             flapping_before: Default::default(),
+            provider_rule: Default::default(),
         }
+    }
+
+    /// Also pages the providers' own open incidents on the components `rule` names.
+    pub fn with_provider_incidents(mut self, rule: crate::alert::provider_incident::ProviderIncidentRule) -> Self {
+        self.provider_rule = rule;
+        self
     }
 
     /// The published set of flapping targets (readers call `is_flapping`).
@@ -119,6 +136,8 @@ pub struct Stages {
     pub alerts: Alerting,
     /// The providers' own status pages, as last read (notes on alerts).
     pub provider_status: crate::provider_status::SharedProviderStatus,
+    /// The adaptive probe planner whose plan the scheduler follows, if any.
+    pub planner: Option<crate::adaptive::Planner>,
 }
 
 impl Pipeline {
@@ -140,7 +159,43 @@ impl Pipeline {
             context: Context::default(),
             elsewhere: Default::default(),
             provider_status: s.provider_status,
+            planner: s.planner,
+            failing: Default::default(),
+            planned_at: None,
+            replan_due: false,
         }
+    }
+
+    /// Plans the probes again from what is known at `now`: costs, today's spend (evaluated plus
+    /// the round not yet evaluated) and which targets are in trouble (degraded, half-open, open,
+    /// last probe failed, or part of an open incident); publishes the plan and its gauges.
+    pub fn replan(&mut self, now: DateTime<Utc>) {
+        let Some(planner) = self.planner.as_mut() else { return };
+        self.planned_at = Some(now);
+        self.replan_due = false;
+        let engine = &self.alerts.engine;
+        let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
+        let spent = engine.spent_today(now) + pending;
+        let unwell: std::collections::HashSet<Target> = engine
+            .target_statuses(now)
+            .into_iter()
+            .filter(|s| s.state != crate::store::TargetHealth::Ok)
+            .map(|s| s.target)
+            .collect();
+        let open = engine.open_incidents();
+        let monitor = &self.monitor;
+        let failing = &self.failing;
+        let in_trouble = |t: &Target| {
+            unwell.contains(t)
+                || failing.contains(t)
+                || monitor.breaker(t).is_some_and(|b| b.state() != crate::breaker::State::Closed)
+                || open.iter().any(|k| {
+                    *k == crate::alert::incident::target_key(&t.provider, &t.model, t.route.as_deref())
+                        || *k == crate::alert::incident::provider_key(&t.provider)
+                })
+        };
+        let plan = planner.replan(spent, &in_trouble, now);
+        self.metrics.set_probe_plan(&plan, planner.targets());
     }
 
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
@@ -177,11 +232,23 @@ impl Pipeline {
                 })
             })
             .collect();
+        if a.provider_rule.enabled {
+            if let Ok(snap) = self.provider_status.read() {
+                a.engine.read_provider_pages(crate::alert::provider_incident::reading(
+                    &a.provider_rule,
+                    &a.region,
+                    &snap,
+                ));
+            }
+        }
         let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
             for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
-                if alert.status != crate::alert::AlertStatus::Firing || alert.provider.is_empty() {
+                if alert.status != crate::alert::AlertStatus::Firing
+                    || alert.provider.is_empty()
+                    || alert.kind == crate::alert::AlertKind::ProviderIncident
+                {
                     continue;
                 }
                 if let Some(note) = crate::provider_status::annotation_for(&alert.provider, &snap, now) {
@@ -205,6 +272,7 @@ impl Pipeline {
             self.link.store(Record::Outbox(items));
         }
         self.link.store(Record::AlertState { region: a.region.clone(), state: a.engine.state_json() });
+        self.replan(now);
     }
 
     /// Processes one sample (the step tests drive directly). A panic in the decision stages is
@@ -252,7 +320,18 @@ impl Pipeline {
         // An open breaker whose wait is over is half-open before its deciding probe is judged,
         // so the history always shows open → half_open → verdict.
         let mut transitions = self.monitor.tick(now);
-        if let Some(t) = self.monitor.observe(&sample, now) {
+        let weight = self.planner.as_mut().map_or(1, |p| p.weight(&sample.target));
+        let failed = sample.outcome.is_failure();
+        let newly_failing = if failed {
+            self.failing.insert(sample.target.clone())
+        } else {
+            self.failing.remove(&sample.target);
+            false
+        };
+        if let Some(p) = self.planner.as_mut() {
+            p.observe_cost(&sample.target, sample.cost_usd);
+        }
+        if let Some(t) = self.monitor.observe_weighted(&sample, weight, now) {
             transitions.push((sample.target.clone(), t));
         }
         for (target, t) in transitions {
@@ -263,6 +342,14 @@ impl Pipeline {
             ttft_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttft, now).p95,
         };
         self.alerts.round.push((sample, baseline));
+        if newly_failing {
+            // A failing target goes back to the fast interval now, not at the next evaluation.
+            if self.planned_at.is_some_and(|at| now - at < chrono::Duration::seconds(1)) {
+                self.replan_due = true;
+            } else {
+                self.replan(now);
+            }
+        }
     }
 
     fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
@@ -283,6 +370,9 @@ impl Pipeline {
 
     /// Ticks breakers and publishes a fresh snapshot for the HTTP layer and the gauges.
     pub fn publish(&mut self, now: DateTime<Utc>) {
+        if self.replan_due {
+            self.replan(now);
+        }
         let transitions = self.monitor.tick(now);
         let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
         // The status page keeps showing a region that went quiet, with its age, for a while.
@@ -291,6 +381,7 @@ impl Pipeline {
         let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
         shown.sort_by(|x, y| x.target.cmp(&y.target));
         snapshot.elsewhere = Arc::new(shown);
+        snapshot.probe_plan = self.planner.as_ref().map(|p| p.current());
         if let Ok(mut s) = self.snapshot.write() {
             *s = snapshot;
         }
@@ -358,6 +449,7 @@ impl Pipeline {
         }
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        self.guarded("replan", |p| p.replan(Utc::now()));
         loop {
             tokio::select! {
                 sample = rx.recv() => match sample {

@@ -3,7 +3,9 @@
 //! tokio-cron-scheduler ticks once per interval and each tick plans the round *after* the
 //! current one, so every probe is armed on a precise tokio timer a full interval ahead and the
 //! scheduler's own tick jitter never shows up as probe lag. A target still running when it
-//! is due again is skipped (and counted), never probed twice at once.
+//! is due again is skipped (and counted), never probed twice at once. With an adaptive plan
+//! ([`crate::adaptive`]) a stretched target is armed only in one round of every `stretch`, and a
+//! target in trouble `burst` times per round, evenly spaced from its offset.
 
 use crate::metrics::Metrics;
 use crate::probe::{Planned, Prober};
@@ -29,6 +31,10 @@ struct Slot {
     plan: Planned,
     offset: Duration,
     busy: AtomicBool,
+    /// Target id, for the adaptive plan.
+    id: String,
+    /// Its phase among stretched rounds.
+    phase: u64,
 }
 
 /// Plans rounds and runs probes; cheap to clone.
@@ -42,6 +48,11 @@ pub struct Scheduler {
     tracker: TaskTracker,
     /// Cuts in-flight probes short when a stop must finish within its bound.
     abort: CancellationToken,
+    /// The adaptive plan, when probing is cost-aware; rounds planned so far.
+    adaptive: Option<crate::adaptive::SharedPlan>,
+    rounds: Arc<std::sync::atomic::AtomicU64>,
+    /// Probe positions per round under a plan (`probe.interval / probe.incident_interval`).
+    max_burst: u32,
 }
 
 /// A stable offset in `[0, interval)` from the target id, so a fleet's probes spread evenly and
@@ -66,7 +77,14 @@ impl Scheduler {
             .into_iter()
             .map(|plan| {
                 metrics.register_target(&plan.target);
-                Slot { offset: offset_for(&plan.target.id(), interval), plan, busy: AtomicBool::new(false) }
+                let id = plan.target.id();
+                Slot {
+                    offset: offset_for(&id, interval),
+                    plan,
+                    busy: AtomicBool::new(false),
+                    phase: crate::adaptive::plan::phase_for(&id),
+                    id,
+                }
             })
             .collect();
         Scheduler {
@@ -77,12 +95,28 @@ impl Scheduler {
             metrics,
             tracker: TaskTracker::new(),
             abort: CancellationToken::new(),
+            adaptive: None,
+            rounds: Arc::default(),
+            max_burst: 1,
         }
+    }
+
+    /// Follows the adaptive plan published in `plan` (targets it does not name keep the base
+    /// interval), with up to `max_burst` probes a round for targets in trouble.
+    pub fn with_plan(mut self, plan: crate::adaptive::SharedPlan, max_burst: u32) -> Self {
+        self.adaptive = Some(plan);
+        self.max_burst = max_burst.max(1);
+        self
     }
 
     /// Cancelling this ends probes still in flight during a drain: they become a gap, not samples.
     pub fn abort_token(&self) -> CancellationToken {
         self.abort.clone()
+    }
+
+    /// The targets, in slot order.
+    pub fn targets(&self) -> Vec<crate::target::Target> {
+        self.slots.iter().map(|s| s.plan.target.clone()).collect()
     }
 
     /// Number of targets.
@@ -121,18 +155,42 @@ impl Scheduler {
 
     /// Arms one probe per target for the round starting at `round_start`.
     pub fn plan_round(&self, round_start: Instant, tx: &mpsc::Sender<Sample>, shutdown: &CancellationToken) {
+        let round = self.rounds.fetch_add(1, Ordering::AcqRel);
+        // Without a plan each target has one position a round; with one, every target has the
+        // incident burst's positions and the plan, read when each comes due, says which probe.
+        let positions = if self.adaptive.is_some() { self.max_burst } else { 1 };
         for i in 0..self.slots.len() {
-            let this = self.clone();
-            let tx = tx.clone();
-            let shutdown = shutdown.clone();
-            self.tracker.spawn(async move {
-                let due = round_start + this.slots[i].offset;
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep_until(due) => this.run_slot(i, due, &tx).await,
-                }
-            });
+            let offsets = crate::adaptive::plan::burst_offsets(self.slots[i].offset, self.interval, positions);
+            for (position, offset) in (0..positions).zip(offsets) {
+                let this = self.clone();
+                let tx = tx.clone();
+                let shutdown = shutdown.clone();
+                self.tracker.spawn(async move {
+                    let due = round_start + offset;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep_until(due) => {
+                            if this.wanted(i, round, position, positions) {
+                                this.run_slot(i, due, &tx).await;
+                            }
+                        }
+                    }
+                });
+            }
         }
+    }
+
+    /// Whether the current plan probes slot `i` at this position of round `round`.
+    fn wanted(&self, i: usize, round: u64, position: u32, positions: u32) -> bool {
+        let slot = &self.slots[i];
+        let cadence = self.adaptive.as_ref().and_then(|p| {
+            let plan = p.read().ok()?;
+            // The planner lists targets in slot order; the search covers a plan made otherwise.
+            let entry = plan.targets.get(i).filter(|t| t.target == slot.id).or_else(|| plan.get(&slot.id));
+            entry.map(|t| (t.stretch, t.burst))
+        });
+        let (stretch, burst) = cadence.unwrap_or((1, 1));
+        crate::adaptive::plan::due(round, slot.phase, stretch, burst, position, positions)
     }
 
     async fn run_slot(&self, i: usize, due: Instant, tx: &mpsc::Sender<Sample>) {

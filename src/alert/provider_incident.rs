@@ -8,14 +8,21 @@ use crate::config::StatusPagesConfig;
 use crate::provider_status::{ProviderIncident, ProviderStatus, ProviderStatusSnapshot};
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
-/// `alerts.provider_incident` and its component filter.
+/// `alerts.provider_incident` and its component filters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderIncidentRule {
     /// Off unless `alerts.provider_incident = true`.
     pub enabled: bool,
-    /// Lower-cased component names; empty = every incident.
+    /// Lower-cased component names (`alerts.provider_incident_components`); empty = every incident.
     pub components: Vec<String>,
+    /// Per provider (`[[provider]] status_page_components`), replacing `components` for it.
+    pub per_provider: BTreeMap<String, Vec<String>>,
+}
+
+fn lowered(list: &[String]) -> Vec<String> {
+    list.iter().map(|c| c.trim().to_lowercase()).collect()
 }
 
 impl ProviderIncidentRule {
@@ -23,16 +30,50 @@ impl ProviderIncidentRule {
     pub fn from_config(config: &StatusPagesConfig) -> Self {
         ProviderIncidentRule {
             enabled: config.alert,
-            components: config.alert_components.iter().map(|c| c.trim().to_lowercase()).collect(),
+            components: lowered(&config.alert_components),
+            per_provider: config
+                .pages
+                .iter()
+                .filter_map(|p| p.components.as_ref().map(|c| (p.provider.clone(), lowered(c))))
+                .collect(),
         }
     }
 
     /// True when the incident names a component in the filter (or the filter is empty).
     /// An incident that names no component at all matches only an empty filter.
     pub fn matches(&self, incident: &ProviderIncident) -> bool {
-        self.components.is_empty()
-            || incident.components.iter().any(|c| self.components.contains(&c.trim().to_lowercase()))
+        let filter = self.per_provider.get(&incident.provider).unwrap_or(&self.components);
+        filter.is_empty() || incident.components.iter().any(|c| filter.contains(&c.trim().to_lowercase()))
     }
+}
+
+/// What the provider pages say now, as the alert engine takes it each evaluation: one firing
+/// alert per open incident that matches the rule, and the providers whose page was read
+/// successfully at the last poll (only their incidents that are gone may clear; a page that
+/// failed to read keeps its incidents as they were).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProviderIncidentReading {
+    /// Alerts holding now.
+    pub open: Vec<Alert>,
+    /// Providers whose last poll succeeded.
+    pub read: std::collections::BTreeSet<String>,
+}
+
+/// The reading of `snap` under `rule` (empty when the rule is off).
+pub fn reading(rule: &ProviderIncidentRule, region: &str, snap: &ProviderStatusSnapshot) -> ProviderIncidentReading {
+    let mut out = ProviderIncidentReading::default();
+    if !rule.enabled {
+        return out;
+    }
+    for (name, page) in &snap.providers {
+        if page.last_error.is_none() && page.fetched_at.is_some() {
+            out.read.insert(name.clone());
+        }
+        for i in page.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
+            out.open.push(alert(region, page, i, AlertStatus::Firing));
+        }
+    }
+    out
 }
 
 /// Stable per (region, provider, incident): the same incident always folds into one page.
@@ -104,7 +145,6 @@ pub fn provider_incident_alerts(
 mod tests {
     use super::*;
     use chrono::TimeZone;
-    use std::collections::BTreeMap;
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).single().expect("valid time")
@@ -139,7 +179,11 @@ mod tests {
     }
 
     fn rule(components: &[&str]) -> ProviderIncidentRule {
-        ProviderIncidentRule { enabled: true, components: components.iter().map(|c| c.to_lowercase()).collect() }
+        ProviderIncidentRule {
+            enabled: true,
+            components: components.iter().map(|c| c.to_lowercase()).collect(),
+            per_provider: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -192,5 +236,31 @@ mod tests {
         let empty = ProviderStatusSnapshot::default();
         assert_eq!(provider_incident_alerts(&rule(&[]), "eu", &empty, &next, at(14, 10)).len(), 1);
         assert!(provider_incident_alerts(&rule(&["API"]), "eu", &empty, &next, at(14, 10)).is_empty());
+    }
+
+    #[test]
+    fn a_reading_holds_matching_open_incidents_and_names_pages_read_well() {
+        let next =
+            snap(vec![incident("a", &["Chat Completions"], "major"), incident("b", &["Fine-tuning"], "minor")], None);
+        let r = reading(&rule(&["chat completions"]), "eu", &next);
+        assert_eq!(r.open.len(), 1);
+        assert!(r.open[0].dedup_key.ends_with(":provider_incident:a"));
+        assert!(r.read.contains("openai"));
+        let failed = reading(&rule(&[]), "eu", &snap(vec![incident("a", &[], "minor")], Some("HTTP 503")));
+        assert_eq!(failed.open.len(), 1, "a failed read keeps the last reading's incidents");
+        assert!(failed.read.is_empty(), "but cannot clear any");
+        let off = ProviderIncidentRule::default();
+        assert_eq!(reading(&off, "eu", &next), ProviderIncidentReading::default());
+    }
+
+    #[test]
+    fn a_provider_filter_replaces_the_global_one_for_that_provider() {
+        let mut r = rule(&["embeddings"]);
+        r.per_provider.insert("openai".into(), vec!["chat completions".into()]);
+        assert!(r.matches(&incident("a", &["Chat Completions"], "major")));
+        assert!(!r.matches(&incident("b", &["Embeddings"], "major")));
+        let mut other = incident("c", &["Embeddings"], "major");
+        other.provider = "groq".into();
+        assert!(r.matches(&other), "other providers keep the global filter");
     }
 }

@@ -261,6 +261,8 @@ struct Verdict {
 pub struct AlertEngine {
     cfg: RuleConfig,
     state: EngineState,
+    /// The providers' status pages as read for the next evaluation (`provider_incident`).
+    pages: Option<super::provider_incident::ProviderIncidentReading>,
 }
 
 fn is_network(o: Outcome) -> bool {
@@ -302,7 +304,7 @@ fn scope_for(kind: AlertKind, e: Elsewhere, here: bool) -> Scope {
 impl AlertEngine {
     /// A fresh engine.
     pub fn new(cfg: RuleConfig) -> Self {
-        AlertEngine { cfg, state: EngineState::default() }
+        AlertEngine { cfg, state: EngineState::default(), pages: None }
     }
 
     /// An engine resuming from saved state; unreadable state starts fresh (and says why).
@@ -315,7 +317,25 @@ impl AlertEngine {
             }
             None => EngineState::default(),
         };
-        AlertEngine { cfg, state }
+        AlertEngine { cfg, state, pages: None }
+    }
+
+    /// What the providers' status pages say, taken into the next [`AlertEngine::evaluate`] as
+    /// `provider_incident` facets (one per matching open incident; an incident a successfully
+    /// read page no longer lists clears like any facet).
+    pub fn read_provider_pages(&mut self, reading: super::provider_incident::ProviderIncidentReading) {
+        self.pages = Some(reading);
+    }
+
+    fn provider_incident_verdicts(&mut self, out: &mut Vec<Verdict>) {
+        let Some(reading) = self.pages.take() else { return };
+        let open: BTreeSet<&str> = reading.open.iter().map(|a| a.dedup_key.as_str()).collect();
+        for t in self.state.facets.values().filter(|t| t.alert.kind == AlertKind::ProviderIncident) {
+            if !open.contains(t.alert.dedup_key.as_str()) && reading.read.contains(&t.alert.provider) {
+                out.push(Verdict { alert: t.alert.clone(), holds: false });
+            }
+        }
+        out.extend(reading.open.into_iter().map(|alert| Verdict { alert, holds: true }));
     }
 
     /// State to persist with `Store::save_alert_state`.
@@ -377,6 +397,15 @@ impl AlertEngine {
             .collect()
     }
 
+    /// Probe spend of the UTC day of `now` as evaluated so far (what `probe_budget_exceeded` compares).
+    pub fn spent_today(&self, now: DateTime<Utc>) -> f64 {
+        if self.state.budget_day == Some(now.date_naive()) {
+            self.state.spent_usd
+        } else {
+            0.0
+        }
+    }
+
     /// True when `provider` is inside a maintenance window at `now`.
     pub fn in_maintenance(&self, provider: &str, now: DateTime<Utc>) -> bool {
         self.cfg.maintenance.iter().any(|w| w.provider == provider && w.start <= now && now < w.end)
@@ -401,6 +430,7 @@ impl AlertEngine {
             self.deprecation_verdicts(round, now, &mut verdicts);
         }
         self.credit_verdicts(round, suspect, &mut verdicts);
+        self.provider_incident_verdicts(&mut verdicts);
         for v in verdicts {
             self.apply(v, now);
         }
@@ -1163,6 +1193,46 @@ mod tests {
             later.extend(round(&mut e, &[s], when));
         }
         assert_eq!(kinds(&later), vec![(String::new(), AlertStatus::Resolved, vec![AlertKind::ProbeBudgetExceeded])]);
+    }
+
+    #[test]
+    fn a_provider_incident_pages_once_survives_failed_reads_and_resolves_after_a_good_one() {
+        use crate::alert::provider_incident::ProviderIncidentReading;
+        let mut e = AlertEngine::new(cfg());
+        let mut a = Alert::new(AlertKind::ProviderIncident, "eu", "openai", None, "OpenAI reports: outage".into());
+        a.dedup_key = "vigil:eu:openai:::provider_incident:x1".into();
+        let open = |read: bool| ProviderIncidentReading {
+            open: vec![a.clone()],
+            read: if read { ["openai".to_string()].into() } else { Default::default() },
+        };
+        let gone = |read: bool| ProviderIncidentReading {
+            open: vec![],
+            read: if read { ["openai".to_string()].into() } else { Default::default() },
+        };
+        let mut sent = Vec::new();
+        for m in 0..3 {
+            e.read_provider_pages(open(true));
+            sent.extend(round(&mut e, &[], at(m)));
+        }
+        assert_eq!(kinds(&sent), vec![("openai".to_string(), AlertStatus::Firing, vec![AlertKind::ProviderIncident])]);
+        assert_eq!(sent[0].incident, "vigil:openai", "folded into the provider's incident");
+        // The page fails to read: nothing is known, nothing clears.
+        for m in 3..10 {
+            e.read_provider_pages(gone(false));
+            assert!(round(&mut e, &[], at(m)).is_empty());
+        }
+        // Read again without the incident: it clears after resolve_after evaluations.
+        let mut later = Vec::new();
+        for m in 10..14 {
+            e.read_provider_pages(gone(true));
+            later.extend(round(&mut e, &[], at(m)));
+        }
+        assert_eq!(
+            kinds(&later),
+            vec![("openai".to_string(), AlertStatus::Resolved, vec![AlertKind::ProviderIncident])]
+        );
+        // An evaluation without any reading (backtests) leaves provider facets alone.
+        assert!(round(&mut e, &[], at(15)).is_empty());
     }
 
     #[test]

@@ -155,11 +155,31 @@ pub async fn schema(Path(name): Path<String>) -> Response {
 }
 
 /// `GET /v1/targets`, with what each polled provider's own status page says (`provider_status`).
+/// Each target carries its adaptive `probe` plan (interval, mode, projected spend) and the
+/// document the whole `probe_plan` (budget, spent, projected, over budget), when probing is cost-aware.
 pub async fn targets(State(s): State<HttpState>) -> Response {
-    let targets = s.snapshot.read().map(|snap| snap.targets.clone()).unwrap_or_default();
+    let (targets, plan) =
+        s.snapshot.read().map(|snap| (snap.targets.clone(), snap.probe_plan.clone())).unwrap_or_default();
     let providers: Vec<crate::provider_status::ProviderStatus> =
         s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
-    Json(serde_json::json!({ "targets": targets, "provider_status": providers })).into_response()
+    let targets: Vec<serde_json::Value> = targets
+        .into_iter()
+        .map(|view| {
+            let probe = plan.as_ref().and_then(|p| p.get(&view.target).cloned());
+            let mut v = serde_json::to_value(view).unwrap_or(serde_json::Value::Null);
+            if let (Some(obj), Some(probe)) = (v.as_object_mut(), probe) {
+                obj.insert("probe".into(), serde_json::to_value(probe).unwrap_or(serde_json::Value::Null));
+            }
+            v
+        })
+        .collect();
+    let plan = plan.map(|p| {
+        serde_json::json!({
+            "at": p.at, "budget_usd": p.budget_usd, "spent_usd": p.spent_usd,
+            "projected_usd": p.projected_usd, "over_budget": p.over_budget,
+        })
+    });
+    Json(serde_json::json!({ "targets": targets, "probe_plan": plan, "provider_status": providers })).into_response()
 }
 
 #[cfg(test)]

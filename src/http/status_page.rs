@@ -66,6 +66,7 @@ impl StatusPage {
             min_samples: self.min_samples,
             refresh_s: self.refresh_s,
             trend_hours: self.trends.hours(),
+            probe_plan: snap.probe_plan.clone(),
             ..StatusData::default()
         };
         let mut index: HashMap<(String, String, Option<String>), usize> = HashMap::new();
@@ -81,6 +82,7 @@ impl StatusPage {
                     ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
                     breaker: Some(v.breaker.clone()),
                     flapping: v.flapping,
+                    probe: snap.probe_plan.as_ref().and_then(|p| p.get(&v.target).cloned()),
                 })],
                 trend: Vec::new(),
             });
@@ -166,6 +168,8 @@ pub struct StatusData {
     pub trend_hours: i64,
     /// What the providers' own status pages say (section shown when any is polled).
     pub providers: Vec<crate::provider_status::ProviderStatus>,
+    /// The adaptive probe plan's budget line, when probing is cost-aware.
+    pub probe_plan: Option<Arc<crate::adaptive::ProbePlan>>,
 }
 
 /// One target across the regions.
@@ -196,6 +200,8 @@ pub struct Cell {
     pub breaker: Option<Explanation>,
     /// Its state changes too often (known for this region only): changes are not paged.
     pub flapping: bool,
+    /// Its interval in the adaptive plan (known for this region only).
+    pub probe: Option<crate::adaptive::TargetPlan>,
 }
 
 /// What the page shows of a sample.
@@ -465,6 +471,9 @@ fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> String {
     if cell.flapping {
         s.push_str(r#" <span class="pill half_open" title="its state changes too often: changes are not paged until it settles">flapping</span>"#);
     }
+    if let Some(p) = &cell.probe {
+        s.push_str(&probe_line(p));
+    }
     match &cell.last {
         None => s.push_str(r#" <span class="muted">no probe yet</span>"#),
         Some(last) => {
@@ -544,6 +553,45 @@ table.grid tr.down{border-color:var(--down)}
 "#;
 
 /// The credit table: the latest reading against `balance.min_usd`, highlighted below it.
+/// The day's probe spend against `probe.daily_budget_usd`, and how many targets the plan stretched.
+fn probe_plan_html(plan: &crate::adaptive::ProbePlan) -> String {
+    use crate::adaptive::Mode;
+    let count = |m: Mode| plan.targets.iter().filter(|t| t.mode == m).count();
+    let (stretched, fast) = (count(Mode::Stretched), count(Mode::Incident));
+    format!(
+        r#"<p class="muted plan">Probe spend today ${:.4}, projected ${:.4} of the ${:.2} daily budget{}{}{}</p>"#,
+        plan.spent_usd,
+        plan.projected_usd,
+        plan.budget_usd,
+        if plan.over_budget { r#" <span class="pill down">over budget even at probe.max_interval</span>"# } else { "" },
+        if stretched > 0 {
+            format!(" · {stretched} target(s) probed less often to stay under it")
+        } else {
+            String::new()
+        },
+        if fast > 0 {
+            format!(" · {fast} target(s) in trouble probed at the incident interval")
+        } else {
+            String::new()
+        },
+    )
+}
+
+/// How often a target is probed, when the plan changed it from the base interval.
+fn probe_line(p: &crate::adaptive::TargetPlan) -> String {
+    use crate::adaptive::Mode;
+    let every = humantime::format_duration(std::time::Duration::from_secs(p.every.as_secs().max(1)));
+    match p.mode {
+        Mode::Base | Mode::Unpriced => String::new(),
+        Mode::Stretched => format!(
+            r#"<div class="muted" title="stretched so the day's probe spend stays under probe.daily_budget_usd">probed every {every} (budget)</div>"#
+        ),
+        Mode::Incident => format!(
+            r#"<div class="muted" title="in trouble: probed at probe.incident_interval until it recovers">probed every {every} (in trouble)</div>"#
+        ),
+    }
+}
+
 fn credits_html(credits: &[Credit], now: DateTime<Utc>) -> String {
     let mut out = String::new();
     out.push_str(
@@ -743,6 +791,9 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
         factor = data.failover_factor,
         span = window_span(data.trend_hours),
     );
+    if let Some(plan) = &data.probe_plan {
+        out.push_str(&probe_plan_html(plan));
+    }
     if !data.credits.is_empty() {
         out.push_str(&credits_html(&data.credits, now));
     }
@@ -801,6 +852,7 @@ mod tests {
             ttft: base(1000, Some(312.0)),
             breaker: Some(breaker(b)),
             flapping: false,
+            probe: None,
         }
     }
 
@@ -815,6 +867,7 @@ mod tests {
             refresh_s: 30,
             trend_hours: 168,
             providers: Vec::new(),
+            probe_plan: None,
         }
     }
 
@@ -1066,6 +1119,7 @@ mod tests {
                 Sample::new(t("B", "ap"), now(), now()),
             ]),
             flapping: Default::default(),
+            probe_plan: None,
         };
         let d = page.gather(&snap);
         assert_eq!(d.regions, ["eu", "ap", "us"]);

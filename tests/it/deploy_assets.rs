@@ -121,6 +121,9 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_samples_spooled".into(), instance(&[]));
     m.insert("vigil_outbox_depth".into(), instance(&[]));
     m.insert("vigil_build_info".into(), instance(&["version"]));
+    m.insert("vigil_probe_interval_seconds".into(), with(&[]));
+    m.insert("vigil_probe_projected_spend_usd".into(), instance(&[]));
+    m.insert("vigil_probe_budget_usd".into(), instance(&[]));
     m
 }
 

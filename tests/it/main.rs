@@ -5,6 +5,8 @@
 
 mod support;
 
+mod adaptive_day;
+mod adaptive_probing;
 mod alert_backtest;
 mod alert_balance;
 mod alert_channels;
@@ -30,6 +32,7 @@ mod pricing;
 mod probe_proxy;
 mod probe_standin;
 mod prompt_cache;
+mod provider_incident_alert;
 mod provider_status;
 mod router_export;
 mod secret_files;

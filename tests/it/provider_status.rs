@@ -19,7 +19,11 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 fn source(provider: &str, base: &str, path: &str) -> StatusPageSource {
-    StatusPageSource { provider: provider.into(), url: Url::parse(&format!("{base}/{path}")).expect("url") }
+    StatusPageSource {
+        provider: provider.into(),
+        url: Url::parse(&format!("{base}/{path}")).expect("url"),
+        components: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
