@@ -87,6 +87,15 @@ pub struct Config {
     pub deprecation: DeprecationConfig,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
     pub status_pages: StatusPagesConfig,
+    /// What `/metrics` exports (`[metrics]`).
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsConfig {
+    /// Per-target series: `compact` (default, at most 25 per target) or `full`.
+    pub detail: crate::metrics::Detail,
 }
 
 /// `[deprecation]`.
@@ -421,6 +430,28 @@ struct RawConfig {
     #[serde(skip_serializing)]
     chain: Vec<crate::chain::RawChain>,
     deprecation: RawDeprecation,
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetrics {
+    detail: String,
+}
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics { detail: "compact".into() }
+    }
+}
+
+fn validate_metrics(raw: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
+    let detail = match raw.detail.trim() {
+        "compact" => crate::metrics::Detail::Compact,
+        "full" => crate::metrics::Detail::Full,
+        other => return Err(invalid("metrics.detail", format!("{other:?} must be \"compact\" or \"full\""))),
+    };
+    Ok(MetricsConfig { detail })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -449,6 +480,7 @@ impl Default for RawConfig {
             report: RawReport::default(),
             chain: vec![],
             deprecation: RawDeprecation::default(),
+            metrics: RawMetrics::default(),
         }
     }
 }
@@ -1485,6 +1517,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
     let deprecation =
         DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
+    let metrics = validate_metrics(&raw.metrics)?;
     Ok(Config {
         region: raw.region,
         storage,
@@ -1500,6 +1533,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         status_pages,
         source: toml::Table::new(),
         deprecation,
+        metrics,
     })
 }
 
@@ -1671,6 +1705,17 @@ mod tests {
         assert_eq!(c.probe.proxy.https, None);
         let e = Config::from_toml("[probe]\nproxy = \"socks5://h:1\"", &env).expect_err("socks refused");
         assert!(e.to_string().contains("probe.proxy"), "{e}");
+    }
+
+    #[test]
+    fn metrics_detail_is_compact_by_default_and_checked() {
+        let keys = env(&[("OPENAI_API_KEY", "sk-test-1")]);
+        let c = Config::from_toml("", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Compact);
+        let c = Config::from_toml("[metrics]\ndetail = \"full\"", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Full);
+        let e = Config::from_toml("[metrics]\ndetail = \"all\"", &keys).expect_err("refused");
+        assert!(e.to_string().contains("metrics.detail"), "{e}");
     }
 
     #[test]
