@@ -254,12 +254,12 @@ impl Pipeline {
         let now = Utc::now();
         // An open breaker whose wait is over is half-open before its deciding probe is judged,
         // so the history always shows open → half_open → verdict.
-        let mut transitions = self.monitor.tick(now);
-        if let Some(t) = self.monitor.observe(&sample, now) {
-            transitions.push((sample.target.clone(), t));
+        // Only this target's breaker: the others are moved by the periodic publish.
+        if let Some(t) = self.monitor.tick_target(&sample.target, now) {
+            self.record_transition(&sample.target, t);
         }
-        for (target, t) in transitions {
-            self.record_transition(&target, t);
+        if let Some(t) = self.monitor.observe(&sample, now) {
+            self.record_transition(&sample.target, t);
         }
         let baseline = rules::Baseline {
             ttfb_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttfb, now).p95,
