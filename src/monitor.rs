@@ -81,6 +81,8 @@ pub struct Monitor {
     chains: Vec<crate::chain::ChainConfig>,
     provisional_min_samples: u64,
     flapping: crate::alert::FlappingSet,
+    /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
+    persisted: HashMap<Target, BreakerRecord>,
 }
 
 impl Monitor {
@@ -102,6 +104,7 @@ impl Monitor {
             chains: config.chains.clone(),
             provisional_min_samples: config.baseline.min_samples_p50,
             flapping: Default::default(),
+            persisted: HashMap::new(),
         }
     }
 
@@ -159,8 +162,9 @@ impl Monitor {
         tracing::debug!(rollups = report.loaded, %until, "expired hours left the baseline window");
     }
 
-    /// Changed rollups and every breaker state, as records for the storage link; the rollups count
-    /// as persisted from here on (the link keeps them until they are stored, or spools them).
+    /// Changed rollups and changed breaker states, as records for the storage link; they count as
+    /// persisted from here on (the link keeps them until they are stored, or spools them). A
+    /// healthy breaker does not change between probes, so most rounds write none.
     pub fn take_dirty(&mut self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.breakers.len() + 1);
         match self.baselines.dirty_rollups() {
@@ -171,7 +175,13 @@ impl Monitor {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "rollups not encoded; retried at the next persist"),
         }
-        out.extend(self.breakers.iter().map(|(t, b)| Record::Breaker(b.to_record(t))));
+        for (t, b) in &self.breakers {
+            let record = b.to_record(t);
+            if self.persisted.get(t) != Some(&record) {
+                self.persisted.insert(t.clone(), record.clone());
+                out.push(Record::Breaker(record));
+            }
+        }
         out
     }
 
