@@ -144,7 +144,7 @@ impl App {
         let listener = TcpListener::bind(config.http.listen)
             .await
             .map_err(|source| AppError::Bind { addr: config.http.listen, source })?;
-        let metrics = Arc::new(Metrics::new(&config.region)?);
+        let metrics = Arc::new(Metrics::with_detail(&config.region, config.metrics.detail)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
@@ -214,6 +214,7 @@ impl App {
                 ..crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline)
             },
         ));
+        metrics.register_alert_channels(&outbox.channels());
         let saved = match tokio::time::timeout(CALL_TIMEOUT, store.load_alert_state(&config.region)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -417,13 +418,15 @@ async fn count_alerts(
         };
         let now = counters.snapshot();
         for ((kind, channel), n) in &now.sent {
-            for _ in last.sent.get(&(kind.clone(), channel.clone())).copied().unwrap_or(0)..*n {
-                metrics.alert_sent(kind, channel);
+            let before = last.sent.get(&(kind.clone(), channel.clone())).copied().unwrap_or(0);
+            if *n > before {
+                metrics.alerts_sent(kind, channel, n - before);
             }
         }
         for (channel, n) in &now.delivery_failures {
-            for _ in last.delivery_failures.get(channel).copied().unwrap_or(0)..*n {
-                metrics.delivery_failed(channel);
+            let before = last.delivery_failures.get(channel).copied().unwrap_or(0);
+            if *n > before {
+                metrics.deliveries_failed(channel, n - before);
             }
         }
         metrics.set_outbox_depth(now.outbox_depth);

@@ -660,9 +660,18 @@ struct Series {
     metrics: [Window<Hist>; 3],
     counts: Window<Counts>,
     cached: [Option<Baseline>; 3],
+    /// The last [`Baselines::quantile_any`] answer per metric (q's bits, value), dropped with `cached`:
+    /// the router export asks for it every second for every target still short of a P95.
+    any: [Option<(u64, Option<f64>)>; 3],
 }
 
 impl Series {
+    /// Drops the cached percentiles of one metric after its values changed.
+    fn invalidate(&mut self, slot: usize) {
+        self.cached[slot] = None;
+        self.any[slot] = None;
+    }
+
     fn compute(&self, slot: usize, min: [u64; 3]) -> Baseline {
         let w = &self.metrics[slot];
         let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
@@ -681,6 +690,7 @@ impl Series {
             let (changed, folded) = w.advance(hold_from, oldest);
             if changed {
                 self.cached[slot] = None;
+                self.any[slot] = None;
             }
             first = min_opt(first, folded);
         }
@@ -787,7 +797,7 @@ impl Baselines {
                 h.tally.packed = h.tally.packed.merged(&[(index, weight)], false);
                 h.tally.count += u64::from(weight);
                 h.version = h.version.wrapping_add(1);
-                series.cached[slot] = None;
+                series.invalidate(slot);
             }
         }
     }
@@ -838,7 +848,7 @@ impl Baselines {
                 Some(Decoded::Counts(c)) if !series.counts.holds(hour) => series.counts.folded.subtract(&c),
                 Some(Decoded::Hist(slot, h)) if !series.metrics[slot].holds(hour) => {
                     series.metrics[slot].folded.subtract(&h);
-                    series.cached[slot] = None;
+                    series.invalidate(slot);
                 }
                 _ => continue,
             }
@@ -876,14 +886,24 @@ impl Baselines {
         let series = self.series.get_mut(target)?;
         let folded = series.advance(hold_from, oldest);
         self.folded_from = min_opt(self.folded_from, folded);
-        let w = &series.metrics[metric.slot()];
-        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
-        let count = w.total(|h| h.count);
-        if count == 0 || !(0.0..=1.0).contains(&q) {
-            return None;
+        let slot = metric.slot();
+        if let Some((bits, v)) = series.any[slot] {
+            if bits == q.to_bits() {
+                return v;
+            }
         }
-        let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
-        Some(values[0] as f64 / SCALE)
+        let w = &series.metrics[slot];
+        let count = w.total(|h| h.count);
+        let v = if count == 0 || !(0.0..=1.0).contains(&q) {
+            None
+        } else {
+            let recent =
+                w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+            let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
+            Some(values[0] as f64 / SCALE)
+        };
+        series.any[slot] = Some((q.to_bits(), v));
+        v
     }
 
     /// Probes and failed probes of a target in the window (as of the last refresh).
@@ -988,7 +1008,7 @@ impl Baselines {
                 Decoded::Counts(c) => series.counts.load(hour, &c, hold_from),
                 Decoded::Hist(slot, h) => {
                     series.metrics[slot].load(hour, &h, hold_from);
-                    series.cached[slot] = None;
+                    series.invalidate(slot);
                 }
             }
             if hour < hold_from {

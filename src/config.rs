@@ -102,6 +102,8 @@ pub struct Config {
     pub status_pages: StatusPagesConfig,
     /// Cost-aware adaptive probing (`probe.max_interval`, `probe.incident_interval`).
     pub adaptive: AdaptiveConfig,
+    /// What `/metrics` exports (`[metrics]`).
+    pub metrics: MetricsConfig,
 }
 
 /// The intervals of cost-aware adaptive probing (the budget is `probe.daily_budget_usd`).
@@ -111,6 +113,13 @@ pub struct AdaptiveConfig {
     pub max_interval: Duration,
     /// `probe.incident_interval`: how often a target in trouble is probed (at most `probe.interval`).
     pub incident_interval: Duration,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsConfig {
+    /// Per-target series: `compact` (default, at most 10 per target), `histograms` (at most 25) or `full`.
+    pub detail: crate::metrics::Detail,
 }
 
 /// `[deprecation]`.
@@ -485,6 +494,31 @@ struct RawConfig {
     #[serde(skip_serializing)]
     chain: Vec<crate::chain::RawChain>,
     deprecation: RawDeprecation,
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetrics {
+    detail: String,
+}
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics { detail: "compact".into() }
+    }
+}
+
+fn validate_metrics(raw: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
+    let detail = match raw.detail.trim() {
+        "compact" => crate::metrics::Detail::Compact,
+        "histograms" => crate::metrics::Detail::Histograms,
+        "full" => crate::metrics::Detail::Full,
+        other => {
+            return Err(invalid("metrics.detail", format!("{other:?} must be \"compact\", \"histograms\" or \"full\"")))
+        }
+    };
+    Ok(MetricsConfig { detail })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -513,6 +547,7 @@ impl Default for RawConfig {
             report: RawReport::default(),
             chain: vec![],
             deprecation: RawDeprecation::default(),
+            metrics: RawMetrics::default(),
         }
     }
 }
@@ -1716,6 +1751,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
     let deprecation =
         DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
+    let metrics = validate_metrics(&raw.metrics)?;
     Ok(Config {
         region: raw.region,
         storage,
@@ -1732,6 +1768,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         adaptive,
         source: toml::Table::new(),
         deprecation,
+        metrics,
     })
 }
 
@@ -1988,6 +2025,19 @@ mod tests {
         err_at("[probe]\nmax_interval = \"2d\"", &[], "probe.max_interval");
         err_at("[probe]\nincident_interval = \"2m\"", &[], "probe.incident_interval");
         err_at("[probe]\ntimeout = \"10s\"\nincident_interval = \"5s\"", &[], "probe.incident_interval");
+    }
+
+    #[test]
+    fn metrics_detail_is_compact_by_default_and_checked() {
+        let keys = env(&[("OPENAI_API_KEY", "sk-test-1")]);
+        let c = Config::from_toml("", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Compact);
+        let c = Config::from_toml("[metrics]\ndetail = \"full\"", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Full);
+        let c = Config::from_toml("[metrics]\ndetail = \"histograms\"", &keys).expect("valid");
+        assert_eq!(c.metrics.detail, crate::metrics::Detail::Histograms);
+        let e = Config::from_toml("[metrics]\ndetail = \"all\"", &keys).expect_err("refused");
+        assert!(e.to_string().contains("metrics.detail"), "{e}");
     }
 
     #[test]

@@ -1,36 +1,136 @@
 //! Every Prometheus metric vigil exports, defined once. Names and labels are a public contract
-//! (SPEC.md); dashboards and alert rules depend on them.
+//! (docs/METRICS.md); dashboards and alert rules depend on them.
+//!
+//! Per-target handles are looked up once per target and kept (see [`Handles`]): a sample then
+//! costs one map lookup, not a label hash and registry lock per series, and values that did not
+//! change (baselines, breaker state republished every second) are not written again.
 
+use crate::probe::outcome::Outcome;
 use crate::sample::Sample;
 use crate::target::Target;
+use prometheus::core::Collector;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Per-target labels, in this order everywhere.
 const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
-/// Latency buckets resolving 50 ms to 30 s.
-const LATENCY_BUCKETS: [f64; 22] = [
+/// TTFB/TTFT buckets with `metrics.detail = "histograms"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
+/// slow 2 s, degraded beyond 5 s). Few on purpose: each bucket is a series per target.
+const LLM_BUCKETS: [f64; 5] = [0.2, 0.5, 1.0, 2.0, 5.0];
+/// Latency buckets with `metrics.detail = "full"`: 25 ms to 30 s.
+const FULL_BUCKETS: [f64; 22] = [
     0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
     30.0,
 ];
 /// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
-/// The `# TYPE` line the encoder writes for the baseline gauge, and the one served instead.
-const BASELINE_GAUGE_TYPE: &str = "# TYPE vigil_baseline_seconds gauge\n";
-const BASELINE_UNTYPED_TYPE: &str = "# TYPE vigil_baseline_seconds untyped\n";
+/// Phases of `vigil_probe_phase_seconds`, in [`Handles::phases`] order.
+const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
+/// Phases exported unless `full` (the last TTFB, TTFT and total, which dashboards and rules use).
+const COMPACT_PHASES: [&str; 3] = ["ttfb", "ttft", "total"];
+/// Baseline metrics and quantiles, in [`Handles::baseline`] order.
+const BASELINE_METRICS: [&str; 2] = ["ttfb", "ttft"];
+const BASELINE_QUANTILES: [&str; 3] = ["0.5", "0.95", "0.99"];
+/// The baseline quantile exported by default: the one the breaker and the failover line use.
+const COMPACT_QUANTILE: &str = "0.95";
+
+/// How much per-target detail `/metrics` carries (`metrics.detail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Detail {
+    /// Last values as gauges, no per-target histogram: at most 10 series per target (outcomes
+    /// seen, success, last success time, breaker, last TTFB/TTFT/total, P95 baselines, cost),
+    /// so a scrape of 1,000 targets stays under 1 MB.
+    #[default]
+    Compact,
+    /// `compact` plus TTFB/TTFT histograms with 5 buckets tuned to LLM latencies: at most 25
+    /// series per target.
+    Histograms,
+    /// Everything: 22-bucket histograms (also total duration), every phase, tokens/s, last
+    /// status, P50/P95/P99 baselines, skipped probes at zero.
+    Full,
+}
+
+impl Detail {
+    /// The config spelling (`compact`, `histograms`, `full`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detail::Compact => "compact",
+            Detail::Histograms => "histograms",
+            Detail::Full => "full",
+        }
+    }
+}
+
+/// A gauge that may be absent: created when first set, removed when its value goes away, and
+/// written only when the value changes.
+#[derive(Default)]
+struct Slot {
+    gauge: Option<Gauge>,
+    value: f64,
+}
+
+impl Slot {
+    fn set(&mut self, vec: &GaugeVec, labels: &[&str], v: f64) {
+        match &self.gauge {
+            Some(g) => {
+                if self.value.to_bits() != v.to_bits() {
+                    g.set(v);
+                }
+            }
+            None => {
+                let g = vec.with_label_values(labels);
+                g.set(v);
+                self.gauge = Some(g);
+            }
+        }
+        self.value = v;
+    }
+
+    fn clear(&mut self, vec: &GaugeVec, labels: &[&str]) {
+        if self.gauge.take().is_some() {
+            let _ = vec.remove_label_values(labels);
+        }
+    }
+}
+
+/// One target's series, looked up once.
+#[derive(Default)]
+struct Handles {
+    outcomes: Vec<(Outcome, IntCounter)>,
+    ttfb: Option<Histogram>,
+    ttft: Option<Histogram>,
+    duration: Option<Histogram>,
+    success: Option<Gauge>,
+    last_success: Option<Gauge>,
+    phases: [Slot; 7],
+    tokens: Slot,
+    last_status: Option<Gauge>,
+    cost: Option<Counter>,
+    baseline: [[Slot; 3]; 2],
+    circuit: Slot,
+    skipped: Option<IntCounter>,
+}
 
 /// The registry and every metric in it.
 pub struct Metrics {
     registry: Registry,
+    detail: Detail,
     ttfb: HistogramVec,
     ttft: HistogramVec,
     duration: HistogramVec,
     phase: GaugeVec,
     tokens_per_second: GaugeVec,
     probes: IntCounterVec,
+    success: GaugeVec,
+    last_success: GaugeVec,
     last_status: GaugeVec,
-    cost: prometheus::CounterVec,
+    cost: CounterVec,
     baseline: GaugeVec,
     circuit: GaugeVec,
     flapping: GaugeVec,
@@ -39,30 +139,54 @@ pub struct Metrics {
     delivery_failures: IntCounterVec,
     spooled: IntGaugeVec,
     outbox_depth: IntGaugeVec,
-    lag: HistogramVec,
+    lag: Histogram,
     skipped: IntCounterVec,
-    stored: IntGaugeVec,
+    stored: IntCounter,
     panics: IntCounterVec,
     records_spooled: IntGaugeVec,
     rejected: IntCounterVec,
     region: String,
     adaptive: AdaptiveMetrics,
+    targets: Mutex<HashMap<Target, Handles>>,
 }
 
 fn labels(t: &Target) -> [&str; 4] {
     [&t.provider, &t.model, t.route_label(), &t.region]
 }
 
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Creates and registers every metric with the default (compact) per-target detail.
     pub fn new(region: &str) -> Result<Metrics, prometheus::Error> {
+        Metrics::with_detail(region, Detail::Compact)
+    }
+
+    /// Creates and registers every metric with the given per-target detail.
+    pub fn with_detail(region: &str, detail: Detail) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
+        let buckets = match detail {
+            Detail::Compact | Detail::Histograms => LLM_BUCKETS.to_vec(),
+            Detail::Full => FULL_BUCKETS.to_vec(),
+        };
         let hist = |name: &str, help: &str| {
-            HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()), &TARGET_LABELS)
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.clone()), &TARGET_LABELS)
         };
         let with = |extra: &[&'static str]| -> Vec<&'static str> {
             TARGET_LABELS.iter().copied().chain(extra.iter().copied()).collect()
         };
+        let gauge = |name: &str, help: &str| GaugeVec::new(Opts::new(name, help), &TARGET_LABELS);
+        let lag = HistogramVec::new(
+            HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
+                .buckets(LAG_BUCKETS.to_vec()),
+            &["region"],
+        )?;
+        let stored = IntCounterVec::new(
+            Opts::new("vigil_samples_stored_total", "Samples written to storage since start."),
+            &["region"],
+        )?;
         let m = Metrics {
             ttfb: hist("vigil_probe_ttfb_seconds", "Request sent to first response byte (status line).")?,
             ttft: hist("vigil_probe_ttft_seconds", "Request sent to first content token.")?,
@@ -70,37 +194,39 @@ impl Metrics {
             phase: GaugeVec::new(
                 Opts::new(
                     "vigil_probe_phase_seconds",
-                    "Phases of the last probe (dns, connect, tls, ttfb, ttft, total).",
+                    "Phases of the last probe (dns, connect, proxy, tls, ttfb, ttft, total).",
                 ),
                 &with(&["phase"]),
             )?,
-            tokens_per_second: GaugeVec::new(
-                Opts::new("vigil_probe_tokens_per_second", "Generation speed after the first token, last probe."),
-                &TARGET_LABELS,
+            tokens_per_second: gauge(
+                "vigil_probe_tokens_per_second",
+                "Generation speed after the first token, last probe.",
             )?,
             probes: IntCounterVec::new(
                 Opts::new("vigil_probes_total", "Probes run, by outcome."),
                 &with(&["outcome"]),
             )?,
-            last_status: GaugeVec::new(
-                Opts::new("vigil_probe_last_status", "HTTP status of the last probe (0 when none arrived)."),
-                &TARGET_LABELS,
+            success: gauge("vigil_probe_success", "1 when the last probe succeeded (outcome ok), else 0.")?,
+            last_success: gauge(
+                "vigil_probe_last_success_timestamp_seconds",
+                "Start time of the last successful probe, in Unix seconds.",
             )?,
-            cost: prometheus::CounterVec::new(
+            last_status: gauge(
+                "vigil_probe_last_status",
+                "HTTP status of the last probe (0 when none arrived).",
+            )?,
+            cost: CounterVec::new(
                 Opts::new("vigil_probe_cost_usd_total", "What the probes cost, in USD."),
                 &TARGET_LABELS,
             )?,
             baseline: GaugeVec::new(
-                Opts::new("vigil_baseline_seconds", "Rolling-window percentiles of TTFB and TTFT."),
-                &with(&["metric", "quantile"]),
+                Opts::new("vigil_baseline_seconds", "Rolling-window percentiles of TTFB and TTFT (q: 0.5, 0.95, 0.99)."),
+                &with(&["metric", "q"]),
             )?,
-            circuit: GaugeVec::new(
-                Opts::new("vigil_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open."),
-                &TARGET_LABELS,
-            )?,
-            flapping: GaugeVec::new(
-                Opts::new("vigil_target_flapping", "1 while the target flaps (alert changes are not paged), else 0."),
-                &TARGET_LABELS,
+            circuit: gauge("vigil_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.")?,
+            flapping: gauge(
+                "vigil_target_flapping",
+                "1 while the target flaps (alert changes are not paged), else 0.",
             )?,
             credit: GaugeVec::new(
                 Opts::new("vigil_credit_remaining_usd", "Provider credit left, in USD."),
@@ -122,11 +248,7 @@ impl Metrics {
                 Opts::new("vigil_outbox_depth", "Alert notifications waiting for delivery."),
                 &["region"],
             )?,
-            lag: HistogramVec::new(
-                HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
-                    .buckets(LAG_BUCKETS.to_vec()),
-                &["region"],
-            )?,
+            lag: lag.with_label_values(&[region]),
             skipped: IntCounterVec::new(
                 Opts::new(
                     "vigil_probes_skipped_total",
@@ -134,10 +256,7 @@ impl Metrics {
                 ),
                 &TARGET_LABELS,
             )?,
-            stored: IntGaugeVec::new(
-                Opts::new("vigil_samples_stored", "Samples written to storage since start."),
-                &["region"],
-            )?,
+            stored: stored.with_label_values(&[region]),
             panics: IntCounterVec::new(
                 Opts::new(
                     "vigil_task_panics_total",
@@ -162,28 +281,31 @@ impl Metrics {
             region: region.to_string(),
             adaptive: AdaptiveMetrics::new()?,
             registry,
+            detail,
+            targets: Mutex::new(HashMap::new()),
         };
         let build = GaugeVec::new(
             Opts::new("vigil_build_info", "Always 1; labels carry the version."),
             &["version", "region"],
         )?;
         build.with_label_values(&[env!("CARGO_PKG_VERSION"), region]).set(1.0);
-        // Instance-level gauges exist from the start, so dashboards and absent() see them at zero.
+        // Instance-level series exist from the start, so dashboards and absent() see them at zero.
         m.spooled.with_label_values(&[region]).set(0);
         m.outbox_depth.with_label_values(&[region]).set(0);
-        m.stored.with_label_values(&[region]).set(0);
         m.records_spooled.with_label_values(&[region]).set(0);
         m.panics.with_label_values(&["pipeline", region]);
         for field in crate::probe::scrub::REJECTABLE_FIELDS {
             m.rejected.with_label_values(&[field, region]);
         }
-        for c in [
-            Box::new(m.ttfb.clone()) as Box<dyn prometheus::core::Collector>,
+        let collectors: Vec<Box<dyn Collector>> = vec![
+            Box::new(m.ttfb.clone()),
             Box::new(m.ttft.clone()),
             Box::new(m.duration.clone()),
             Box::new(m.phase.clone()),
             Box::new(m.tokens_per_second.clone()),
             Box::new(m.probes.clone()),
+            Box::new(m.success.clone()),
+            Box::new(m.last_success.clone()),
             Box::new(m.last_status.clone()),
             Box::new(m.cost.clone()),
             Box::new(m.baseline.clone()),
@@ -194,69 +316,107 @@ impl Metrics {
             Box::new(m.delivery_failures.clone()),
             Box::new(m.spooled.clone()),
             Box::new(m.outbox_depth.clone()),
-            Box::new(m.lag.clone()),
+            Box::new(lag),
             Box::new(m.skipped.clone()),
-            Box::new(m.stored.clone()),
+            Box::new(stored),
             Box::new(m.panics.clone()),
             Box::new(m.records_spooled.clone()),
             Box::new(m.rejected.clone()),
             Box::new(build),
-        ] {
+        ];
+        for c in collectors {
             m.registry.register(c)?;
         }
         m.adaptive.register(&m.registry, region)?;
+        #[cfg(target_os = "linux")]
+        m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(m)
+    }
+
+    /// The per-target detail this registry exports.
+    pub fn detail(&self) -> Detail {
+        self.detail
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Target, Handles>> {
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the target's handles, creating the entry the first time.
+    fn with_target<R>(&self, t: &Target, f: impl FnOnce(&mut Handles, &[&str; 4]) -> R) -> R {
+        let mut map = self.lock();
+        let l = labels(t);
+        if let Some(h) = map.get_mut(t) {
+            return f(h, &l);
+        }
+        f(map.entry(t.clone()).or_default(), &l)
     }
 
     /// Records one sample.
     pub fn observe(&self, s: &Sample) {
-        let l = labels(&s.target);
-        self.probes.with_label_values(&[l[0], l[1], l[2], l[3], s.outcome.as_str()]).inc();
-        self.last_status.with_label_values(&l).set(f64::from(s.status.unwrap_or(0)));
-        self.lag.with_label_values(&[&self.region]).observe(s.schedule_lag_s());
-        let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
-        if s.outcome == crate::sample::Outcome::Ok {
-            if let Some(v) = secs(s.ttfb_ms) {
-                self.ttfb.with_label_values(&l).observe(v);
-            }
-            if let Some(v) = secs(s.ttft_ms) {
-                self.ttft.with_label_values(&l).observe(v);
-            }
-            if let Some(v) = secs(s.total_ms) {
-                self.duration.with_label_values(&l).observe(v);
-            }
-        }
-        let phases = [
-            ("dns", s.dns_ms),
-            ("connect", s.connect_ms),
-            ("tls", s.tls_ms),
-            ("proxy", s.proxy_ms),
-            ("ttfb", s.ttfb_ms),
-            ("ttft", s.ttft_ms),
-            ("total", s.total_ms),
-        ];
-        for (phase, v) in phases {
-            let g = self.phase.with_label_values(&[l[0], l[1], l[2], l[3], phase]);
-            match secs(v) {
-                Some(v) => g.set(v),
-                // A phase that did not happen this time must not keep showing an old value.
-                None => {
-                    let _ = self.phase.remove_label_values(&[l[0], l[1], l[2], l[3], phase]);
-                }
-            }
-        }
-        match s.tokens_per_s {
-            Some(v) => self.tokens_per_second.with_label_values(&l).set(v),
-            None => {
-                let _ = self.tokens_per_second.remove_label_values(&l);
-            }
-        }
-        if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
-            self.cost.with_label_values(&l).inc_by(c);
-        }
+        self.lag.observe(s.schedule_lag_s());
         for field in &s.rejected {
             self.rejected.with_label_values(&[*field, self.region.as_str()]).inc();
         }
+        let full = self.detail == Detail::Full;
+        let histograms = self.detail != Detail::Compact;
+        self.with_target(&s.target, |h, l| {
+            let outcome = s.outcome;
+            match h.outcomes.iter().find(|(o, _)| *o == outcome) {
+                Some((_, c)) => c.inc(),
+                None => {
+                    let c = self.probes.with_label_values(&[l[0], l[1], l[2], l[3], outcome.as_str()]);
+                    c.inc();
+                    h.outcomes.push((outcome, c));
+                }
+            }
+            let ok = outcome == Outcome::Ok;
+            h.success.get_or_insert_with(|| self.success.with_label_values(l)).set(if ok { 1.0 } else { 0.0 });
+            if ok {
+                let at = s.started_at.timestamp_millis() as f64 / 1000.0;
+                h.last_success.get_or_insert_with(|| self.last_success.with_label_values(l)).set(at);
+            }
+            let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
+            if ok && histograms {
+                if let Some(v) = secs(s.ttfb_ms) {
+                    h.ttfb.get_or_insert_with(|| self.ttfb.with_label_values(l)).observe(v);
+                }
+                if let Some(v) = secs(s.ttft_ms) {
+                    h.ttft.get_or_insert_with(|| self.ttft.with_label_values(l)).observe(v);
+                }
+                if full {
+                    if let Some(v) = secs(s.total_ms) {
+                        h.duration.get_or_insert_with(|| self.duration.with_label_values(l)).observe(v);
+                    }
+                }
+            }
+            let values = [s.dns_ms, s.connect_ms, s.tls_ms, s.proxy_ms, s.ttfb_ms, s.ttft_ms, s.total_ms];
+            for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
+                // With histograms the TTFB is in its histogram; without, its last value stands in.
+                let shown = full || (COMPACT_PHASES.contains(phase) && !(histograms && *phase == "ttfb"));
+                if !shown {
+                    continue;
+                }
+                let pl = [l[0], l[1], l[2], l[3], *phase];
+                match secs(v) {
+                    Some(v) => slot.set(&self.phase, &pl, v),
+                    // A phase that did not happen this time must not keep showing an old value.
+                    None => slot.clear(&self.phase, &pl),
+                }
+            }
+            if full {
+                match s.tokens_per_s {
+                    Some(v) => h.tokens.set(&self.tokens_per_second, l, v),
+                    None => h.tokens.clear(&self.tokens_per_second, l),
+                }
+                h.last_status
+                    .get_or_insert_with(|| self.last_status.with_label_values(l))
+                    .set(f64::from(s.status.unwrap_or(0)));
+            }
+            if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
+                h.cost.get_or_insert_with(|| self.cost.with_label_values(l)).inc_by(c);
+            }
+        });
     }
 
     /// Counts a panic caught inside `task`, which kept running.
@@ -266,38 +426,54 @@ impl Metrics {
 
     /// Sets how many records wait in the storage link's spool.
     pub fn set_records_spooled(&self, n: u64) {
-        self.records_spooled.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.records_spooled.with_label_values(&[&self.region]).set(to_i64(n));
     }
 
     /// Makes every target visible at zero before its first probe, so rate() and absent() behave.
     pub fn register_target(&self, t: &Target) {
-        let l = labels(t);
-        // Only `ok` up front: other outcomes appear when first seen, keeping series per target low.
-        self.probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"]);
-        self.cost.with_label_values(&l);
-        self.skipped.with_label_values(&l);
+        let full = self.detail == Detail::Full;
+        self.with_target(t, |h, l| {
+            // Only `ok` up front: other outcomes appear when first seen, keeping series per target low.
+            if !h.outcomes.iter().any(|(o, _)| *o == Outcome::Ok) {
+                h.outcomes.push((Outcome::Ok, self.probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"])));
+            }
+            if full {
+                h.cost.get_or_insert_with(|| self.cost.with_label_values(l));
+                h.skipped.get_or_insert_with(|| self.skipped.with_label_values(l));
+            }
+        });
     }
 
     /// Counts a probe skipped because the previous one of the target was still running.
     pub fn skipped(&self, t: &Target) {
-        self.skipped.with_label_values(&labels(t)).inc();
+        self.with_target(t, |h, l| h.skipped.get_or_insert_with(|| self.skipped.with_label_values(l)).inc());
     }
 
-    /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or clears it.
+    /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or
+    /// clears it. By default only the 0.95 quantile is exported.
     pub fn set_baseline(&self, t: &Target, metric: &str, quantile: &str, seconds: Option<f64>) {
-        let l = labels(t);
-        let values = [l[0], l[1], l[2], l[3], metric, quantile];
-        match seconds {
-            Some(v) => self.baseline.with_label_values(&values).set(v),
-            None => {
-                let _ = self.baseline.remove_label_values(&values);
-            }
+        if self.detail != Detail::Full && quantile != COMPACT_QUANTILE {
+            return;
         }
+        let (Some(mi), Some(qi)) = (
+            BASELINE_METRICS.iter().position(|m| *m == metric),
+            BASELINE_QUANTILES.iter().position(|q| *q == quantile),
+        ) else {
+            return;
+        };
+        self.with_target(t, |h, l| {
+            let values = [l[0], l[1], l[2], l[3], BASELINE_METRICS[mi], BASELINE_QUANTILES[qi]];
+            let slot = &mut h.baseline[mi][qi];
+            match seconds {
+                Some(v) => slot.set(&self.baseline, &values, v),
+                None => slot.clear(&self.baseline, &values),
+            }
+        });
     }
 
     /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
     pub fn set_circuit(&self, t: &Target, state: i64) {
-        self.circuit.with_label_values(&labels(t)).set(state as f64);
+        self.with_target(t, |h, l| h.circuit.set(&self.circuit, l, state as f64));
     }
 
     /// Sets whether a target is flapping.
@@ -310,24 +486,50 @@ impl Metrics {
         self.credit.with_label_values(&[provider, &self.region]).set(usd);
     }
 
+    /// Creates the alert and delivery-failure counters of every channel at zero, for every
+    /// alert kind, so `increase()` and `absent()` see them before the first alert.
+    pub fn register_alert_channels(&self, channels: &[String]) {
+        for channel in channels {
+            self.delivery_failures.with_label_values(&[channel, &self.region]);
+            for kind in crate::alert::AlertKind::ALL {
+                self.alerts.with_label_values(&[kind.as_str(), channel, &self.region]);
+            }
+        }
+    }
+
+    /// Counts `n` delivered alert notifications.
+    pub fn alerts_sent(&self, kind: &str, channel: &str, n: u64) {
+        self.alerts.with_label_values(&[kind, channel, &self.region]).inc_by(n);
+    }
+
     /// Counts a delivered alert notification.
     pub fn alert_sent(&self, kind: &str, channel: &str) {
-        self.alerts.with_label_values(&[kind, channel, &self.region]).inc();
+        self.alerts_sent(kind, channel, 1);
+    }
+
+    /// Counts `n` failed delivery attempts.
+    pub fn deliveries_failed(&self, channel: &str, n: u64) {
+        self.delivery_failures.with_label_values(&[channel, &self.region]).inc_by(n);
     }
 
     /// Counts a failed delivery attempt.
     pub fn delivery_failed(&self, channel: &str) {
-        self.delivery_failures.with_label_values(&[channel, &self.region]).inc();
+        self.deliveries_failed(channel, 1);
     }
 
     /// Sets the spool backlog.
     pub fn set_spooled(&self, n: u64) {
-        self.spooled.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.spooled.with_label_values(&[&self.region]).set(to_i64(n));
     }
 
-    /// Sets how many samples have been stored since start.
+    /// Brings `vigil_samples_stored_total` up to `n`, the writer's count since start.
     pub fn set_stored(&self, n: u64) {
-        self.stored.with_label_values(&[&self.region]).set(i64::try_from(n).unwrap_or(i64::MAX));
+        // Under the handle lock, so two scrapes at once cannot both add the same difference.
+        let _guard = self.lock();
+        let now = self.stored.get();
+        if n > now {
+            self.stored.inc_by(n - now);
+        }
     }
 
     /// Sets the alert outbox depth.
@@ -352,12 +554,7 @@ impl Metrics {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        let text = String::from_utf8(buf).unwrap_or_default();
-        // promtool rejects a `quantile` label on anything but a summary. The baseline keeps the
-        // SPEC's name and labels (dashboards and alert rules query them) and is declared untyped,
-        // which promtool accepts and PromQL treats exactly like a gauge. The crate's encoder
-        // cannot write untyped families, hence the edit of its output.
-        text.replacen(BASELINE_GAUGE_TYPE, BASELINE_UNTYPED_TYPE, 1)
+        String::from_utf8(buf).unwrap_or_default()
     }
 }
 
@@ -402,19 +599,71 @@ impl AdaptiveMetrics {
 mod tests {
     use super::*;
 
+    fn target() -> Target {
+        Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }
+    }
+
     #[test]
-    fn baselines_are_served_untyped_so_promtool_accepts_their_quantile_label() {
+    fn baselines_are_plain_gauges_labelled_q() {
         let m = Metrics::new("eu").expect("registry");
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = target();
         m.set_baseline(&t, "ttft", "0.95", Some(0.312));
-        m.set_circuit(&t, 0);
+        m.set_baseline(&t, "ttft", "0.5", Some(0.2));
         let text = m.render();
-        assert!(text.contains("# TYPE vigil_baseline_seconds untyped\n"), "{text}");
-        assert!(!text.contains("# TYPE vigil_baseline_seconds gauge"), "{text}");
+        assert!(text.contains("# TYPE vigil_baseline_seconds gauge\n"), "{text}");
         assert!(
-            text.contains(r#"vigil_baseline_seconds{metric="ttft",model="m",provider="p",quantile="0.95",region="eu",route=""} 0.312"#),
+            text.contains(
+                r#"vigil_baseline_seconds{metric="ttft",model="m",provider="p",q="0.95",region="eu",route=""} 0.312"#
+            ),
             "{text}"
         );
-        assert!(text.contains("# TYPE vigil_circuit_state gauge\n"), "other gauges stay gauges");
+        assert!(!text.contains(r#"q="0.5""#), "only the P95 by default: {text}");
+        m.set_baseline(&t, "ttft", "0.95", None);
+        assert!(!m.render().contains("vigil_baseline_seconds{"), "a baseline that went away is removed");
+        let full = Metrics::with_detail("eu", Detail::Full).expect("registry");
+        full.set_baseline(&t, "ttfb", "0.5", Some(0.1));
+        assert!(full.render().contains(r#"q="0.5""#), "full detail keeps every quantile");
+    }
+
+    #[test]
+    fn success_and_last_success_follow_the_outcome() {
+        let m = Metrics::new("eu").expect("registry");
+        let t = target();
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("time");
+        let mut s = Sample::new(t.clone(), at, at);
+        s.outcome = Outcome::Ok;
+        s.ttfb_ms = Some(150.0);
+        m.observe(&s);
+        let text = m.render();
+        assert!(text.contains(r#"vigil_probe_success{model="m",provider="p",region="eu",route=""} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"vigil_probe_last_success_timestamp_seconds{model="m",provider="p",region="eu",route=""} 1700000000"#
+            ),
+            "{text}"
+        );
+        let later = at + chrono::Duration::seconds(60);
+        let mut failed = Sample::new(t, later, later);
+        failed.outcome = Outcome::Timeout;
+        m.observe(&failed);
+        let text = m.render();
+        assert!(text.contains(r#"vigil_probe_success{model="m",provider="p",region="eu",route=""} 0"#), "{text}");
+        assert!(text.contains("} 1700000000\n"), "the last success time stays: {text}");
+        assert!(text.contains(r#"outcome="timeout""#), "{text}");
+    }
+
+    #[test]
+    fn stored_is_a_counter_and_alert_counters_start_at_zero() {
+        let m = Metrics::new("eu").expect("registry");
+        m.set_stored(5);
+        m.set_stored(3);
+        m.register_alert_channels(&["ops".to_string()]);
+        let text = m.render();
+        assert!(text.contains("# TYPE vigil_samples_stored_total counter\n"), "{text}");
+        assert!(text.contains(r#"vigil_samples_stored_total{region="eu"} 5"#), "never goes down: {text}");
+        assert!(text.contains(r#"vigil_alerts_total{channel="ops",kind="errors",region="eu"} 0"#), "{text}");
+        assert!(text.contains(r#"vigil_alert_delivery_failures_total{channel="ops",region="eu"} 0"#), "{text}");
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
     }
 }

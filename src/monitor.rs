@@ -83,6 +83,8 @@ pub struct Monitor {
     chains: Vec<crate::chain::ChainConfig>,
     provisional_min_samples: u64,
     flapping: crate::alert::FlappingSet,
+    /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
+    persisted: HashMap<Target, BreakerRecord>,
 }
 
 impl Monitor {
@@ -104,6 +106,7 @@ impl Monitor {
             chains: config.chains.clone(),
             provisional_min_samples: config.baseline.min_samples_p50,
             flapping: Default::default(),
+            persisted: HashMap::new(),
         }
     }
 
@@ -161,8 +164,9 @@ impl Monitor {
         tracing::debug!(rollups = report.loaded, %until, "expired hours left the baseline window");
     }
 
-    /// Changed rollups and every breaker state, as records for the storage link; the rollups count
-    /// as persisted from here on (the link keeps them until they are stored, or spools them).
+    /// Changed rollups and changed breaker states, as records for the storage link; they count as
+    /// persisted from here on (the link keeps them until they are stored, or spools them). A
+    /// healthy breaker does not change between probes, so most rounds write none.
     pub fn take_dirty(&mut self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.breakers.len() + 1);
         match self.baselines.dirty_rollups() {
@@ -173,7 +177,13 @@ impl Monitor {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "rollups not encoded; retried at the next persist"),
         }
-        out.extend(self.breakers.iter().map(|(t, b)| Record::Breaker(b.to_record(t))));
+        for (t, b) in &self.breakers {
+            let record = b.to_record(t);
+            if self.persisted.get(t) != Some(&record) {
+                self.persisted.insert(t.clone(), record.clone());
+                out.push(Record::Breaker(record));
+            }
+        }
         out
     }
 
@@ -233,6 +243,12 @@ impl Monitor {
         self.breakers.iter_mut().filter_map(|(t, b)| b.tick(now).map(|tr| (t.clone(), tr))).collect()
     }
 
+    /// Moves one target's breaker to half-open if its wait is over (before judging its probe;
+    /// the other targets are moved by the periodic [`tick`](Self::tick)).
+    pub fn tick_target(&mut self, target: &Target, now: DateTime<Utc>) -> Option<Transition> {
+        self.breakers.get_mut(target).and_then(|b| b.tick(now))
+    }
+
     /// The current breaker of a target.
     pub fn breaker(&self, target: &Target) -> Option<&Breaker> {
         self.breakers.get(target)
@@ -248,26 +264,28 @@ impl Monitor {
         self.baselines.refresh(now);
         let mut stats = Vec::with_capacity(self.targets.len());
         let mut views = Vec::with_capacity(self.targets.len());
-        for t in self.targets.clone() {
+        // Taken out and put back, so the loop can borrow the rest of the monitor without a clone.
+        let targets = std::mem::take(&mut self.targets);
+        for t in &targets {
             let b: BTreeMap<String, Baseline> =
-                Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(&t, *m, now))).collect();
-            let (probes, errors) = self.baselines.window_counts(&t);
-            let breaker = self.breakers.get(&t).map(|b| b.explain());
+                Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(t, *m, now))).collect();
+            let (probes, errors) = self.baselines.window_counts(t);
+            let breaker = self.breakers.get(t).map(|b| b.explain());
             let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
             if let Some(m) = metrics {
                 for (name, metric) in [("ttfb", Metric::Ttfb), ("ttft", Metric::Ttft)] {
                     let base = b.get(metric.as_str()).copied().unwrap_or_default();
                     for (q, v) in [("0.5", base.p50), ("0.95", base.p95), ("0.99", base.p99)] {
-                        m.set_baseline(&t, name, q, v.map(|ms| ms / 1000.0));
+                        m.set_baseline(t, name, q, v.map(|ms| ms / 1000.0));
                     }
                 }
-                m.set_circuit(&t, state.gauge());
+                m.set_circuit(t, state.gauge());
             }
             let ttfb = b.get("ttfb").copied().unwrap_or_default();
             let ttft = b.get("ttft").copied().unwrap_or_default();
             let mut bound = |base: &Baseline, metric: Metric| match base.p95 {
                 Some(_) => None,
-                None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(&t, metric, q, now)),
+                None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(t, metric, q, now)),
             };
             let (ttfb_p95_bound, ttft_p95_bound) = (bound(&ttfb, Metric::Ttfb), bound(&ttft, Metric::Ttft));
             stats.push(TargetStats {
@@ -280,16 +298,16 @@ impl Monitor {
                 breaker: state,
                 breaker_reason: breaker.as_ref().and_then(|e| e.reason.clone()),
                 next_half_open: breaker.as_ref().and_then(|e| e.next_half_open),
-                cost_per_probe_usd: self.cost.get(&t).copied(),
+                cost_per_probe_usd: self.cost.get(t).copied(),
                 ttfb_p95_bound,
                 ttft_p95_bound,
-                last: self.last.get(&t).map(|s| export::LastProbe {
+                last: self.last.get(t).map(|s| export::LastProbe {
                     failed: s.outcome.is_failure(),
                     outcome: s.outcome.as_str().to_string(),
                     ttfb_ms: s.ttfb_ms,
                     ttft_ms: s.ttft_ms,
                 }),
-                flapping: self.flapping.is_flapping(&t),
+                flapping: self.flapping.is_flapping(t),
             });
             views.push(TargetView {
                 target: t.id(),
@@ -297,14 +315,15 @@ impl Monitor {
                 model: t.model.clone(),
                 route: t.route.clone(),
                 region: t.region.clone(),
-                last_sample: self.last.get(&t).cloned(),
+                last_sample: self.last.get(t).cloned(),
                 baselines: b,
                 probes,
                 errors,
                 breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
-                flapping: self.flapping.is_flapping(&t),
+                flapping: self.flapping.is_flapping(t),
             });
         }
+        self.targets = targets;
         let params = ExportParams {
             region: self.region.clone(),
             generated_at: now,

@@ -22,8 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// How often snapshots are rebuilt and breakers ticked.
+/// How often the pipeline checks whether a snapshot is due.
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// Longest a snapshot (and the breakers' tick) waits when nothing urgent happened: rebuilding it
+/// walks every target, so at a 60 s interval it is rebuilt every 5 s, not every second.
+const PUBLISH_AT_MOST_EVERY: Duration = Duration::from_secs(5);
 /// How often rollups and breaker states are handed to the link.
 const PERSIST_EVERY: Duration = Duration::from_secs(60);
 /// How long another region's last sample stays on the status page after it stops reporting.
@@ -39,6 +42,8 @@ pub struct Pipeline {
     liveness: Arc<Liveness>,
     /// False until stored state is restored: persisting before would overwrite it.
     loaded: bool,
+    /// A breaker moved since the last snapshot: publish at the next check, not when due.
+    urgent: bool,
     /// A load or an expiry read is under way (asked, not yet answered).
     loading: bool,
     expiring: bool,
@@ -153,6 +158,7 @@ impl Pipeline {
             snapshot: s.snapshot,
             liveness: s.liveness,
             loaded: s.loaded,
+            urgent: false,
             loading: false,
             expiring: false,
             alerts: s.alerts,
@@ -319,7 +325,10 @@ impl Pipeline {
         let now = Utc::now();
         // An open breaker whose wait is over is half-open before its deciding probe is judged,
         // so the history always shows open → half_open → verdict.
-        let mut transitions = self.monitor.tick(now);
+        // Only this target's breaker: the others are moved by the periodic publish.
+        if let Some(t) = self.monitor.tick_target(&sample.target, now) {
+            self.record_transition(&sample.target, t);
+        }
         let weight = self.planner.as_mut().map_or(1, |p| p.weight(&sample.target));
         let failed = sample.outcome.is_failure();
         let newly_failing = if failed {
@@ -332,10 +341,7 @@ impl Pipeline {
             p.observe_cost(&sample.target, sample.cost_usd);
         }
         if let Some(t) = self.monitor.observe_weighted(&sample, weight, now) {
-            transitions.push((sample.target.clone(), t));
-        }
-        for (target, t) in transitions {
-            self.record_transition(&target, t);
+            self.record_transition(&sample.target, t);
         }
         let baseline = rules::Baseline {
             ttfb_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttfb, now).p95,
@@ -353,6 +359,7 @@ impl Pipeline {
     }
 
     fn record_transition(&mut self, target: &Target, t: crate::breaker::Transition) {
+        self.urgent = true;
         self.alerts.changes.push(BreakerChange {
             target: target.clone(),
             from: t.from,
@@ -373,6 +380,7 @@ impl Pipeline {
         if self.replan_due {
             self.replan(now);
         }
+        self.urgent = false;
         let transitions = self.monitor.tick(now);
         let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
         // The status page keeps showing a region that went quiet, with its age, for a while.
@@ -443,6 +451,10 @@ impl Pipeline {
     /// Runs until the scheduler's channel closes (after shutdown has drained every probe).
     pub async fn run(mut self, mut rx: mpsc::Receiver<Sample>) {
         let mut publish = tokio::time::interval(PUBLISH_EVERY);
+        // A twelfth of the probe interval, between 1 s and 5 s: each target changes once per
+        // interval, so a snapshot is never more than a twelfth of a round behind.
+        let publish_every = (self.alerts.every / 12).clamp(PUBLISH_EVERY, PUBLISH_AT_MOST_EVERY);
+        let mut published: Option<tokio::time::Instant> = None;
         let mut persist = tokio::time::interval(PERSIST_EVERY);
         if self.loaded {
             persist.tick().await;
@@ -457,7 +469,12 @@ impl Pipeline {
                     None => break,
                 },
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
-                _ = publish.tick() => self.guarded("publish", |p| p.publish(Utc::now())),
+                _ = publish.tick() => {
+                    if self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every) {
+                        published = Some(tokio::time::Instant::now());
+                        self.guarded("publish", |p| p.publish(Utc::now()));
+                    }
+                }
                 _ = persist.tick() => self.guarded("persist", |p| p.persist(Utc::now())),
                 _ = evaluate.tick() => self.guarded("evaluate", |p| p.evaluate_alerts(Utc::now())),
             }

@@ -45,6 +45,8 @@ listen = "127.0.0.1:0"
 [probe]
 interval = "1s"
 timeout = "900ms"
+[metrics]
+detail = "full"
 [[provider]]
 name = "fast"
 kind = "openai"
@@ -113,6 +115,17 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     assert!(text.contains(r#"le="0.05""#) && text.contains(r#"le="30""#), "buckets resolve 50 ms to 30 s");
 
     promtool::check_metrics(&text);
+
+    // A scraper that accepts gzip (Prometheus always does) gets the same exposition compressed.
+    let gz = http.get(format!("{base}/metrics")).header("Accept-Encoding", "gzip").send().await.expect("metrics");
+    assert_eq!(gz.headers().get("content-encoding").and_then(|v| v.to_str().ok()), Some("gzip"));
+    let packed = gz.bytes().await.expect("body");
+    let mut unpacked = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&packed[..]), &mut unpacked).expect("gzip");
+    assert!(unpacked.contains("# TYPE vigil_probes_total counter"), "{unpacked}");
+    assert!(packed.len() * 3 < unpacked.len(), "{} bytes compressed from {}", packed.len(), unpacked.len());
+    let plain = http.get(format!("{base}/metrics")).send().await.expect("metrics");
+    assert!(plain.headers().get("content-encoding").is_none(), "no gzip unless asked");
 
     assert_eq!(http.get(format!("{base}/healthz")).send().await.expect("healthz").status(), 200);
     assert_eq!(http.get(format!("{base}/readyz")).send().await.expect("readyz").status(), 200);

@@ -113,7 +113,9 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_probes_total".into(), with(&["outcome"]));
     m.insert("vigil_probe_last_status".into(), with(&[]));
     m.insert("vigil_probe_cost_usd_total".into(), with(&[]));
-    m.insert("vigil_baseline_seconds".into(), with(&["metric", "quantile"]));
+    m.insert("vigil_baseline_seconds".into(), with(&["metric", "q"]));
+    m.insert("vigil_probe_success".into(), with(&[]));
+    m.insert("vigil_probe_last_success_timestamp_seconds".into(), with(&[]));
     m.insert("vigil_circuit_state".into(), with(&[]));
     m.insert("vigil_credit_remaining_usd".into(), instance(&["provider"]));
     m.insert("vigil_alerts_total".into(), with(&["kind", "channel"]));
@@ -124,6 +126,7 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_probe_interval_seconds".into(), with(&[]));
     m.insert("vigil_probe_projected_spend_usd".into(), instance(&[]));
     m.insert("vigil_probe_budget_usd".into(), instance(&[]));
+    m.insert("vigil_samples_stored_total".into(), instance(&[]));
     m
 }
 
@@ -558,10 +561,10 @@ fn the_overview_tables_name_targets_and_compare_ttft_with_the_p95_baseline() {
     let mut input = String::new();
     for region in ["eu-west-1", "us-east-1"] {
         input += &series("vigil_probe_phase_seconds", r#"phase="ttft","#, llama, region, 0.8);
-        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.95","#, llama, region, 0.4);
-        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.5","#, llama, region, 0.2);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",q="0.95","#, llama, region, 0.4);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",q="0.5","#, llama, region, 0.2);
         input += &series("vigil_probe_phase_seconds", r#"phase="ttft","#, mini, region, 0.3);
-        input += &series("vigil_baseline_seconds", r#"metric="ttft",quantile="0.95","#, mini, region, 0.3);
+        input += &series("vigil_baseline_seconds", r#"metric="ttft",q="0.95","#, mini, region, 0.3);
         input += &series("vigil_circuit_state", "", llama, region, 2.0);
         input += &series("vigil_circuit_state", "", mini, region, 0.0);
     }

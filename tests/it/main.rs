@@ -28,6 +28,7 @@ mod deploy_assets;
 mod fuzz_regressions;
 mod hostile_provider;
 mod http_server;
+mod metrics_scrape;
 mod pricing;
 mod probe_proxy;
 mod probe_standin;

@@ -1,0 +1,448 @@
+//! Whole-daemon benchmark: the real release `vigil run` probing 1,000 loopback targets every
+//! 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the CPU-s per 1,000 probes,
+//! peak RSS, scrape size and series count of the vigil process; where Prometheus and
+//! blackbox_exporter are installed, the same targets through them in the same run.
+//!
+//! `cargo bench --bench daemon` runs it (about three minutes). The bench binary re-runs itself as
+//! the stand-in (`--serve`) so the servers' CPU is never counted as vigil's.
+//! `VIGIL_BENCH_TARGETS` (default 1000), `VIGIL_BENCH_WARMUP_S` (65) and `VIGIL_BENCH_MEASURE_S`
+//! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vigil::demo::standin::{RequestRecord, Script, StandIn};
+
+const FIXTURE: &str = "openai-chat-stream.sse";
+/// The key variable the bench's providers name (the stand-in ignores it).
+const KEY_VAR: &str = "VIGIL_BENCH_KEY";
+const SCRAPE_EVERY: Duration = Duration::from_secs(15);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--serve") {
+        serve_child();
+        return;
+    }
+    if args.iter().any(|a| a == "--list" || a == "--test") {
+        return; // `cargo test --benches` / `--list`: nothing to test here
+    }
+    orchestrate();
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stand-in
+// ---------------------------------------------------------------------------------------------
+
+/// `/status/…` answers a plain 200 JSON; every other path streams the fixture: headers after
+/// 100 ms, the first content token at 400 ms, then an event every 15 ms.
+fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
+    move |r: &RequestRecord| {
+        if r.path_only().starts_with("/status") {
+            return Script::json(200, br#"{"status":"ok"}"#);
+        }
+        let mut s = base.clone().with_head_delay(Duration::from_millis(100));
+        for (i, c) in s.chunks.iter_mut().enumerate() {
+            // Event 0 is role-only; event 1 carries the first content token.
+            c.delay = match i {
+                0 => Duration::ZERO,
+                1 => Duration::from_millis(300),
+                _ => Duration::from_millis(15),
+            };
+        }
+        s
+    }
+}
+
+/// `--serve`: the stand-in in its own process; prints its port, serves until stdin closes.
+fn serve_child() {
+    raise_nofile();
+    let body = std::fs::read(format!("{}/tests/fixtures/{FIXTURE}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let server = rt.block_on(StandIn::start(handler(Script::sse(&body, Duration::ZERO)))).expect("stand-in starts");
+    server.keep_records(0);
+    println!("PORT {}", server.addr().port());
+    let _ = std::io::stdout().flush();
+    let mut sink = String::new();
+    while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    drop(server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process facts
+// ---------------------------------------------------------------------------------------------
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime of a process in seconds.
+fn proc_cpu(pid: u32) -> f64 {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return f64::NAN };
+    let Some(close) = s.rfind(')') else { return f64::NAN };
+    let f: Vec<&str> = s[close + 2..].split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    (field(11) + field(12)) / clk_tck()
+}
+
+/// A `kB` field of `/proc/<pid>/status` in MiB.
+fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+fn raise_nofile() {
+    // SAFETY: getrlimit/setrlimit only read/write the struct passed.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        let want = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+        libc::setrlimit(libc::RLIMIT_NOFILE, &want);
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+/// A child process killed (and reaped) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One scrape
+// ---------------------------------------------------------------------------------------------
+
+struct Scrape {
+    gzip_bytes: usize,
+    bytes: usize,
+    series: usize,
+    probes: f64,
+}
+
+/// A plain HTTP/1.1 GET of `/metrics` with `Accept-Encoding: gzip`, as Prometheus sends it.
+fn scrape(port: u16) -> Option<Scrape> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let mut body = raw[head_end..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body)?;
+    }
+    let gzip_bytes = body.len();
+    let text = if head.contains("content-encoding: gzip") {
+        let mut out = String::new();
+        flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut out).ok()?;
+        out
+    } else {
+        String::from_utf8(body).ok()?
+    };
+    let series = text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+    let probes = text
+        .lines()
+        .filter(|l| l.starts_with("vigil_probes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    Some(Scrape { gzip_bytes, bytes: text.len(), series, probes })
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = b.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&b[..line_end]).ok()?.split(';').next()?.trim(), 16).ok()?;
+        b = &b[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize) -> String {
+    let mut c = format!(
+        "region = \"bench\"\n\n[storage]\nurl = \"sqlite://{db}\"\ndata_dir = \"{data}\"\n\n\
+         [http]\nlisten = \"127.0.0.1:{http_port}\"\n\n[probe]\ninterval = \"60s\"\ntimeout = \"30s\"\n\
+         ttft_timeout = \"20s\"\nconcurrency = {n}\n\n",
+        db = dir.join("vigil.db").display(),
+        data = dir.join("data").display(),
+    );
+    for i in 0..n {
+        if i % 2 == 0 {
+            c.push_str(&format!(
+                "[[provider]]\nname = \"h{i}\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:{stand_in}/status/{i}\"\n\
+                 api_key_env = \"{KEY_VAR}\"\n\n"
+            ));
+        } else {
+            c.push_str(&format!(
+                "[[provider]]\nname = \"s{i}\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{stand_in}/t{i}/v1\"\n\
+                 api_key_env = \"{KEY_VAR}\"\nmodels = [\"m\"]\n\n"
+            ));
+        }
+    }
+    c
+}
+
+/// blackbox_exporter modules: a plain GET, and the streaming targets' chat request as a POST
+/// (blackbox reads the whole streamed body, as vigil does).
+fn blackbox_config() -> String {
+    "modules:\n  http_2xx:\n    prober: http\n    timeout: 30s\n    http:\n      preferred_ip_protocol: ip4\n\
+     \x20 chat_stream:\n    prober: http\n    timeout: 30s\n    http:\n      method: POST\n      preferred_ip_protocol: ip4\n\
+     \x20     headers:\n        Content-Type: application/json\n        Authorization: Bearer sk-test-bench\n\
+     \x20     body: '{\"model\":\"m\",\"stream\":true,\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Reply with OK\"}]}'\n"
+        .to_string()
+}
+
+fn prometheus_config(stand_in: u16, blackbox: u16, n: usize) -> String {
+    let (mut plain, mut stream) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        if i % 2 == 0 {
+            plain.push(format!("'http://127.0.0.1:{stand_in}/status/{i}'"));
+        } else {
+            stream.push(format!("'http://127.0.0.1:{stand_in}/t{i}/v1/chat/completions'"));
+        }
+    }
+    let job = |name: &str, module: &str, targets: &[String]| {
+        format!(
+            "  - job_name: {name}\n    metrics_path: /probe\n    params:\n      module: [{module}]\n\
+             \x20   scrape_timeout: 30s\n    static_configs:\n      - targets: [{}]\n    relabel_configs:\n\
+             \x20     - source_labels: [__address__]\n        target_label: __param_target\n\
+             \x20     - source_labels: [__param_target]\n        target_label: instance\n\
+             \x20     - target_label: __address__\n        replacement: 127.0.0.1:{blackbox}\n",
+            targets.join(", ")
+        )
+    };
+    format!(
+        "global:\n  scrape_interval: 60s\n  evaluation_interval: 60s\nscrape_configs:\n{}{}",
+        job("bb_plain", "http_2xx", &plain),
+        job("bb_stream", "chat_stream", &stream)
+    )
+}
+
+struct Side {
+    prometheus: Proc,
+    blackbox: Proc,
+    prometheus_port: u16,
+}
+
+fn start_side_by_side(dir: &Path, stand_in: u16, n: usize) -> Option<Side> {
+    if std::env::var("VIGIL_BENCH_BLACKBOX").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let bb = which("prometheus-blackbox-exporter").or_else(|| which("blackbox_exporter"))?;
+    let prom = which("prometheus")?;
+    let (bb_port, prom_port) = (free_port(), free_port());
+    std::fs::write(dir.join("blackbox.yml"), blackbox_config()).ok()?;
+    std::fs::write(dir.join("prometheus.yml"), prometheus_config(stand_in, bb_port, n)).ok()?;
+    let log = |name: &str| std::fs::File::create(dir.join(name)).map(Stdio::from).unwrap_or_else(|_| Stdio::null());
+    let blackbox = Proc(
+        Command::new(bb)
+            .arg(format!("--config.file={}", dir.join("blackbox.yml").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{bb_port}"))
+            .stdout(log("blackbox.out"))
+            .stderr(log("blackbox.err"))
+            .spawn()
+            .ok()?,
+    );
+    let prometheus = Proc(
+        Command::new(prom)
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(log("prometheus.out"))
+            .stderr(log("prometheus.err"))
+            .spawn()
+            .ok()?,
+    );
+    Some(Side { prometheus, blackbox, prometheus_port: prom_port })
+}
+
+/// Probes Prometheus has run through blackbox: the sum of `scrape_samples_scraped` counts is not
+/// exposed, so count scrapes of the probe jobs from Prometheus's own metrics.
+fn prometheus_probe_count(port: u16) -> f64 {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    raw.lines()
+        .filter(|l| l.starts_with("prometheus_target_interval_length_seconds_count{interval=\"1m0s\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Row {
+    who: String,
+    probes: f64,
+    cpu: f64,
+    peak_rss: f64,
+}
+
+fn print_row(r: &Row) {
+    let per_1000 = if r.probes > 0.0 { r.cpu / r.probes * 1000.0 } else { f64::NAN };
+    println!("{:<34} {:>8.0} {:>9.2} {:>12.3} {:>11.1}", r.who, r.probes, r.cpu, per_1000, r.peak_rss);
+}
+
+fn orchestrate() {
+    raise_nofile();
+    let n = env_num("VIGIL_BENCH_TARGETS", 1000) as usize;
+    let warmup = Duration::from_secs(env_num("VIGIL_BENCH_WARMUP_S", 65));
+    let measure = Duration::from_secs(env_num("VIGIL_BENCH_MEASURE_S", 120));
+    let vigil_exe = env!("CARGO_BIN_EXE_vigil");
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let mut server = Command::new(std::env::current_exe().expect("own executable"))
+        .arg("--serve")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("stand-in starts");
+    let mut out = BufReader::new(server.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    let stand_in: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("stand-in port");
+
+    let http_port = free_port();
+    let config = dir.path().join("vigil.toml");
+    std::fs::write(&config, vigil_config(dir.path(), stand_in, http_port, n)).expect("config written");
+    let vigil_log = std::fs::File::create(dir.path().join("vigil.log")).expect("log file");
+    let vigil = Proc(
+        Command::new(vigil_exe)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env(KEY_VAR, "sk-test-bench")
+            .stdout(Stdio::null())
+            .stderr(vigil_log)
+            .spawn()
+            .expect("vigil starts"),
+    );
+    let pid = vigil.0.id();
+    let side = start_side_by_side(dir.path(), stand_in, n);
+
+    println!("vigil whole-daemon benchmark");
+    println!(
+        "{n} targets every 60 s ({} plain HTTP, {} streaming: headers at 100 ms, first token at 400 ms, 14 events); \
+         embedded SQLite; /metrics scraped every {} s with Accept-Encoding: gzip",
+        n.div_ceil(2),
+        n / 2,
+        SCRAPE_EVERY.as_secs()
+    );
+    println!("load average at start: {}", loadavg());
+    match &side {
+        Some(_) => println!("side by side: prometheus + blackbox_exporter scraping the same targets every 60 s"),
+        None => println!("side by side: skipped (prometheus and prometheus-blackbox-exporter not both installed)"),
+    }
+    println!("warm-up {} s (every target probed once), then {} s measured", warmup.as_secs(), measure.as_secs());
+    std::thread::sleep(warmup);
+
+    let first = scrape(http_port).expect("vigil serves /metrics");
+    let cpu0 = proc_cpu(pid);
+    let side0 = side.as_ref().map(|s| {
+        (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
+    });
+    let started = Instant::now();
+    let mut scrapes = vec![];
+    let mut next = started + SCRAPE_EVERY;
+    while next <= started + measure {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let t = Instant::now();
+        if let Some(s) = scrape(http_port) {
+            scrapes.push((s, t.elapsed()));
+        }
+        next += SCRAPE_EVERY;
+    }
+    std::thread::sleep((started + measure).saturating_duration_since(Instant::now()));
+    let cpu1 = proc_cpu(pid);
+    let side1 = side.as_ref().map(|s| {
+        (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
+    });
+    let peak = status_mib(pid, "VmHWM:");
+    let last = scrapes.last().map(|(s, _)| s).unwrap_or(&first);
+    let probes = last.probes - first.probes;
+    let load_end = loadavg();
+
+    println!();
+    println!("{:<34} {:>8} {:>9} {:>12} {:>11}", "process", "probes", "CPU-s", "CPU-s/1000", "peak MiB");
+    print_row(&Row { who: "vigil run (whole daemon)".into(), probes, cpu: cpu1 - cpu0, peak_rss: peak });
+    if let (Some(s), Some((p0, b0, c0)), Some((p1, b1, c1))) = (&side, side0, side1) {
+        // Each probe job scrape is one probe; Prometheus counts its scrapes per job interval.
+        let side_probes = c1 - c0;
+        let (pp, bp) = (status_mib(s.prometheus.0.id(), "VmHWM:"), status_mib(s.blackbox.0.id(), "VmHWM:"));
+        print_row(&Row { who: "prometheus".into(), probes: side_probes, cpu: p1 - p0, peak_rss: pp });
+        print_row(&Row { who: "blackbox_exporter".into(), probes: side_probes, cpu: b1 - b0, peak_rss: bp });
+        print_row(&Row {
+            who: "prometheus + blackbox_exporter".into(),
+            probes: side_probes,
+            cpu: (p1 - p0) + (b1 - b0),
+            peak_rss: pp + bp,
+        });
+    }
+    println!();
+    println!("scrapes in the window: {}", scrapes.len());
+    for (s, took) in &scrapes {
+        println!(
+            "  {:>9} bytes ({:>7} gzip), {:>6} series ({:.1} per target), served in {:.1} ms",
+            s.bytes,
+            s.gzip_bytes,
+            s.series,
+            s.series as f64 / n as f64,
+            took.as_secs_f64() * 1000.0
+        );
+    }
+    println!("load average at end: {load_end}");
+    let failed = std::fs::read_to_string(dir.path().join("vigil.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("probe failed"))
+        .count();
+    println!("probe failures logged by vigil: {failed}");
+
+    drop(side);
+    drop(vigil);
+    drop(server.stdin.take());
+    let _ = server.wait();
+}
