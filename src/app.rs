@@ -246,8 +246,10 @@ impl App {
             crate::alert::rules::RuleConfig::from_config(&config),
             saved.as_ref(),
         );
+        let model_notices = crate::model_lists::SharedModelNotices::default();
         let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
-            .with_credit(&config.providers);
+            .with_credit(&config.providers)
+            .with_model_lists(model_notices.clone());
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -312,6 +314,17 @@ impl App {
                     .run(shutdown.clone()),
             ),
             Task::spawn_optional(
+                "models lists",
+                crate::model_lists::Poller::new(
+                    &config.providers,
+                    &config.probe,
+                    config.deprecation.models_every,
+                    &config.storage.data_dir,
+                    model_notices,
+                )
+                .run(shutdown.clone()),
+            ),
+            Task::spawn_optional(
                 "published prices",
                 crate::pricing::refresh(
                     config.providers.clone(),
@@ -361,7 +374,9 @@ impl App {
             finish(&mut tasks, name, deadline).await;
         }
         finish(&mut tasks, "status pages", deadline).await;
-        finish(&mut tasks, "published prices", deadline).await;
+        for name in ["models lists", "published prices"] {
+            finish(&mut tasks, name, deadline).await;
+        }
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not

@@ -64,6 +64,8 @@ pub struct Alerting {
     /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
     flapping: crate::alert::FlappingSet,
     flapping_before: std::collections::BTreeSet<Target>,
+    /// Retirement notices from the providers' models lists, when they are polled.
+    model_lists: Option<crate::model_lists::SharedModelNotices>,
 }
 
 impl Alerting {
@@ -79,6 +81,7 @@ impl Alerting {
             credit: Vec::new(),
             flapping: crate::alert::FlappingSet::default(),
             flapping_before: Default::default(),
+            model_lists: None,
         }
     }
 
@@ -93,6 +96,12 @@ impl Alerting {
             .iter()
             .filter_map(|p| p.balance.as_ref().map(|b| (p.name.clone(), b.min_usd, b.warn_hours)))
             .collect();
+        self
+    }
+
+    /// Also judges `model_deprecated` from what the models-list poller publishes into `notices`.
+    pub fn with_model_lists(mut self, notices: crate::model_lists::SharedModelNotices) -> Self {
+        self.model_lists = Some(notices);
         self
     }
 
@@ -150,8 +159,16 @@ impl Pipeline {
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
         let a = &mut self.alerts;
-        let round = std::mem::take(&mut a.round);
+        let mut round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
+        // What the models lists say joins what the responses said: the rule weighs both alike,
+        // and only for targets whose probes still work.
+        if let Some(lists) = a.model_lists.as_ref().and_then(|l| l.read().ok()) {
+            for (sample, _) in &mut round {
+                let t = &sample.target;
+                sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
+            }
+        }
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
         // The scope: the other regions' published view of each target (read by the link).
         let elsewhere = crate::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);

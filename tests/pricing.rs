@@ -207,7 +207,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     let text = daemon_config(
         dir.path(),
         &format!(
-            "[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n\
+            "[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n[deprecation]\nmodels_every = \"off\"\n\
              [[provider]]\nname = \"router\"\nkind = \"openai\"\nbase_url = \"{}/api/v1\"\napi_key_env = \"K\"\n\
              models = [\"vendor/m\"]\nroutes = [\"Host\"]\n",
             server.base_url()
