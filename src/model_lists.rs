@@ -30,6 +30,9 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MODELS_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// File in `storage.data_dir` remembering which models each endpoint listed.
 pub const SEEN_FILE: &str = "models-seen.json";
+/// The first read waits this long after start (or one `models_every`, if shorter), so the
+/// start-up's first probes go out alone.
+pub const FIRST_READ_AFTER: Duration = Duration::from_secs(60);
 /// Anthropic's API version header, as the probes send it.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -184,7 +187,7 @@ impl Poller {
     pub async fn run(self, shutdown: CancellationToken) {
         let Some(every) = self.every.filter(|_| !self.providers.is_empty()) else { return };
         let mut seen = Seen::load(&self.seen_path);
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every.min(FIRST_READ_AFTER), every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
