@@ -118,6 +118,8 @@ pub struct App {
     writer: Writer,
     monitor: Monitor,
     loaded: bool,
+    /// The prober's table of OpenRouter's published prices and the targets it prices.
+    published: (crate::probe::PublishedPrices, Vec<crate::target::Target>),
     /// Keeps the demo providers' server alive as long as the app.
     _demo: Option<crate::demo::Demo>,
 }
@@ -147,6 +149,8 @@ impl App {
         let metrics = Arc::new(Metrics::with_detail(&config.region, config.metrics.detail)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
+        let published = (prober.published_prices(), targets.clone());
+        crate::pricing::publish_cached(&config.providers, &targets, &config.storage.data_dir, &published.0);
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, unavailable) = open_store_or_why(&config).await?;
         let migrated = unavailable.is_none();
@@ -173,7 +177,19 @@ impl App {
             },
             false => false,
         };
-        Ok(App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo: demo })
+        Ok(App {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            migrated,
+            writer,
+            monitor,
+            loaded,
+            published,
+            _demo: demo,
+        })
     }
 
     /// The metrics registry (tests read it after shutdown).
@@ -190,7 +206,8 @@ impl App {
     /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
     /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
+        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, published, _demo } =
+            self;
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
@@ -230,11 +247,13 @@ impl App {
             crate::alert::rules::RuleConfig::from_config(&config),
             saved.as_ref(),
         );
+        let model_notices = crate::model_lists::SharedModelNotices::default();
         let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
             .with_credit(&config)
             .with_provider_incidents(crate::alert::provider_incident::ProviderIncidentRule::from_config(
                 &config.status_pages,
-            ));
+            ))
+            .with_model_lists(model_notices.clone());
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -304,6 +323,28 @@ impl App {
                     .run(shutdown.clone()),
             ),
             Task::spawn_optional(
+                "models lists",
+                crate::model_lists::Poller::new(
+                    &config.providers,
+                    &config.probe,
+                    config.deprecation.models_every,
+                    &config.storage.data_dir,
+                    model_notices,
+                )
+                .run(shutdown.clone()),
+            ),
+            Task::spawn_optional(
+                "published prices",
+                crate::pricing::refresh(
+                    config.providers.clone(),
+                    published.1,
+                    config.storage.data_dir.clone(),
+                    published.0,
+                    crate::pricing::REFRESH_EVERY,
+                    shutdown.clone(),
+                ),
+            ),
+            Task::spawn_optional(
                 "weekly summary",
                 crate::weekly::job::run(store.clone(), config.clone(), shutdown.clone()),
             ),
@@ -342,6 +383,9 @@ impl App {
             finish(&mut tasks, name, deadline).await;
         }
         finish(&mut tasks, "status pages", deadline).await;
+        for name in ["models lists", "published prices"] {
+            finish(&mut tasks, name, deadline).await;
+        }
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not

@@ -127,6 +127,8 @@ pub struct MetricsConfig {
 pub struct DeprecationConfig {
     /// Warn this many days before an announced retirement date (`model_deprecated`).
     pub warn_days: u32,
+    /// How often the providers' models lists are read (`deprecation.models_every`); `None` = off.
+    pub models_every: Option<Duration>,
 }
 
 /// Polling of the providers' official status pages (Statuspage v2 JSON).
@@ -525,11 +527,12 @@ fn validate_metrics(raw: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
 #[serde(deny_unknown_fields, default)]
 struct RawDeprecation {
     warn_days: u32,
+    models_every: String,
 }
 
 impl Default for RawDeprecation {
     fn default() -> Self {
-        RawDeprecation { warn_days: crate::alert::deprecation::DEFAULT_WARN_DAYS }
+        RawDeprecation { warn_days: crate::alert::deprecation::DEFAULT_WARN_DAYS, models_every: "6h".into() }
     }
 }
 
@@ -1749,8 +1752,14 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let alerts = validate_alerts(raw.alerts, env)?;
     let report = validate_report(raw.report, &alerts)?;
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
-    let deprecation =
-        DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
+    let models_every = match raw.deprecation.models_every.trim() {
+        "off" => None,
+        every => Some(duration_in("deprecation.models_every", every, SECOND, 7 * DAY)?),
+    };
+    let deprecation = DeprecationConfig {
+        warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)?,
+        models_every,
+    };
     let metrics = validate_metrics(&raw.metrics)?;
     Ok(Config {
         region: raw.region,
@@ -2622,5 +2631,23 @@ base_url = "not-a-url"
         assert!(e.contains("webhook_url_file"), "{e}");
         err_at("", &[("DATABASE_URL_FILE", missing.as_str())], "DATABASE_URL_FILE");
         err_at("", &[("VIGIL_PROBE_INTERVAL_FILE", missing.as_str())], "VIGIL_PROBE_INTERVAL_FILE");
+    }
+
+    #[test]
+    fn models_lists_are_read_every_6h_by_default_within_bounds_or_off() {
+        let keys = env(&[("OPENAI_API_KEY", "sk-test-1")]);
+        let c = Config::from_toml("", &keys).expect("valid");
+        assert_eq!(c.deprecation.models_every, Some(Duration::from_secs(6 * 3600)));
+        let c = Config::from_toml("[deprecation]\nmodels_every = \"off\"\n", &keys).expect("valid");
+        assert_eq!(c.deprecation.models_every, None);
+        assert!(c.redacted_toml().contains("models_every = \"off\""), "{}", c.redacted_toml());
+        let mut with_env = keys.clone();
+        with_env.insert("VIGIL_DEPRECATION_MODELS_EVERY".into(), "30m".into());
+        let c = Config::from_toml("", &with_env).expect("valid");
+        assert_eq!(c.deprecation.models_every, Some(Duration::from_secs(1800)));
+        for bad in ["8d", "10ms", "often"] {
+            let e = Config::from_toml(&format!("[deprecation]\nmodels_every = \"{bad}\"\n"), &keys).expect_err(bad);
+            assert!(e.to_string().contains("deprecation.models_every"), "{bad}: {e}");
+        }
     }
 }

@@ -27,6 +27,7 @@ pub mod demo;
 pub mod export;
 pub mod http;
 pub mod metrics;
+pub mod model_lists;
 pub mod monitor;
 pub mod pipeline;
 pub mod price_table;

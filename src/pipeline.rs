@@ -79,6 +79,8 @@ pub struct Alerting {
     flapping_before: std::collections::BTreeSet<Target>,
     /// `provider_incident`: which of the providers' own incidents page (off by default).
     provider_rule: crate::alert::provider_incident::ProviderIncidentRule,
+    /// Retirement notices from the providers' models lists, when they are polled.
+    model_lists: Option<crate::model_lists::SharedModelNotices>,
 }
 
 impl Alerting {
@@ -95,6 +97,7 @@ impl Alerting {
             flapping: crate::alert::FlappingSet::default(),
             flapping_before: Default::default(),
             provider_rule: Default::default(),
+            model_lists: None,
         }
     }
 
@@ -112,6 +115,12 @@ impl Alerting {
     /// Also evaluates `credit_low` from the stored balance readings of these providers.
     pub fn with_credit(mut self, config: &crate::config::Config) -> Self {
         self.credit = config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd, b.warn_hours)).collect();
+        self
+    }
+
+    /// Also judges `model_deprecated` from what the models-list poller publishes into `notices`.
+    pub fn with_model_lists(mut self, notices: crate::model_lists::SharedModelNotices) -> Self {
+        self.model_lists = Some(notices);
         self
     }
 
@@ -208,8 +217,16 @@ impl Pipeline {
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
         let a = &mut self.alerts;
-        let round = std::mem::take(&mut a.round);
+        let mut round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
+        // What the models lists say joins what the responses said: the rule weighs both alike,
+        // and only for targets whose probes still work.
+        if let Some(lists) = a.model_lists.as_ref().and_then(|l| l.read().ok()) {
+            for (sample, _) in &mut round {
+                let t = &sample.target;
+                sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
+            }
+        }
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
         // The scope: the other regions' published view of each target (read by the link).
         let elsewhere = crate::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);

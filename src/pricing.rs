@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
-/// How long a fetched price list is used before it is fetched again.
+/// How long a fetched price list is used by `vigil report` before it is fetched again.
 pub const CACHE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How often the daemon fetches the published prices its samples are charged at.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(6 * 3600);
 /// Cache file name inside `storage.data_dir`.
 pub const CACHE_FILE: &str = "published-prices.json";
 
@@ -161,6 +163,32 @@ impl PriceBook {
 /// Builds the price book for `targets`: fetches (or reads from the cache in `data_dir`) the
 /// published prices of OpenRouter models that have no configured price. Never fails.
 pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &Path, now: DateTime<Utc>) -> PriceBook {
+    load_within(providers, targets, data_dir, now, CACHE_TTL).await
+}
+
+/// The (provider, model) pairs whose price is published: OpenRouter models without a configured price.
+fn wanted<'a>(providers: &'a [ProviderConfig], targets: &'a [Target]) -> Vec<(&'a ProviderConfig, &'a str)> {
+    let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
+    for t in targets {
+        let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(&t.model);
+        let Some(p) = providers.iter().find(|p| p.name == t.provider && !configured(p) && is_openrouter(p)) else {
+            continue;
+        };
+        if !wanted.iter().any(|(q, m)| q.name == p.name && *m == t.model) {
+            wanted.push((p, t.model.as_str()));
+        }
+    }
+    wanted
+}
+
+/// As [`load`], fetching again what the cache holds for longer than `max_age`.
+pub async fn load_within(
+    providers: &[ProviderConfig],
+    targets: &[Target],
+    data_dir: &Path,
+    now: DateTime<Utc>,
+    max_age: Duration,
+) -> PriceBook {
     let mut book = PriceBook { providers: providers.to_vec(), ..PriceBook::default() };
     let cache_path = data_dir.join(CACHE_FILE);
     let mut cache: Cache =
@@ -173,22 +201,12 @@ pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &P
         }
     };
     let mut changed = false;
-    let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
-    for t in targets {
-        let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(&t.model);
-        let Some(p) = providers.iter().find(|p| p.name == t.provider && !configured(p) && is_openrouter(p)) else {
-            continue;
-        };
-        if !wanted.iter().any(|(q, m)| q.name == p.name && *m == t.model) {
-            wanted.push((p, t.model.as_str()));
-        }
-    }
-    for (p, model) in wanted {
+    for (p, model) in wanted(providers, targets) {
         let key = format!("{} {model}", p.base_url);
         let fresh = cache
             .entries
             .get(&key)
-            .filter(|e| (now - e.fetched_at).to_std().is_ok_and(|age| age < CACHE_TTL) && e.fetched_at <= now);
+            .filter(|e| (now - e.fetched_at).to_std().is_ok_and(|age| age < max_age) && e.fetched_at <= now);
         let endpoints = match (fresh, &client) {
             (Some(e), _) => Some(e.endpoints.clone()),
             (None, Some(client)) => match fetch(client, p, model).await {
@@ -219,6 +237,57 @@ pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &P
         }
     }
     book
+}
+
+/// Copies whatever the cache in `data_dir` holds for `targets` (whatever its age) into the
+/// prober's `table`, without touching the network: the daemon's first probes are charged the
+/// last known published prices while [`refresh`] fetches current ones.
+pub fn publish_cached(
+    providers: &[ProviderConfig],
+    targets: &[Target],
+    data_dir: &Path,
+    table: &crate::probe::PublishedPrices,
+) {
+    let Ok(bytes) = std::fs::read(data_dir.join(CACHE_FILE)) else { return };
+    let Ok(cache) = serde_json::from_slice::<Cache>(&bytes) else { return };
+    let Ok(mut t) = table.write() else { return };
+    for (p, model) in wanted(providers, targets) {
+        if let Some(e) = cache.entries.get(&format!("{} {model}", p.base_url)) {
+            t.insert((p.name.clone(), model.to_string()), e.endpoints.clone());
+        }
+    }
+}
+
+/// The daemon's price refresher: every `every` (first at once) fetches the published prices
+/// of `targets` and copies them into the prober's `table`, so OpenRouter samples are charged
+/// what `vigil report` shows. Its own task: a slow or failing fetch delays only the prices
+/// (samples meanwhile use the cached copy, else the built-in table). Returns at once when no
+/// target has a published price.
+pub async fn refresh(
+    providers: Vec<ProviderConfig>,
+    targets: Vec<Target>,
+    data_dir: PathBuf,
+    table: crate::probe::PublishedPrices,
+    every: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    if wanted(&providers, &targets).is_empty() {
+        return;
+    }
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let book = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            b = load_within(&providers, &targets, &data_dir, Utc::now(), every) => b,
+        };
+        book.publish_into(&table);
+        tracing::info!(models = book.published.len(), notes = ?book.notes, "published prices refreshed for samples");
+    }
 }
 
 async fn fetch(client: &reqwest::Client, p: &ProviderConfig, model: &str) -> Result<Vec<EndpointPrice>, PricingError> {

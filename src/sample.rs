@@ -62,8 +62,9 @@ pub struct Sample {
     /// for the metrics; not stored or shown.
     #[serde(skip)]
     pub rejected: Vec<&'static str>,
-    /// Retirement notices in the response's `Deprecation`/`Sunset` headers, for the
-    /// `model_deprecated` rule. Held in memory for the round's alerts, not stored.
+    /// Retirement notices in the response's `Deprecation`/`Sunset` headers (and, added by the
+    /// alert stage, what the models lists say), for the `model_deprecated` rule. Held in memory
+    /// for the round's alerts, not stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deprecation: Vec<crate::alert::deprecation::Notice>,
 }

@@ -108,11 +108,12 @@ pub fn openrouter_expirations(body: &[u8]) -> Result<BTreeMap<String, DateTime<U
         .collect())
 }
 
-/// The model ids an OpenAI-style `GET /models` lists (`{"data":[{"id":…}]}`; Gemini's
-/// `{"models":[{"name":"models/…"}]}` is read too).
+/// The model ids an OpenAI-style `GET /models` lists (`{"data":[{"id":…}]}`; Together's bare
+/// `[{"id":…}]` and Gemini's `{"models":[{"name":"models/…"}]}` are read too).
 pub fn listed_models(body: &[u8]) -> Result<Vec<String>, serde_json::Error> {
     let v: serde_json::Value = serde_json::from_slice(body)?;
-    let openai = v.get("data").and_then(|d| d.as_array()).into_iter().flatten().filter_map(|m| m.get("id")?.as_str());
+    let entries = v.get("data").and_then(|d| d.as_array()).or_else(|| v.as_array());
+    let openai = entries.into_iter().flatten().filter_map(|m| m.get("id")?.as_str());
     let gemini = v.get("models").and_then(|d| d.as_array()).into_iter().flatten().filter_map(|m| {
         let name = m.get("name")?.as_str()?;
         Some(name.strip_prefix("models/").unwrap_or(name))
@@ -221,6 +222,10 @@ mod tests {
         assert!(!listed.iter().any(|m| m == "gpt-3.5-turbo-0613"));
         let gemini = listed_models(br#"{"models":[{"name":"models/gemini-2.0-flash-lite"}]}"#).expect("parses");
         assert_eq!(gemini, vec!["gemini-2.0-flash-lite".to_string()]);
+        let together =
+            listed_models(br#"[{"id":"meta-llama/Llama-3.2-3B-Instruct-Turbo","type":"chat"}]"#).expect("parses");
+        assert_eq!(together, vec!["meta-llama/Llama-3.2-3B-Instruct-Turbo".to_string()]);
+        assert!(listed_models(br#"{"error":"nope"}"#).expect("json").is_empty());
     }
 
     #[test]

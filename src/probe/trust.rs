@@ -86,6 +86,15 @@ pub fn system_roots() -> &'static [CertificateDer<'static>] {
 
 /// A TLS client trusting the system store, the built-in roots and `extra`, presenting `client`.
 pub fn connector(extra: &[CertificateDer<'static>], client: Option<&ClientIdentity>) -> Result<TlsConnector, String> {
+    client_config(extra, client).map(|config| TlsConnector::from(Arc::new(config)))
+}
+
+/// The TLS settings of [`connector`], for clients that take a `rustls::ClientConfig` (the
+/// models-list poller's reqwest client trusts and presents exactly what the probes do).
+pub fn client_config(
+    extra: &[CertificateDer<'static>],
+    client: Option<&ClientIdentity>,
+) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     // System stores hold odd certificates (expired, unsupported algorithms); skipping them is
     // what every client does.
@@ -107,5 +116,5 @@ pub fn connector(extra: &[CertificateDer<'static>], client: Option<&ClientIdenti
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     // Resumption would skip the full handshake and hide the TLS cost a new client pays.
     config.resumption = rustls::client::Resumption::disabled();
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(config)
 }
