@@ -120,6 +120,8 @@ pub struct App {
     loaded: bool,
     /// Keeps the demo providers' server alive as long as the app.
     _demo: Option<crate::demo::Demo>,
+    /// The model-change canary, when `probe.canary.enabled`.
+    canary: Option<crate::canary::runner::CanaryRunner>,
 }
 
 impl App {
@@ -147,6 +149,11 @@ impl App {
         let metrics = Arc::new(Metrics::new(&config.region)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
+        let canary = config
+            .canary
+            .enabled
+            .then(|| crate::canary::runner::CanaryRunner::new(plans.clone(), prober.clone(), config.canary.clone()))
+            .filter(|c| !c.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, unavailable) = open_store_or_why(&config).await?;
         let migrated = unavailable.is_none();
@@ -173,7 +180,7 @@ impl App {
             },
             false => false,
         };
-        Ok(App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo: demo })
+        Ok(App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo: demo, canary })
     }
 
     /// The metrics registry (tests read it after shutdown).
@@ -190,7 +197,8 @@ impl App {
     /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
     /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo } = self;
+        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, _demo, canary } =
+            self;
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
@@ -247,6 +255,7 @@ impl App {
         ];
         let snapshot = SharedSnapshot::default();
         let provider_status = crate::provider_status::SharedProviderStatus::default();
+        let canary_shown = crate::canary::SharedCanary::default();
         let app = router(HttpState {
             metrics: metrics.clone(),
             checks,
@@ -257,6 +266,7 @@ impl App {
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
             feed: Arc::new(crate::http::api::Feed::from_config(&config)),
             provider_status: provider_status.clone(),
+            canary: canary_shown.clone(),
         });
         let server_stop = shutdown.clone();
         let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);
@@ -280,6 +290,9 @@ impl App {
             alerts: alerting,
             provider_status: provider_status.clone(),
         });
+        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
+        let (canary_tx, canary_rx) = mpsc::channel(1024);
+        let pipeline = pipeline.with_canary(canary_rx, canary_shown.clone());
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
             Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
@@ -304,6 +317,9 @@ impl App {
             },
             Task::spawn("alert counters", count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone())),
         ];
+        if let Some(canary) = canary {
+            tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
+        }
         // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
         let abort = scheduler.abort_token();
         let drain_timer = {
@@ -333,6 +349,7 @@ impl App {
             finish(&mut tasks, name, deadline).await;
         }
         finish(&mut tasks, "status pages", deadline).await;
+        finish(&mut tasks, "canary", deadline).await;
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not
@@ -399,6 +416,9 @@ async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, sh
                 match store.purge_samples_before(cutoff).await {
                     Ok(n) => tracing::info!(removed = n, %cutoff, "retention: old samples removed"),
                     Err(e) => tracing::warn!(error = %e, "retention run failed; will retry next hour"),
+                }
+                if let Err(e) = store.purge_canary_runs_before(cutoff).await {
+                    tracing::warn!(error = %e, "canary retention run failed; will retry next hour");
                 }
             }
         }

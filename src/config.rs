@@ -87,6 +87,64 @@ pub struct Config {
     pub deprecation: DeprecationConfig,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
     pub status_pages: StatusPagesConfig,
+    /// `[probe.canary]`: the silent model-change canary.
+    pub canary: CanaryConfig,
+}
+
+/// `[probe.canary]`: the silent model-change canary (docs/CANARY.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// Off unless `enabled = true`.
+    pub enabled: bool,
+    /// One canary run per target every `interval`.
+    pub interval: Duration,
+    /// Output budget of one run.
+    pub max_tokens: u32,
+    /// `seed` sent where the API has one.
+    pub seed: u64,
+    /// Ask OpenAI-compatible APIs for log-probabilities.
+    pub logprobs: bool,
+    /// Most canary runs in flight at once (apart from the regular probes' limit).
+    pub concurrency: usize,
+    /// Runs the statistic's reference window holds.
+    pub reference_runs: usize,
+    /// Runs of the recent window a change must hold through.
+    pub recent_runs: usize,
+    /// Significance of the score test.
+    pub alpha: f64,
+    /// Smallest exact-match score difference that counts.
+    pub min_delta: f64,
+}
+
+impl CanaryConfig {
+    /// The statistic's settings.
+    pub fn detector(&self) -> crate::canary::detect::DetectorConfig {
+        crate::canary::detect::DetectorConfig {
+            reference: self.reference_runs,
+            recent: self.recent_runs,
+            min_reference: (self.reference_runs / 2).max(1),
+            alpha: self.alpha,
+            min_delta: self.min_delta,
+            ..Default::default()
+        }
+    }
+}
+
+impl Default for CanaryConfig {
+    fn default() -> Self {
+        CanaryConfig {
+            enabled: false,
+            interval: Duration::from_secs(15 * 60),
+            max_tokens: 64,
+            seed: 7,
+            logprobs: false,
+            concurrency: 2,
+            reference_runs: 16,
+            recent_runs: 4,
+            alpha: 1e-4,
+            min_delta: 0.2,
+        }
+    }
 }
 
 /// `[deprecation]`.
@@ -563,6 +621,57 @@ struct RawProbe {
     proxy: Option<String>,
     ca_file: Option<String>,
     status_page_every: String,
+    canary: RawCanary,
+}
+
+/// `[probe.canary]` as written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawCanary {
+    enabled: bool,
+    interval: String,
+    max_tokens: u32,
+    seed: u64,
+    logprobs: bool,
+    concurrency: usize,
+    reference_runs: usize,
+    recent_runs: usize,
+    alpha: f64,
+    min_delta: f64,
+}
+
+impl Default for RawCanary {
+    fn default() -> Self {
+        let d = CanaryConfig::default();
+        RawCanary {
+            enabled: d.enabled,
+            interval: "15m".into(),
+            max_tokens: d.max_tokens,
+            seed: d.seed,
+            logprobs: d.logprobs,
+            concurrency: d.concurrency,
+            reference_runs: d.reference_runs,
+            recent_runs: d.recent_runs,
+            alpha: d.alpha,
+            min_delta: d.min_delta,
+        }
+    }
+}
+
+/// `[probe.canary]`, validated; every error names its key.
+fn validate_canary(c: &RawCanary) -> Result<CanaryConfig, ConfigError> {
+    Ok(CanaryConfig {
+        enabled: c.enabled,
+        interval: duration_in("probe.canary.interval", &c.interval, MINUTE, 7 * DAY)?,
+        max_tokens: count_in("probe.canary.max_tokens", c.max_tokens, 16, 1024)?,
+        seed: c.seed,
+        logprobs: c.logprobs,
+        concurrency: size_in("probe.canary.concurrency", c.concurrency, 1, 64)?,
+        reference_runs: size_in("probe.canary.reference_runs", c.reference_runs, 4, 1000)?,
+        recent_runs: size_in("probe.canary.recent_runs", c.recent_runs, 2, 100)?,
+        alpha: number_in("probe.canary.alpha", c.alpha, 0.0, 0.05, true)?,
+        min_delta: number_in("probe.canary.min_delta", c.min_delta, 0.0, 1.0, true)?,
+    })
 }
 
 impl Default for RawProbe {
@@ -579,6 +688,7 @@ impl Default for RawProbe {
             proxy: None,
             ca_file: None,
             status_page_every: "3m".into(),
+            canary: RawCanary::default(),
         }
     }
 }
@@ -1485,6 +1595,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let chains = crate::chain::validate(raw.chain, &providers, &skipped)?;
     let deprecation =
         DeprecationConfig { warn_days: count_in("deprecation.warn_days", raw.deprecation.warn_days, 0, 3650)? };
+    let canary = validate_canary(&raw.probe.canary)?;
     Ok(Config {
         region: raw.region,
         storage,
@@ -1500,6 +1611,7 @@ fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         status_pages,
         source: toml::Table::new(),
         deprecation,
+        canary,
     })
 }
 

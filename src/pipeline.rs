@@ -48,6 +48,9 @@ pub struct Pipeline {
     /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
     provider_status: crate::provider_status::SharedProviderStatus,
+    /// Canary runs from the canary task, and where the latest of each target is published.
+    canary: Option<(mpsc::Receiver<crate::canary::CanaryRun>, crate::canary::SharedCanary)>,
+    canary_shown: crate::canary::SharedCanary,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -64,6 +67,8 @@ pub struct Alerting {
     /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
     flapping: crate::alert::FlappingSet,
     flapping_before: std::collections::BTreeSet<Target>,
+    /// Canary runs since the last evaluation (judged for `model_changed` only).
+    canaries: Vec<crate::canary::CanaryRun>,
 }
 
 impl Alerting {
@@ -79,6 +84,7 @@ impl Alerting {
             credit: Vec::new(),
             flapping: crate::alert::FlappingSet::default(),
             flapping_before: Default::default(),
+            canaries: Vec::new(),
         }
     }
 
@@ -143,7 +149,29 @@ impl Pipeline {
             context: Context::default(),
             elsewhere: Default::default(),
             provider_status: s.provider_status,
+            canary: None,
+            canary_shown: Default::default(),
         }
+    }
+
+    /// Also takes canary runs from `rx`: each is stored through the link (`canary_runs`, never
+    /// `samples`), published in `shown` for readers and judged for `model_changed`; none reaches
+    /// the baselines, the breakers or the latency metrics.
+    pub fn with_canary(
+        mut self,
+        rx: mpsc::Receiver<crate::canary::CanaryRun>,
+        shown: crate::canary::SharedCanary,
+    ) -> Self {
+        self.canary_shown = shown.clone();
+        self.canary = Some((rx, shown));
+        self
+    }
+
+    /// Takes one canary run (the step tests drive directly).
+    pub fn process_canary(&mut self, run: crate::canary::CanaryRun) {
+        self.canary_shown.publish(&run);
+        self.link.store(Record::Canary(vec![run.clone()]));
+        self.alerts.canaries.push(run);
     }
 
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
@@ -152,6 +180,7 @@ impl Pipeline {
         let a = &mut self.alerts;
         let round = std::mem::take(&mut a.round);
         let changes = std::mem::take(&mut a.changes);
+        let canaries = std::mem::take(&mut a.canaries);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
         // The scope: the other regions' published view of each target (read by the link).
         let elsewhere = crate::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);
@@ -180,7 +209,8 @@ impl Pipeline {
                 })
             })
             .collect();
-        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        let canaries = canaries.iter().collect();
+        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries }, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
             for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
@@ -361,12 +391,20 @@ impl Pipeline {
         }
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut canary_rx = self.canary.take().map(|(rx, _)| rx);
         loop {
+            let canary = async {
+                match canary_rx.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 sample = rx.recv() => match sample {
                     Some(s) => self.process(s).await,
                     None => break,
                 },
+                Some(run) = canary => self.guarded("canary", |p| p.process_canary(run)),
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
                 _ = publish.tick() => self.guarded("publish", |p| p.publish(Utc::now())),
                 _ = persist.tick() => self.guarded("persist", |p| p.persist(Utc::now())),

@@ -171,6 +171,8 @@ pub struct StatusData {
     pub trend_hours: i64,
     /// What the providers' own status pages say (section shown when any is polled).
     pub providers: Vec<crate::provider_status::ProviderStatus>,
+    /// The latest canary run of each target (section shown when the canary has run).
+    pub canary: Vec<crate::canary::CanaryRun>,
 }
 
 /// One target across the regions.
@@ -310,6 +312,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     page.attach_trends(&mut data, &trends);
     data.credits = page.credits(now).await;
     data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
+    data.canary = s.canary.latest();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
@@ -748,6 +751,9 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
         out.push_str(&providers_html(&data.providers, now));
     }
     out.push_str(&targets_html(data, now));
+    if !data.canary.is_empty() {
+        out.push_str(&super::canary::section_html(&data.canary, now));
+    }
     let _ = write!(
         out,
         r#"</main>
@@ -813,6 +819,7 @@ mod tests {
             refresh_s: 30,
             trend_hours: 168,
             providers: Vec::new(),
+            canary: Vec::new(),
         }
     }
 
