@@ -152,7 +152,10 @@ impl App {
         let canary = config
             .canary
             .enabled
-            .then(|| crate::canary::runner::CanaryRunner::new(plans.clone(), prober.clone(), config.canary.clone()))
+            .then(|| {
+                crate::canary::runner::CanaryRunner::new(plans.clone(), prober.clone(), config.canary.clone())
+                    .starting_within(config.probe.interval)
+            })
             .filter(|c| !c.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, unavailable) = open_store_or_why(&config).await?;

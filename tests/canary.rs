@@ -234,3 +234,82 @@ fn canary_config_defaults_and_errors_name_the_key() {
         assert!(e.contains(key), "{text}: {e}");
     }
 }
+
+/// The daemon with the canary on: canary runs reach `/v1/canary`, the status page and the
+/// `canary_runs` table on their own clock, and never the samples, the probe metrics or the
+/// baselines of the regular probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
+    let ok = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
+        .expect("fixture");
+    let s = StandIn::start(move |r| {
+        let canary = r.json().is_some_and(|b| b["messages"][0]["content"] == prompt::SYSTEM);
+        if canary {
+            let id = ChatIdentity { model: "test-model-2025-06-01".into(), ..ChatIdentity::default() };
+            Script::openai_chat(&reply(&[]), &id, Duration::ZERO)
+        } else {
+            Script::sse(&ok, Duration::from_millis(1))
+        }
+    })
+    .await
+    .expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "region = \"test-1\"\n[storage]\nurl = \"sqlite://{d}/vigil.db\"\ndata_dir = \"{d}\"\nbatch_age = \"100ms\"\n\
+         [http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n\
+         [probe.canary]\nenabled = true\ninterval = \"1m\"\n\
+         [[provider]]\nname = \"standin\"\nkind = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"CANARY_TEST_KEY\"\n\
+         models = [\"m1\", \"m2\"]\n",
+        s.base_url(),
+        d = data.path().display(),
+    );
+    let env: BTreeMap<String, String> = [("CANARY_TEST_KEY".to_string(), KEY.to_string())].into();
+    let config = Config::from_toml(&text, &env).expect("valid config");
+    let app = vigil::app::App::build(config, vigil::app::AppOptions::default()).await.expect("app builds");
+    let metrics = app.metrics();
+    let addr = app.local_addr().expect("bound");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+
+    let http = reqwest::Client::new();
+    let mut runs = serde_json::Value::Null;
+    for _ in 0..100 {
+        let v: serde_json::Value =
+            http.get(format!("http://{addr}/v1/canary")).send().await.expect("canary").json().await.expect("JSON");
+        if v["runs"].as_array().is_some_and(|r| r.len() == 2) {
+            runs = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first = &runs["runs"][0];
+    assert_eq!(first["target"], "standin/m1", "both targets canaried within the first probe interval: {runs}");
+    assert_eq!((first["correct"].as_u64(), first["total"].as_u64()), (Some(6), Some(6)), "{runs}");
+    assert_eq!(first["reported_model"], "test-model-2025-06-01");
+    assert_eq!(first["answers"][4], "YRANAC");
+    let page = http.get(format!("http://{addr}/")).send().await.expect("page").text().await.expect("html");
+    assert!(page.contains("Model canary") && page.contains("6/6"), "the status page shows the canary");
+
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(12), running).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly: {stopped:?}");
+
+    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
+    let canary = store.canary_runs(None, t0() - chrono::Duration::days(1), 100).await.expect("canary runs");
+    assert_eq!(canary.len(), 2, "one run per target in the first minute, stored");
+    let probes: f64 = metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("vigil_probes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
+    assert!(probes >= 2.0);
+    assert_eq!(stored as f64, probes, "samples are the regular probes only; canary runs are not counted as probes");
+    let ids: Vec<uuid::Uuid> = canary.iter().map(|r| r.sample.id).collect();
+    let samples = store.samples(&vigil::store::SampleQuery::default()).await.expect("samples");
+    assert!(samples.iter().all(|s| !ids.contains(&s.id)), "no canary run in samples");
+    let canary_requests =
+        s.requests().iter().filter(|r| r.json().is_some_and(|b| b["messages"][0]["content"] == prompt::SYSTEM)).count();
+    assert_eq!(canary_requests, 2, "one canary request per target per canary interval");
+}

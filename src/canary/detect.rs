@@ -3,14 +3,16 @@
 //! change is called when the recent window differs from the reference beyond run-to-run noise:
 //!
 //! - **score**: Fisher's exact test (two-sided) on the exact-match counts of the two windows,
-//!   below `alpha`, *and* a difference in score of at least `min_delta`;
+//!   below `alpha`, *and* a difference in score of at least `min_delta`, both also without the
+//!   recent window's most extreme run (one odd run never calls a change);
 //! - **answers**: the target was stable (one answer fingerprint in at least `stable_share` of
 //!   the reference runs) and every recent run gave one and the same fingerprint the reference
 //!   never saw;
 //! - **identity**: the echoed `model` field or OpenRouter's upstream `provider` held one value
 //!   through the reference and every recent run reports one new value.
 //!
-//! After a change the reference restarts from the recent window, so one change fires once; no
+//! After a change the reference restarts from the first run of the new behaviour, so one change
+//! fires once; no
 //! test runs until the new reference holds `min_reference` runs again. docs/CANARY.md gives
 //! the false-alarm reasoning.
 
@@ -137,8 +139,11 @@ impl Detector {
             (all[..split].to_vec(), all[split..].to_vec())
         };
         let mut what = Vec::new();
-        if let Some(s) = score_shift(&reference, &window, cfg) {
+        // The first run of the new behaviour, as an index into the window.
+        let mut first = 0;
+        if let Some((s, from)) = score_shift(&reference, &window, cfg) {
             what.push(s);
+            first = from;
         }
         if let Some(s) = answers_shift(&reference, &window, cfg) {
             what.push(s);
@@ -151,6 +156,10 @@ impl Detector {
         if what.is_empty() {
             return Verdict::Quiet;
         }
+        if what.len() > 1 {
+            // An answer or identity change is new through the whole window.
+            first = 0;
+        }
         let fp = |o: &&Observation| o.system_fingerprint.clone();
         let (old_fp, new_fp) = (reference.last().and_then(fp), window.last().and_then(fp));
         if let (Some(a), Some(b)) = (old_fp, new_fp) {
@@ -158,7 +167,8 @@ impl Detector {
                 what.push(format!("system_fingerprint {a} → {b}"));
             }
         }
-        let (Some(first_new), Some(last_old)) = (window.first(), reference.last()) else { return Verdict::Quiet };
+        let last_old = if first == 0 { reference.last() } else { window.get(first - 1) };
+        let (Some(first_new), Some(last_old)) = (window.get(first), last_old) else { return Verdict::Quiet };
         let change = Change {
             since: first_new.at,
             last_before: last_old.at,
@@ -166,7 +176,7 @@ impl Detector {
             what,
         };
         // The new behaviour is the reference from now on: the same change never fires twice.
-        self.runs.drain(..split);
+        self.runs.drain(..split + first);
         self.change = Some(change.clone());
         Verdict::Changed(change)
     }
@@ -190,20 +200,46 @@ fn pct(k: u64, n: u64) -> f64 {
     }
 }
 
-fn score_shift(reference: &[&Observation], window: &[&Observation], cfg: &DetectorConfig) -> Option<String> {
-    let sum = |runs: &[&Observation]| {
-        runs.iter().fold((0u64, 0u64), |(k, n), o| (k + u64::from(o.correct.min(o.total)), n + u64::from(o.total)))
-    };
-    let ((k1, n1), (k2, n2)) = (sum(reference), sum(window));
-    if n1 == 0 || n2 == 0 {
-        return None;
-    }
-    let (p1, p2) = (pct(k1, n1), pct(k2, n2));
-    if (p1 - p2).abs() < cfg.min_delta {
+fn sum(runs: &[&Observation]) -> (u64, u64) {
+    runs.iter().fold((0u64, 0u64), |(k, n), o| (k + u64::from(o.correct.min(o.total)), n + u64::from(o.total)))
+}
+
+fn score(o: &Observation) -> f64 {
+    pct(u64::from(o.correct.min(o.total)), u64::from(o.total))
+}
+
+/// The score test of one window: Fisher's p below alpha and a shift of at least `min_delta`.
+fn shifted(reference: (u64, u64), window: (u64, u64), cfg: &DetectorConfig) -> Option<f64> {
+    let ((k1, n1), (k2, n2)) = (reference, window);
+    if n1 == 0 || n2 == 0 || (pct(k1, n1) - pct(k2, n2)).abs() < cfg.min_delta {
         return None;
     }
     let p = fisher_two_sided(k1, n1 - k1, k2, n2 - k2);
-    (p < cfg.alpha).then(|| format!("exact-match score {:.0}% → {:.0}% (p={p:.1e})", p1 * 100.0, p2 * 100.0))
+    (p < cfg.alpha).then_some(p)
+}
+
+/// The score change, if any, with the index of the window's first run on the new side. The
+/// window must pass the test also without its most extreme run, so one odd run (a truncated
+/// or garbled answer) never calls a change on its own.
+fn score_shift(reference: &[&Observation], window: &[&Observation], cfg: &DetectorConfig) -> Option<(String, usize)> {
+    let (r, w) = (sum(reference), sum(window));
+    let p = shifted(r, w, cfg)?;
+    let (p1, p2) = (pct(r.0, r.1), pct(w.0, w.1));
+    let drop = p2 < p1;
+    let extreme = window.iter().min_by(|a, b| {
+        let (a, b) = (score(a), score(b));
+        if drop {
+            a.total_cmp(&b)
+        } else {
+            b.total_cmp(&a)
+        }
+    })?;
+    let rest = (w.0 - u64::from(extreme.correct.min(extreme.total)), w.1 - u64::from(extreme.total));
+    shifted(r, rest, cfg)?;
+    // The new behaviour starts at the first run past the midpoint between the two scores.
+    let mid = (p1 + p2) / 2.0;
+    let first = window.iter().position(|o| if drop { score(o) < mid } else { score(o) > mid }).unwrap_or(0);
+    Some((format!("exact-match score {:.0}% → {:.0}% (p={p:.1e})", p1 * 100.0, p2 * 100.0), first))
 }
 
 fn answers_shift(reference: &[&Observation], window: &[&Observation], cfg: &DetectorConfig) -> Option<String> {
@@ -309,11 +345,11 @@ mod tests {
         let fired = feed(&mut d, before.chain(after));
         assert_eq!(fired.len(), 1, "one change, one call: {fired:?}");
         let (i, c) = &fired[0];
-        assert_eq!(*i, 23, "called when the recent window is wholly new");
-        assert_eq!(c.since, at(20));
+        assert_eq!(*i, 22, "called on the third new run: one or two odd runs are not enough");
+        assert_eq!(c.since, at(20), "since the first run of the new behaviour");
         assert_eq!(c.last_before, at(19));
-        assert!(c.what.iter().any(|w| w.starts_with("exact-match score 100% → 50%")), "{c:?}");
-        assert!(c.what.iter().any(|w| w == "answers fingerprint aaaa → bbbb"), "{c:?}");
+        assert!(c.what.iter().any(|w| w.starts_with("exact-match score 100% → 62%")), "{c:?}");
+        assert!(matches!(d.observe(obs(80, 3, "bbbb"), &DetectorConfig::default()), Verdict::Quiet));
     }
 
     #[test]
@@ -343,6 +379,34 @@ mod tests {
         let mut d = Detector::default();
         let runs = (0..40).map(|i| if i == 25 { obs(i, 0, "zzzz") } else { obs(i, 6, "aaaa") });
         assert!(feed(&mut d, runs).is_empty());
+    }
+
+    #[test]
+    fn a_new_settled_answer_fires_with_the_same_score() {
+        let mut d = Detector::default();
+        let runs = (0..30).map(|i| obs(i, 6, if i < 20 { "aaaa" } else { "cccc" }));
+        let fired = feed(&mut d, runs);
+        assert_eq!(fired.len(), 1);
+        assert_eq!(fired[0].0, 23, "all four recent runs agree on the new text");
+        assert_eq!(fired[0].1.what, vec!["answers fingerprint aaaa → cccc"]);
+        assert_eq!(fired[0].1.since, at(20));
+    }
+
+    #[test]
+    fn an_upgrade_is_a_change_too() {
+        let mut d = Detector::default();
+        let mut x = 0u64;
+        let runs = (0..40).map(|i| {
+            x += 1;
+            if i < 20 {
+                obs(i, 2 + (x % 2) as u32, &format!("{x}"))
+            } else {
+                obs(i, 6, "best")
+            }
+        });
+        let fired = feed(&mut d, runs);
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        assert!(fired[0].1.what[0].starts_with("exact-match score 42% → 100%"), "{:?}", fired[0].1);
     }
 
     #[test]

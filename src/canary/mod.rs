@@ -13,7 +13,6 @@ pub mod runner;
 
 use crate::sample::Sample;
 use crate::target::Target;
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};

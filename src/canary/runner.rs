@@ -67,6 +67,8 @@ pub struct CanaryRunner {
     prober: Prober,
     cfg: CanaryConfig,
     permits: Arc<Semaphore>,
+    /// The first run of every target falls within this span of the start.
+    first_within: std::time::Duration,
 }
 
 impl CanaryRunner {
@@ -74,7 +76,16 @@ impl CanaryRunner {
     pub fn new(plans: Vec<Planned>, prober: Prober, cfg: CanaryConfig) -> Self {
         let plans: Vec<Planned> = plans.into_iter().filter(applies_to).collect();
         let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
-        CanaryRunner { plans: Arc::new(plans), prober, cfg, permits }
+        let first_within = cfg.interval;
+        CanaryRunner { plans: Arc::new(plans), prober, cfg, permits, first_within }
+    }
+
+    /// Spreads the first runs over `span` (at most the canary interval) instead of a whole
+    /// interval, so a fresh instance shows every target's canary soon after it starts; later
+    /// runs keep one interval apart.
+    pub fn starting_within(mut self, span: std::time::Duration) -> Self {
+        self.first_within = span.min(self.cfg.interval).max(std::time::Duration::from_millis(1));
+        self
     }
 
     /// Targets canaried.
@@ -100,7 +111,7 @@ impl CanaryRunner {
             let (tx, shutdown, request) = (tx.clone(), shutdown.clone(), request.clone());
             loops.spawn(async move {
                 let plan = &this.plans[i];
-                let offset = crate::scheduler::offset_for(&format!("canary:{}", plan.target.id()), interval);
+                let offset = crate::scheduler::offset_for(&format!("canary:{}", plan.target.id()), this.first_within);
                 let mut ticks = tokio::time::interval_at(start + offset, interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 loop {
