@@ -289,6 +289,19 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
     assert_eq!(first["answers"][4], "YRANAC");
     let page = http.get(format!("http://{addr}/")).send().await.expect("page").text().await.expect("html");
     assert!(page.contains("Model canary") && page.contains("6/6"), "the status page shows the canary");
+    let counted = |m: &vigil::metrics::Metrics| -> f64 {
+        m.render()
+            .lines()
+            .filter(|l| l.starts_with("vigil_probes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    for _ in 0..100 {
+        if counted(&metrics) >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     shutdown.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(12), running).await;
@@ -297,14 +310,9 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
     let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
     let canary = store.canary_runs(None, t0() - chrono::Duration::days(1), 100).await.expect("canary runs");
     assert_eq!(canary.len(), 2, "one run per target in the first minute, stored");
-    let probes: f64 = metrics
-        .render()
-        .lines()
-        .filter(|l| l.starts_with("vigil_probes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let probes = counted(&metrics);
     let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
-    assert!(probes >= 2.0);
+    assert!(probes >= 4.0, "two rounds of regular probes ran: {probes}");
     assert_eq!(stored as f64, probes, "samples are the regular probes only; canary runs are not counted as probes");
     let ids: Vec<uuid::Uuid> = canary.iter().map(|r| r.sample.id).collect();
     let samples = store.samples(&vigil::store::SampleQuery::default()).await.expect("samples");

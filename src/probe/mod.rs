@@ -432,7 +432,13 @@ impl Prober {
             Some(_) => {
                 let clean = |t: Option<String>| t.map(|t| scrub::clean(&t, &secrets, 128, true));
                 CanaryReading {
-                    answer: scrub::clean(&r.answer, &secrets, ANSWER_LIMIT, true),
+                    // Line by line: the answers are one per line, and cleaning flattens control characters.
+                    answer: r
+                        .answer
+                        .lines()
+                        .map(|l| scrub::clean(l, &secrets, ANSWER_LIMIT, true))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
                     identity: crate::canary::ModelIdentity {
                         model: clean(r.identity.model.take()),
                         system_fingerprint: clean(r.identity.system_fingerprint.take()),
