@@ -122,6 +122,8 @@ pub struct App {
     published: (crate::probe::PublishedPrices, Vec<crate::target::Target>),
     /// Keeps the demo providers' server alive as long as the app.
     _demo: Option<crate::demo::Demo>,
+    /// The model-change canary, when `probe.canary.enabled`.
+    canary: Option<crate::canary::runner::CanaryRunner>,
 }
 
 impl App {
@@ -151,6 +153,14 @@ impl App {
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let published = (prober.published_prices(), targets.clone());
         crate::pricing::publish_cached(&config.providers, &targets, &config.storage.data_dir, &published.0);
+        let canary = config
+            .canary
+            .enabled
+            .then(|| {
+                crate::canary::runner::CanaryRunner::new(plans.clone(), prober.clone(), config.canary.clone())
+                    .starting_within(config.probe.interval)
+            })
+            .filter(|c| !c.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let (store, unavailable) = open_store_or_why(&config).await?;
         let migrated = unavailable.is_none();
@@ -187,6 +197,7 @@ impl App {
             writer,
             monitor,
             loaded,
+            canary,
             published,
             _demo: demo,
         })
@@ -206,7 +217,7 @@ impl App {
     /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
     /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, published, _demo } =
+        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, published, _demo, canary } =
             self;
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
@@ -274,6 +285,7 @@ impl App {
         let planner = crate::adaptive::Planner::new(&config, scheduler.targets(), probe_plan.clone());
         let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
         let provider_status = crate::provider_status::SharedProviderStatus::default();
+        let canary_shown = crate::canary::SharedCanary::default();
         let app = router(HttpState {
             metrics: metrics.clone(),
             checks,
@@ -284,6 +296,7 @@ impl App {
             status: Some(Arc::new(crate::http::status_page::StatusPage::new(&config, store.clone()))),
             feed: Arc::new(crate::http::api::Feed::from_config(&config)),
             provider_status: provider_status.clone(),
+            canary: canary_shown.clone(),
         });
         let server_stop = shutdown.clone();
         let limits = crate::http::server::ServerLimits::for_probes(config.probe.concurrency);
@@ -308,6 +321,9 @@ impl App {
             provider_status: provider_status.clone(),
             planner: Some(planner),
         });
+        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
+        let (canary_tx, canary_rx) = mpsc::channel(1024);
+        let pipeline = pipeline.with_canary(canary_rx, canary_shown.clone());
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
             Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
@@ -354,6 +370,9 @@ impl App {
             },
             Task::spawn("alert counters", count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone())),
         ];
+        if let Some(canary) = canary {
+            tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
+        }
         // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
         let abort = scheduler.abort_token();
         let drain_timer = {
@@ -386,6 +405,7 @@ impl App {
         for name in ["models lists", "published prices"] {
             finish(&mut tasks, name, deadline).await;
         }
+        finish(&mut tasks, "canary", deadline).await;
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not

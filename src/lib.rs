@@ -20,6 +20,7 @@ pub mod balance;
 pub mod baseline;
 pub mod bounded;
 pub mod breaker;
+pub mod canary;
 pub mod chain;
 pub mod cli;
 pub mod config;

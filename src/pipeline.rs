@@ -61,6 +61,9 @@ pub struct Pipeline {
     /// (at most one a second, so a mass outage does not replan once per failing sample).
     planned_at: Option<DateTime<Utc>>,
     replan_due: bool,
+    /// Canary runs from the canary task, and where the latest of each target is published.
+    canary: Option<(mpsc::Receiver<crate::canary::CanaryRun>, crate::canary::SharedCanary)>,
+    canary_shown: crate::canary::SharedCanary,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -81,6 +84,8 @@ pub struct Alerting {
     provider_rule: crate::alert::provider_incident::ProviderIncidentRule,
     /// Retirement notices from the providers' models lists, when they are polled.
     model_lists: Option<crate::model_lists::SharedModelNotices>,
+    /// Canary runs since the last evaluation (judged for `model_changed` only).
+    canaries: Vec<crate::canary::CanaryRun>,
 }
 
 impl Alerting {
@@ -98,6 +103,7 @@ impl Alerting {
             flapping_before: Default::default(),
             provider_rule: Default::default(),
             model_lists: None,
+            canaries: Vec::new(),
         }
     }
 
@@ -178,6 +184,8 @@ impl Pipeline {
             failing: Default::default(),
             planned_at: None,
             replan_due: false,
+            canary: None,
+            canary_shown: Default::default(),
         }
     }
 
@@ -213,6 +221,26 @@ impl Pipeline {
         self.metrics.set_probe_plan(&plan, planner.targets());
     }
 
+    /// Also takes canary runs from `rx`: each is stored through the link (`canary_runs`, never
+    /// `samples`), published in `shown` for readers and judged for `model_changed`; none reaches
+    /// the baselines, the breakers or the latency metrics.
+    pub fn with_canary(
+        mut self,
+        rx: mpsc::Receiver<crate::canary::CanaryRun>,
+        shown: crate::canary::SharedCanary,
+    ) -> Self {
+        self.canary_shown = shown.clone();
+        self.canary = Some((rx, shown));
+        self
+    }
+
+    /// Takes one canary run (the step tests drive directly).
+    pub fn process_canary(&mut self, run: crate::canary::CanaryRun) {
+        self.canary_shown.publish(&run);
+        self.link.store(Record::Canary(vec![run.clone()]));
+        self.alerts.canaries.push(run);
+    }
+
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
@@ -227,6 +255,7 @@ impl Pipeline {
                 sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
             }
         }
+        let canaries = std::mem::take(&mut a.canaries);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
         // The scope: the other regions' published view of each target (read by the link).
         let elsewhere = crate::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);
@@ -264,7 +293,8 @@ impl Pipeline {
                 ));
             }
         }
-        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits }, now);
+        let canaries = canaries.iter().collect();
+        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries }, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
             for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
@@ -479,12 +509,20 @@ impl Pipeline {
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
+        let mut canary_rx = self.canary.take().map(|(rx, _)| rx);
         loop {
+            let canary = async {
+                match canary_rx.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 sample = rx.recv() => match sample {
                     Some(s) => self.process(s).await,
                     None => break,
                 },
+                Some(run) = canary => self.guarded("canary", |p| p.process_canary(run)),
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
                 _ = publish.tick() => {
                     if self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every) {

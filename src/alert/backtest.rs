@@ -214,7 +214,8 @@ pub fn replay(
                 .iter()
                 .map(|(s, base)| Probe { sample: s, baseline: *base, elsewhere: Default::default() })
                 .collect();
-            let notes = engine.evaluate(&Round { probes, breaker: changes, credits: Vec::new() }, round_end);
+            let notes = engine
+                .evaluate(&Round { probes, breaker: changes, credits: Vec::new(), canaries: Vec::new() }, round_end);
             report.rounds += 1;
             tracker.take(&notes, round_end, &mut report);
         }

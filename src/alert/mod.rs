@@ -60,11 +60,14 @@ pub enum AlertKind {
     /// The provider's own status page has an open incident on a component you depend on
     /// (`alerts.provider_incident`, off by default).
     ProviderIncident,
+    /// The canary's answers or the provider's reported model changed against the target's own
+    /// history (`[probe.canary]`; see [`crate::canary::detect`]).
+    ModelChanged,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 13] = [
+    pub const ALL: [AlertKind; 14] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -78,6 +81,7 @@ impl AlertKind {
         AlertKind::Flapping,
         AlertKind::ModelDeprecated,
         AlertKind::ProviderIncident,
+        AlertKind::ModelChanged,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -96,6 +100,7 @@ impl AlertKind {
             AlertKind::Flapping => "flapping",
             AlertKind::ModelDeprecated => "model_deprecated",
             AlertKind::ProviderIncident => "provider_incident",
+            AlertKind::ModelChanged => "model_changed",
         }
     }
 
@@ -110,7 +115,8 @@ impl AlertKind {
             | AlertKind::ProbeBudgetExceeded
             | AlertKind::Flapping
             | AlertKind::ModelDeprecated
-            | AlertKind::ProviderIncident => Severity::Warning,
+            | AlertKind::ProviderIncident
+            | AlertKind::ModelChanged => Severity::Warning,
             AlertKind::BreakerClosed => Severity::Info,
         }
     }

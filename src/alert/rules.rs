@@ -62,6 +62,8 @@ pub struct RuleConfig {
     pub status_url: Option<String>,
     /// `model_deprecated` fires this many days before an announced retirement.
     pub deprecation_warn_days: u32,
+    /// The `model_changed` statistic's windows and thresholds (`[probe.canary]`).
+    pub canary: crate::canary::detect::DetectorConfig,
 }
 
 impl RuleConfig {
@@ -86,6 +88,7 @@ impl RuleConfig {
             maintenance: vec![],
             status_url: None,
             deprecation_warn_days: super::deprecation::DEFAULT_WARN_DAYS,
+            canary: crate::canary::detect::DetectorConfig::default(),
         }
     }
 
@@ -110,6 +113,7 @@ impl RuleConfig {
             maintenance: c.alerts.maintenance.clone(),
             status_url: c.alerts.status_url.clone(),
             deprecation_warn_days: c.deprecation.warn_days,
+            canary: c.canary.detector(),
         }
     }
 }
@@ -184,6 +188,8 @@ pub struct Round<'a> {
     pub breaker: Vec<BreakerChange>,
     /// Credit readings taken since the last round.
     pub credits: Vec<CreditCheck>,
+    /// Canary runs finished since the last round (judged for `model_changed` only).
+    pub canaries: Vec<&'a crate::canary::CanaryRun>,
 }
 
 /// One ok probe judged against the latency threshold.
@@ -248,6 +254,9 @@ pub struct EngineState {
     credit_reading_low: BTreeMap<String, bool>,
     #[serde(default)]
     unhealthy_streak: u32,
+    /// Each target's canary history for `model_changed`, by history key.
+    #[serde(default)]
+    canary: BTreeMap<String, crate::canary::detect::Detector>,
 }
 
 /// A rule's answer for one facet this round.
@@ -431,6 +440,7 @@ impl AlertEngine {
         }
         self.credit_verdicts(round, suspect, &mut verdicts);
         self.provider_incident_verdicts(&mut verdicts);
+        self.canary_verdicts(round, &mut verdicts);
         for v in verdicts {
             self.apply(v, now);
         }
@@ -544,6 +554,35 @@ impl AlertEngine {
                     out.push(Verdict { alert, holds: false });
                 }
             }
+        }
+    }
+
+    /// `model_changed` from the canary runs: the facet holds on the run the statistic calls a
+    /// change (an event, not a state: the new behaviour becomes the target's reference) and
+    /// clears after `resolve_after` further runs like any other facet, so one change is one
+    /// incident; failed runs are skipped (they say nothing about which model answers).
+    fn canary_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) {
+        use crate::canary::detect::Verdict as Seen;
+        let region = self.cfg.region.clone();
+        for run in &round.canaries {
+            let Some(obs) = run.observation() else { continue };
+            let t = run.target();
+            let detector = self.state.canary.entry(Self::history_key(t)).or_default();
+            let (change, holds) = match detector.observe(obs, &self.cfg.canary) {
+                Seen::Changed(c) => {
+                    tracing::warn!(target = %t, provider = %t.provider, model = %t.model, region = %t.region,
+                        change = %c.describe(), "canary: model changed");
+                    (Some(c), true)
+                }
+                Seen::Learning(_) | Seen::Quiet => (None, false),
+            };
+            let summary = match &change {
+                Some(c) => format!("model behind {} changed: {}", t.id(), c.describe()),
+                None => "canary answers match the target's history".to_string(),
+            };
+            let mut alert = Alert::new(AlertKind::ModelChanged, &region, &t.provider, Some(t), summary);
+            alert.current = Some(run.score());
+            out.push(Verdict { alert, holds });
         }
     }
 

@@ -209,6 +209,64 @@ impl Script {
     }
 }
 
+/// What an OpenAI-compatible stand-in says about the model in every chunk of
+/// [`Script::openai_chat`]: the echoed `model`, `system_fingerprint`, OpenRouter's upstream
+/// `provider` and, when set, the log-probability given to every token.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatIdentity {
+    /// The `model` field.
+    pub model: String,
+    /// `system_fingerprint` (null when `None`).
+    pub system_fingerprint: Option<String>,
+    /// OpenRouter's `provider` field (absent when `None`).
+    pub provider: Option<String>,
+    /// `logprobs.content[].logprob` of every token (`logprobs: null` when `None`).
+    pub logprob: Option<f64>,
+}
+
+impl Script {
+    /// A 200 OpenAI chat-completions stream answering `text`: a role-only first chunk, one
+    /// content chunk per word (whitespace kept), a `finish_reason: stop` chunk, a usage chunk
+    /// and `[DONE]`, each written after `gap`; every chunk carries `id`'s fields.
+    pub fn openai_chat(text: &str, id: &ChatIdentity, gap: Duration) -> Script {
+        let chunk = |delta: serde_json::Value, finish: Option<&str>, logprobs: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "id": "chatcmpl-standin",
+                "object": "chat.completion.chunk",
+                "created": 1_764_547_200,
+                "model": id.model,
+                "system_fingerprint": id.system_fingerprint,
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            });
+            if let Some(p) = &id.provider {
+                v["provider"] = serde_json::json!(p);
+            }
+            format!("data: {v}\n\n")
+        };
+        let mut body = chunk(serde_json::json!({"role": "assistant", "content": ""}), None, serde_json::Value::Null);
+        let mut pieces = 0u32;
+        for word in text.split_inclusive(char::is_whitespace) {
+            pieces += 1;
+            let logprobs = match id.logprob {
+                Some(lp) => serde_json::json!({"content": [{"token": word, "logprob": lp, "top_logprobs": []}]}),
+                None => serde_json::Value::Null,
+            };
+            body.push_str(&chunk(serde_json::json!({"content": word}), None, logprobs));
+        }
+        body.push_str(&chunk(serde_json::json!({}), Some("stop"), serde_json::Value::Null));
+        let mut usage = serde_json::json!({
+            "id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": 1_764_547_200,
+            "model": id.model, "choices": [],
+            "usage": {"prompt_tokens": 120, "completion_tokens": pieces, "total_tokens": 120 + pieces},
+        });
+        if let Some(p) = &id.provider {
+            usage["provider"] = serde_json::json!(p);
+        }
+        body.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+        Script::sse(body.as_bytes(), gap)
+    }
+}
+
 /// Splits an SSE body into events, each keeping its own bytes up to and including the blank line
 /// that ends it; a trailing partial event is kept as the last piece.
 pub fn split_sse_events(body: &[u8]) -> Vec<Bytes> {

@@ -2,6 +2,7 @@
 //! page. Handlers only read shared snapshots; nothing here drives probes.
 
 pub mod api;
+pub mod canary;
 pub mod server;
 pub mod status_page;
 pub mod trend;
@@ -71,6 +72,8 @@ pub struct HttpState {
     pub feed: Arc<api::Feed>,
     /// What the providers' own status pages say (empty when none is polled).
     pub provider_status: crate::provider_status::SharedProviderStatus,
+    /// The latest canary run of each target (empty while the canary is off).
+    pub canary: crate::canary::SharedCanary,
 }
 
 /// The router; tests call it without a socket.
@@ -79,6 +82,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/thresholds", get(api::thresholds))
         .route("/v1/targets", get(api::targets))
         .route("/v1/schema/{name}", get(api::schema))
+        .route("/v1/canary", get(canary::latest))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
         .merge(v1)

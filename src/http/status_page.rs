@@ -170,6 +170,8 @@ pub struct StatusData {
     pub providers: Vec<crate::provider_status::ProviderStatus>,
     /// The adaptive probe plan's budget line, when probing is cost-aware.
     pub probe_plan: Option<Arc<crate::adaptive::ProbePlan>>,
+    /// The latest canary run of each target (section shown when the canary has run).
+    pub canary: Vec<crate::canary::CanaryRun>,
 }
 
 /// One target across the regions.
@@ -318,6 +320,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     page.attach_trends(&mut data, &trends);
     data.credits = page.credits(now).await;
     data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
+    data.canary = s.canary.latest();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
@@ -801,6 +804,9 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
         out.push_str(&providers_html(&data.providers, now));
     }
     out.push_str(&targets_html(data, now));
+    if !data.canary.is_empty() {
+        out.push_str(&super::canary::section_html(&data.canary, now));
+    }
     let _ = write!(
         out,
         r#"</main>
@@ -868,6 +874,7 @@ mod tests {
             trend_hours: 168,
             providers: Vec::new(),
             probe_plan: None,
+            canary: Vec::new(),
         }
     }
 

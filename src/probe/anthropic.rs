@@ -1,9 +1,9 @@
 //! Anthropic Messages API: system prompt in `system`, events typed by `type`.
 
+use super::REASONING_EXTRA_TOKENS;
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -16,17 +16,19 @@ const MIN_THINKING_BUDGET: u32 = 1024;
 impl Adapter for Anthropic {
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
         let url = join(&p.provider.base_url, "messages")?;
+        let (system, user) = p.prompts();
+        let max_tokens = p.answer_tokens();
         let mut body = json!({
             "model": p.model,
             "stream": true,
-            "system": system_prompt(p.nonce),
-            "messages": [{"role": "user", "content": USER_PROMPT}],
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
         });
         if p.reasoning {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": MIN_THINKING_BUDGET});
-            body["max_tokens"] = json!(MIN_THINKING_BUDGET + p.max_tokens.max(REASONING_EXTRA_TOKENS / 8));
+            body["max_tokens"] = json!(MIN_THINKING_BUDGET + max_tokens.max(REASONING_EXTRA_TOKENS / 8));
         } else {
-            body["max_tokens"] = json!(p.max_tokens);
+            body["max_tokens"] = json!(max_tokens);
             body["temperature"] = json!(0);
         }
         streaming_post(p, url, &body, "x-api-key", str::to_string, &[("anthropic-version", "2023-06-01")])
@@ -44,6 +46,10 @@ impl Adapter for Anthropic {
                 Signals {
                     request_id: msg.and_then(|m| m.get("id")).and_then(Value::as_str).map(str::to_string),
                     usage: msg.and_then(|m| m.get("usage")).map(usage),
+                    identity: crate::canary::ModelIdentity {
+                        model: msg.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_string),
+                        ..Default::default()
+                    },
                     ..Signals::default()
                 }
             }

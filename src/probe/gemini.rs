@@ -1,9 +1,9 @@
 //! Gemini `streamGenerateContent?alt=sse`: CRLF-framed data events, no `[DONE]`.
 
+use super::REASONING_EXTRA_TOKENS;
 use super::{
     as_u32, error_signal, join, parse_json, streaming_post, Adapter, ProbeParams, RequestSpec, Signals, Usage,
 };
-use super::{system_prompt, REASONING_EXTRA_TOKENS, USER_PROMPT};
 use crate::probe::sse::SseEvent;
 use serde_json::{json, Value};
 
@@ -17,14 +17,19 @@ impl Adapter for Gemini {
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
         let mut url = join(&p.provider.base_url, &format!("models/{}:streamGenerateContent", p.model))?;
         url.set_query(Some("alt=sse"));
-        let mut generation = json!({"maxOutputTokens": p.max_tokens, "temperature": 0});
+        let (system, user) = p.prompts();
+        let max_tokens = p.answer_tokens();
+        let mut generation = json!({"maxOutputTokens": max_tokens, "temperature": 0});
         if p.reasoning {
-            generation["maxOutputTokens"] = json!(p.max_tokens + REASONING_EXTRA_TOKENS);
+            generation["maxOutputTokens"] = json!(max_tokens + REASONING_EXTRA_TOKENS);
             generation["thinkingConfig"] = json!({"thinkingBudget": MIN_THINKING_BUDGET, "includeThoughts": true});
         }
+        if let Some(seed) = p.canary.and_then(|c| c.seed) {
+            generation["seed"] = json!(seed);
+        }
         let body = json!({
-            "systemInstruction": {"parts": [{"text": system_prompt(p.nonce)}]},
-            "contents": [{"role": "user", "parts": [{"text": USER_PROMPT}]}],
+            "systemInstruction": {"parts": [{"text": system}]},
+            "contents": [{"role": "user", "parts": [{"text": user}]}],
             "generationConfig": generation,
         });
         streaming_post(p, url, &body, "x-goog-api-key", str::to_string, &[])
@@ -40,6 +45,10 @@ impl Adapter for Gemini {
         }
         let mut s = Signals {
             request_id: v.get("responseId").and_then(Value::as_str).map(str::to_string),
+            identity: crate::canary::ModelIdentity {
+                model: v.get("modelVersion").and_then(Value::as_str).map(str::to_string),
+                ..Default::default()
+            },
             ..Signals::default()
         };
         let candidate = v.get("candidates").and_then(|c| c.get(0));

@@ -97,6 +97,38 @@ pub struct ProbeParams<'a> {
     pub reasoning: bool,
     /// This probe's random nonce, put at the start of the system prompt ([`system_prompt`]).
     pub nonce: &'a str,
+    /// A canary run: its fixed prompt replaces the health-check one (no nonce).
+    pub canary: Option<&'a CanaryRequest>,
+}
+
+/// What a canary run asks instead of the health check ([`crate::canary`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryRequest {
+    /// The fixed instruction.
+    pub system: String,
+    /// The fixed questions.
+    pub user: String,
+    /// Output budget of the run.
+    pub max_tokens: u32,
+    /// `seed` sent where the API has one (OpenAI-compatible, Gemini).
+    pub seed: Option<u64>,
+    /// Ask OpenAI-compatible APIs for log-probabilities (`logprobs: true`).
+    pub logprobs: bool,
+}
+
+impl ProbeParams<'_> {
+    /// The system and user turns this probe sends.
+    pub fn prompts(&self) -> (String, String) {
+        match self.canary {
+            Some(c) => (c.system.clone(), c.user.clone()),
+            None => (system_prompt(self.nonce), USER_PROMPT.to_string()),
+        }
+    }
+
+    /// The output budget for the visible answer.
+    pub fn answer_tokens(&self) -> u32 {
+        self.canary.map_or(self.max_tokens, |c| c.max_tokens)
+    }
 }
 
 /// Usage as reported by the provider.
@@ -128,6 +160,10 @@ pub struct Signals {
     pub done: bool,
     /// Provider's id for the response.
     pub request_id: Option<String>,
+    /// The model identity the event reports (echoed `model`, `system_fingerprint`, upstream).
+    pub identity: crate::canary::ModelIdentity,
+    /// Log-probabilities of the event's tokens, when returned.
+    pub logprobs: Option<crate::canary::Logprobs>,
 }
 
 /// One file per provider kind: build the request, interpret stream events.
@@ -303,6 +339,19 @@ struct Reading {
     retry_after_s: Option<f64>,
     streamed: bool,
     deprecation: Vec<crate::alert::deprecation::Notice>,
+    identity: crate::canary::ModelIdentity,
+    logprobs: Option<crate::canary::Logprobs>,
+}
+
+/// What a canary run reads besides the sample: the answer text and the model's identity.
+#[derive(Debug, Clone, Default)]
+pub struct CanaryReading {
+    /// Visible answer text (up to 4 KB).
+    pub answer: String,
+    /// The model identity the stream reported.
+    pub identity: crate::canary::ModelIdentity,
+    /// Log-probabilities, when returned.
+    pub logprobs: Option<crate::canary::Logprobs>,
 }
 
 impl Prober {
@@ -340,11 +389,31 @@ impl Prober {
 
     /// Probes one target now and returns its sample; never fails, never panics on bad input.
     pub async fn probe(&self, plan: &Planned, scheduled_at: DateTime<Utc>) -> Sample {
+        self.timed(plan, scheduled_at, None).await.0
+    }
+
+    /// One canary run of a target now: the same timed exchange with the canary's fixed prompt;
+    /// returns the sample and what the answer said. Never fails, never panics on bad input.
+    pub async fn canary(
+        &self,
+        plan: &Planned,
+        scheduled_at: DateTime<Utc>,
+        request: &CanaryRequest,
+    ) -> (Sample, CanaryReading) {
+        self.timed(plan, scheduled_at, Some(request)).await
+    }
+
+    async fn timed(
+        &self,
+        plan: &Planned,
+        scheduled_at: DateTime<Utc>,
+        canary: Option<&CanaryRequest>,
+    ) -> (Sample, CanaryReading) {
         let mut sample = Sample::new(plan.target.clone(), scheduled_at, Utc::now());
         let start = Instant::now();
         let deadline = tokio::time::Instant::from_std(start + self.cfg.timeout);
         let mut r = Reading::default();
-        match tokio::time::timeout_at(deadline, self.exchange(plan, &mut r)).await {
+        match tokio::time::timeout_at(deadline, self.exchange(plan, &mut r, canary)).await {
             Ok(()) => {}
             Err(_) => {
                 r.outcome = Some(Outcome::Timeout);
@@ -357,13 +426,40 @@ impl Prober {
             .read()
             .ok()
             .and_then(|m| m.get(&(plan.target.provider.clone(), plan.target.model.clone())).cloned());
+        let secrets = scrub::Secrets::of(&plan.provider);
+        let reading = match canary {
+            // Provider text kept by a canary run is made safe here too, like the sample's.
+            Some(_) => {
+                let clean = |t: Option<String>| t.map(|t| scrub::clean(&t, &secrets, 128, true));
+                CanaryReading {
+                    // Line by line: the answers are one per line, and cleaning flattens control characters.
+                    answer: r
+                        .answer
+                        .lines()
+                        .map(|l| scrub::clean(l, &secrets, ANSWER_LIMIT, true))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    identity: crate::canary::ModelIdentity {
+                        model: clean(r.identity.model.take()),
+                        system_fingerprint: clean(r.identity.system_fingerprint.take()),
+                        upstream: clean(r.identity.upstream.take()),
+                    },
+                    logprobs: r.logprobs,
+                }
+            }
+            None => CanaryReading::default(),
+        };
         fill(&mut sample, r, plan, published.as_deref());
+        if canary.is_some() {
+            // The canary's questions are not the health check's instruction.
+            sample.adherence_ok = None;
+        }
         // The one place provider data is made safe: everything downstream sees only this.
-        scrub::finalise(&mut sample, &scrub::Secrets::of(&plan.provider));
-        sample
+        scrub::finalise(&mut sample, &secrets);
+        (sample, reading)
     }
 
-    async fn exchange(&self, plan: &Planned, r: &mut Reading) {
+    async fn exchange(&self, plan: &Planned, r: &mut Reading, canary: Option<&CanaryRequest>) {
         let adapter = adapter_for(plan.provider.kind);
         let reasoning = plan.provider.reasoning_models.iter().any(|m| m == &plan.target.model);
         let nonce = nonce();
@@ -374,6 +470,7 @@ impl Prober {
             max_tokens: self.cfg.max_tokens,
             reasoning,
             nonce: &nonce,
+            canary,
         };
         let spec = match adapter.request(&params) {
             Ok(s) => s,
@@ -560,6 +657,15 @@ impl Reading {
             if self.answer.len() + text.len() <= ANSWER_LIMIT {
                 self.answer.push_str(&text);
             }
+        }
+        let id = &mut self.identity;
+        id.model = id.model.take().or(s.identity.model);
+        id.system_fingerprint = id.system_fingerprint.take().or(s.identity.system_fingerprint);
+        id.upstream = id.upstream.take().or(s.identity.upstream);
+        if let Some(lp) = s.logprobs {
+            let sum = self.logprobs.get_or_insert_with(Default::default);
+            sum.tokens = sum.tokens.saturating_add(lp.tokens);
+            sum.sum += lp.sum;
         }
         if let Some(u) = s.usage {
             // Reports are cumulative; keep what a later report leaves out.

@@ -59,6 +59,8 @@ pub enum Record {
     /// What this region sees of each target, for the other regions' scope (newest wins; not
     /// kept across a stop: it is stale by the next start).
     TargetStatus(Vec<TargetStatus>),
+    /// Canary runs (appended; idempotent on their ids).
+    Canary(Vec<crate::canary::CanaryRun>),
 }
 
 /// A question the pipeline asks; answered later by a [`Reply`].
@@ -507,6 +509,10 @@ impl Link {
             Record::TargetStatus(rows) => {
                 let rows = rows.clone();
                 self.call(|s| async move { s.publish_target_status(&rows).await }).await
+            }
+            Record::Canary(runs) => {
+                let runs = runs.clone();
+                self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
             }
         }
     }

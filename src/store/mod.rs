@@ -587,4 +587,23 @@ pub trait Store: Send + Sync {
         &self,
         provider: &str,
     ) -> Result<Vec<crate::provider_status::ProviderComponent>, StoreError>;
+
+    /// Stores canary runs; idempotent on the run id. Returns how many were new.
+    async fn insert_canary_runs(&self, runs: &[crate::canary::CanaryRun]) -> Result<u64, StoreError>;
+    /// The newest `limit` canary runs started at or after `since` (`region: None` for every
+    /// region), oldest first.
+    async fn canary_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::canary::CanaryRun>, StoreError>;
+    /// Deletes canary runs started before `cutoff`; returns how many.
+    async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 }
+
+/// The columns of `canary_runs`: the sample's, then the canary's own.
+pub(crate) const CANARY_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
+    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, prompt_version, correct, total, \
+    answers_fingerprint, answers, echo_model, system_fingerprint, upstream_provider, logprob_tokens, logprob_sum";

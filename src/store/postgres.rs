@@ -2,11 +2,12 @@
 
 use super::pg_copy;
 use super::rows::{
-    component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of, StoredRow,
+    canary_of, component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of,
+    StoredRow,
 };
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus,
+    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, CANARY_COLUMNS,
     SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
@@ -1070,5 +1071,89 @@ impl Store for PgStore {
         .await
         .map_err(|e| self.fail(e))?;
         rows.iter().map(component_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
+    }
+
+    async fn insert_canary_runs(&self, runs: &[crate::canary::CanaryRun]) -> Result<u64, StoreError> {
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        let mut inserted = 0;
+        // 35 binds a row: well under PostgreSQL's 65,535 parameters per statement.
+        for chunk in runs.chunks(1_000) {
+            let mut qb = QueryBuilder::<Postgres>::new(format!("INSERT INTO canary_runs ({CANARY_COLUMNS}) "));
+            qb.push_values(chunk, |mut b, r| {
+                let s = &r.sample;
+                b.push_bind(r.sample.id)
+                    .push_bind(s.target.provider.clone())
+                    .push_bind(s.target.model.clone())
+                    .push_bind(s.target.route_label().to_owned())
+                    .push_bind(s.target.region.clone())
+                    .push_bind(s.scheduled_at)
+                    .push_bind(s.started_at)
+                    .push_bind(s.dns_ms)
+                    .push_bind(s.connect_ms)
+                    .push_bind(s.tls_ms)
+                    .push_bind(s.ttfb_ms)
+                    .push_bind(s.ttft_ms)
+                    .push_bind(s.ttfr_ms)
+                    .push_bind(s.total_ms)
+                    .push_bind(s.input_tokens.map(i64::from))
+                    .push_bind(s.output_tokens.map(i64::from))
+                    .push_bind(s.tokens_per_s)
+                    .push_bind(s.status.map(i32::from))
+                    .push_bind(s.outcome.as_str())
+                    .push_bind(s.error.clone())
+                    .push_bind(s.request_id.clone())
+                    .push_bind(s.adherence_ok)
+                    .push_bind(s.cost_usd)
+                    .push_bind(s.retry_after_s)
+                    .push_bind(s.proxy_ms)
+                    .push_bind(i32::try_from(r.prompt_version).unwrap_or(i32::MAX))
+                    .push_bind(i32::try_from(r.correct).unwrap_or(i32::MAX))
+                    .push_bind(i32::try_from(r.total).unwrap_or(i32::MAX))
+                    .push_bind(r.answers_fingerprint.clone())
+                    .push_bind(serde_json::to_string(&r.answers).unwrap_or_else(|_| "[]".into()))
+                    .push_bind(r.identity.model.clone())
+                    .push_bind(r.identity.system_fingerprint.clone())
+                    .push_bind(r.identity.upstream.clone())
+                    .push_bind(r.logprobs.map(|l| i64::from(l.tokens)))
+                    .push_bind(r.logprobs.map(|l| l.sum));
+            });
+            qb.push(" ON CONFLICT (id) DO NOTHING");
+            inserted += qb.build().execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
+        }
+        tx.commit().await.map_err(|e| self.fail(e))?;
+        Ok(inserted)
+    }
+
+    async fn canary_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::canary::CanaryRun>, StoreError> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT * FROM (SELECT {CANARY_COLUMNS} FROM canary_runs WHERE started_at >= $1 \
+             AND ($2::text IS NULL OR region = $2) ORDER BY started_at DESC, id DESC LIMIT $3) AS newest \
+             ORDER BY started_at, id"
+        )))
+        .bind(since)
+        .bind(region)
+        .bind(limit.max(0))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(|e| self.fail(e))?;
+        rows.iter().map(canary_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
+    }
+
+    async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let n = sqlx::query("DELETE FROM canary_runs WHERE started_at < $1")
+            .bind(cutoff)
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(|e| self.fail(e))?
+            .rows_affected();
+        Ok(n)
     }
 }

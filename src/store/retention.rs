@@ -74,6 +74,14 @@ pub async fn run_once(store: &dyn Store, policy: &Policy, now: DateTime<Utc>, st
         }
         Err(e) => fail(&mut report, "samples", e),
     }
+    // Canary runs are samples of another kind: they follow the samples' clock.
+    match store.purge_canary_runs_before(cutoff).await {
+        Ok(n) => {
+            log_removed("canary_runs", n, cutoff);
+            report.removed.push(("canary_runs", n));
+        }
+        Err(e) => fail(&mut report, "canary_runs", e),
+    }
     for what in Prune::ALL {
         if stop.is_cancelled() {
             break;

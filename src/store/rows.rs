@@ -199,3 +199,43 @@ where
         updated_at: row.opt_time("updated_at")?,
     })
 }
+
+/// One row of `CANARY_COLUMNS`: the sample's columns through [`sample_of`], then the canary's.
+pub(crate) fn canary_of<R>(row: &R) -> Result<crate::canary::CanaryRun, sqlx::Error>
+where
+    R: StoredRow,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> f64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let count = |col: &str| -> Result<u32, sqlx::Error> {
+        let v: i32 = row.try_get(col)?;
+        Ok(u32::try_from(v.max(0)).unwrap_or(0))
+    };
+    let answers: Vec<String> = serde_json::from_value(json_of(row, "answers")?)
+        .map_err(|e| sqlx::Error::ColumnDecode { index: "answers".into(), source: Box::new(e) })?;
+    let logprob_tokens: Option<i64> = row.try_get("logprob_tokens")?;
+    let logprob_sum: Option<f64> = row.try_get("logprob_sum")?;
+    Ok(crate::canary::CanaryRun {
+        sample: sample_of(row)?,
+        prompt_version: count("prompt_version")?,
+        correct: count("correct")?,
+        total: count("total")?,
+        answers_fingerprint: row.try_get("answers_fingerprint")?,
+        answers,
+        identity: crate::canary::ModelIdentity {
+            model: row.try_get("echo_model")?,
+            system_fingerprint: row.try_get("system_fingerprint")?,
+            upstream: row.try_get("upstream_provider")?,
+        },
+        logprobs: match (logprob_tokens, logprob_sum) {
+            (Some(n), Some(sum)) => {
+                Some(crate::canary::Logprobs { tokens: u32::try_from(n.max(0)).unwrap_or(u32::MAX), sum })
+            }
+            _ => None,
+        },
+    })
+}

@@ -1,11 +1,12 @@
 //! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
 
 use super::rows::{
-    component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of, StoredRow,
+    canary_of, component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of,
+    StoredRow,
 };
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, redact_url, BalanceReading, BreakerRecord, BreakerTransition,
-    OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, SAMPLE_COLUMNS,
+    OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, CANARY_COLUMNS, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;
@@ -891,5 +892,88 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| self.fail(e))?;
         collect(&rows, component_of)
+    }
+
+    async fn insert_canary_runs(&self, runs: &[crate::canary::CanaryRun]) -> Result<u64, StoreError> {
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        let mut inserted = 0;
+        for chunk in runs.chunks(INSERT_CHUNK / 2) {
+            let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO canary_runs ({CANARY_COLUMNS}) "));
+            qb.push_values(chunk, |mut b, r| {
+                let s = &r.sample;
+                b.push_bind(r.sample.id.hyphenated().to_string())
+                    .push_bind(s.target.provider.clone())
+                    .push_bind(s.target.model.clone())
+                    .push_bind(s.target.route_label().to_owned())
+                    .push_bind(s.target.region.clone())
+                    .push_bind(ts(s.scheduled_at))
+                    .push_bind(ts(s.started_at))
+                    .push_bind(s.dns_ms)
+                    .push_bind(s.connect_ms)
+                    .push_bind(s.tls_ms)
+                    .push_bind(s.ttfb_ms)
+                    .push_bind(s.ttft_ms)
+                    .push_bind(s.ttfr_ms)
+                    .push_bind(s.total_ms)
+                    .push_bind(s.input_tokens.map(i64::from))
+                    .push_bind(s.output_tokens.map(i64::from))
+                    .push_bind(s.tokens_per_s)
+                    .push_bind(s.status.map(i32::from))
+                    .push_bind(s.outcome.as_str())
+                    .push_bind(s.error.clone())
+                    .push_bind(s.request_id.clone())
+                    .push_bind(s.adherence_ok)
+                    .push_bind(s.cost_usd)
+                    .push_bind(s.retry_after_s)
+                    .push_bind(s.proxy_ms)
+                    .push_bind(i32::try_from(r.prompt_version).unwrap_or(i32::MAX))
+                    .push_bind(i32::try_from(r.correct).unwrap_or(i32::MAX))
+                    .push_bind(i32::try_from(r.total).unwrap_or(i32::MAX))
+                    .push_bind(r.answers_fingerprint.clone())
+                    .push_bind(serde_json::to_string(&r.answers).unwrap_or_else(|_| "[]".into()))
+                    .push_bind(r.identity.model.clone())
+                    .push_bind(r.identity.system_fingerprint.clone())
+                    .push_bind(r.identity.upstream.clone())
+                    .push_bind(r.logprobs.map(|l| i64::from(l.tokens)))
+                    .push_bind(r.logprobs.map(|l| l.sum));
+            });
+            qb.push(" ON CONFLICT (id) DO NOTHING");
+            inserted += qb.build().execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
+        }
+        tx.commit().await.map_err(|e| self.fail(e))?;
+        Ok(inserted)
+    }
+
+    async fn canary_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::canary::CanaryRun>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT * FROM (SELECT {CANARY_COLUMNS} FROM canary_runs WHERE started_at >= ? AND (? IS NULL OR region = ?) \
+             ORDER BY started_at DESC, id DESC LIMIT ?) ORDER BY started_at, id"
+        )))
+        .bind(ts(since))
+        .bind(region)
+        .bind(region)
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.fail(e))?;
+        collect(&rows, canary_of)
+    }
+
+    async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let n = sqlx::query("DELETE FROM canary_runs WHERE started_at < ?")
+            .bind(ts(cutoff))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.fail(e))?
+            .rows_affected();
+        Ok(n)
     }
 }

@@ -204,6 +204,7 @@ async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
         status: None,
         feed: Arc::new(vigil::http::api::Feed::from_config(config)),
         provider_status: Default::default(),
+        canary: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -32,6 +32,7 @@ store_support::on_both_stores!(
     provider_incidents_and_components_upsert_and_read_back,
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
     the_retention_job_removes_what_its_policy_expires_from_every_table,
+    canary_runs_round_trip_newest_last_by_region_and_purge,
 );
 
 async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
@@ -785,4 +786,54 @@ async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: 
 
     let again = run_once(s, &policy, now, &stop).await;
     assert_eq!(again.removed.iter().map(|(_, n)| n).sum::<u64>(), 0, "a second run finds nothing: {again:?}");
+fn canary_run(t: vigil::target::Target, at: chrono::DateTime<Utc>, correct: u32) -> vigil::canary::CanaryRun {
+    vigil::canary::CanaryRun {
+        sample: full_sample(t, at),
+        prompt_version: 1,
+        correct,
+        total: 6,
+        answers_fingerprint: format!("{correct:016x}"),
+        answers: vec!["391".into(), "944".into(), "9".into(), "3".into(), "YRANAC".into(), "it's \"2,3\"\n".into()],
+        identity: vigil::canary::ModelIdentity {
+            model: Some("gpt-4o-2024-08-06".into()),
+            system_fingerprint: Some("fp_0123".into()),
+            upstream: Some("DeepInfra".into()),
+        },
+        logprobs: Some(vigil::canary::Logprobs { tokens: 12, sum: -0.375 }),
+    }
+}
+
+async fn canary_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {
+    let start = Utc::now().duration_trunc(Duration::seconds(1)).expect("trunc") - Duration::hours(2);
+    let eu = target("openai", "gpt-4o", None, "eu");
+    let us = target("openai", "gpt-4o", None, "us");
+    let runs: Vec<_> =
+        (0..6).map(|i| canary_run(eu.clone(), start + Duration::minutes(15 * i), 6 - i as u32)).collect();
+    let mut bare = canary_run(us.clone(), start + Duration::minutes(5), 0);
+    bare.sample = bare_sample(us, start + Duration::minutes(5), Outcome::Timeout);
+    bare.total = 0;
+    bare.answers = Vec::new();
+    bare.answers_fingerprint = String::new();
+    bare.identity = Default::default();
+    bare.logprobs = None;
+    let mut all = runs.clone();
+    all.push(bare.clone());
+    assert_eq!(fx.store.insert_canary_runs(&all).await.expect("insert"), 7);
+    assert_eq!(fx.store.insert_canary_runs(&all).await.expect("replay"), 0, "idempotent on the run id");
+
+    let eu_back = fx.store.canary_runs(Some("eu"), start, 100).await.expect("read eu");
+    assert_eq!(eu_back, runs, "every field round-trips, oldest first");
+    let newest = fx.store.canary_runs(Some("eu"), start, 2).await.expect("read newest");
+    assert_eq!(newest, runs[4..].to_vec(), "the limit keeps the newest, still oldest first");
+    let since = fx.store.canary_runs(None, start + Duration::minutes(10), 100).await.expect("read since");
+    assert_eq!(since.len(), 5);
+    let every = fx.store.canary_runs(None, start, 100).await.expect("read all");
+    assert_eq!(every.len(), 7);
+    assert!(every.contains(&bare), "a failed run with nulls round-trips");
+    let samples = fx.store.count_samples(&SampleQuery::default()).await.expect("count samples");
+    assert_eq!(samples, 0, "canary runs never land in samples");
+
+    let removed = fx.store.purge_canary_runs_before(start + Duration::minutes(20)).await.expect("purge");
+    assert_eq!(removed, 3);
+    assert_eq!(fx.store.canary_runs(None, start, 100).await.expect("read after").len(), 4);
 }

@@ -1,0 +1,129 @@
+//! `GET /v1/canary`: the latest canary run of each target (docs/CANARY.md), as the pipeline
+//! published it; an empty list while the canary is off or has not run yet.
+
+use super::HttpState;
+use crate::canary::CanaryRun;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// One target's latest run as `/v1/canary` shows it.
+#[derive(Debug, Serialize)]
+pub struct CanaryView {
+    /// Target id (`provider/model@route`).
+    pub target: String,
+    /// Provider.
+    pub provider: String,
+    /// Model as configured.
+    pub model: String,
+    /// Pinned route.
+    pub route: Option<String>,
+    /// Region of this instance.
+    pub region: String,
+    /// When the run started.
+    pub started_at: DateTime<Utc>,
+    /// How the probe ended.
+    pub outcome: String,
+    /// Exact-match score, 0..=1.
+    pub score: f64,
+    /// Questions answered exactly.
+    pub correct: u32,
+    /// Questions asked (0 for a failed run).
+    pub total: u32,
+    /// Fingerprint of the normalised answers.
+    pub answers_fingerprint: String,
+    /// The normalised answers.
+    pub answers: Vec<String>,
+    /// Output tokens of the run.
+    pub output_tokens: Option<u32>,
+    /// What the run cost.
+    pub cost_usd: Option<f64>,
+    /// The `model` field the provider echoed.
+    pub reported_model: Option<String>,
+    /// OpenAI's `system_fingerprint`.
+    pub system_fingerprint: Option<String>,
+    /// OpenRouter's upstream provider.
+    pub upstream_provider: Option<String>,
+    /// Mean log-probability per answer token, where returned.
+    pub logprob_mean: Option<f64>,
+}
+
+impl From<&CanaryRun> for CanaryView {
+    fn from(r: &CanaryRun) -> Self {
+        let t = &r.sample.target;
+        CanaryView {
+            target: t.id(),
+            provider: t.provider.clone(),
+            model: t.model.clone(),
+            route: t.route.clone(),
+            region: t.region.clone(),
+            started_at: r.sample.started_at,
+            outcome: r.sample.outcome.as_str().to_string(),
+            score: r.score(),
+            correct: r.correct,
+            total: r.total,
+            answers_fingerprint: r.answers_fingerprint.clone(),
+            answers: r.answers.clone(),
+            output_tokens: r.sample.output_tokens,
+            cost_usd: r.sample.cost_usd,
+            reported_model: r.identity.model.clone(),
+            system_fingerprint: r.identity.system_fingerprint.clone(),
+            upstream_provider: r.identity.upstream.clone(),
+            logprob_mean: r.logprobs.and_then(|l| l.mean()),
+        }
+    }
+}
+
+/// `GET /v1/canary`.
+pub async fn latest(State(s): State<HttpState>) -> Response {
+    let runs: Vec<CanaryView> = s.canary.latest().iter().map(CanaryView::from).collect();
+    Json(serde_json::json!({ "runs": runs })).into_response()
+}
+
+/// The status page's canary section: one row per target with its latest run's score, answers
+/// fingerprint and the model identity the provider reported.
+pub fn section_html(runs: &[CanaryRun], now: DateTime<Utc>) -> String {
+    use super::status_page::esc;
+    use std::fmt::Write;
+    let mut out = String::with_capacity(512 + runs.len() * 400);
+    out.push_str(
+        r#"<section><h2>Model canary</h2><div class="scroll"><table class="credits canary"><thead><tr><th scope="col">Target</th><th scope="col">Exact-match</th><th scope="col">Answers</th><th scope="col">Reported model</th><th scope="col">Output tokens</th><th scope="col">Run</th></tr></thead><tbody>"#,
+    );
+    for r in runs {
+        let v = CanaryView::from(r);
+        let (pill, score) = if r.sample.outcome.is_failure() {
+            ("down", esc(&v.outcome))
+        } else {
+            let pill = if v.correct == v.total { "ok" } else { "degraded" };
+            (pill, format!("{}/{}", v.correct, v.total))
+        };
+        let mut reported: Vec<String> = Vec::new();
+        if let Some(m) = &v.reported_model {
+            reported.push(esc(m));
+        }
+        if let Some(fp) = &v.system_fingerprint {
+            reported.push(format!(r#"<span class="muted">{}</span>"#, esc(fp)));
+        }
+        if let Some(u) = &v.upstream_provider {
+            reported.push(format!(r#"<span class="muted">via {}</span>"#, esc(u)));
+        }
+        if reported.is_empty() {
+            reported.push(r#"<span class="muted">not reported</span>"#.into());
+        }
+        let age = (now - v.started_at).num_minutes().max(0);
+        let _ = write!(
+            out,
+            r#"<tr><th scope="row">{}</th><td><span class="pill {pill}">{score}</span></td><td><code title="{}">{}</code></td><td>{}</td><td>{}</td><td><span title="{}">{age} min ago</span></td></tr>"#,
+            esc(&v.target),
+            esc(&v.answers.join(" | ")),
+            esc(if v.answers_fingerprint.is_empty() { "–" } else { &v.answers_fingerprint }),
+            reported.join(" "),
+            v.output_tokens.map_or_else(|| "–".to_string(), |n| n.to_string()),
+            v.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        );
+    }
+    out.push_str("</tbody></table></div></section>\n");
+    out
+}
