@@ -217,8 +217,20 @@ impl App {
     /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
     /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let App { config, listener, metrics, scheduler, store, migrated, writer, monitor, loaded, published, _demo, canary } =
-            self;
+        let App {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            migrated,
+            writer,
+            monitor,
+            loaded,
+            published,
+            _demo,
+            canary,
+        } = self;
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));

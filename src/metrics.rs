@@ -5,7 +5,7 @@
 //! costs one map lookup, not a label hash and registry lock per series, and values that did not
 //! change (baselines, breaker state republished every second) are not written again.
 
-use crate::probe::outcome::Outcome;
+use crate::sample::Outcome;
 use crate::sample::Sample;
 use crate::target::Target;
 use prometheus::core::Collector;

@@ -7,8 +7,8 @@ use super::rows::{
 };
 use super::{
     corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus, CANARY_COLUMNS,
-    SAMPLE_COLUMNS,
+    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus,
+    CANARY_COLUMNS, SAMPLE_COLUMNS,
 };
 use crate::sample::Sample;
 use crate::target::Target;

@@ -126,8 +126,17 @@ fn run_day(adaptive: bool) -> Day {
             day.spent += t.cost.unwrap_or(0.0);
             let _ = t.breaker.tick(at);
             let outcome = if failed { Outcome::ServerError } else { Outcome::Ok };
-            let probe = Probe { id: uuid::Uuid::now_v7(), at, outcome, ttfb_ms: Some(200.0), retry_after_s: None };
-            if let Some(tr) = t.breaker.observe(probe, Some(250.0), at) {
+            let probe = Probe {
+                id: uuid::Uuid::now_v7(),
+                at,
+                outcome,
+                ttfb_ms: Some(200.0),
+                ttft_ms: None,
+                retry_after_s: None,
+            };
+            if let Some(tr) =
+                t.breaker.observe(probe, vigil::baseline::LatencyP95 { ttfb: Some(250.0), ttft: None }, at)
+            {
                 if tr.to == State::Open {
                     t.opened.push(at);
                 }

@@ -330,8 +330,8 @@ async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
     };
     let transition = |days: i64| BreakerTransition {
         target: t.clone(),
-        from_state: "closed".into(),
-        to_state: "open".into(),
+        from_state: vigil::breaker::State::Closed,
+        to_state: vigil::breaker::State::Open,
         at: now - chrono::Duration::days(days),
         reason: format!("{days} days ago"),
     };

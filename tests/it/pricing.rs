@@ -234,7 +234,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     .await;
     let first = after_fetch.expect("the published prices were fetched");
     let samples = stored(store.as_ref()).await;
-    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::probe::outcome::Outcome::Ok).collect();
+    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
     // Probes that began after the fetch answered are charged the pinned route's price.
     let late: Vec<_> = ok.iter().skip(first + 1).collect();
     assert!(late.len() >= 2, "{} samples, fetch after {first}", ok.len());
@@ -250,8 +250,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     let store =
         run_daemon(&text, &env, || server.requests().iter().filter(|r| r.method == "POST").count() >= before + 3).await;
     let samples = stored(store.as_ref()).await;
-    let second_run: Vec<_> =
-        samples[before..].iter().filter(|s| s.outcome == vigil::probe::outcome::Outcome::Ok).collect();
+    let second_run: Vec<_> = samples[before..].iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
     assert!(second_run.len() >= 2, "{second_run:?}");
     for s in second_run {
         assert_eq!(s.cost_usd, Some(want(s)), "priced from the cache while the endpoint fails");
@@ -364,7 +363,7 @@ async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
     );
 
     let samples = stored(store.as_ref()).await;
-    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::probe::outcome::Outcome::Ok).collect();
+    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
     assert!(!ok.is_empty(), "{samples:?}");
     let builtin = Price { input_per_mtok: 0.15, output_per_mtok: 0.60 };
     let per_probe = builtin.cost(14, 8);

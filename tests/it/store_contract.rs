@@ -580,8 +580,8 @@ fn rollup_at(hour: chrono::DateTime<Utc>, region: &str) -> Rollup {
 fn transition_at(at: chrono::DateTime<Utc>) -> BreakerTransition {
     BreakerTransition {
         target: target("groq", "llama-3.1-8b-instant", None, "eu"),
-        from_state: "closed".into(),
-        to_state: "open".into(),
+        from_state: vigil::breaker::State::Closed,
+        to_state: vigil::breaker::State::Open,
         at,
         reason: "3 failed probes in 120s: server_error, server_error, timeout".into(),
     }
@@ -786,6 +786,8 @@ async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: 
 
     let again = run_once(s, &policy, now, &stop).await;
     assert_eq!(again.removed.iter().map(|(_, n)| n).sum::<u64>(), 0, "a second run finds nothing: {again:?}");
+}
+
 fn canary_run(t: vigil::target::Target, at: chrono::DateTime<Utc>, correct: u32) -> vigil::canary::CanaryRun {
     vigil::canary::CanaryRun {
         sample: full_sample(t, at),

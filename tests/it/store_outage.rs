@@ -309,8 +309,8 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), "eu");
     let tr = |k: i64, from: &str, to: &str| BreakerTransition {
         target: t.clone(),
-        from_state: from.into(),
-        to_state: to.into(),
+        from_state: from.parse().expect("breaker state"),
+        to_state: to.parse().expect("breaker state"),
         at: t0 + ChronoDuration::seconds(k),
         reason: format!("transition {k}"),
     };
