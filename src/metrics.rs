@@ -147,6 +147,7 @@ pub struct Metrics {
     rejected: IntCounterVec,
     region: String,
     adaptive: AdaptiveMetrics,
+    canary: CanaryMetrics,
     targets: Mutex<HashMap<Target, Handles>>,
 }
 
@@ -280,6 +281,7 @@ impl Metrics {
             )?,
             region: region.to_string(),
             adaptive: AdaptiveMetrics::new()?,
+            canary: CanaryMetrics::new()?,
             registry,
             detail,
             targets: Mutex::new(HashMap::new()),
@@ -328,6 +330,7 @@ impl Metrics {
             m.registry.register(c)?;
         }
         m.adaptive.register(&m.registry, region)?;
+        m.canary.register(&m.registry)?;
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(m)
@@ -555,6 +558,56 @@ impl Metrics {
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The model-change canary (`crate::canary`): its runs never touch the probe series above.
+struct CanaryMetrics {
+    runs: IntCounterVec,
+    score: GaugeVec,
+    last_run: GaugeVec,
+}
+
+impl CanaryMetrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            TARGET_LABELS.iter().copied().chain(extra.iter().copied()).collect()
+        };
+        Ok(CanaryMetrics {
+            runs: IntCounterVec::new(
+                Opts::new("vigil_canary_runs_total", "Model-change canary runs, by outcome."),
+                &with(&["outcome"]),
+            )?,
+            score: GaugeVec::new(
+                Opts::new("vigil_canary_score", "Exact-match score (0..1) of the target's last completed canary run."),
+                &TARGET_LABELS,
+            )?,
+            last_run: GaugeVec::new(
+                Opts::new("vigil_canary_last_run_timestamp_seconds", "Unix time of the target's last canary run."),
+                &TARGET_LABELS,
+            )?,
+        })
+    }
+
+    fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.runs.clone()))?;
+        registry.register(Box::new(self.score.clone()))?;
+        registry.register(Box::new(self.last_run.clone()))?;
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// Records one canary run: its outcome, and for a completed run its score.
+    pub fn observe_canary(&self, run: &crate::canary::CanaryRun) {
+        let s = &run.sample;
+        let l = labels(&s.target);
+        let c = &self.canary;
+        c.runs.with_label_values(&[l[0], l[1], l[2], l[3], s.outcome.as_str()]).inc();
+        c.last_run.with_label_values(&l).set(s.started_at.timestamp() as f64);
+        if !s.outcome.is_failure() {
+            c.score.with_label_values(&l).set(run.score());
+        }
     }
 }
 

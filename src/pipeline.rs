@@ -237,6 +237,7 @@ impl Pipeline {
     /// Takes one canary run (the step tests drive directly).
     pub fn process_canary(&mut self, run: crate::canary::CanaryRun) {
         self.canary_shown.publish(&run);
+        self.metrics.observe_canary(&run);
         self.link.store(Record::Canary(vec![run.clone()]));
         self.alerts.canaries.push(run);
     }

@@ -81,10 +81,7 @@ async fn wait_for(hook: &StandIn, what: &str, max: Duration, pred: impl Fn(&[Del
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_page_per_fault_across_regions_none_for_a_heavy_tail_and_one_flapping_notice() {
     // `RUST_LOG=vigil=debug` shows the rule engine's verdicts when this needs explaining.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    let _ = crate::support::lost_counter();
     let db = store_support::PgTestDb::create().await;
     let phase = Arc::new(AtomicU8::new(NORMAL));
     let (p, count) = (phase.clone(), Arc::new(AtomicU64::new(0)));

@@ -289,6 +289,12 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
     assert_eq!(first["answers"][4], "YRANAC");
     let page = http.get(format!("http://{addr}/")).send().await.expect("page").text().await.expect("html");
     assert!(page.contains("Model canary") && page.contains("6/6"), "the status page shows the canary");
+    let text = metrics.render();
+    let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
+    assert_eq!(series("vigil_canary_score{"), 2, "one score per canaried target:\n{text}");
+    assert!(text.lines().any(|l| l.starts_with("vigil_canary_score{") && l.ends_with(" 1")), "{text}");
+    assert_eq!(series("vigil_canary_runs_total{"), 2, "{text}");
+    assert_eq!(series("vigil_canary_last_run_timestamp_seconds{"), 2, "{text}");
     let counted = |m: &vigil::metrics::Metrics| -> f64 {
         m.render()
             .lines()

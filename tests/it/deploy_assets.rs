@@ -127,6 +127,9 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_probe_projected_spend_usd".into(), instance(&[]));
     m.insert("vigil_probe_budget_usd".into(), instance(&[]));
     m.insert("vigil_samples_stored_total".into(), instance(&[]));
+    m.insert("vigil_canary_runs_total".into(), with(&["outcome"]));
+    m.insert("vigil_canary_score".into(), with(&[]));
+    m.insert("vigil_canary_last_run_timestamp_seconds".into(), with(&[]));
     m
 }
 

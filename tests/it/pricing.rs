@@ -333,7 +333,9 @@ async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
     let text = daemon_config(
         dir.path(),
         &format!(
-            "[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\nproxy = \"http://127.0.0.1:{proxy_port}\"\nca_file = \"{ca}\"\n\
+            // `max_interval = interval`: the budget must be exceeded here, so adaptive probing
+            // may not stretch the target to stay under it.
+            "[probe]\ninterval = \"1s\"\nmax_interval = \"1s\"\ntimeout = \"900ms\"\nproxy = \"http://127.0.0.1:{proxy_port}\"\nca_file = \"{ca}\"\n\
              daily_budget_usd = {budget}\n\
              [[alerts.webhook]]\nurl_env = \"VIGIL_TEST_HOOK\"\nsecret_env = \"VIGIL_TEST_HOOK_SECRET\"\n\
              [[provider]]\nname = \"openai\"\nstatus_page_url = \"\"\n",

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use store_support::{full_sample, target};
 use tokio::sync::mpsc;
@@ -80,49 +80,9 @@ impl Drop for Tmpfs {
 }
 
 /// Sums the `lost` field of every log event: samples the writer says it could not keep.
-struct LostCounter(Arc<AtomicU64>);
-
-struct LostVisitor(u64);
-
-impl tracing::field::Visit for LostVisitor {
-    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        if field.name() == "lost" {
-            self.0 += value;
-        }
-    }
-    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        if field.name() == "lost" {
-            self.0 += u64::try_from(value).unwrap_or(0);
-        }
-    }
-    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LostCounter {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        let mut v = LostVisitor(0);
-        event.record(&mut v);
-        self.0.fetch_add(v.0, Ordering::SeqCst);
-    }
-}
-
-/// The process-wide count of samples logged as lost (installed once per test binary).
+/// The process-wide count of samples the daemon reported lost (`support::lost_counter`).
 fn lost_counter() -> Arc<AtomicU64> {
-    static COUNTER: OnceLock<Arc<AtomicU64>> = OnceLock::new();
-    COUNTER
-        .get_or_init(|| {
-            use tracing_subscriber::layer::SubscriberExt;
-            use tracing_subscriber::Layer;
-            let counter = Arc::new(AtomicU64::new(0));
-            let subscriber = tracing_subscriber::registry().with(LostCounter(counter.clone())).with(
-                tracing_subscriber::fmt::layer()
-                    .with_test_writer()
-                    .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
-            );
-            tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-            counter
-        })
-        .clone()
+    crate::support::lost_counter()
 }
 
 fn sqlite_url(dir: &Path) -> String {

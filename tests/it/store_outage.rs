@@ -156,7 +156,13 @@ async fn a_sigkilled_process_loses_no_spooled_sample() {
 
     // The child is this test binary running only the ignored child test below.
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--ignored", "--exact", "sigkill_child_spools_then_waits", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "store_outage::sigkill_child_spools_then_waits",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(KILL_DIR_ENV, work.path())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)

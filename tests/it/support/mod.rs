@@ -10,6 +10,8 @@ pub mod store;
 pub mod tcp_proxy;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `within` naming `what`.
@@ -49,4 +51,54 @@ pub fn tool_available(tool: &str, args: &[&str], install: &str) -> bool {
     );
     println!("SKIPPED: {tool} is not installed ({install}); scripts/test.sh installs it");
     false
+}
+
+/// Counts the `lost = n` fields of every event the daemon logs ("cannot spool samples; they are
+/// lost"), so a test can prove each sample is stored or reported lost.
+struct LostCounter(Arc<AtomicU64>);
+
+struct LostVisitor(u64);
+
+impl tracing::field::Visit for LostVisitor {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if field.name() == "lost" {
+            self.0 += value;
+        }
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        if field.name() == "lost" {
+            self.0 += u64::try_from(value).unwrap_or(0);
+        }
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LostCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut v = LostVisitor(0);
+        event.record(&mut v);
+        self.0.fetch_add(v.0, Ordering::SeqCst);
+    }
+}
+
+/// The suite's one global tracing subscriber (a test binary can set only one): logs at WARN (or
+/// `RUST_LOG`) through the test writer, and counts reported losses. Returns that counter.
+pub fn lost_counter() -> Arc<AtomicU64> {
+    static COUNTER: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+    COUNTER
+        .get_or_init(|| {
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::Layer;
+            let counter = Arc::new(AtomicU64::new(0));
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            let subscriber = tracing_subscriber::registry()
+                .with(LostCounter(counter.clone()))
+                .with(tracing_subscriber::fmt::layer().with_test_writer().with_filter(filter));
+            // Ignored when something else set one first: the counter then stays at zero and the
+            // test that needs it fails on its own assertion, not here.
+            let _ = tracing::subscriber::set_global_default(subscriber);
+            counter
+        })
+        .clone()
 }
