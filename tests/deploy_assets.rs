@@ -3,7 +3,7 @@
 //! systemd-analyze and, when present, `kubectl kustomize`. Tools the CI installs are required:
 //! a missing one fails the test naming the package, so a green run never hides a skipped check.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -20,12 +20,12 @@ fn read(rel: &str) -> String {
 }
 
 fn yaml(rel: &str) -> Value {
-    serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not valid YAML: {e}"))
+    serde_norway::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not valid YAML: {e}"))
 }
 
 fn yaml_docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|doc| {
             serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()))
         })
@@ -1031,7 +1031,7 @@ fn k8s_overlays_render_with_kustomize() {
         let dir = format!("{K8S}/overlays/{region}");
         let out = run(&kubectl, &["kustomize", &dir], &repo());
         assert_success(&format!("kubectl kustomize {dir}"), &out);
-        let docs: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        let docs: Vec<Value> = serde_norway::Deserializer::from_slice(&out.stdout)
             .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
             .collect();
         let of = |kind: &str| docs.iter().find(|d| str_at(d, &["kind"]) == Some(kind)).expect(kind).clone();
