@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::time::Instant;
 use vigil::alert::backtest::replay;
 use vigil::alert::rules::RuleConfig;
@@ -35,7 +35,8 @@ fn week(targets: usize, end: DateTime<Utc>) -> Vec<Sample> {
                 s.outcome = Outcome::ServerError;
             } else {
                 s.outcome = Outcome::Ok;
-                let v: f64 = if rng.gen_bool(0.02) { rng.gen_range(300.0..500.0) } else { rng.gen_range(90.0..120.0) };
+                let v: f64 =
+                    if rng.random_bool(0.02) { rng.random_range(300.0..500.0) } else { rng.random_range(90.0..120.0) };
                 s.ttfb_ms = Some(v * 0.6);
                 s.ttft_ms = Some(v);
             }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use hdrhistogram::serialization::{Serializer, V2Serializer};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use sqlx::{Connection, Executor, PgConnection, Row};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -91,8 +91,8 @@ fn print_cost(what: &str, c: &Cost) {
 }
 
 fn normal(rng: &mut StdRng) -> f64 {
-    let u1: f64 = 1.0 - rng.gen::<f64>();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * rng.gen::<f64>()).cos()
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * rng.random::<f64>()).cos()
 }
 
 /// A pool of V2-serialized hourly histograms per metric (60 log-normal values with spikes each).
@@ -104,7 +104,7 @@ fn rollup_pool(rng: &mut StdRng) -> Vec<[Vec<u8>; 3]> {
             shapes.map(|(median, sigma)| {
                 h.reset();
                 for _ in 0..PER_HOUR {
-                    let spike = if rng.gen::<f64>() < 0.01 { 5.0 } else { 1.0 };
+                    let spike = if rng.random::<f64>() < 0.01 { 5.0 } else { 1.0 };
                     let v = median * spike * (sigma * normal(rng)).exp();
                     h.saturating_record((v * 1000.0).round() as u64);
                 }
@@ -160,7 +160,7 @@ async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng:
         for h in 0..HOURS {
             let mut rollups = Vec::with_capacity(n * 5);
             for (i, oldest) in oldest_picks.iter_mut().enumerate() {
-                let p = rng.gen_range(0..POOL);
+                let p = rng.random_range(0..POOL);
                 if h == 0 {
                     *oldest = p;
                 }

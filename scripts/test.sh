@@ -41,6 +41,19 @@ if ! command -v hadolint >/dev/null; then
   hash -r
 fi
 
+# The Helm chart's checks (tests/deploy_assets.rs): `helm lint`/`helm template` through Helm's Go
+# SDK (the helm-python-sdk wheel; a `helm` CLI on PATH is used instead when present) and the
+# Kubernetes schemas. Optional: when they cannot be installed those checks print why and skip.
+if ! command -v helm >/dev/null && ! python3 -c 'import helm_python' 2>/dev/null; then
+  log "installing helm-python-sdk (helm lint and template of deploy/helm/vigil)"
+  pip_install helm-python-sdk || echo "helm-python-sdk not installed: the Helm chart checks will be skipped" >&2
+fi
+if ! command -v kubernetes-validate >/dev/null; then
+  log "installing kubernetes-validate (schema check of the rendered manifests)"
+  pip_install kubernetes-validate || echo "kubernetes-validate not installed: the schema check will be skipped" >&2
+  hash -r
+fi
+
 if ! python3 -c 'import cryptography, jsonschema, referencing, yaml' 2>/dev/null; then
   log "installing cryptography, jsonschema, pyyaml (router export: signature and schema checks)"
   pip_install cryptography jsonschema pyyaml
@@ -101,6 +114,33 @@ if cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings; then
 else
   failed=$((failed + 1))
   status=1
+fi
+
+# The build without the default `demo` feature must keep compiling.
+log "cargo check --no-default-features (no demo)"
+if cargo check --no-default-features --lib --bins --quiet; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
+
+# Licences and banned crates (deny.toml). Advisories are left out: their database cannot be
+# fetched here. cargo-deny is built from crates.io when missing; if that fails, say so and skip.
+log "cargo deny check licenses bans"
+if ! command -v cargo-deny >/dev/null; then
+  cargo install cargo-deny --locked --quiet >"${TMPDIR:-/tmp}/vigil-cargo-deny-install.log" 2>&1 || true
+  hash -r
+fi
+if command -v cargo-deny >/dev/null; then
+  if cargo deny --log-level error check licenses bans; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    status=1
+  fi
+else
+  echo "SKIPPED: cargo-deny could not be installed (${TMPDIR:-/tmp}/vigil-cargo-deny-install.log): licences and bans not checked"
 fi
 
 # The stream parsers and error answers are fuzzed for a bounded time on every run (seeded from the fixtures);

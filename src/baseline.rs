@@ -1104,7 +1104,7 @@ fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
 mod tests {
     use super::*;
     use chrono::Duration;
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
     use std::time::Duration as StdDuration;
 
     fn config(min: u64) -> BaselineConfig {
@@ -1138,7 +1138,7 @@ mod tests {
     fn bucketing_matches_hdrhistogram() {
         let h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut values: Vec<u64> = (0..20_000).map(|_| rng.gen_range(1..=HIGHEST)).collect();
+        let mut values: Vec<u64> = (0..20_000).map(|_| rng.random_range(1..=HIGHEST)).collect();
         values.extend([1, 2, 2047, 2048, 2049, 4095, 4096, 65_535, HIGHEST]);
         for v in values {
             let (low, width) = bucket_range(index_for(v));
@@ -1153,7 +1153,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let (mut a, mut b) = (Sparse::new(), Sparse::new());
         for i in 0..5000 {
-            let v = rng.gen_range(1_000..2_000_000u64);
+            let v = rng.random_range(1_000..2_000_000u64);
             h.record(v).expect("record");
             sparse_insert(if i % 3 == 0 { &mut b } else { &mut a }, index_for(v), 1);
         }
@@ -1167,7 +1167,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         let mut sparse = Sparse::new();
         for _ in 0..500 {
-            sparse_insert(&mut sparse, index_for(rng.gen_range(1..HIGHEST)), rng.gen_range(1..1000));
+            sparse_insert(&mut sparse, index_for(rng.random_range(1..HIGHEST)), rng.random_range(1..1000));
         }
         let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
         let bytes = encode_v2(&mut scratch, &sparse).expect("encode");

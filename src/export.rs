@@ -285,9 +285,9 @@ pub fn format_window(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0 => "0s".into(),
-        _ if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        _ if s % 3_600 == 0 => format!("{}h", s / 3_600),
-        _ if s % 60 == 0 => format!("{}m", s / 60),
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3_600) => format!("{}h", s / 3_600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
 }
@@ -567,8 +567,8 @@ impl Thresholds {
     }
 
     /// YAML.
-    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
-        serde_yaml::to_string(self)
+    pub fn to_yaml(&self) -> Result<String, serde_norway::Error> {
+        serde_norway::to_string(self)
     }
 }
 
@@ -841,7 +841,7 @@ mod tests {
         assert_eq!(format_window(Duration::from_secs(90)), "90s");
         assert_eq!(format_window(Duration::from_secs(300)), "5m");
         let yaml = doc.to_yaml().expect("yaml");
-        let back: Value = serde_yaml::from_str(&yaml).expect("yaml parses");
+        let back: Value = serde_norway::from_str(&yaml).expect("yaml parses");
         assert_eq!(back["expires_at"], "2026-11-30T12:01:30Z");
         assert_eq!(back["targets"][0]["failover_ttft_ms"], 800.0);
     }

@@ -24,6 +24,11 @@ pub mod canary;
 pub mod chain;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
+pub mod demo;
+/// Without the `demo` feature: the same entry points, refusing to start.
+#[cfg(not(feature = "demo"))]
+#[path = "demo/off.rs"]
 pub mod demo;
 pub mod export;
 pub mod http;

@@ -79,8 +79,8 @@ pub fn render(doc: &Thresholds, format: Format) -> Result<Vec<u8>, RenderError> 
     let err = |e: &dyn std::fmt::Display| RenderError { format, message: e.to_string() };
     let text = match format {
         Format::Json => serde_json::to_string_pretty(doc).map_err(|e| err(&e))? + "\n",
-        Format::Yaml => serde_yaml::to_string(doc).map_err(|e| err(&e))?,
-        Format::Litellm => serde_yaml::to_string(&litellm(doc)).map_err(|e| err(&e))?,
+        Format::Yaml => serde_norway::to_string(doc).map_err(|e| err(&e))?,
+        Format::Litellm => serde_norway::to_string(&litellm(doc)).map_err(|e| err(&e))?,
         Format::Openrouter => serde_json::to_string_pretty(&openrouter(doc)).map_err(|e| err(&e))? + "\n",
         Format::Portkey => serde_json::to_string_pretty(&portkey(doc)).map_err(|e| err(&e))? + "\n",
     };

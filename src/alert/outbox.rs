@@ -18,7 +18,7 @@ use super::{AlertStatus, Notification, Scope, Seen};
 use crate::store::{OutboxItem, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
-use rand::Rng;
+use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -178,7 +178,7 @@ pub async fn enqueue(
 pub fn backoff(cfg: &OutboxConfig, attempts: i32) -> Duration {
     let exp = cfg.base_backoff.saturating_mul(2u32.saturating_pow(attempts.clamp(0, 30) as u32));
     let capped = exp.min(cfg.max_backoff);
-    let jitter = rand::thread_rng().gen_range(0.5..=1.0);
+    let jitter = rand::rng().random_range(0.5..=1.0);
     capped.mul_f64(jitter)
 }
 

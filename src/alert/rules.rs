@@ -1328,16 +1328,16 @@ mod tests {
 
     #[test]
     fn a_heavy_tail_with_unchanged_distribution_never_pages_in_a_day() {
-        use rand::{Rng, SeedableRng};
+        use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         // A day at 60 s: body 90–110 ms, 1 % of probes at 3–5 × P50 at random, and a regular
         // 3 % spike (every 33rd probe) that never clusters.
         let v: Vec<f64> = (0..1440)
             .map(|i| {
-                if i % 33 == 0 || rng.gen_bool(0.01) {
-                    rng.gen_range(300.0..500.0)
+                if i % 33 == 0 || rng.random_bool(0.01) {
+                    rng.random_range(300.0..500.0)
                 } else {
-                    rng.gen_range(90.0..110.0)
+                    rng.random_range(90.0..110.0)
                 }
             })
             .collect();

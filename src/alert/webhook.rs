@@ -4,7 +4,7 @@ use super::notifier::{check_response, http_client, transport_error, DeliveryErro
 use super::Notification;
 use crate::config::WebhookConfig;
 use async_trait::async_trait;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::Sha256;
 use std::time::Duration;

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Duration, Timelike, Utc};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
 use uuid::Uuid;
 
@@ -261,7 +261,7 @@ fn readings(config: &Config, start: DateTime<Utc>, now: DateTime<Utc>, rng: &mut
         for h in 0..hours {
             let at = start + Duration::hours(h);
             // Busier hours burn more; the week still ends where the live key starts.
-            spent += per_hour * (1.0 + DIURNAL_SWING * diurnal(at)) * rng.gen_range(0.8..1.2);
+            spent += per_hour * (1.0 + DIURNAL_SWING * diurnal(at)) * rng.random_range(0.8..1.2);
             let remaining = (at_start - spent).max(at_now);
             out.push(BalanceReading {
                 provider: p.name.clone(),
@@ -307,15 +307,15 @@ fn probe(
     at: DateTime<Utc>,
     tokens: usize,
 ) -> Sample {
-    let mut s = Sample::new(target.clone(), at, at + Duration::milliseconds(rng.gen_range(0..4)));
-    s.id = Uuid::from_u128(rng.gen());
+    let mut s = Sample::new(target.clone(), at, at + Duration::milliseconds(rng.random_range(0..4)));
+    s.id = Uuid::from_u128(rng.random());
     let jitter = |rng: &mut StdRng| (JITTER_SIGMA * rng.sample::<f64, _>(StandardNormal)).exp();
     let mut factor = (1.0 + DIURNAL_SWING * diurnal(at)) * jitter(rng);
-    if rng.gen_bool(SPIKE_PROBABILITY) {
+    if rng.random_bool(SPIKE_PROBABILITY) {
         factor *= SPIKE_FACTOR;
     }
-    if rng.gen_bool(TAIL_SHARE) {
-        let u: f64 = rng.gen_range(0.0..1.0);
+    if rng.random_bool(TAIL_SHARE) {
+        let u: f64 = rng.random_range(0.0..1.0);
         factor *= (1.0 - u).powf(-1.0 / TAIL_ALPHA).min(TAIL_CAP);
     }
     if phase == Some(Phase::Degraded) {
@@ -325,7 +325,7 @@ fn probe(
     s.connect_ms = Some(0.1 * jitter(rng));
     let Some(p) = profile else {
         // The status page: a small JSON document, no tokens.
-        let ttfb = rng.gen_range(5.0..30.0) * factor;
+        let ttfb = rng.random_range(5.0..30.0) * factor;
         s.ttfb_ms = Some(ttfb);
         s.total_ms = Some(ttfb + 0.3);
         s.status = Some(if phase == Some(Phase::Failing) { 503 } else { 200 });
@@ -338,7 +338,7 @@ fn probe(
     let ttft = p.ttft_ms * factor;
     let ttfb = ttft * TTFB_SHARE;
     s.ttfb_ms = Some(ttfb);
-    let failing = phase == Some(Phase::Failing) || rng.gen_bool((p.error_pct / 100.0).clamp(0.0, 1.0));
+    let failing = phase == Some(Phase::Failing) || rng.random_bool((p.error_pct / 100.0).clamp(0.0, 1.0));
     if failing {
         let (status, message) = match p.wire {
             Wire::Anthropic => (529, "overloaded_error: Overloaded"),

@@ -6,6 +6,7 @@
 
 pub mod history;
 pub mod profiles;
+mod setup;
 pub mod standin;
 pub mod trouble;
 
@@ -14,13 +15,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 use url::Url;
 
 use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
 use profiles::{Ask, Draw, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
+pub use setup::{use_demo_cadence, use_demo_database, DEMO_DATABASE, DEMO_INTERVAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
 use trouble::Trouble;
 
@@ -36,35 +38,6 @@ pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
 const DEMO_RECORDS: usize = 1000;
 /// Output limit assumed when a request names none.
 const DEFAULT_MAX_TOKENS: u32 = 16;
-
-/// File name of the demo's own database, in `storage.data_dir`.
-pub const DEMO_DATABASE: &str = "vigil-demo.db";
-
-/// Points `config` at the demo's own SQLite database (`vigil-demo.db` in the data dir) unless
-/// a storage URL was given explicitly (config file, `DATABASE_URL` or `VIGIL_STORAGE_URL`), so
-/// simulated targets never land in the default `vigil.db`. Returns whether it did.
-pub fn use_demo_database(config: &mut crate::config::Config) -> bool {
-    let explicit = config.source.get("storage").and_then(|s| s.get("url")).is_some();
-    if explicit {
-        return false;
-    }
-    let path = config.storage.data_dir.join(DEMO_DATABASE);
-    config.storage.url = SecretString::from(format!("sqlite://{}", path.display()));
-    true
-}
-
-/// Probe interval of the demo unless `probe.interval` is configured: every cell of the status
-/// page has a probe (and so its figures) within seconds of the start.
-pub const DEMO_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Sets the demo's probe cadence ([`DEMO_INTERVAL`]) when the config leaves `probe.interval` unset.
-pub fn use_demo_cadence(config: &mut crate::config::Config) {
-    if config.source.get("probe").and_then(|p| p.get("interval")).is_some() {
-        return;
-    }
-    config.probe.interval = DEMO_INTERVAL;
-    config.probe.timeout = config.probe.timeout.min(DEMO_INTERVAL);
-}
 
 /// A running demo: the server and the providers that point at it.
 #[derive(Debug)]
@@ -282,7 +255,7 @@ impl DemoState {
     }
 
     fn status(&self) -> Script {
-        let delay = self.with_rng(|rng| Duration::from_micros(rng.gen_range(5_000..30_000)));
+        let delay = self.with_rng(|rng| Duration::from_micros(rng.random_range(5_000..30_000)));
         let body = json!({"page": {"id": "demo", "name": "vigil demo"},
             "status": {"indicator": "none", "description": "All Systems Operational"}});
         Script::json(200, body.to_string().as_bytes()).with_head_delay(delay)

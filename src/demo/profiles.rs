@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rand::distributions::Alphanumeric;
-use rand::Rng;
+use rand::distr::Alphanumeric;
+use rand::{Rng, RngExt};
 use rand_distr::StandardNormal;
 use serde_json::json;
 
@@ -158,15 +158,15 @@ impl Profile {
     pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R, tokens: usize) -> Draw {
         let jitter = |rng: &mut R| (JITTER_SIGMA * rng.sample::<f64, _>(StandardNormal)).exp();
         let mut ttft_ms = self.ttft_ms * jitter(rng);
-        if rng.gen_bool(SPIKE_PROBABILITY) {
+        if rng.random_bool(SPIKE_PROBABILITY) {
             ttft_ms *= SPIKE_FACTOR;
         }
-        if rng.gen_bool((self.error_pct / 100.0).clamp(0.0, 1.0)) {
-            let rate_limited = rng.gen_bool(RATE_LIMIT_SHARE);
+        if rng.random_bool((self.error_pct / 100.0).clamp(0.0, 1.0)) {
+            let rate_limited = rng.random_bool(RATE_LIMIT_SHARE);
             return Draw::Failure {
                 rate_limited,
                 after: ms(ttft_ms * TTFB_SHARE),
-                retry_after_s: rate_limited.then(|| rng.gen_range(1..=10)),
+                retry_after_s: rate_limited.then(|| rng.random_range(1..=10)),
             };
         }
         let gap_ms = 1000.0 / self.tokens_per_s;

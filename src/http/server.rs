@@ -6,6 +6,7 @@
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -250,9 +251,9 @@ async fn serve_one(
         let conn = conn.clone();
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let guard = InFlight::start(conn.clone(), epoch);
-            let mut router = router.clone();
+            let router = TowerToHyperService::new(router.clone());
             async move {
-                let resp = tower::Service::call(&mut router, req.map(axum::body::Body::new)).await;
+                let resp = hyper::service::Service::call(&router, req.map(axum::body::Body::new)).await;
                 drop(guard);
                 resp
             }

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::process::Command;
 use vigil::sample::{Outcome, Sample};
 use vigil::target::Target;
@@ -27,7 +27,7 @@ fn week(end: DateTime<Utc>) -> Vec<Sample> {
             let day = m / 1440;
             let minute_of_day = m % 1440;
             let fault = (600..610).contains(&minute_of_day);
-            let ttft: f64 = if m % 40 == 7 { rng.gen_range(350.0..500.0) } else { rng.gen_range(100.0..120.0) };
+            let ttft: f64 = if m % 40 == 7 { rng.random_range(350.0..500.0) } else { rng.random_range(100.0..120.0) };
             if p == 0 && fault && [1, 3, 5].contains(&day) {
                 s.outcome = Outcome::ServerError;
                 s.status = Some(503);

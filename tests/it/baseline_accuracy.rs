@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use vigil::baseline::{Baseline, Baselines, Metric};
 use vigil::config::BaselineConfig;
 use vigil::sample::{Outcome, Sample};
@@ -21,15 +21,15 @@ struct Shape {
 }
 
 fn standard_normal(rng: &mut StdRng) -> f64 {
-    let u1: f64 = 1.0 - rng.gen::<f64>();
-    let u2: f64 = rng.gen();
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random();
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 fn draw(rng: &mut StdRng, s: &Shape) -> f64 {
     let v = s.median * (s.sigma * standard_normal(rng)).exp();
-    if rng.gen::<f64>() < s.spike_chance {
-        v * s.spike_factor * (1.0 + rng.gen::<f64>())
+    if rng.random::<f64>() < s.spike_chance {
+        v * s.spike_factor * (1.0 + rng.random::<f64>())
     } else {
         v
     }
@@ -91,7 +91,7 @@ fn simulate_week() -> Week {
         };
         let mut values: [Vec<f64>; 3] = Default::default();
         for minute in 0..MINUTES_PER_WEEK {
-            let at = start + Duration::minutes(minute) + Duration::milliseconds(rng.gen_range(0..59_000));
+            let at = start + Duration::minutes(minute) + Duration::milliseconds(rng.random_range(0..59_000));
             let mut s = Sample::new(target.clone(), at, at);
             let b = draw(&mut rng, ttfb);
             let t = b + draw(&mut rng, gap);
@@ -99,7 +99,7 @@ fn simulate_week() -> Week {
             s.ttfb_ms = Some(b);
             s.ttft_ms = Some(t);
             s.tokens_per_s = Some(k);
-            if rng.gen::<f64>() < 0.005 {
+            if rng.random::<f64>() < 0.005 {
                 // Failed probes carry odd timings; baselines must ignore them.
                 s.outcome = Outcome::Timeout;
                 s.ttfb_ms = Some(10_000.0);
@@ -200,12 +200,12 @@ async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples(
     let mut raw: Vec<(DateTime<Utc>, usize, f64, bool)> = Vec::new();
     let minutes = 9 * 24 * 60;
     for minute in 0..minutes {
-        let at = start + Duration::minutes(minute) + Duration::seconds(rng.gen_range(0..50));
+        let at = start + Duration::minutes(minute) + Duration::seconds(rng.random_range(0..50));
         for (i, t) in targets.iter().enumerate() {
             let mut s = Sample::new(t.clone(), at, at);
             let v = draw(&mut rng, &shape);
             s.ttfb_ms = Some(v);
-            let failed = rng.gen::<f64>() < 0.01;
+            let failed = rng.random::<f64>() < 0.01;
             if failed {
                 s.outcome = Outcome::ServerError;
             }

@@ -3,7 +3,7 @@
 //! systemd-analyze and, when present, `kubectl kustomize`. Tools the CI installs are required:
 //! a missing one fails the test naming the package, so a green run never hides a skipped check.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -20,12 +20,12 @@ fn read(rel: &str) -> String {
 }
 
 fn yaml(rel: &str) -> Value {
-    serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not valid YAML: {e}"))
+    serde_norway::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not valid YAML: {e}"))
 }
 
 fn yaml_docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|doc| {
             serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()))
         })
@@ -886,8 +886,8 @@ fn base_resources() -> BTreeMap<String, Value> {
         ("ServiceAccount", "v1"),
         ("Deployment", "apps/v1"),
         ("Service", "v1"),
-        ("ServiceMonitor", "monitoring.coreos.com/v1"),
         ("PodDisruptionBudget", "policy/v1"),
+        ("NetworkPolicy", "networking.k8s.io/v1"),
     ]);
     let mut out = BTreeMap::new();
     for file in strings(&k["resources"]) {
@@ -921,26 +921,25 @@ fn container(deployment: &Value) -> &Value {
 #[test]
 fn k8s_base_wires_probes_selectors_ports_and_security() {
     let r = base_resources();
-    let (deploy, svc, sm, pdb) = (&r["Deployment"], &r["Service"], &r["ServiceMonitor"], &r["PodDisruptionBudget"]);
+    check_workload(&r["Deployment"], &r["Service"], &r["PodDisruptionBudget"], "vigil-config");
+    check_network_policy(&r["NetworkPolicy"], &r["Deployment"]);
+}
+
+/// The choices every packaging of vigil makes (kustomize base, Helm chart): one replica,
+/// selectors that match, the HTTP port, probes, a locked-down container, config and data mounts.
+fn check_workload(deploy: &Value, svc: &Value, pdb: &Value, config_map: &str) {
     let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
     assert!(labels_match(&deploy["spec"]["selector"]["matchLabels"], pod_labels), "Deployment selector");
     assert!(labels_match(&svc["spec"]["selector"], pod_labels), "Service selector does not match the pods");
     assert!(labels_match(&pdb["spec"]["selector"]["matchLabels"], pod_labels), "PDB selector does not match the pods");
-    assert!(
-        labels_match(&sm["spec"]["selector"]["matchLabels"], &svc["metadata"]["labels"]),
-        "ServiceMonitor selector"
-    );
     assert_eq!(deploy["spec"]["replicas"].as_u64(), Some(1), "one prober per region");
+    assert_eq!(str_at(deploy, &["spec", "strategy", "type"]), Some("Recreate"), "never two probers in a rollout");
 
     let c = container(deploy);
     let port = c["ports"].as_sequence().and_then(|p| p.first()).expect("container port");
     assert_eq!((str_at(port, &["name"]), port["containerPort"].as_u64()), (Some("http"), Some(9470)));
     let svc_port = svc["spec"]["ports"].as_sequence().and_then(|p| p.first()).expect("service port");
     assert_eq!(str_at(svc_port, &["targetPort"]), Some("http"));
-    let sm_port = sm["spec"]["endpoints"].as_sequence().and_then(|e| e.first()).expect("endpoint");
-    assert_eq!(str_at(sm_port, &["port"]), str_at(svc_port, &["name"]), "ServiceMonitor scrapes the Service port");
-    assert_eq!(str_at(sm_port, &["path"]), Some("/metrics"));
-    assert_eq!(sm_port["honorLabels"].as_bool(), Some(true), "keep vigil's own region label");
     assert_eq!(svc["spec"]["publishNotReadyAddresses"].as_bool(), Some(true), "scrape while /readyz is 503");
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")] {
         assert_eq!(str_at(c, &[probe, "httpGet", "path"]), Some(path), "{probe} path");
@@ -966,7 +965,7 @@ fn k8s_base_wires_probes_selectors_ports_and_security() {
     let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_sequence().expect("volumes");
     let config_vol =
         volumes.iter().find(|v| Some(v["name"].as_str().unwrap_or("")) == mounts.get("/etc/vigil").map(String::as_str));
-    assert_eq!(config_vol.and_then(|v| str_at(v, &["configMap", "name"])), Some("vigil-config"));
+    assert_eq!(config_vol.and_then(|v| str_at(v, &["configMap", "name"])), Some(config_map));
     assert!(mounts.contains_key("/var/lib/vigil"), "data volume at /var/lib/vigil");
 }
 
@@ -1106,7 +1105,7 @@ fn k8s_overlays_render_with_kustomize() {
         let dir = format!("{K8S}/overlays/{region}");
         let out = run(&kubectl, &["kustomize", &dir], &repo());
         assert_success(&format!("kubectl kustomize {dir}"), &out);
-        let docs: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        let docs: Vec<Value> = serde_norway::Deserializer::from_slice(&out.stdout)
             .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
             .collect();
         let of = |kind: &str| docs.iter().find(|d| str_at(d, &["kind"]) == Some(kind)).expect(kind).clone();
@@ -1128,7 +1127,11 @@ fn k8s_overlays_render_with_kustomize() {
         assert_eq!(
             docs.len(),
             7,
-            "{region}: Namespace, ServiceAccount, ConfigMap, Service, Deployment, PDB, ServiceMonitor"
+            "{region}: Namespace, ServiceAccount, ConfigMap, Service, Deployment, PDB, NetworkPolicy"
+        );
+        assert!(
+            !docs.iter().any(|d| str_at(d, &["apiVersion"]).is_some_and(|a| a.starts_with("monitoring.coreos.com/"))),
+            "{region}: Prometheus Operator objects belong in the optional component, not the base"
         );
     }
 }
@@ -1307,4 +1310,442 @@ fn every_deploy_asset_selects_json_logs() {
     let env_vars = container(&r["Deployment"])["env"].as_sequence().expect("env").clone();
     let format = env_vars.iter().find(|e| str_at(e, &["name"]) == Some("VIGIL_LOG_FORMAT"));
     assert_eq!(format.and_then(|e| str_at(e, &["value"])), Some("json"), "the Deployment sets VIGIL_LOG_FORMAT=json");
+}
+
+// ---------------------------------------------------------------- Kubernetes-native packaging
+
+const COMPONENTS: &str = "deploy/k8s/components";
+const CHART: &str = "deploy/helm/vigil";
+
+/// Every YAML document in a multi-document text, empty ones left out.
+fn all_docs(text: &[u8]) -> Vec<Value> {
+    serde_norway::Deserializer::from_slice(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("rendered YAML: {e}")))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn kind_of<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| str_at(d, &["kind"]) == Some(kind)).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found = kind_of(docs, kind);
+    assert_eq!(found.len(), 1, "expected one {kind}, found {}", found.len());
+    found[0]
+}
+
+/// TCP (or UDP) ports a NetworkPolicy lets the pods reach.
+fn egress_ports(np: &Value, protocol: &str) -> BTreeSet<u64> {
+    let rules = np["spec"]["egress"].as_sequence().expect("egress rules");
+    rules
+        .iter()
+        .flat_map(|r| r["ports"].as_sequence().into_iter().flatten())
+        .filter(|p| str_at(p, &["protocol"]).unwrap_or("TCP") == protocol)
+        .filter_map(|p| p["port"].as_u64())
+        .collect()
+}
+
+/// The NetworkPolicy selects vigil's pods, admits its HTTP port and lets it reach DNS, the
+/// providers and alert channels (HTTPS) and the database the example Secret names.
+fn check_network_policy(np: &Value, deploy: &Value) {
+    let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    assert!(labels_match(&np["spec"]["podSelector"]["matchLabels"], pod_labels), "NetworkPolicy selects the pods");
+    assert_eq!(strings(&np["spec"]["policyTypes"]), ["Ingress", "Egress"]);
+    let port_name = container(deploy)["ports"][0]["name"].clone();
+    let ingress = np["spec"]["ingress"].as_sequence().expect("ingress rules");
+    assert!(
+        ingress.iter().flat_map(|r| r["ports"].as_sequence().into_iter().flatten()).any(|p| p["port"] == port_name),
+        "ingress admits the container's {port_name:?} port"
+    );
+    assert!(egress_ports(np, "UDP").contains(&53), "egress allows DNS over UDP");
+    assert!(egress_ports(np, "TCP").contains(&53), "egress allows DNS over TCP");
+    let tcp = egress_ports(np, "TCP");
+    let examples = yaml_docs(&repo().join(K8S).join("secrets.example.yaml"));
+    for secret in &examples {
+        for (key, value) in secret["stringData"].as_mapping().into_iter().flatten() {
+            let Some(url) = value.as_str().and_then(|v| url::Url::parse(v).ok()) else { continue };
+            if url.host().is_none() {
+                continue;
+            }
+            let port = url.port_or_known_default().map(u64::from).or(match url.scheme() {
+                "postgres" | "postgresql" => Some(5432),
+                _ => None,
+            });
+            let port = port.unwrap_or_else(|| panic!("{key:?}: no port for {url}"));
+            assert!(tcp.contains(&port), "egress does not allow TCP {port}, which {key:?} ({url}) needs");
+        }
+    }
+}
+
+/// A ServiceMonitor that scrapes the Service's port and keeps the label names the rules use.
+fn check_service_monitor(sm: &Value, svc: &Value) {
+    assert!(
+        labels_match(&sm["spec"]["selector"]["matchLabels"], &svc["metadata"]["labels"]),
+        "ServiceMonitor selector"
+    );
+    let svc_port = svc["spec"]["ports"].as_sequence().and_then(|p| p.first()).expect("service port");
+    let endpoint = sm["spec"]["endpoints"].as_sequence().and_then(|e| e.first()).expect("endpoint");
+    assert_eq!(str_at(endpoint, &["port"]), str_at(svc_port, &["name"]), "ServiceMonitor scrapes the Service port");
+    assert_eq!(str_at(endpoint, &["path"]), Some("/metrics"));
+    assert_eq!(endpoint["honorLabels"].as_bool(), Some(true), "keep vigil's own region label");
+    assert!(strings(&sm["spec"]["targetLabels"]).contains(&"region".to_string()), "`up` gets the region label");
+    // The rules select up{job="vigil"}: the job label comes from the Service label jobLabel names.
+    let job_label = str_at(sm, &["spec", "jobLabel"]).expect("jobLabel");
+    assert_eq!(str_at(svc, &["metadata", "labels", job_label]), Some("vigil"), "job=\"vigil\" for VigilInstanceDown");
+    let instance_down = alert_rules()
+        .into_iter()
+        .find(|r| str_at(r, &["alert"]) == Some("VigilInstanceDown"))
+        .expect("VigilInstanceDown");
+    assert!(str_at(&instance_down, &["expr"]).is_some_and(|e| e.contains(r#"job="vigil""#)));
+}
+
+/// A PrometheusRule whose groups are exactly deploy/prometheus/rules.yml's.
+fn check_prometheus_rule(rule: &Value) {
+    assert_eq!(str_at(rule, &["apiVersion"]), Some("monitoring.coreos.com/v1"));
+    let rules = yaml(RULES);
+    assert!(rules["groups"].as_sequence().is_some_and(|g| !g.is_empty()), "{RULES} has groups");
+    assert_eq!(rule["spec"], rules, "the PrometheusRule's spec differs from {RULES}");
+}
+
+/// The dashboards ConfigMap carries every dashboard, byte for byte, labelled for the sidecar.
+fn check_dashboards_config_map(cm: &Value) {
+    assert_eq!(str_at(cm, &["metadata", "labels", "grafana_dashboard"]), Some("1"), "Grafana sidecar label");
+    let data = cm["data"].as_mapping().expect("data");
+    assert_eq!(data.len(), DASHBOARDS.len(), "one key per dashboard");
+    for file in DASHBOARDS {
+        let key = format!("vigil-{}", file.trim_start_matches("dashboards/"));
+        let text =
+            data.get(key.as_str()).and_then(Value::as_str).unwrap_or_else(|| panic!("no {key} in the ConfigMap"));
+        assert_eq!(text, read(file), "{key} differs from {file}");
+    }
+}
+
+#[test]
+fn generated_deploy_copies_match_their_sources() {
+    // The script regenerates into a scratch directory and compares; a stale copy fails here.
+    let out = run(Path::new("bash"), &["scripts/gen-deploy-assets.sh", "--check"], &repo());
+    assert_success("scripts/gen-deploy-assets.sh --check (run it without --check to regenerate)", &out);
+    // And independently of the script: the copies mean the same as their sources.
+    let rule = yaml_docs(&repo().join(COMPONENTS).join("prometheus-operator/prometheusrule.yaml"));
+    check_prometheus_rule(one(&rule, "PrometheusRule"));
+    assert_eq!(yaml(&format!("{CHART}/files/rules.yml")), yaml(RULES));
+    for file in DASHBOARDS {
+        let name = file.trim_start_matches("dashboards/");
+        assert_eq!(read(&format!("{COMPONENTS}/grafana-dashboards/{name}")), read(file));
+        assert_eq!(read(&format!("{CHART}/files/dashboards/{name}")), read(file));
+    }
+    assert_eq!(read(&format!("{CHART}/files/vigil.toml")), read(&format!("{K8S}/base/vigil.toml")));
+}
+
+/// A kustomization in a scratch directory: the eu-west-1 overlay plus both optional components
+/// (kustomize refuses absolute paths, so they are relative to the scratch directory).
+fn overlay_with_components(dir: &Path) {
+    let up = "../".repeat(dir.components().count().saturating_sub(1));
+    let root = format!("{up}{}", repo().display().to_string().trim_start_matches('/'));
+    let k = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {root}/{K8S}/overlays/eu-west-1\n\
+         components:\n  - {root}/{COMPONENTS}/prometheus-operator\n  - {root}/{COMPONENTS}/grafana-dashboards\n"
+    );
+    std::fs::write(dir.join("kustomization.yaml"), k).expect("write kustomization");
+}
+
+#[test]
+fn k8s_monitoring_components_add_the_service_monitor_rules_and_dashboards() {
+    let Some(kubectl) = find_in_path("kubectl") else {
+        println!("SKIPPED: kubectl is not installed; the components were checked statically only");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    overlay_with_components(dir.path());
+    let out = run(&kubectl, &["kustomize", "."], dir.path());
+    assert_success("kubectl kustomize (overlay + components)", &out);
+    let docs = all_docs(&out.stdout);
+    let svc = one(&docs, "Service");
+    check_service_monitor(one(&docs, "ServiceMonitor"), svc);
+    check_prometheus_rule(one(&docs, "PrometheusRule"));
+    let dashboards = kind_of(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| str_at(c, &["metadata", "name"]) == Some("vigil-dashboards"))
+        .expect("the vigil-dashboards ConfigMap");
+    check_dashboards_config_map(dashboards);
+    for d in &docs {
+        if str_at(d, &["kind"]) != Some("Namespace") {
+            assert_eq!(str_at(d, &["metadata", "namespace"]), Some("vigil"), "{:?} namespace", d["kind"]);
+        }
+    }
+    check_network_policy(one(&docs, "NetworkPolicy"), one(&docs, "Deployment"));
+}
+
+// ---------------------------------------------------------------- Helm chart
+
+/// How this machine runs Helm: its CLI, or Helm's Go SDK through the helm-python-sdk wheel.
+enum Helm {
+    Cli(PathBuf),
+    PythonSdk(PathBuf),
+}
+
+fn helm() -> Option<Helm> {
+    if let Some(cli) = find_in_path("helm") {
+        return Some(Helm::Cli(cli));
+    }
+    let python = find_in_path("python3")?;
+    let sdk = Command::new(&python).args(["-c", "import helm_python"]).output().is_ok_and(|o| o.status.success());
+    if sdk {
+        Some(Helm::PythonSdk(python))
+    } else {
+        println!("SKIPPED: neither helm nor the helm-python-sdk wheel (pip install helm-python-sdk) is installed");
+        None
+    }
+}
+
+/// `helm lint --strict`, then `helm template` with a release named vigil in namespace vigil.
+const HELM_SDK_DRIVER: &str = r#"
+import json, sys, helm_python
+chart, values = sys.argv[1], json.loads(sys.argv[2])
+report = helm_python.lint(chart, values, strict=True)
+if report.get("errors") or any(m["severity"] >= 2 for m in report.get("messages") or []):
+    sys.exit("helm lint --strict: " + json.dumps(report))
+try:
+    out = helm_python.Chart.load(chart).render(values, name="vigil", namespace="vigil", is_install=True)
+except helm_python.HelmError as e:
+    sys.exit("helm template: " + str(e))
+for path in sorted(out):
+    if path.endswith(".yaml"):
+        print("---")
+        print(out[path])
+"#;
+
+/// The chart linted and rendered with these values: its manifests, or what Helm said.
+fn helm_render(helm: &Helm, values: &serde_json::Value) -> Result<Vec<Value>, String> {
+    let chart = repo().join(CHART);
+    let chart = chart.to_str().expect("utf-8 path");
+    let out = match helm {
+        Helm::Cli(cli) => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let file = dir.path().join("values.json");
+            std::fs::write(&file, values.to_string()).expect("write values");
+            let file = file.to_str().expect("utf-8 path");
+            let lint = run(cli, &["lint", "--strict", chart, "-f", file], dir.path());
+            if !lint.status.success() {
+                return Err(text(&lint));
+            }
+            run(cli, &["template", "vigil", chart, "--namespace", "vigil", "-f", file], dir.path())
+        }
+        Helm::PythonSdk(python) => run(python, &["-c", HELM_SDK_DRIVER, chart, &values.to_string()], &repo()),
+    };
+    if out.status.success() {
+        Ok(all_docs(&out.stdout))
+    } else {
+        Err(text(&out))
+    }
+}
+
+fn chart_meta() -> Value {
+    yaml(&format!("{CHART}/Chart.yaml"))
+}
+
+#[test]
+fn helm_chart_follows_the_crate_version() {
+    let meta = chart_meta();
+    assert_eq!(str_at(&meta, &["apiVersion"]), Some("v2"));
+    assert_eq!(str_at(&meta, &["name"]), Some("vigil"));
+    assert_eq!(str_at(&meta, &["appVersion"]), Some(env!("CARGO_PKG_VERSION")), "Chart.yaml appVersion");
+}
+
+#[test]
+fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
+    let Some(helm) = helm() else { return };
+    let docs = helm_render(&helm, &serde_json::json!({"region": "eu-west-1"})).unwrap_or_else(|e| panic!("{e}"));
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| str_at(d, &["kind"])).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ServiceAccount",
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "NetworkPolicy"
+        ]),
+        "by default the chart needs no CRDs"
+    );
+    let (deploy, svc) = (one(&docs, "Deployment"), one(&docs, "Service"));
+    check_workload(deploy, svc, one(&docs, "PodDisruptionBudget"), "vigil-config");
+    check_network_policy(one(&docs, "NetworkPolicy"), deploy);
+    let c = container(deploy);
+    let env =
+        |name: &str| c["env"].as_sequence().expect("env").iter().find(|e| str_at(e, &["name"]) == Some(name)).cloned();
+    assert_eq!(
+        env("VIGIL_REGION").and_then(|e| str_at(&e, &["value"]).map(str::to_string)).as_deref(),
+        Some("eu-west-1")
+    );
+    assert_eq!(
+        env("VIGIL_LOG_FORMAT").and_then(|e| str_at(&e, &["value"]).map(str::to_string)).as_deref(),
+        Some("json")
+    );
+    let db = env("DATABASE_URL").expect("DATABASE_URL");
+    assert_eq!(str_at(&db, &["valueFrom", "secretKeyRef", "name"]), Some("vigil-database"));
+    let image = str_at(c, &["image"]).expect("image");
+    assert_eq!(image, format!("vigil:{}", env!("CARGO_PKG_VERSION")), "the image tag defaults to appVersion");
+    // Every variable the config names comes from a Secret, as in the base.
+    let toml_rel = format!("{K8S}/base/vigil.toml");
+    for name in env_names_in_config(&toml_rel) {
+        let e = env(&name).unwrap_or_else(|| panic!("{name} (named in vigil.toml) is not set"));
+        assert!(str_at(&e, &["valueFrom", "secretKeyRef", "name"]).is_some(), "{name} is not from a Secret");
+    }
+    // The default config is the base's, and a valid vigil config.
+    let cm = one(&docs, "ConfigMap");
+    let toml = str_at(cm, &["data", "vigil.toml"]).expect("vigil.toml in the ConfigMap");
+    assert_eq!(toml.trim_end(), read(&toml_rel).trim_end());
+    let vars: BTreeMap<String, String> = [
+        ("VIGIL_REGION", "eu-west-1"),
+        ("DATABASE_URL", "postgres://vigil:change-me@postgres.shared.example.com:5432/vigil"),
+        ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T000/B000/XXXX"),
+        ("PAGERDUTY_ROUTING_KEY", "test-placeholder-routing-key"),
+        ("OPENROUTER_API_KEY", "sk-or-test-placeholder"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("the chart's vigil.toml: {e}"));
+
+    // With the Prometheus Operator and the Grafana sidecar.
+    let all = serde_json::json!({
+        "region": "eu-west-1",
+        "serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": true},
+        "grafanaDashboards": {"enabled": true},
+    });
+    let docs = helm_render(&helm, &all).unwrap_or_else(|e| panic!("{e}"));
+    let sm = one(&docs, "ServiceMonitor");
+    assert_eq!(str_at(sm, &["metadata", "labels", "release"]), Some("kube-prometheus-stack"));
+    check_service_monitor(sm, one(&docs, "Service"));
+    check_prometheus_rule(one(&docs, "PrometheusRule"));
+    let dashboards = kind_of(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| str_at(c, &["metadata", "name"]) == Some("vigil-dashboards"))
+        .expect("the dashboards ConfigMap");
+    check_dashboards_config_map(dashboards);
+}
+
+#[test]
+fn helm_chart_refuses_a_release_without_region_or_with_unknown_values() {
+    let Some(helm) = helm() else { return };
+    let err = helm_render(&helm, &serde_json::json!({})).expect_err("a release without region must fail");
+    assert!(err.contains("region"), "the error names region: {err}");
+    let err = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "servicemonitor": {"enabled": true}}))
+        .expect_err("a misspelt value must fail the schema");
+    assert!(err.contains("servicemonitor"), "the error names the unknown key: {err}");
+}
+
+#[test]
+fn rendered_manifests_pass_the_kubernetes_schemas() {
+    let Some(validate) = find_in_path("kubernetes-validate") else {
+        println!("SKIPPED: kubernetes-validate is not installed (pip install kubernetes-validate)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rendered = vec![];
+    if let Some(kubectl) = find_in_path("kubectl") {
+        overlay_with_components(dir.path());
+        let out = run(&kubectl, &["kustomize", "."], dir.path());
+        assert_success("kubectl kustomize", &out);
+        rendered.push(("kustomize.yaml", all_docs(&out.stdout)));
+    } else {
+        println!("SKIPPED (kustomize part): kubectl is not installed");
+    }
+    if let Some(helm) = helm() {
+        let all = serde_json::json!({"region": "eu-west-1", "grafanaDashboards": {"enabled": true},
+            "serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}});
+        rendered.push(("helm.yaml", helm_render(&helm, &all).unwrap_or_else(|e| panic!("{e}"))));
+    }
+    for (name, docs) in rendered {
+        // The schemas cover Kubernetes' own kinds; the operator's CRDs are checked above.
+        let core: Vec<&Value> =
+            docs.iter().filter(|d| !str_at(d, &["apiVersion"]).is_some_and(|a| a.contains(".coreos.com"))).collect();
+        assert!(core.len() >= 6, "{name}: {} core objects", core.len());
+        let manifests: String =
+            core.iter().map(|d| format!("---\n{}", serde_norway::to_string(d).expect("yaml"))).collect();
+        let path = dir.path().join(name);
+        std::fs::write(&path, manifests).expect("write rendered manifests");
+        let out = run(&validate, &["--strict", "--quiet", path.to_str().expect("utf-8 path")], dir.path());
+        assert_success(&format!("kubernetes-validate --strict {name}"), &out);
+        assert!(!text(&out).contains("ERROR"), "{}", text(&out));
+    }
+}
+
+// ---------------------------------------------------------------- runbooks and image labels
+
+/// Anchors a Markdown file offers: GitHub's heading slugs and explicit `<a id="…">` tags.
+fn markdown_anchors(rel: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    for line in read(rel).lines() {
+        if let Some(heading) = line.strip_prefix('#').map(|h| h.trim_start_matches('#').trim()) {
+            let slug: String = heading
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            anchors.insert(slug);
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("<a id=\"") {
+            rest = &rest[at + 7..];
+            if let Some(end) = rest.find('"') {
+                anchors.insert(rest[..end].to_string());
+            }
+        }
+    }
+    anchors
+}
+
+#[test]
+fn every_alert_rule_links_a_runbook_entry_that_exists() {
+    let anchors = markdown_anchors("docs/OPERATIONS.md");
+    assert!(anchors.contains("at-3-am"), "heading slugs are read: {anchors:?}");
+    for rule in alert_rules() {
+        let name = str_at(&rule, &["alert"]).expect("alert name");
+        let url = str_at(&rule, &["annotations", "runbook_url"]).unwrap_or_else(|| panic!("{name}: no runbook_url"));
+        let (doc, anchor) = url.split_once('#').unwrap_or_else(|| panic!("{name}: {url} has no #anchor"));
+        assert!(doc.ends_with("docs/OPERATIONS.md"), "{name}: runbook {url} is not in docs/OPERATIONS.md");
+        assert_eq!(anchor, name.to_lowercase(), "{name}: one anchor per alert, named after it");
+        assert!(anchors.contains(anchor), "{name}: docs/OPERATIONS.md has no anchor #{anchor}");
+        // The entry itself says what to do about this alert.
+        let ops = read("docs/OPERATIONS.md");
+        let at = ops.find(&format!("<a id=\"{anchor}\"></a>")).expect("anchor tag");
+        let paragraph = &ops[at..ops[at..].find("\n### ").map_or(ops.len(), |e| at + e)];
+        assert!(
+            paragraph.contains(&format!("**{name}")) || paragraph.contains(&format!(" {name}")),
+            "{name}: its entry does not mention it"
+        );
+    }
+}
+
+#[test]
+fn dockerfile_carries_oci_labels_and_says_why_it_has_no_healthcheck() {
+    let ins = dockerfile_instructions();
+    let last_from = ins.iter().rposition(|(op, _)| op == "FROM").expect("FROM");
+    let labels: String =
+        ins[last_from..].iter().filter(|(op, _)| op == "LABEL").map(|(_, a)| a.as_str()).collect::<Vec<_>>().join(" ");
+    for key in ["title", "description", "licenses", "version", "revision", "created", "source"] {
+        assert!(
+            labels.contains(&format!("org.opencontainers.image.{key}=")),
+            "no org.opencontainers.image.{key} label"
+        );
+    }
+    assert!(labels.contains(r#"org.opencontainers.image.licenses="Apache-2.0""#));
+    // The version label's default is the crate's version.
+    let default = ins
+        .iter()
+        .find(|(op, a)| op == "ARG" && a.starts_with("VIGIL_VERSION="))
+        .map(|(_, a)| a.trim_start_matches("VIGIL_VERSION=").to_string());
+    assert_eq!(default.as_deref(), Some(env!("CARGO_PKG_VERSION")), "ARG VIGIL_VERSION default");
+    assert!(
+        ins[last_from..].iter().any(|(op, a)| op == "ARG" && a == "VIGIL_VERSION"),
+        "the runtime stage re-declares ARG VIGIL_VERSION (else the label is empty)"
+    );
+    assert!(ins[last_from..].iter().any(|(op, a)| op == "HEALTHCHECK" && a == "NONE"), "HEALTHCHECK NONE, explained");
+    let text = read("deploy/Dockerfile");
+    assert!(text.contains("/healthz") && text.contains("/readyz"), "the note names the HTTP probes to use instead");
 }

@@ -8,7 +8,7 @@ use crate::support::store as store_support;
 
 use base64::Engine;
 use chrono::{DateTime, Duration, Utc};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use smtp_server::SmtpServer;
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -64,12 +64,12 @@ async fn seed_samples(store: &dyn Store, now: DateTime<Utc>) {
                 _ => 1.0,
             };
             let mut s = Sample::new(target.clone(), at, at);
-            s.ttft_ms = Some((base * factor + rng.gen_range(0.0..30.0_f64)).round());
+            s.ttft_ms = Some((base * factor + rng.random_range(0.0..30.0_f64)).round());
             s.tokens_per_s = Some(60.0);
             let failure_rate =
                 if target.provider == "openai" && target.region == EU && this_week { 0.10 } else { 0.03 };
-            if rng.gen_bool(failure_rate) {
-                s.outcome = if rng.gen_bool(0.5) { Outcome::ServerError } else { Outcome::Timeout };
+            if rng.random_bool(failure_rate) {
+                s.outcome = if rng.random_bool(0.5) { Outcome::ServerError } else { Outcome::Timeout };
                 // A failure's timing must never reach the percentiles.
                 s.ttft_ms = Some(99_999.0);
             }
