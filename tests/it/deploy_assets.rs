@@ -1584,15 +1584,31 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
         env("VIGIL_LOG_FORMAT").and_then(|e| str_at(&e, &["value"]).map(str::to_string)).as_deref(),
         Some("json")
     );
-    let db = env("DATABASE_URL").expect("DATABASE_URL");
-    assert_eq!(str_at(&db, &["valueFrom", "secretKeyRef", "name"]), Some("vigil-database"));
+    let db = env("DATABASE_URL_FILE").expect("DATABASE_URL_FILE");
+    assert_eq!(str_at(&db, &["value"]), Some("/run/secrets/vigil/DATABASE_URL"));
+    assert!(
+        c["env"].as_sequence().expect("env").iter().all(|e| e["valueFrom"]["secretKeyRef"].is_null()),
+        "no Secret in the environment: they are mounted as files, as in the base"
+    );
+    let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_sequence().expect("volumes");
+    let secrets = volumes.iter().find(|v| str_at(v, &["name"]) == Some("secrets")).expect("secrets volume");
+    let sources: BTreeSet<&str> = secrets["projected"]["sources"]
+        .as_sequence()
+        .expect("projected sources")
+        .iter()
+        .filter_map(|s| str_at(s, &["secret", "name"]))
+        .collect();
+    assert_eq!(
+        sources,
+        BTreeSet::from(["vigil-database", "vigil-api-token", "vigil-provider-keys", "vigil-alert-channels"])
+    );
     let image = str_at(c, &["image"]).expect("image");
     assert_eq!(image, format!("vigil:{}", env!("CARGO_PKG_VERSION")), "the image tag defaults to appVersion");
-    // Every variable the config names comes from a Secret, as in the base.
+    // Every variable the config names is read from a mounted Secret file, as in the base.
     let toml_rel = format!("{K8S}/base/vigil.toml");
     for name in env_names_in_config(&toml_rel) {
-        let e = env(&name).unwrap_or_else(|| panic!("{name} (named in vigil.toml) is not set"));
-        assert!(str_at(&e, &["valueFrom", "secretKeyRef", "name"]).is_some(), "{name} is not from a Secret");
+        let e = env(&format!("{name}_FILE")).unwrap_or_else(|| panic!("{name}_FILE (for vigil.toml) is not set"));
+        assert_eq!(str_at(&e, &["value"]), Some(format!("/run/secrets/vigil/{name}").as_str()), "{name}_FILE");
     }
     // The default config is the base's, and a valid vigil config.
     let cm = one(&docs, "ConfigMap");
