@@ -102,7 +102,13 @@ log "cargo test"
 export VIGIL_REQUIRE_TOOLS=1
 out=$(mktemp)
 status=0
-cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 2>&1 | tee "$out" || status=$?
+# The tests whose verdicts rest on measured loopback latency run on their own afterwards, one at a
+# time: beside the rest of the suite on two cores, its load would be in their numbers.
+timing=(alert_scenario:: router_export::a_three_provider_chain)
+skips=()
+for t in "${timing[@]}"; do skips+=(--skip "$t"); done
+cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 "${skips[@]}" 2>&1 | tee "$out" || status=$?
+cargo test --test it --no-fail-fast -- --test-threads=1 "${timing[@]}" 2>&1 | tee -a "$out" || status=$?
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) n += $i } END { print n + 0 }' "$out")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
 rm -f "$out"

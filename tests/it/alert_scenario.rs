@@ -82,6 +82,7 @@ async fn wait_for(hook: &StandIn, what: &str, max: Duration, pred: impl Fn(&[Del
 async fn one_page_per_fault_across_regions_none_for_a_heavy_tail_and_one_flapping_notice() {
     // `RUST_LOG=vigil=debug` shows the rule engine's verdicts when this needs explaining.
     let _ = crate::support::lost_counter();
+    let _timing = crate::support::timing_sensitive().await;
     let db = store_support::PgTestDb::create().await;
     let phase = Arc::new(AtomicU8::new(NORMAL));
     let (p, count) = (phase.clone(), Arc::new(AtomicU64::new(0)));

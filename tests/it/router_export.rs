@@ -642,6 +642,7 @@ fn consumers_pick(base: &str, litellm: &Result<PathBuf, String>) -> (String, Opt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_restores() {
+    let _timing = crate::support::timing_sensitive().await;
     let or = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
     let oa = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
     let an = provider("anthropic-messages-stream.sse", (529, "anthropic-error-529.json")).await;
@@ -711,6 +712,8 @@ async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_r
     let before = or.standin.requests().len();
     or.mode.store(SLOW, Ordering::SeqCst);
     let reason_seen = std::sync::Mutex::new(None::<String>);
+    // Counted when the reorder is first seen, not after the wait returns.
+    let served_when_seen = std::sync::atomic::AtomicUsize::new(usize::MAX);
     wait_for(&http, &base, "openrouter demoted for TTFT, or dropped", |(order, dropped)| {
         let demoted: Vec<_> = order.iter().filter(|e| is_openrouter(&e.0)).collect();
         if let Some(e) = demoted.iter().find(|e| e.1 == "demoted") {
@@ -718,16 +721,20 @@ async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_r
                 r.get_or_insert(e.2.clone());
             }
         }
-        order.len() >= 2
+        let reordered = order.len() >= 2
             && order[0].0 == OPENAI
             && order[1].0 == ANTHROPIC
             && demoted.iter().all(|e| e.1 == "demoted")
-            && demoted.len() + dropped.iter().filter(|d| is_openrouter(&d.0)).count() == 2
+            && demoted.len() + dropped.iter().filter(|d| is_openrouter(&d.0)).count() == 2;
+        if reordered {
+            served_when_seen.store(or.standin.requests().len(), Ordering::SeqCst);
+        }
+        reordered
     })
     .await;
     let reason = reason_seen.lock().expect("lock").clone().expect("a demoted openrouter entry was seen");
     assert!(reason.starts_with("ttft p95 ") && reason.contains("x baseline"), "{reason}");
-    let slow_served = or.standin.requests().len() - before;
+    let slow_served = served_when_seen.load(Ordering::SeqCst) - before;
     assert!(slow_served <= 4, "reordered after {slow_served} slow probes: within one probe interval");
     let (stdlib, lite) = consumers_pick(&base, &litellm);
     assert_eq!(stdlib, OPENAI);

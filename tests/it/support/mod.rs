@@ -14,6 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// Held by the tests whose verdicts rest on measured latency (a heavy tail that must not page, a
+/// reorder within one probe interval): in one test binary they would otherwise run beside each
+/// other and each other's load would be in their numbers. Other tests still run alongside.
+pub async fn timing_sensitive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `within` naming `what`.
 /// The one "wait until" of the suite: a deadline, never a fixed sleep.
 pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
