@@ -232,7 +232,7 @@ pub fn phase_for(target: &str) -> u64 {
 
 /// Whether a target stretched to `stretch` base intervals is probed in round number `round`.
 pub fn due_in_round(round: u64, phase: u64, stretch: u32) -> bool {
-    stretch <= 1 || (round.wrapping_add(phase)) % u64::from(stretch) == 0
+    stretch <= 1 || round.wrapping_add(phase).is_multiple_of(u64::from(stretch))
 }
 
 /// Whether position `position` (of `max_burst` evenly spaced in a round, see [`burst_offsets`])
@@ -241,7 +241,7 @@ pub fn due_in_round(round: u64, phase: u64, stretch: u32) -> bool {
 /// failed gets its next probe at the next position, not a round later.
 pub fn due(round: u64, phase: u64, stretch: u32, burst: u32, position: u32, max_burst: u32) -> bool {
     let step = (max_burst.max(1) / burst.clamp(1, max_burst.max(1))).max(1);
-    if position % step != 0 {
+    if !position.is_multiple_of(step) {
         return false;
     }
     position > 0 || burst > 1 || due_in_round(round, phase, stretch)
