@@ -410,14 +410,10 @@ impl App {
         shutdown.cancel();
         let deadline = tokio::time::Instant::now() + AFTER_DRAIN;
         // Order matters: the pipeline's end closes the writer's and the link's channels.
-        for name in ["pipeline", "sample writer", "storage link", "upkeep", "credit poller", "weekly summary"] {
+        let side = ["upkeep", "credit poller", "weekly summary", "status pages", "models lists", "published prices"];
+        for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain(["canary"]) {
             finish(&mut tasks, name, deadline).await;
         }
-        finish(&mut tasks, "status pages", deadline).await;
-        for name in ["models lists", "published prices"] {
-            finish(&mut tasks, name, deadline).await;
-        }
-        finish(&mut tasks, "canary", deadline).await;
         writer_stop.cancel();
         link_stop.cancel();
         // The last round's notifications are in the outbox (or the record spool); what is not
