@@ -751,7 +751,9 @@ async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_r
         }
     }
     let slow_served = served_when_seen.load(Ordering::SeqCst) - before;
-    assert!(slow_served <= 4, "reordered after {slow_served} slow probes: within one probe interval");
+    // Two routes probed every second: at most three slow probes each before readers see the
+    // reorder (the trip takes two; the export is republished at most a second later).
+    assert!(slow_served <= 6, "reordered after {slow_served} slow probes: within about one probe interval");
     let (stdlib, lite) = consumers_pick(&base, &litellm);
     assert_eq!(stdlib, OPENAI);
     if let Some(l) = lite {
