@@ -334,18 +334,25 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     handle.store(Record::Transition(tr(1, "open", "half_open")));
     handle.store(Record::Transition(tr(2, "half_open", "open")));
     handle.store(Record::Transition(tr(3, "open", "half_open")));
-    eventually("three transitions spooled", async || health.spooled() == 3).await;
+    // A write already on its way when the proxy cuts may still land: each of the three is either
+    // stored or spooled, and at least the later ones are spooled.
+    let accounted = async || {
+        let stored = stored().await.map_or(0, |v| v.len() as u64);
+        health.spooled() >= 1 && health.spooled() + stored.saturating_sub(1) == 3
+    };
+    eventually("the three transitions stored or spooled", accounted).await;
     stop.cancel();
     drop(handle);
     task.await.expect("link stopped");
-    assert_eq!(spool().len(), 3, "the transitions are on disk, not dropped");
-    assert_eq!(stored().await.map(|v| v.len()), Some(1));
+    let on_disk = spool().len();
+    assert!(on_disk >= 1, "the transitions are on disk, not dropped");
+    assert_eq!(stored().await.map(|v| v.len() as u64), Some(4 - on_disk), "each stored or spooled, none twice");
 
     // Second life: storage answers again; the spool is replayed before anything newer.
     proxy.restore();
     let (link, handle) = Link::new(via_proxy, spool(), None);
     let health = link.health();
-    assert_eq!(health.spooled(), 3, "the spool is found at start");
+    assert_eq!(health.spooled(), on_disk, "the spool is found at start");
     let stop = CancellationToken::new();
     let task = tokio::spawn(link.run(stop.clone()));
     handle.store(Record::Transition(tr(4, "half_open", "closed")));
