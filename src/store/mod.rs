@@ -13,12 +13,14 @@ use std::time::Duration;
 use thiserror::Error;
 use uuid::Uuid;
 
+mod backend;
 pub mod link;
 mod pg_copy;
 pub mod postgres;
 pub mod retention;
 mod rows;
 pub mod spool;
+mod sql;
 pub mod sqlite;
 pub mod writer;
 
@@ -116,11 +118,6 @@ impl crate::http::ReadyCheck for IntegrityCheck {
         self.0.integrity().map_err(|why| format!("storage corrupt: {why}"))
     }
 }
-
-/// Every `samples` column, in table order (both backends use the same names).
-pub(crate) const SAMPLE_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
-    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms";
 
 /// Maps a driver error: connection loss, pool timeouts, server shutdowns, a full disk and a
 /// corrupt file are `Unavailable` (retrying later, after an operator acts, can succeed).
@@ -601,9 +598,3 @@ pub trait Store: Send + Sync {
     /// Deletes canary runs started before `cutoff`; returns how many.
     async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 }
-
-/// The columns of `canary_runs`: the sample's, then the canary's own.
-pub(crate) const CANARY_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
-    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, prompt_version, correct, total, \
-    answers_fingerprint, answers, echo_model, system_fingerprint, upstream_provider, logprob_tokens, logprob_sum";

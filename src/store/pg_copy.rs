@@ -1,4 +1,4 @@
-//! Samples as PostgreSQL binary `COPY` data, columns in [`super::SAMPLE_COLUMNS`] order.
+//! Samples as PostgreSQL binary `COPY` data, columns in [`super::sql::SAMPLE_COLUMNS`] order.
 //!
 //! Binary rather than text format: no escaping of tabs, newlines or backslashes in provider
 //! error text, and no float or timestamp formatting on either side.

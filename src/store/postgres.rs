@@ -1,23 +1,23 @@
 //! PostgreSQL store: day-partitioned `samples`, batch inserts through binary `COPY`, shared by every region.
 
+use super::backend::Backend;
 use super::pg_copy;
-use super::rows::{
-    canary_of, component_of, incident_of, json_of, outbox_of, sample_of, target_of, target_status_of, transition_of,
-    StoredRow,
-};
-use super::{
-    corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, BalanceReading, BreakerRecord,
-    BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, Store, StoreError, TargetStatus,
-    CANARY_COLUMNS, SAMPLE_COLUMNS,
-};
+use super::rows::DialectRow;
+use super::sql::{Arg, Stmt, SAMPLE_COLUMNS};
+use super::{corruption, map_migrate, map_sqlx, newest_version, pg_connect_error, redact_url, Prune, StoreError};
 use crate::sample::Sample;
-use crate::target::Target;
 use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, Connection, Postgres, QueryBuilder, Row};
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{
+    PgArgumentBuffer, PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
+};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Connection, Encode, Postgres, Row, Type};
 use std::collections::{BTreeSet, HashSet};
 use std::str::FromStr;
 use std::sync::{LazyLock, Mutex};
@@ -62,10 +62,10 @@ pub enum InsertPath {
 /// SQLSTATEs of a concurrent `CREATE TABLE IF NOT EXISTS` losing the race.
 const DUPLICATE_CODES: [&str; 3] = ["42P07", "23505", "42710"];
 
-/// PostgreSQL implementation of [`Store`].
+/// PostgreSQL implementation of [`super::Store`].
 pub struct PgStore {
     pool: PgPool,
-    /// For the direct session [`Store::migrate`] opens first, to say exactly why it fails.
+    /// For the direct session [`super::Store::migrate`] opens first, to say exactly why it fails.
     opts: PgConnectOptions,
     /// The URL with its password redacted, named in every "unavailable" reason.
     target: String,
@@ -366,7 +366,45 @@ fn clean(s: &str) -> String {
     }
 }
 
-impl StoredRow for PgRow {
+/// JSON text bound as `jsonb` (binary format: version byte 1, then the text), so the shared
+/// statements need no cast.
+struct Jsonb(String);
+
+impl Type<Postgres> for Jsonb {
+    fn type_info() -> PgTypeInfo {
+        // jsonb's built-in OID: fixed in every PostgreSQL, so no lookup.
+        PgTypeInfo::with_oid(Oid(3802))
+    }
+}
+
+impl Encode<'_, Postgres> for Jsonb {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        buf.push(1);
+        buf.extend_from_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+}
+
+/// A shared statement with its values bound as PostgreSQL's native types.
+fn query(stmt: Stmt) -> Query<'static, Postgres, PgArguments> {
+    let mut q = sqlx::query(AssertSqlSafe(stmt.sql));
+    for arg in stmt.args {
+        q = match arg {
+            Arg::Text(v) => q.bind(v.as_deref().map(clean)),
+            Arg::Int(v) => q.bind(v),
+            Arg::Int4(v) => q.bind(v),
+            Arg::Float(v) => q.bind(v),
+            Arg::Bool(v) => q.bind(v),
+            Arg::Bytes(v) => q.bind(v),
+            Arg::Time(v) => q.bind(v),
+            Arg::Id(v) => q.bind(v),
+            Arg::Json(v) => q.bind(Jsonb(v)),
+        };
+    }
+    q
+}
+
+impl DialectRow for PgRow {
     fn uuid(&self, col: &str) -> Result<Uuid, sqlx::Error> {
         self.try_get(col)
     }
@@ -380,26 +418,37 @@ impl StoredRow for PgRow {
     }
 }
 
-fn push_filters(qb: &mut QueryBuilder<Postgres>, q: &SampleQuery) {
-    qb.push(" WHERE TRUE");
-    if let Some(region) = &q.region {
-        qb.push(" AND region = ").push_bind(region.clone());
-    }
-    if let Some(t) = &q.target {
-        qb.push(" AND provider = ").push_bind(t.provider.clone());
-        qb.push(" AND model = ").push_bind(t.model.clone());
-        qb.push(" AND route = ").push_bind(t.route_label().to_owned());
-    }
-    if let Some(since) = q.since {
-        qb.push(" AND started_at >= ").push_bind(since);
-    }
-    if let Some(until) = q.until {
-        qb.push(" AND started_at < ").push_bind(until);
-    }
-}
-
 #[async_trait]
-impl Store for PgStore {
+impl Backend for PgStore {
+    type Row = PgRow;
+
+    async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
+        let done = query(stmt).execute(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
+        let mut changed = 0;
+        for stmt in stmts {
+            changed += query(stmt).execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
+        }
+        tx.commit().await.map_err(|e| self.fail(e))?;
+        Ok(changed)
+    }
+
+    async fn rows(&self, stmt: Stmt) -> Result<Vec<PgRow>, StoreError> {
+        query(stmt).fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))
+    }
+
+    fn integrity(&self) -> Result<(), String> {
+        match self.corrupt.lock() {
+            Ok(c) => c.clone().map_or(Ok(()), Err),
+            Err(_) => Err("integrity state lock poisoned".into()),
+        }
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
         let known = newest_version(&MIGRATOR);
         self.check_session().await?;
@@ -433,21 +482,7 @@ impl Store for PgStore {
         .map_err(|e| self.fail(e))
     }
 
-    fn integrity(&self) -> Result<(), String> {
-        match self.corrupt.lock() {
-            Ok(c) => c.clone().map_or(Ok(()), Err),
-            Err(_) => Err("integrity state lock poisoned".into()),
-        }
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&mut *self.conn().await?).await.map(|_| ()).map_err(|e| self.fail(e))
-    }
-
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
-        if samples.is_empty() {
-            return Ok(0);
-        }
         let days: BTreeSet<NaiveDate> = samples.iter().map(|s| s.started_at.date_naive()).collect();
         self.ensure_partitions(&days).await?;
         let mut conn = self.conn().await?;
@@ -465,27 +500,6 @@ impl Store for PgStore {
             };
         }
         Ok(inserted)
-    }
-
-    async fn samples(&self, q: &SampleQuery) -> Result<Vec<Sample>, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new(format!("SELECT {SAMPLE_COLUMNS} FROM samples"));
-        push_filters(&mut qb, q);
-        match q.limit {
-            Some(limit) => {
-                qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(limit.max(0));
-            }
-            None => {
-                qb.push(" ORDER BY started_at, id");
-            }
-        }
-        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
-        rows.iter().map(sample_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn count_samples(&self, q: &SampleQuery) -> Result<i64, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new("SELECT count(*) FROM samples");
-        push_filters(&mut qb, q);
-        qb.build_query_scalar::<i64>().fetch_one(&mut *self.conn().await?).await.map_err(|e| self.fail(e))
     }
 
     async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -515,72 +529,6 @@ impl Store for PgStore {
         Ok(removed)
     }
 
-    async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
-        for r in rollups {
-            sqlx::query(
-                "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (region, provider, model, route, metric, hour) \
-                 DO UPDATE SET count = EXCLUDED.count, histogram = EXCLUDED.histogram",
-            )
-            .bind(&r.target.provider)
-            .bind(&r.target.model)
-            .bind(r.target.route_label())
-            .bind(&r.target.region)
-            .bind(&r.metric)
-            .bind(r.hour)
-            .bind(r.count)
-            .bind(&r.histogram)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.fail(e))?;
-        }
-        tx.commit().await.map_err(|e| self.fail(e))
-    }
-
-    async fn rollups_between(
-        &self,
-        region: Option<&str>,
-        since: DateTime<Utc>,
-        until: Option<DateTime<Utc>>,
-    ) -> Result<Vec<Rollup>, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new(
-            "SELECT provider, model, route, region, metric, hour, count, histogram FROM rollups WHERE hour >= ",
-        );
-        qb.push_bind(since);
-        if let Some(u) = until {
-            qb.push(" AND hour < ").push_bind(u);
-        }
-        if let Some(region) = region {
-            qb.push(" AND region = ").push_bind(region.to_owned());
-        }
-        qb.push(" ORDER BY region, provider, model, route, metric, hour");
-        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
-        rows.iter()
-            .map(|row| {
-                Ok(Rollup {
-                    target: target_of(row)?,
-                    metric: row.try_get("metric")?,
-                    hour: row.try_get("hour")?,
-                    count: row.try_get("count")?,
-                    histogram: row.try_get("histogram")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let res = sqlx::query("DELETE FROM rollups WHERE hour < $1")
-            .bind(cutoff)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(|e| self.fail(e))?;
-        Ok(res.rows_affected())
-    }
-
     async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         let (table, cond) = (what.table(), what.condition().replace("{c}", "$1"));
         // `ctid = ANY(ARRAY(…))` is a TID scan: only the chosen rows are touched.
@@ -593,567 +541,5 @@ impl Store for PgStore {
             .await
             .map_err(|e| self.fail(e))?;
         Ok(res.rows_affected())
-    }
-
-    async fn save_breaker(&self, r: &BreakerRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO breaker_state (provider, model, route, region, state, since, detail) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT (region, provider, model, route) \
-             DO UPDATE SET state = EXCLUDED.state, since = EXCLUDED.since, detail = EXCLUDED.detail",
-        )
-        .bind(&r.target.provider)
-        .bind(&r.target.model)
-        .bind(r.target.route_label())
-        .bind(&r.target.region)
-        .bind(r.state.as_str())
-        .bind(r.since)
-        .bind(r.detail.to_string())
-        .execute(&mut *self.conn().await?)
-        .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
-    }
-
-    async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new(
-            "SELECT provider, model, route, region, state, since, detail::text AS detail FROM breaker_state",
-        );
-        if let Some(region) = region {
-            qb.push(" WHERE region = ").push_bind(region.to_owned());
-        }
-        qb.push(" ORDER BY region, provider, model, route");
-        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
-        rows.iter()
-            .map(|row| {
-                Ok(BreakerRecord {
-                    target: target_of(row)?,
-                    state: super::rows::breaker_state(row, "state")?,
-                    since: row.try_get("since")?,
-                    detail: json_of(row, "detail")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn append_transition(&self, t: &BreakerTransition) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO breaker_transitions (provider, model, route, region, from_state, to_state, at, reason) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&t.target.provider)
-        .bind(&t.target.model)
-        .bind(t.target.route_label())
-        .bind(&t.target.region)
-        .bind(t.from_state.as_str())
-        .bind(t.to_state.as_str())
-        .bind(t.at)
-        .bind(clean(&t.reason))
-        .execute(&mut *self.conn().await?)
-        .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
-    }
-
-    async fn transitions(
-        &self,
-        region: &str,
-        target: Option<&Target>,
-        limit: i64,
-    ) -> Result<Vec<BreakerTransition>, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new(
-            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
-             WHERE region = ",
-        );
-        qb.push_bind(region.to_owned());
-        if let Some(t) = target {
-            qb.push(" AND provider = ").push_bind(t.provider.clone());
-            qb.push(" AND model = ").push_bind(t.model.clone());
-            qb.push(" AND route = ").push_bind(t.route_label().to_owned());
-        }
-        qb.push(" ORDER BY at DESC, id DESC LIMIT ").push_bind(limit.max(0));
-        let rows = qb.build().fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))?;
-        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
-        for i in items {
-            sqlx::query(
-                "INSERT INTO alert_outbox (id, channel, kind, dedup_key, payload, created_at, next_attempt_at, \
-                 attempts, last_error, region) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(i.id)
-            .bind(&i.channel)
-            .bind(&i.kind)
-            .bind(&i.dedup_key)
-            .bind(i.payload.to_string())
-            .bind(i.created_at)
-            .bind(i.next_attempt_at)
-            .bind(i.attempts)
-            .bind(i.last_error.as_deref().map(clean))
-            .bind(&i.region)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.fail(e))?;
-        }
-        tx.commit().await.map_err(|e| self.fail(e))
-    }
-
-    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, region, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, \
-             attempts, last_error FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL \
-             AND next_attempt_at <= $1 AND ($3::text IS NULL OR region = $3) ORDER BY created_at, id LIMIT $2",
-        )
-        .bind(now)
-        .bind(limit.max(0))
-        .bind(region)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
-        sqlx::query("UPDATE alert_outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1")
-            .bind(id)
-            .bind(at)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn mark_retry(&self, id: Uuid, next_attempt_at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1",
-        )
-        .bind(id)
-        .bind(next_attempt_at)
-        .bind(clean(error))
-        .execute(&mut *self.conn().await?)
-        .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
-    }
-
-    async fn mark_abandoned(&self, id: Uuid, at: DateTime<Utc>, error: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE alert_outbox SET attempts = attempts + 1, abandoned_at = $2, last_error = $3 WHERE id = $1")
-            .bind(id)
-            .bind(at)
-            .bind(clean(error))
-            .execute(&mut *self.conn().await?)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn outbox_depth(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar("SELECT count(*) FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
-            .fetch_one(&mut *self.conn().await?)
-            .await
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO alert_state (region, state, updated_at) VALUES ($1, $2::jsonb, now()) \
-             ON CONFLICT (region) DO UPDATE SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
-        )
-        .bind(region)
-        .bind(state.to_string())
-        .execute(&mut *self.conn().await?)
-        .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
-    }
-
-    async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let text: Option<String> = sqlx::query_scalar("SELECT state::text FROM alert_state WHERE region = $1")
-            .bind(region)
-            .fetch_optional(&mut *self.conn().await?)
-            .await
-            .map_err(|e| self.fail(e))?;
-        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
-            .transpose()
-    }
-
-    async fn insert_balance(&self, r: &BalanceReading) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO credit_balances (provider, region, at, remaining_usd) VALUES ($1, $2, $3, $4)")
-            .bind(&r.provider)
-            .bind(&r.region)
-            .bind(r.at)
-            .bind(r.remaining_usd)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn balances(&self, provider: &str, since: DateTime<Utc>) -> Result<Vec<BalanceReading>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT provider, region, at, remaining_usd FROM credit_balances WHERE provider = $1 AND at >= $2 \
-             ORDER BY at, id",
-        )
-        .bind(provider)
-        .bind(since)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter()
-            .map(|row| {
-                Ok(BalanceReading {
-                    provider: row.try_get("provider")?,
-                    region: row.try_get("region")?,
-                    at: row.try_get("at")?,
-                    remaining_usd: row.try_get("remaining_usd")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| self.fail(e))
-    }
-
-    async fn transitions_between(
-        &self,
-        region: Option<&str>,
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<Vec<BreakerTransition>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT provider, model, route, region, from_state, to_state, at, reason FROM breaker_transitions \
-             WHERE at >= $1 AND at < $2 AND ($3::text IS NULL OR region = $3) ORDER BY at, id",
-        )
-        .bind(since)
-        .bind(until)
-        .bind(region)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(transition_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn outbox_between(
-        &self,
-        region: Option<&str>,
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<Vec<OutboxItem>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, region, channel, kind, dedup_key, payload::text AS payload, created_at, next_attempt_at, \
-             attempts, last_error FROM alert_outbox WHERE created_at >= $1 AND created_at < $2 \
-             AND ($3::text IS NULL OR region = $3) ORDER BY created_at, id",
-        )
-        .bind(since)
-        .bind(until)
-        .bind(region)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(outbox_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-    async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
-        for r in rows {
-            sqlx::query(
-                "INSERT INTO target_status (region, provider, model, route, state, over_latency, breaker, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (region, provider, model, route) DO UPDATE SET \
-                 state = excluded.state, over_latency = excluded.over_latency, breaker = excluded.breaker, \
-                 updated_at = excluded.updated_at",
-            )
-            .bind(&r.target.region)
-            .bind(&r.target.provider)
-            .bind(&r.target.model)
-            .bind(r.target.route_label())
-            .bind(r.state.as_str())
-            .bind(r.over_latency)
-            .bind(r.breaker.as_str())
-            .bind(r.updated_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)
-    }
-
-    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT region, provider, model, route, state, over_latency, breaker, updated_at FROM target_status \
-             WHERE updated_at >= $1 ORDER BY region, provider, model, route",
-        )
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_sqlx)?;
-        rows.iter().map(target_status_of).collect::<Result<_, sqlx::Error>>().map_err(map_sqlx)
-    }
-
-    async fn claim_incident(
-        &self,
-        incident: &str,
-        region: &str,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<String, StoreError> {
-        // One statement: insert when absent, take over when expired, renew when ours.
-        let owner: Option<String> = sqlx::query_scalar(
-            "INSERT INTO incident_lease (incident, owner, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (incident) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
-             WHERE incident_lease.owner = excluded.owner OR incident_lease.expires_at < $4 RETURNING owner",
-        )
-        .bind(incident)
-        .bind(region)
-        .bind(expires_at)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_sqlx)?;
-        match owner {
-            Some(o) => Ok(o),
-            None => sqlx::query_scalar("SELECT owner FROM incident_lease WHERE incident = $1")
-                .bind(incident)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(map_sqlx),
-        }
-    }
-
-    async fn release_incident(&self, incident: &str, region: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM incident_lease WHERE incident = $1 AND owner = $2")
-            .bind(incident)
-            .bind(region)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(map_sqlx)
-    }
-
-    async fn record_sighting(
-        &self,
-        incident: &str,
-        region: &str,
-        firing: bool,
-        at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO incident_sightings (incident, region, firing, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (incident, region) DO UPDATE SET firing = excluded.firing, updated_at = excluded.updated_at",
-        )
-        .bind(incident)
-        .bind(region)
-        .bind(firing)
-        .bind(at)
-        .execute(&self.pool)
-        .await
-        .map(|_| ())
-        .map_err(map_sqlx)
-    }
-
-    async fn sightings(&self, incident: &str) -> Result<Vec<Sighting>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT region, firing, updated_at FROM incident_sightings WHERE incident = $1 ORDER BY region",
-        )
-        .bind(incident)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|row| {
-                Ok(Sighting {
-                    region: row.try_get("region")?,
-                    firing: row.try_get("firing")?,
-                    updated_at: row.try_get("updated_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_sqlx)
-    }
-
-    async fn close_incident(&self, incident: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
-        for table in ["incident_sightings", "incident_lease"] {
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE incident = $1")))
-                .bind(incident)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)
-    }
-
-    async fn upsert_provider_incidents(
-        &self,
-        items: &[crate::provider_status::ProviderIncident],
-    ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
-        for i in items {
-            let components = serde_json::to_string(&i.components).unwrap_or_else(|_| "[]".into());
-            sqlx::query(
-                "INSERT INTO provider_incidents (provider, incident_id, name, status, impact, created_at, updated_at, \
-                 resolved_at, components, shortlink) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-                 ON CONFLICT (provider, incident_id) DO UPDATE SET name = excluded.name, status = excluded.status, \
-                 impact = excluded.impact, updated_at = excluded.updated_at, \
-                 resolved_at = COALESCE(provider_incidents.resolved_at, excluded.resolved_at), \
-                 components = excluded.components, shortlink = excluded.shortlink",
-            )
-            .bind(&i.provider)
-            .bind(&i.id)
-            .bind(&i.name)
-            .bind(&i.status)
-            .bind(&i.impact)
-            .bind(i.created_at)
-            .bind(i.updated_at)
-            .bind(i.resolved_at)
-            .bind(components)
-            .bind(&i.shortlink)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.fail(e))?;
-        }
-        tx.commit().await.map_err(|e| self.fail(e))
-    }
-
-    async fn provider_incidents_between(
-        &self,
-        provider: Option<&str>,
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<Vec<crate::provider_status::ProviderIncident>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT provider, incident_id, name, status, impact, created_at, updated_at, resolved_at, components, \
-             shortlink FROM provider_incidents WHERE created_at >= $1 AND created_at < $2 AND ($3::text IS NULL OR provider = $3) \
-             ORDER BY created_at, provider, incident_id",
-        )
-        .bind(since)
-        .bind(until)
-        .bind(provider)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(incident_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn upsert_provider_components(
-        &self,
-        items: &[crate::provider_status::ProviderComponent],
-    ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
-        for c in items {
-            sqlx::query(
-                "INSERT INTO provider_components (provider, component_id, name, status, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (provider, component_id) DO UPDATE SET name = excluded.name, \
-                 status = excluded.status, updated_at = excluded.updated_at",
-            )
-            .bind(&c.provider)
-            .bind(&c.id)
-            .bind(&c.name)
-            .bind(&c.status)
-            .bind(c.updated_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.fail(e))?;
-        }
-        tx.commit().await.map_err(|e| self.fail(e))
-    }
-
-    async fn provider_components(
-        &self,
-        provider: &str,
-    ) -> Result<Vec<crate::provider_status::ProviderComponent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT provider, component_id, name, status, updated_at FROM provider_components \
-             WHERE provider = $1 ORDER BY name, component_id",
-        )
-        .bind(provider)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(component_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn insert_canary_runs(&self, runs: &[crate::canary::CanaryRun]) -> Result<u64, StoreError> {
-        if runs.is_empty() {
-            return Ok(0);
-        }
-        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
-        let mut inserted = 0;
-        // 35 binds a row: well under PostgreSQL's 65,535 parameters per statement.
-        for chunk in runs.chunks(1_000) {
-            let mut qb = QueryBuilder::<Postgres>::new(format!("INSERT INTO canary_runs ({CANARY_COLUMNS}) "));
-            qb.push_values(chunk, |mut b, r| {
-                let s = &r.sample;
-                b.push_bind(r.sample.id)
-                    .push_bind(s.target.provider.clone())
-                    .push_bind(s.target.model.clone())
-                    .push_bind(s.target.route_label().to_owned())
-                    .push_bind(s.target.region.clone())
-                    .push_bind(s.scheduled_at)
-                    .push_bind(s.started_at)
-                    .push_bind(s.dns_ms)
-                    .push_bind(s.connect_ms)
-                    .push_bind(s.tls_ms)
-                    .push_bind(s.ttfb_ms)
-                    .push_bind(s.ttft_ms)
-                    .push_bind(s.ttfr_ms)
-                    .push_bind(s.total_ms)
-                    .push_bind(s.input_tokens.map(i64::from))
-                    .push_bind(s.output_tokens.map(i64::from))
-                    .push_bind(s.tokens_per_s)
-                    .push_bind(s.status.map(i32::from))
-                    .push_bind(s.outcome.as_str())
-                    .push_bind(s.error.clone())
-                    .push_bind(s.request_id.clone())
-                    .push_bind(s.adherence_ok)
-                    .push_bind(s.cost_usd)
-                    .push_bind(s.retry_after_s)
-                    .push_bind(s.proxy_ms)
-                    .push_bind(i32::try_from(r.prompt_version).unwrap_or(i32::MAX))
-                    .push_bind(i32::try_from(r.correct).unwrap_or(i32::MAX))
-                    .push_bind(i32::try_from(r.total).unwrap_or(i32::MAX))
-                    .push_bind(r.answers_fingerprint.clone())
-                    .push_bind(serde_json::to_string(&r.answers).unwrap_or_else(|_| "[]".into()))
-                    .push_bind(r.identity.model.clone())
-                    .push_bind(r.identity.system_fingerprint.clone())
-                    .push_bind(r.identity.upstream.clone())
-                    .push_bind(r.logprobs.map(|l| i64::from(l.tokens)))
-                    .push_bind(r.logprobs.map(|l| l.sum));
-            });
-            qb.push(" ON CONFLICT (id) DO NOTHING");
-            inserted += qb.build().execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
-        }
-        tx.commit().await.map_err(|e| self.fail(e))?;
-        Ok(inserted)
-    }
-
-    async fn canary_runs(
-        &self,
-        region: Option<&str>,
-        since: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<crate::canary::CanaryRun>, StoreError> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT * FROM (SELECT {CANARY_COLUMNS} FROM canary_runs WHERE started_at >= $1 \
-             AND ($2::text IS NULL OR region = $2) ORDER BY started_at DESC, id DESC LIMIT $3) AS newest \
-             ORDER BY started_at, id"
-        )))
-        .bind(since)
-        .bind(region)
-        .bind(limit.max(0))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(|e| self.fail(e))?;
-        rows.iter().map(canary_of).collect::<Result<_, _>>().map_err(|e| self.fail(e))
-    }
-
-    async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM canary_runs WHERE started_at < $1")
-            .bind(cutoff)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(|e| self.fail(e))?
-            .rows_affected();
-        Ok(n)
     }
 }

@@ -33,6 +33,7 @@ store_support::on_both_stores!(
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
     the_retention_job_removes_what_its_policy_expires_from_every_table,
     canary_runs_round_trip_newest_last_by_region_and_purge,
+    an_unknown_stored_breaker_state_is_an_error_naming_it,
 );
 
 async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
@@ -59,6 +60,28 @@ async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture)
     assert_eq!(all.len(), 3);
     assert_eq!(all.iter().find(|r| r.target.region == "us"), Some(&healed));
     assert_eq!(all.iter().find(|r| r.target.region == "ap").map(|r| r.state), Some(TargetHealth::Flapping));
+}
+
+async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {
+    let now = micros(Utc::now());
+    let t = target("openrouter", "m", None, "eu");
+    let status = TargetStatus {
+        target: t.clone(),
+        state: TargetHealth::Ok,
+        over_latency: false,
+        breaker: State::Closed,
+        updated_at: now,
+    };
+    fx.store.publish_target_status(&[status]).await.expect("publish");
+    let record = BreakerRecord { target: t, state: State::Open, since: now, detail: serde_json::json!({}) };
+    fx.store.save_breaker(&record).await.expect("save");
+    // A newer vigil (or a hand edit) stored a state this one does not know: never read as closed.
+    fx.exec("UPDATE target_status SET breaker = 'ajar'").await;
+    fx.exec("UPDATE breaker_state SET state = 'ajar'").await;
+    let err = fx.store.target_statuses(now - Duration::hours(1)).await.expect_err("unknown state");
+    assert!(err.to_string().contains("\"ajar\""), "{err}");
+    let err = fx.store.load_breakers(None).await.expect_err("unknown state");
+    assert!(err.to_string().contains("\"ajar\""), "{err}");
 }
 
 async fn an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired(fx: Fixture) {
