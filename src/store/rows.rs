@@ -1,7 +1,9 @@
 //! Row decoding shared by both backends. Column names and meanings are the same everywhere; a
 //! backend only says how it reads the column kinds it stores differently (ids, times).
 
-use super::{BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, TargetHealth, TargetStatus};
+use super::{
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, TargetHealth, TargetStatus,
+};
 use crate::breaker::State;
 use crate::canary::{CanaryRun, Logprobs, ModelIdentity};
 use crate::provider_status::{ProviderComponent, ProviderIncident};

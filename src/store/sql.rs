@@ -30,6 +30,7 @@ const CANARY_VALUES: usize = 35;
 /// Canary runs per multi-row INSERT: 17,500 values stays under SQLite's 32,766 and
 /// PostgreSQL's 65,535 parameters per statement.
 pub(crate) const CANARY_CHUNK: usize = 500;
+const _: () = assert!(CANARY_CHUNK * CANARY_VALUES < 32_766);
 
 /// The columns of `alert_outbox` an [`OutboxItem`] is read from (JSON read back as text).
 const OUTBOX_COLUMNS: &str = "id, region, channel, kind, dedup_key, CAST(payload AS TEXT) AS payload, created_at, \
@@ -631,12 +632,7 @@ mod tests {
     fn built_filters_number_their_placeholders_in_order() {
         let q = SampleQuery {
             region: Some("eu".into()),
-            target: Some(Target {
-                provider: "p".into(),
-                model: "m".into(),
-                route: None,
-                region: "eu".into(),
-            }),
+            target: Some(Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }),
             since: Some(Utc::now()),
             until: Some(Utc::now()),
             limit: Some(5),
@@ -652,13 +648,9 @@ mod tests {
     #[test]
     fn multi_row_inserts_bind_every_value_once() {
         let st = multi_row_insert("t", "a, b", 3, 2, vec![Arg::Int(None); 6]);
-        assert_eq!(
-            st.sql,
-            "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6) ON CONFLICT (id) DO NOTHING"
-        );
+        assert_eq!(st.sql, "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6) ON CONFLICT (id) DO NOTHING");
         assert_eq!(SAMPLE_COLUMNS.split(',').count(), SAMPLE_VALUES);
         assert_eq!(CANARY_COLUMNS.split(',').count(), CANARY_VALUES);
-        assert!(CANARY_CHUNK * CANARY_VALUES < 32_766);
     }
 
     #[test]

@@ -184,7 +184,6 @@ async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<St
     }
 }
 
-
 /// A shared statement with its values bound as SQLite stores them (times as fixed-width
 /// text, ids as hyphenated text, JSON as text).
 ///
