@@ -32,6 +32,7 @@ pub mod demo;
 pub mod demo;
 pub mod export;
 pub mod http;
+pub mod markup;
 pub mod metrics;
 pub mod model_lists;
 pub mod monitor;

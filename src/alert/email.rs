@@ -11,11 +11,13 @@
 use super::notifier::{DeliveryError, Notifier, NotifierError};
 use super::{alert_line, Notification};
 use crate::config::EmailConfig;
+use crate::markup::Text;
 use async_trait::async_trait;
 use lettre::message::{header::ContentType, Mailbox, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use maud::{html, DOCTYPE};
 use secrecy::ExposeSecret;
 use std::time::Duration;
 use url::Url;
@@ -136,34 +138,39 @@ impl EmailNotifier {
     }
 }
 
-/// Escapes text for HTML element content and attribute values.
-pub fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
 /// The HTML part: title, one table row per alert, status link.
 pub fn html(n: &Notification) -> String {
-    let mut rows = String::new();
-    for a in &n.alerts {
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            a.severity.as_str(),
-            a.kind.as_str(),
-            html_escape(&a.subject()),
-            html_escape(&a.summary),
-            html_escape(&a.scope.describe()),
-            a.since.format("%Y-%m-%d %H:%M UTC"),
-        ));
-    }
-    let link = n
-        .status_url
-        .as_ref()
-        .map(|u| format!("<p><a href=\"{}\">vigil status page</a></p>", html_escape(u)))
-        .unwrap_or_default();
-    format!(
-        "<!DOCTYPE html><html><body><h2>{}</h2>\n<table border=\"1\" cellpadding=\"4\" cellspacing=\"0\">\n<tr><th>severity</th><th>kind</th><th>subject</th><th>summary</th><th>scope</th><th>since</th></tr>\n{rows}</table>{link}</body></html>",
-        html_escape(&n.title())
-    )
+    let title = n.title();
+    let page = html! {
+        (DOCTYPE)
+        html {
+            body {
+                h2 { (Text(&title)) } "\n"
+                table border="1" cellpadding="4" cellspacing="0" {
+                    "\n"
+                    tr {
+                        th { "severity" } th { "kind" } th { "subject" } th { "summary" } th { "scope" } th { "since" }
+                    }
+                    "\n"
+                    @for a in &n.alerts {
+                        tr {
+                            td { (a.severity.as_str()) }
+                            td { code { (a.kind.as_str()) } }
+                            td { (Text(&a.subject())) }
+                            td { (Text(&a.summary)) }
+                            td { (Text(&a.scope.describe())) }
+                            td { (a.since.format("%Y-%m-%d %H:%M UTC").to_string()) }
+                        }
+                        "\n"
+                    }
+                }
+                @if let Some(u) = &n.status_url {
+                    p { a href=(Text(u)) { "vigil status page" } }
+                }
+            }
+        }
+    };
+    page.into_string()
 }
 
 /// The plain-text part.

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod canary;
 pub mod server;
+mod status_html;
 pub mod status_page;
 pub mod trend;
 

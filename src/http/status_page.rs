@@ -4,11 +4,12 @@
 //! Server-rendered HTML with inline CSS and inline SVG only (no script, no external asset), so
 //! it works offline and on a phone. The handler gathers [`StatusData`] from the published
 //! snapshot (this region, and the other regions' latest samples the pipeline read from shared
-//! storage), the trend cache and the stored balance readings; [`render`] is a pure function of it.
+//! storage), the trend cache and the stored balance readings; [`render`] (the markup, in
+//! `status_html`) is a pure function of it.
 
 use super::trend::{Series, TrendCache, Trends};
 use super::HttpState;
-use crate::baseline::{exceeds_failover, failover_threshold, Baseline, LatencyP95};
+use crate::baseline::{exceeds_failover, Baseline, LatencyP95};
 use crate::breaker::{Explanation, State as BreakerState};
 use crate::config::Config;
 use crate::monitor::Snapshot;
@@ -18,18 +19,15 @@ use crate::target::Target;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use chrono::{DateTime, Duration, DurationRound, Utc};
+use chrono::{DateTime, Duration, Utc};
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::sync::Arc;
+
+pub use super::status_html::render;
 
 /// Bounds of the automatic reload period (it follows the probe interval in between).
 const REFRESH_MIN_S: u64 = 10;
 const REFRESH_MAX_S: u64 = 60;
-/// Sparkline drawing area, in SVG user units.
-const SPARK_W: f64 = 168.0;
-const SPARK_H: f64 = 32.0;
-const SPARK_PAD: f64 = 3.0;
 
 /// What the page needs from the config, the store and the trend cache.
 pub struct StatusPage {
@@ -275,12 +273,6 @@ impl Health {
     }
 }
 
-/// One metric's cell over its failover threshold (the single-metric case of
-/// [`exceeds_failover`]).
-fn over(value: Option<f64>, base: Option<Baseline>, factor: f64) -> bool {
-    matches!((value, base.and_then(|b| b.p95)), (Some(v), Some(p95)) if v > failover_threshold(p95, factor))
-}
-
 impl Cell {
     /// The state shown: the breaker first, then the latest probe against the baseline.
     pub fn health(&self, factor: f64) -> Health {
@@ -324,501 +316,9 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
-/// Escapes text for HTML content and quoted attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn ms(v: f64) -> String {
-    if v >= 10_000.0 {
-        format!("{:.1} s", v / 1000.0)
-    } else {
-        format!("{v:.0} ms")
-    }
-}
-
-fn stamp(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
-}
-
-fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    let s = (now - t).num_seconds().max(0);
-    match s {
-        0..=119 => format!("{s} s ago"),
-        120..=7199 => format!("{} min ago", s / 60),
-        7200..=172_799 => format!("{} h ago", s / 3600),
-        _ => format!("{} days ago", s / 86_400),
-    }
-}
-
-/// "P95 312 ms", or "P95 — (42 samples, need 300)" while the baseline is too young.
-fn baseline_text(b: &Baseline, min_samples: u64) -> String {
-    match b.p95 {
-        Some(p95) => format!("P95 {}", ms(p95)),
-        None => format!("P95 — ({} samples, need {min_samples})", b.count),
-    }
-}
-
-/// The sparkline's polyline runs (consecutive hours; a missing hour breaks the line), in SVG
-/// coordinates: x by hour across the window starting at `start`, y scaled between the lowest
-/// (bottom) and highest (top) value.
-pub fn spark_points(points: &[(DateTime<Utc>, f64)], start: DateTime<Utc>, hours: i64) -> Vec<Vec<(f64, f64)>> {
-    let inside: Vec<(i64, f64)> = points
-        .iter()
-        .map(|(t, v)| ((*t - start).num_hours(), *v))
-        .filter(|(h, v)| (0..hours).contains(h) && v.is_finite())
-        .collect();
-    let (lo, hi) = inside.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, v)| (lo.min(*v), hi.max(*v)));
-    let step = SPARK_W / (hours.max(2) - 1) as f64;
-    let y = |v: f64| {
-        if hi > lo {
-            SPARK_PAD + (hi - v) / (hi - lo) * (SPARK_H - 2.0 * SPARK_PAD)
-        } else {
-            SPARK_H / 2.0
-        }
-    };
-    let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
-    let mut previous: Option<i64> = None;
-    for (h, v) in inside {
-        if previous != Some(h - 1) {
-            runs.push(Vec::new());
-        }
-        if let Some(run) = runs.last_mut() {
-            run.push((h as f64 * step, y(v)));
-        }
-        previous = Some(h);
-    }
-    runs
-}
-
-fn sparkline(trend: &[(DateTime<Utc>, f64)], now: DateTime<Utc>, hours: i64) -> String {
-    let start = now.duration_trunc(Duration::hours(1)).unwrap_or(now) - Duration::hours(hours - 1);
-    let runs = spark_points(trend, start, hours);
-    let Some(&(lx, ly)) = runs.last().and_then(|r| r.last()) else {
-        return r#"<span class="muted">no hourly data yet</span>"#.into();
-    };
-    let values: Vec<f64> = trend.iter().filter(|(t, _)| *t >= start).map(|(_, v)| *v).collect();
-    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let latest = values.last().copied().unwrap_or(lo);
-    let label = format!(
-        "TTFT P50 by hour, last {hours} h: {} hours with data, lowest {}, highest {}, latest {}",
-        values.len(),
-        ms(lo),
-        ms(hi),
-        ms(latest)
-    );
-    let mut svg = format!(
-        r#"<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{l}"><title>{l}</title>"#,
-        w = SPARK_W,
-        h = SPARK_H,
-        l = esc(&label)
-    );
-    for run in runs.iter().filter(|r| r.len() > 1) {
-        let pts: Vec<String> = run.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-        let _ = write!(svg, r#"<polyline points="{}"/>"#, pts.join(" "));
-    }
-    let _ = write!(svg, r#"<circle cx="{lx:.1}" cy="{ly:.1}" r="2.5"/></svg>"#);
-    let _ = write!(svg, r#"<span class="spark-range">{} – {}, now {}</span>"#, ms(lo), ms(hi), ms(latest));
-    svg
-}
-
-fn target_label(row: &Row) -> String {
-    let mut s = format!(r#"<span class="provider">{}</span>"#, esc(&row.provider));
-    if !row.model.is_empty() {
-        let _ = write!(s, r#"<span class="model">{}</span>"#, esc(&row.model));
-    }
-    if let Some(route) = &row.route {
-        let _ = write!(s, r#"<span class="route">via {}</span>"#, esc(route));
-    }
-    s
-}
-
-fn metric_line(name: &str, value: Option<f64>, base: Option<Baseline>, min_samples: u64, factor: f64) -> String {
-    let shown = value.map_or_else(|| "—".to_string(), ms);
-    let class = if over(value, base, factor) { " over" } else { "" };
-    let mut s = format!(r#"<div class="m"><span class="k">{name}</span> <b class="v{class}">{shown}</b>"#);
-    if let Some(b) = base.filter(|b| b.count > 0 || value.is_some()) {
-        let _ = write!(s, r#" <span class="base">{}</span>"#, esc(&baseline_text(&b, min_samples)));
-    }
-    s.push_str("</div>");
-    s
-}
-
-fn breaker_line(b: &Explanation, now: DateTime<Utc>) -> String {
-    let mut text = format!("breaker {}", b.state.as_str());
-    if b.state != BreakerState::Closed || b.reason.is_some() {
-        let _ = write!(text, " since {}", ago(b.since, now));
-    }
-    if let Some(next) = b.next_half_open.filter(|_| b.state == BreakerState::Open) {
-        let _ = write!(text, "; trial probe at {}", next.format("%H:%M:%S UTC"));
-    }
-    let title = b.reason.as_deref().unwrap_or("never tripped");
-    format!(r#"<div class="brk brk-{}" title="{}">{}</div>"#, b.state.as_str(), esc(title), esc(&text))
-}
-
-fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> String {
-    let health = cell.health(data.failover_factor);
-    let mut s = format!(r#"<span class="pill {c}">{c}</span>"#, c = health.as_str());
-    if cell.flapping {
-        s.push_str(r#" <span class="pill half_open" title="its state changes too often: changes are not paged until it settles">flapping</span>"#);
-    }
-    if let Some(p) = &cell.probe {
-        s.push_str(&probe_line(p));
-    }
-    match &cell.last {
-        None => s.push_str(r#" <span class="muted">no probe yet</span>"#),
-        Some(last) => {
-            let _ = write!(s, r#" <span class="age" title="{}">{}</span>"#, stamp(last.at), ago(last.at, now));
-            let f = data.failover_factor;
-            s.push_str(&metric_line("TTFT", last.ttft_ms, cell.ttft, data.min_samples, f));
-            s.push_str(&metric_line("TTFB", last.ttfb_ms, cell.ttfb, data.min_samples, f));
-            if last.outcome.is_failure() {
-                let mut why = last.outcome.as_str().to_string();
-                if let Some(code) = last.status {
-                    let _ = write!(why, " {code}");
-                }
-                if let Some(e) = &last.error {
-                    let short: String = e.chars().take(120).collect();
-                    let _ = write!(why, ": {short}");
-                }
-                let _ = write!(s, r#"<div class="err">{}</div>"#, esc(&why));
-            }
-        }
-    }
-    if let Some(b) = &cell.breaker {
-        s.push_str(&breaker_line(b, now));
-    }
-    s
-}
-
-const STYLE: &str = r#"
-:root{--bg:#f6f8fa;--fg:#1f2328;--card:#fff;--line:#d0d7de;--muted:#656d76;
---ok:#1a7f37;--degraded:#9a6700;--half:#8250df;--down:#cf222e;--wait:#6e7781}
-@media (prefers-color-scheme:dark){:root{--bg:#0d1117;--fg:#e6edf3;--card:#161b22;--line:#30363d;--muted:#8d96a0;
---ok:#3fb950;--degraded:#d29922;--half:#a371f7;--down:#f85149;--wait:#8d96a0}}
-*{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
-header,main,footer{padding:12px 16px;max-width:1600px;margin:0 auto}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:16px 0 8px}
-.muted,.meta,.age,.base,.spark-range{color:var(--muted)}
-.meta{margin:4px 0;font-size:13px}
-.summary .pill{margin-right:4px}
-.pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;background:var(--wait)}
-.pill.ok{background:var(--ok)}.pill.degraded{background:var(--degraded)}.pill.half_open{background:var(--half)}
-.pill.down{background:var(--down)}.pill.waiting{background:var(--wait)}
-.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
-table{border-collapse:collapse;background:var(--card);border:1px solid var(--line);width:100%}
-table.credits{width:auto;min-width:min(100%,480px)}
-th,td{border-bottom:1px solid var(--line);padding:8px 10px;text-align:left;vertical-align:top}
-thead th{font-size:12px;text-transform:uppercase;letter-spacing:.03em;color:var(--muted);white-space:nowrap}
-th.target{font-weight:400;min-width:200px}
-.provider{font-weight:600;display:block}.model{display:block;word-break:break-all}.route{display:block;color:var(--muted)}
-td.cell{min-width:190px;border-left:4px solid var(--wait)}
-td.ok{border-left-color:var(--ok)}td.degraded{border-left-color:var(--degraded)}td.half_open{border-left-color:var(--half)}
-td.down{border-left-color:var(--down)}
-.m{white-space:nowrap}.k{display:inline-block;width:3.2em;color:var(--muted)}.v.over{color:var(--down)}
-.brk{font-size:12px;color:var(--muted)}.brk-open{color:var(--down);font-weight:600}.brk-half_open{color:var(--half);font-weight:600}
-.err{font-size:12px;color:var(--down);max-width:320px;overflow-wrap:anywhere}
-svg.spark{display:block;max-width:100%;height:auto;overflow:visible}
-svg.spark polyline{fill:none;stroke:var(--half);stroke-width:1.5;stroke-linejoin:round}
-svg.spark circle{fill:var(--half)}
-.spark-range{font-size:12px;white-space:nowrap}
-tr.low td,tr.low th{background:rgba(207,34,46,.08)}tr.low .usd{color:var(--down);font-weight:700}
-.usd{font-variant-numeric:tabular-nums}
-td.none{color:var(--muted)}
-footer{font-size:12px;color:var(--muted)}footer a{color:inherit}
-@media (max-width:700px){
-header,main,footer{padding:8px}
-table.grid,table.grid tbody,table.grid tr,table.grid th,table.grid td{display:block;width:100%}
-table.grid{border:0;background:none}
-table.grid thead{display:none}
-table.grid tr{background:var(--card);border:1px solid var(--line);border-radius:8px;margin:0 0 12px;overflow:hidden}
-table.grid th.target{border-bottom:1px solid var(--line);min-width:0}
-table.grid td{border-bottom:1px solid var(--line);min-width:0}
-table.grid td::before{content:attr(data-label);display:block;font-size:11px;text-transform:uppercase;letter-spacing:.03em;color:var(--muted)}
-table.grid td.none{display:none}
-table.grid tr.degraded{border-color:var(--degraded)}table.grid tr.half_open{border-color:var(--half)}
-table.grid tr.down{border-color:var(--down)}
-.m{white-space:normal}
-}
-"#;
-
-/// The credit table: the latest reading against `balance.min_usd`, highlighted below it.
-/// The day's probe spend against `probe.daily_budget_usd`, and how many targets the plan stretched.
-fn probe_plan_html(plan: &crate::adaptive::ProbePlan) -> String {
-    use crate::adaptive::Mode;
-    let count = |m: Mode| plan.targets.iter().filter(|t| t.mode == m).count();
-    let (stretched, fast) = (count(Mode::Stretched), count(Mode::Incident));
-    format!(
-        r#"<p class="muted plan">Probe spend today ${:.4}, projected ${:.4} of the ${:.2} daily budget{}{}{}</p>"#,
-        plan.spent_usd,
-        plan.projected_usd,
-        plan.budget_usd,
-        if plan.over_budget { r#" <span class="pill down">over budget even at probe.max_interval</span>"# } else { "" },
-        if stretched > 0 {
-            format!(" · {stretched} target(s) probed less often to stay under it")
-        } else {
-            String::new()
-        },
-        if fast > 0 {
-            format!(" · {fast} target(s) in trouble probed at the incident interval")
-        } else {
-            String::new()
-        },
-    )
-}
-
-/// How often a target is probed, when the plan changed it from the base interval.
-fn probe_line(p: &crate::adaptive::TargetPlan) -> String {
-    use crate::adaptive::Mode;
-    let every = humantime::format_duration(std::time::Duration::from_secs(p.every.as_secs().max(1)));
-    match p.mode {
-        Mode::Base | Mode::Unpriced => String::new(),
-        Mode::Stretched => format!(
-            r#"<div class="muted" title="stretched so the day's probe spend stays under probe.daily_budget_usd">probed every {every} (budget)</div>"#
-        ),
-        Mode::Incident => format!(
-            r#"<div class="muted" title="in trouble: probed at probe.incident_interval until it recovers">probed every {every} (in trouble)</div>"#
-        ),
-    }
-}
-
-fn credits_html(credits: &[Credit], now: DateTime<Utc>) -> String {
-    let mut out = String::new();
-    out.push_str(
-        r#"<section><h2>Credit</h2><div class="scroll"><table class="credits"><thead><tr><th scope="col">Provider</th><th scope="col">Remaining</th><th scope="col">Minimum</th><th scope="col">As of</th></tr></thead><tbody>"#,
-    );
-    for c in credits {
-        match c.reading {
-            Some((at, usd)) => {
-                let low = usd < c.min_usd;
-                let _ = write!(
-                    out,
-                    r#"<tr{}><th scope="row">{}</th><td class="usd">${usd:.2}{}</td><td class="usd">${:.2}</td><td title="{}">{}</td></tr>"#,
-                    if low { r#" class="low""# } else { "" },
-                    esc(&c.provider),
-                    if low { r#" <span class="pill down">below minimum</span>"# } else { "" },
-                    c.min_usd,
-                    stamp(at),
-                    ago(at, now)
-                );
-            }
-            None => {
-                let _ = write!(
-                    out,
-                    r#"<tr><th scope="row">{}</th><td class="muted">no reading yet</td><td class="usd">${:.2}</td><td></td></tr>"#,
-                    esc(&c.provider),
-                    c.min_usd
-                );
-            }
-        }
-    }
-    out.push_str("</tbody></table></div></section>\n");
-    out
-}
-
-/// What each provider's own status page reports: overall status, components not operational,
-/// and open incidents.
-fn providers_html(providers: &[crate::provider_status::ProviderStatus], now: DateTime<Utc>) -> String {
-    let mut out = String::new();
-    out.push_str(
-        r#"<section><h2>Providers' status pages</h2><div class="scroll"><table class="credits providers"><thead><tr><th scope="col">Provider</th><th scope="col">Reported status</th><th scope="col">Open incidents</th><th scope="col">Read</th></tr></thead><tbody>"#,
-    );
-    for p in providers {
-        let pill = match p.indicator.as_str() {
-            "none" => "ok",
-            "minor" | "maintenance" => "degraded",
-            "major" | "critical" => "down",
-            _ => "pending",
-        };
-        let mut status = if p.description.is_empty() { p.indicator.clone() } else { p.description.clone() };
-        let hurt: Vec<String> = p
-            .components
-            .iter()
-            .filter(|c| c.status != "operational")
-            .map(|c| format!("{}: {}", c.name, c.status.replace('_', " ")))
-            .collect();
-        if !hurt.is_empty() {
-            status = format!("{status} ({})", hurt.join(", "));
-        }
-        let mut incidents = String::new();
-        for i in p.incidents.iter().filter(|i| i.is_open()) {
-            let title = match &i.shortlink {
-                Some(link) if link.starts_with("https://") || link.starts_with("http://") => {
-                    format!(r#"<a href="{}">{}</a>"#, esc(link), esc(&i.name))
-                }
-                _ => esc(&i.name),
-            };
-            let _ = write!(
-                incidents,
-                r#"<div>{title} <span class="muted">· {} · {} impact · since <span title="{}">{}</span></span></div>"#,
-                esc(&i.status),
-                esc(&i.impact),
-                stamp(i.created_at),
-                ago(i.created_at, now)
-            );
-        }
-        if incidents.is_empty() {
-            incidents.push_str(r#"<span class="muted">none</span>"#);
-        }
-        let read = match (p.fetched_at, &p.last_error) {
-            (_, Some(err)) => {
-                format!(r#"<span class="pill down">unreadable</span> <span class="muted">{}</span>"#, esc(err))
-            }
-            (Some(at), None) => format!(r#"<span title="{}">{}</span>"#, stamp(at), ago(at, now)),
-            (None, None) => r#"<span class="muted">not yet</span>"#.to_string(),
-        };
-        let _ = write!(
-            out,
-            r#"<tr><th scope="row"><a href="{}">{}</a></th><td><span class="pill {pill}">{}</span> {}</td><td>{incidents}</td><td>{read}</td></tr>"#,
-            esc(&p.page_url),
-            esc(&p.provider),
-            esc(&p.indicator),
-            esc(&status),
-        );
-    }
-    out.push_str("</tbody></table></div></section>\n");
-    out
-}
-
-/// The grid: one row per target, one column per region, then this region's trend.
-fn targets_html(data: &StatusData, now: DateTime<Utc>) -> String {
-    let mut out = String::with_capacity(1024 + data.rows.len() * (1200 + 600 * data.regions.len()));
-    out.push_str(
-        r#"<section><h2>Targets</h2>
-<div class="scroll"><table class="grid">
-<thead><tr><th scope="col">Target</th>"#,
-    );
-    for (i, r) in data.regions.iter().enumerate() {
-        let note = if i == 0 { r#" <span class="muted">(this instance)</span>"# } else { "" };
-        let _ = write!(out, r#"<th scope="col">{}{note}</th>"#, esc(r));
-    }
-    let trend_label = format!("TTFT P50 · {} · {}", window_span(data.trend_hours), data.region);
-    let _ = write!(out, r#"<th scope="col">{}</th></tr></thead>{}<tbody>"#, esc(&trend_label), "\n");
-    for row in &data.rows {
-        let local = row.cells.first().and_then(Option::as_ref);
-        let class = local.map_or("", |c| c.health(data.failover_factor).as_str());
-        let _ = write!(out, r#"<tr class="{class}"><th scope="row" class="target">{}</th>"#, target_label(row));
-        for (i, region) in data.regions.iter().enumerate() {
-            match row.cells.get(i).and_then(Option::as_ref) {
-                Some(cell) => {
-                    let _ = write!(
-                        out,
-                        r#"<td class="cell {}" data-label="{}">{}</td>"#,
-                        cell.health(data.failover_factor).as_str(),
-                        esc(region),
-                        cell_html(cell, data, now)
-                    );
-                }
-                None => {
-                    let _ = write!(out, r#"<td class="none" data-label="{}">not probed here</td>"#, esc(region));
-                }
-            }
-        }
-        let _ = write!(
-            out,
-            r#"<td class="trend" data-label="{}">{}</td></tr>{}"#,
-            esc(&trend_label),
-            sparkline(&row.trend, now, data.trend_hours.max(1)),
-            "\n"
-        );
-    }
-    out.push_str("</tbody></table></div></section>\n");
-    out
-}
-
-/// "7 days", or "36 h" for a window that is not whole days.
-fn window_span(hours: i64) -> String {
-    match hours {
-        h if h % 24 == 0 => format!("{} days", h / 24),
-        h => format!("{h} h"),
-    }
-}
-
-/// The page, as a complete HTML document.
-pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
-    let mut counts: Vec<(Health, usize)> =
-        [Health::Ok, Health::Degraded, Health::HalfOpen, Health::Down, Health::Pending].map(|h| (h, 0)).to_vec();
-    for cell in data.rows.iter().filter_map(|r| r.cells.first().and_then(Option::as_ref)) {
-        let h = cell.health(data.failover_factor);
-        if let Some(c) = counts.iter_mut().find(|(x, _)| *x == h) {
-            c.1 += 1;
-        }
-    }
-    let region = esc(&data.region);
-    let mut out = String::with_capacity(8192 + data.rows.len() * (1200 + 600 * data.regions.len()));
-    let _ = write!(
-        out,
-        r#"<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="refresh" content="{refresh}">
-<meta name="color-scheme" content="light dark">
-<title>vigil · {region}</title>
-<style>{STYLE}</style></head>
-<body>
-<header><h1>vigil <span class="muted">· {region}</span></h1>
-<p class="summary">"#,
-        refresh = data.refresh_s,
-    );
-    for (h, n) in counts.iter().filter(|(h, n)| *n > 0 || *h == Health::Ok) {
-        let _ = write!(out, r#"<span class="pill {c}">{n} {c}</span>"#, c = h.as_str());
-    }
-    let _ = write!(
-        out,
-        r#"</p>
-<p class="meta">{targets} targets in {region}{others} · updated <time datetime="{iso}">{stamp}</time> · reloads every {refresh} s · degraded = TTFB or TTFT over {factor}× the P95 of the last {span}</p>
-</header>
-<main>
-"#,
-        targets = data.rows.iter().filter(|r| r.cells.first().is_some_and(Option::is_some)).count(),
-        others = match data.regions.len() {
-            0 | 1 => String::new(),
-            n => format!(" · {} other region{} sharing storage", n - 1, if n > 2 { "s" } else { "" }),
-        },
-        iso = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        stamp = stamp(now),
-        refresh = data.refresh_s,
-        factor = data.failover_factor,
-        span = window_span(data.trend_hours),
-    );
-    if let Some(plan) = &data.probe_plan {
-        out.push_str(&probe_plan_html(plan));
-    }
-    if !data.credits.is_empty() {
-        out.push_str(&credits_html(&data.credits, now));
-    }
-    if !data.providers.is_empty() {
-        out.push_str(&providers_html(&data.providers, now));
-    }
-    out.push_str(&targets_html(data, now));
-    if !data.canary.is_empty() {
-        out.push_str(&super::canary::section_html(&data.canary, now));
-    }
-    let _ = write!(
-        out,
-        r#"</main>
-<footer>vigil · region {region} · <a href="/metrics">/metrics</a> · <a href="/v1/thresholds">/v1/thresholds</a> · <a href="/v1/targets">/v1/targets</a></footer>
-</body></html>
-"#
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::status_html::{cell_html, spark_points, SPARK_H, SPARK_PAD, SPARK_W};
     use super::*;
     use chrono::TimeZone;
 
@@ -922,7 +422,10 @@ mod tests {
         assert!(html.contains("eu&lt;west&gt;") && !html.contains("eu<west>"));
         assert!(html.contains("upstream &lt;overloaded&gt;"), "provider error text is escaped");
         assert!(html.contains(r#"title="&quot;quoted&quot; &amp; &lt;b&gt;bold&lt;/b&gt;""#), "{html}");
-        assert_eq!(esc(r#"<a href="x">'&'</a>"#), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            crate::markup::escape(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
     }
 
     #[test]
@@ -1141,7 +644,7 @@ mod tests {
         assert!(d.rows[0].cells[2].as_ref().is_some_and(|c| c.breaker.is_none() && c.ttft.is_none()));
         assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.last.is_none()), "B not probed yet here");
         assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.flapping) && !a.flapping, "B flaps here, A does not");
-        let html = cell_html(d.rows[1].cells[0].as_ref().expect("B here"), &d, now());
+        let html = cell_html(d.rows[1].cells[0].as_ref().expect("B here"), &d, now()).into_string();
         assert!(html.contains(">flapping</span>"), "{html}");
 
         let mut d = d;
