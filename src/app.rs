@@ -239,7 +239,7 @@ impl App {
         let spool =
             store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
         let mut notifiers =
-            crate::alert::notifier::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
+            crate::alert::channels::build_notifiers(&config.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
                 .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
         if _demo.is_some() {
             // The demo's alerts are seen in the log without any channel configured.

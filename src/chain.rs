@@ -59,20 +59,6 @@ impl ChainMember {
     }
 }
 
-/// The chains as `check-config` prints them (they hold no secret).
-pub fn redacted(chains: &[ChainConfig]) -> serde_json::Value {
-    chains
-        .iter()
-        .map(|c| {
-            serde_json::json!({
-                "name": c.name,
-                "targets": c.members.iter().map(|m| m.spelled.clone()).collect::<Vec<_>>(),
-                "skipped": c.skipped.iter().map(|s| format!("{} ({})", s.target, s.reason)).collect::<Vec<_>>(),
-            })
-        })
-        .collect()
-}
-
 fn invalid(key: String, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, message: message.into() }
 }

@@ -499,10 +499,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::AlertTest { config, channel } => {
             let c = load(config.as_ref())?;
-            let channels = crate::alert::notifier::build_notifiers(&c.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
+            let channels = crate::alert::channels::build_notifiers(&c.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
                 .map_err(|e| anyhow::anyhow!("{}: {}", e.channel, e.message))?;
             let results =
-                crate::alert::notifier::alert_test(&channels, channel.as_deref(), &c.region, chrono::Utc::now()).await;
+                crate::alert::channels::alert_test(&channels, channel.as_deref(), &c.region, chrono::Utc::now()).await;
             if results.is_empty() {
                 let names: Vec<&str> = channels.iter().map(|n| n.name()).collect();
                 anyhow::bail!(UsageError(match channel {

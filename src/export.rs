@@ -17,7 +17,7 @@
 use crate::baseline::{failover_threshold, Baseline};
 use crate::breaker::State;
 use crate::chain::{ChainConfig, SkippedMember};
-use crate::target::Target;
+use crate::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use std::cmp::Ordering;
@@ -157,14 +157,9 @@ pub struct ProvisionalBasis {
 /// One target in the document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TargetThresholds {
-    /// Stable id `provider/model@route`.
-    pub target: String,
-    /// Provider name.
-    pub provider: String,
-    /// Model id.
-    pub model: String,
-    /// Pinned upstream host, if any.
-    pub route: Option<String>,
+    /// Which target: `target`, `provider`, `model`, `route`.
+    #[serde(flatten)]
+    pub key: TargetKey,
     /// Region measured from.
     pub region: String,
     /// Probes in the window (every outcome).
@@ -208,14 +203,9 @@ pub enum ChainStatus {
 /// One target of a chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChainEntry {
-    /// Stable id `provider/model@route`.
-    pub target: String,
-    /// Provider name.
-    pub provider: String,
-    /// Model id.
-    pub model: String,
-    /// Pinned upstream host, if any.
-    pub route: Option<String>,
+    /// Which target: `target`, `provider`, `model`, `route` (the chain's region is on [`ChainOrder`]).
+    #[serde(flatten)]
+    pub key: TargetKey,
     /// 1-based place in the configured order (routes of one member follow their `rank`).
     pub position: u32,
     /// healthy, demoted or dropped.
@@ -392,10 +382,7 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
     });
     let pct = |b: &Baseline| Percentiles { p50: b.p50, p95: b.p95, p99: b.p99 };
     let row = TargetThresholds {
-        target: t.target.id(),
-        provider: t.target.provider.clone(),
-        model: t.target.model.clone(),
-        route: t.target.route.clone(),
+        key: TargetKey::from(&t.target),
         region: t.target.region.clone(),
         samples: t.probes,
         ttfb_ms: pct(&t.ttfb),
@@ -441,10 +428,7 @@ fn demotions(j: &Judged<'_>) -> Vec<String> {
 
 fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<String>) -> ChainEntry {
     ChainEntry {
-        target: j.row.target.clone(),
-        provider: j.row.provider.clone(),
-        model: j.row.model.clone(),
-        route: j.row.route.clone(),
+        key: j.row.key.clone(),
         position,
         status,
         breaker: j.row.breaker,
@@ -544,17 +528,17 @@ impl Thresholds {
         if let Some(name) = &f.chain {
             doc.chains.retain(|c| &c.name == name);
             let Some(c) = doc.chains.first() else { return Err(UnknownChain(name.clone())) };
-            let members: Vec<&str> = c.order.iter().chain(&c.dropped).map(|e| e.target.as_str()).collect();
-            doc.targets.retain(|t| members.contains(&t.target.as_str()));
+            let members: Vec<&str> = c.order.iter().chain(&c.dropped).map(|e| e.key.target.as_str()).collect();
+            doc.targets.retain(|t| members.contains(&t.key.target.as_str()));
         }
         let keep = |provider: &str, model: &str| {
             f.model.as_deref().is_none_or(|m| m == model) && f.provider.as_deref().is_none_or(|p| p == provider)
         };
-        doc.targets.retain(|t| keep(&t.provider, &t.model));
+        doc.targets.retain(|t| keep(&t.key.provider, &t.key.model));
         if f.model.is_some() || f.provider.is_some() {
             for c in &mut doc.chains {
-                c.order.retain(|e| keep(&e.provider, &e.model));
-                c.dropped.retain(|e| keep(&e.provider, &e.model));
+                c.order.retain(|e| keep(&e.key.provider, &e.key.model));
+                c.dropped.retain(|e| keep(&e.key.provider, &e.key.model));
             }
             doc.chains.retain(|c| !c.order.is_empty() || !c.dropped.is_empty());
         }
@@ -672,7 +656,7 @@ mod tests {
     }
 
     fn ranks(doc: &Thresholds) -> Vec<(String, u32)> {
-        doc.targets.iter().map(|t| (t.route.clone().unwrap_or_default(), t.rank)).collect()
+        doc.targets.iter().map(|t| (t.key.route.clone().unwrap_or_default(), t.rank)).collect()
     }
 
     #[test]
@@ -816,8 +800,11 @@ mod tests {
         elsewhere.target.region = "us-east-1".into();
         elsewhere.errors = 0;
         let doc = build(&params(), &[worse, stats("Anyscale", mixtral), elsewhere, stats("DeepInfra", LLAMA)]);
-        let got: Vec<(String, String, u32)> =
-            doc.targets.iter().map(|t| (t.model.clone(), t.route.clone().unwrap_or_default(), t.rank)).collect();
+        let got: Vec<(String, String, u32)> = doc
+            .targets
+            .iter()
+            .map(|t| (t.key.model.clone(), t.key.route.clone().unwrap_or_default(), t.rank))
+            .collect();
         assert_eq!(
             got,
             [
@@ -878,7 +865,7 @@ mod tests {
     }
 
     fn order(doc: &Thresholds) -> Vec<(String, ChainStatus)> {
-        doc.chains[0].order.iter().map(|e| (e.provider.clone(), e.status)).collect()
+        doc.chains[0].order.iter().map(|e| (e.key.provider.clone(), e.status)).collect()
     }
 
     #[test]
@@ -959,7 +946,7 @@ mod tests {
         worse.errors = 900;
         let doc = build(&p, &[worse, stats("DeepInfra", LLAMA)]);
         let got: Vec<(Option<String>, u32)> =
-            doc.chains[0].order.iter().map(|e| (e.route.clone(), e.position)).collect();
+            doc.chains[0].order.iter().map(|e| (e.key.route.clone(), e.position)).collect();
         assert_eq!(got, [(Some("DeepInfra".into()), 1), (Some("Together".into()), 2)]);
     }
 

@@ -6,7 +6,7 @@
 
 use crate::config::Price;
 use crate::sample::Sample;
-use crate::target::Target;
+use crate::target::{Target, TargetKey};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -14,14 +14,9 @@ use std::collections::BTreeMap;
 /// One target in one region.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MatrixRow {
-    /// Stable id `provider/model@route`.
-    pub target: String,
-    /// Provider name.
-    pub provider: String,
-    /// Model id.
-    pub model: String,
-    /// Pinned upstream host, if any.
-    pub route: Option<String>,
+    /// Which target: `target`, `provider`, `model`, `route`.
+    #[serde(flatten)]
+    pub key: TargetKey,
     /// Region measured from.
     pub region: String,
     /// Probes, every outcome.
@@ -122,10 +117,7 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
             acc.tps.sort_by(f64::total_cmp);
             let p = price(t);
             MatrixRow {
-                target: t.id(),
-                provider: t.provider.clone(),
-                model: t.model.clone(),
-                route: t.route.clone(),
+                key: TargetKey::from(t),
                 region: t.region.clone(),
                 samples: acc.samples,
                 errors: acc.errors,
@@ -143,16 +135,17 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
     // A target's place is set by its best region, so its rows stay together.
     let mut best: BTreeMap<String, Option<f64>> = BTreeMap::new();
     for r in &rows {
-        let e = best.entry(r.target.clone()).or_insert(None);
+        let e = best.entry(r.key.target.clone()).or_insert(None);
         if cmp_known_first(r.ttft_p95_ms, *e) == Ordering::Less {
             *e = r.ttft_p95_ms;
         }
     }
     rows.sort_by(|a, b| {
-        a.model
-            .cmp(&b.model)
-            .then_with(|| cmp_known_first(best[&a.target], best[&b.target]))
-            .then_with(|| a.target.cmp(&b.target))
+        let (ka, kb) = (&a.key, &b.key);
+        ka.model
+            .cmp(&kb.model)
+            .then_with(|| cmp_known_first(best[&ka.target], best[&kb.target]))
+            .then_with(|| ka.target.cmp(&kb.target))
             .then_with(|| cmp_known_first(a.ttft_p95_ms, b.ttft_p95_ms))
             .then_with(|| a.region.cmp(&b.region))
     });
@@ -184,9 +177,10 @@ impl Matrix {
             .rows
             .iter()
             .map(|r| {
+                let k = &r.key;
                 [
-                    r.model.clone(),
-                    r.route.as_ref().map_or_else(|| r.provider.clone(), |route| format!("{}@{route}", r.provider)),
+                    k.model.clone(),
+                    k.route.as_ref().map_or_else(|| k.provider.clone(), |route| format!("{}@{route}", k.provider)),
                     r.region.clone(),
                     pct(r.ttft_p50_ms, 0, r.ttft_samples, MIN_SAMPLES_P50, "no token"),
                     pct(r.ttft_p95_ms, 0, r.ttft_samples, MIN_SAMPLES_P95, "no token"),
@@ -296,7 +290,7 @@ mod tests {
         all.extend(samples(&target(LLAMA, "DeepInfra", "eu"), &[180.0; 20], 65.0, 0));
         let m = matrix(&all, &prices);
         let order: Vec<(&str, &str)> =
-            m.rows.iter().map(|r| (r.model.as_str(), r.route.as_deref().unwrap_or(""))).collect();
+            m.rows.iter().map(|r| (r.key.model.as_str(), r.key.route.as_deref().unwrap_or(""))).collect();
         assert_eq!(order, [(LLAMA, "DeepInfra"), (LLAMA, "Together"), (LLAMA, "Broken"), (MIXTRAL, "Together")]);
         assert_eq!(m.rows[2].error_rate, 1.0);
         assert_eq!(m.rows[2].input_per_mtok, None);
@@ -311,7 +305,7 @@ mod tests {
         let m = matrix(&all, &prices);
         assert_eq!(m.regions, ["eu-west-1", "us-east-1"]);
         let order: Vec<(&str, &str)> =
-            m.rows.iter().map(|r| (r.route.as_deref().unwrap_or(""), r.region.as_str())).collect();
+            m.rows.iter().map(|r| (r.key.route.as_deref().unwrap_or(""), r.region.as_str())).collect();
         assert_eq!(
             order,
             [

@@ -105,33 +105,30 @@ fn seconds(ms: Option<f64>) -> Option<f64> {
 /// One LiteLLM deployment of `entry` in model group `group` at `order`.
 fn deployment(group: &str, order: usize, e: &ChainEntry) -> Value {
     let mut params = Map::new();
-    params.insert("model".into(), litellm_model(&e.provider, &e.model).into());
+    params.insert("model".into(), litellm_model(&e.key.provider, &e.key.model).into());
     params.insert("order".into(), order.into());
     if let Some(s) = seconds(e.failover_ttft_ms) {
         params.insert("stream_timeout".into(), s.into());
     }
-    if let (Some(route), "openrouter") = (&e.route, e.provider.as_str()) {
+    if let (Some(route), "openrouter") = (&e.key.route, e.key.provider.as_str()) {
         // Pin the upstream host as OpenRouter's provider routing does.
         params.insert("extra_body".into(), json!({"provider": {"order": [route], "allow_fallbacks": false}}));
     }
     json!({
         "model_name": group,
         "litellm_params": params,
-        "model_info": {"id": format!("{group}|{}", e.target), "vigil_target": e.target},
+        "model_info": {"id": format!("{group}|{}", e.key.target), "vigil_target": e.key.target},
     })
 }
 
 /// Chain-like entries for the targets of one model, in rank order, open breakers left out.
 fn model_entries(doc: &Thresholds, model: &str) -> Vec<ChainEntry> {
     let mut rows: Vec<_> =
-        doc.targets.iter().filter(|t| t.model == model && t.breaker != crate::breaker::State::Open).collect();
+        doc.targets.iter().filter(|t| t.key.model == model && t.breaker != crate::breaker::State::Open).collect();
     rows.sort_by_key(|t| t.rank);
     rows.iter()
         .map(|t| ChainEntry {
-            target: t.target.clone(),
-            provider: t.provider.clone(),
-            model: t.model.clone(),
-            route: t.route.clone(),
+            key: t.key.clone(),
             position: t.rank,
             status: crate::export::ChainStatus::Healthy,
             breaker: t.breaker,
@@ -156,15 +153,15 @@ pub fn litellm(doc: &Thresholds) -> Value {
         }
         let mut later: Vec<String> = Vec::new();
         for e in c.order.iter().skip(1) {
-            if !later.contains(&e.model) && Some(&e.model) != c.order.first().map(|f| &f.model) {
-                later.push(e.model.clone());
+            if !later.contains(&e.key.model) && Some(&e.key.model) != c.order.first().map(|f| &f.key.model) {
+                later.push(e.key.model.clone());
             }
         }
         if !later.is_empty() {
             fallbacks.push(json!({ c.name.clone(): later }));
         }
     }
-    let mut models: Vec<&str> = doc.targets.iter().map(|t| t.model.as_str()).filter(|m| !m.is_empty()).collect();
+    let mut models: Vec<&str> = doc.targets.iter().map(|t| t.key.model.as_str()).filter(|m| !m.is_empty()).collect();
     models.dedup();
     for m in models {
         for (i, e) in model_entries(doc, m).iter().enumerate() {
@@ -200,22 +197,23 @@ pub fn openrouter(doc: &Thresholds) -> Value {
     let mut names: Vec<&str> = doc
         .targets
         .iter()
-        .filter(|t| t.provider == "openrouter" && t.route.is_some())
-        .map(|t| t.model.as_str())
+        .filter(|t| t.key.provider == "openrouter" && t.key.route.is_some())
+        .map(|t| t.key.model.as_str())
         .collect();
     names.dedup();
     for m in names {
-        let mut rows: Vec<_> = doc.targets.iter().filter(|t| t.provider == "openrouter" && t.model == m).collect();
+        let mut rows: Vec<_> =
+            doc.targets.iter().filter(|t| t.key.provider == "openrouter" && t.key.model == m).collect();
         rows.sort_by_key(|t| t.rank);
         let usable: Vec<&str> = rows
             .iter()
             .filter(|t| t.breaker != crate::breaker::State::Open)
-            .filter_map(|t| t.route.as_deref())
+            .filter_map(|t| t.key.route.as_deref())
             .collect();
         let ignore: Vec<&str> = rows
             .iter()
             .filter(|t| t.breaker == crate::breaker::State::Open)
-            .filter_map(|t| t.route.as_deref())
+            .filter_map(|t| t.key.route.as_deref())
             .collect();
         let mut provider = Map::new();
         provider.insert("order".into(), json!(usable));
@@ -239,8 +237,8 @@ pub fn portkey(doc: &Thresholds) -> Value {
             .map(|e| {
                 let mut t = Map::new();
                 let mut over = Map::new();
-                over.insert("model".into(), format!("@{}/{}", e.provider, e.model).into());
-                if let (Some(route), "openrouter") = (&e.route, e.provider.as_str()) {
+                over.insert("model".into(), format!("@{}/{}", e.key.provider, e.key.model).into());
+                if let (Some(route), "openrouter") = (&e.key.route, e.key.provider.as_str()) {
                     over.insert("provider".into(), json!({"order": [route], "allow_fallbacks": false}));
                 }
                 t.insert("override_params".into(), Value::Object(over));

@@ -1,4 +1,5 @@
-//! What one probe measures: provider + model (+ pinned upstream route) in one region.
+//! What one probe measures: provider + model (+ pinned upstream route) in one region, and the
+//! key every output that lists targets carries for it.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -41,6 +42,28 @@ impl fmt::Display for Target {
     }
 }
 
+/// A target as outputs show it: the stable id in `target`, then `provider`, `model` and
+/// `route`. Output structs embed it with `#[serde(flatten)]` as their first field (followed by
+/// `region` where the output is per region), so every JSON, YAML and HTML output spells a target
+/// with the same fields in the same order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TargetKey {
+    /// Stable id `provider/model@route` ([`Target::id`]).
+    pub target: String,
+    /// Provider name from config.
+    pub provider: String,
+    /// Model id as the provider spells it; empty for plain HTTP targets.
+    pub model: String,
+    /// Pinned upstream host, if any.
+    pub route: Option<String>,
+}
+
+impl From<&Target> for TargetKey {
+    fn from(t: &Target) -> Self {
+        TargetKey { target: t.id(), provider: t.provider.clone(), model: t.model.clone(), route: t.route.clone() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +79,21 @@ mod tests {
         assert_eq!(t.id(), "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra");
         let plain = Target { provider: "status-page".into(), model: String::new(), route: None, region: "x".into() };
         assert_eq!(plain.id(), "status-page");
+    }
+
+    #[test]
+    fn a_flattened_key_serializes_as_the_fields_it_replaces() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Row {
+            #[serde(flatten)]
+            key: TargetKey,
+            region: String,
+            samples: u64,
+        }
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let row = Row { key: TargetKey::from(&t), region: t.region.clone(), samples: 3 };
+        let json = serde_json::to_string(&row).expect("serializes");
+        assert_eq!(json, r#"{"target":"p/m","provider":"p","model":"m","route":null,"region":"eu","samples":3}"#);
+        assert_eq!(serde_json::from_str::<Row>(&json).expect("reads back"), row);
     }
 }

@@ -1,24 +1,25 @@
 //! Alerting: a pure rule engine ([`rules`]) turns samples, breaker transitions and credit
 //! readings into grouped [`Notification`]s; they are written to a durable outbox in storage
 //! and a delivery worker ([`outbox`]) sends them through the [`notifier::Notifier`]s
-//! ([`slack`], [`email`], [`pagerduty`], [`webhook`], [`alertmanager`]) with backoff until
+//! ([`slack`], [`email`], [`pagerduty`], [`webhook`], [`alertmanager`], built by [`channels`]) with backoff until
 //! delivered or abandoned. Facets of one target (or provider) form one [`incident`]; regions
 //! sharing storage page an incident once (the lease in [`outbox`]); [`flap`] detects flapping,
 //! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
 pub mod alertmanager;
 pub mod backtest;
+pub mod channels;
 pub mod deprecation;
 pub mod email;
-pub mod flap;
-pub mod incident;
-pub mod log;
+pub(crate) mod flap;
+pub(crate) mod incident;
+pub(crate) mod log;
 pub mod notifier;
 pub mod outbox;
 pub mod pagerduty;
-pub mod provider_incident;
+pub(crate) mod provider_incident;
 pub mod rules;
-pub mod scope;
+pub(crate) mod scope;
 pub mod slack;
 pub mod webhook;
 

@@ -1,16 +1,9 @@
-//! The `Notifier` seam: one implementation per channel kind, built from config, plus the
-//! HTTP response classification they share and `alert_test`.
+//! The `Notifier` seam every channel implements, its error types, and the HTTP client and
+//! response classification the HTTP channels share. Building channels from config is in `channels`.
 
-use super::alertmanager::AlertmanagerNotifier;
-use super::email::EmailNotifier;
-use super::pagerduty::PagerDutyNotifier;
-use super::slack::SlackNotifier;
-use super::webhook::WebhookNotifier;
-use super::{Alert, AlertKind, AlertStatus, Notification, Severity};
-use crate::config::AlertsConfig;
+use super::Notification;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use uuid::Uuid;
@@ -72,27 +65,6 @@ pub struct NotifierError {
 /// Default per-request timeout of channel HTTP and SMTP calls.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Builds every configured channel, in config order (slack, email, pagerduty, webhook, alertmanager).
-pub fn build_notifiers(cfg: &AlertsConfig, timeout: Duration) -> Result<Vec<Arc<dyn Notifier>>, NotifierError> {
-    let mut out: Vec<Arc<dyn Notifier>> = Vec::new();
-    for c in &cfg.slack {
-        out.push(Arc::new(SlackNotifier::new(c, timeout)?));
-    }
-    for c in &cfg.email {
-        out.push(Arc::new(EmailNotifier::new(c, timeout)?));
-    }
-    for c in &cfg.pagerduty {
-        out.push(Arc::new(PagerDutyNotifier::new(c, timeout)?));
-    }
-    for c in &cfg.webhook {
-        out.push(Arc::new(WebhookNotifier::new(c, timeout)?));
-    }
-    for c in &cfg.alertmanager {
-        out.push(Arc::new(AlertmanagerNotifier::new(c, timeout)?));
-    }
-    Ok(out)
-}
-
 /// An HTTP client for a channel: rustls, timeouts, no redirects to other hosts' secrets.
 pub(crate) fn http_client(channel: &str, timeout: Duration) -> Result<reqwest::Client, NotifierError> {
     reqwest::Client::builder()
@@ -148,58 +120,6 @@ pub(crate) async fn check_response(channel: &str, resp: reqwest::Response) -> Re
     } else {
         Err(DeliveryError::permanent(format!("{channel}: HTTP {code}: {short}")))
     }
-}
-
-/// The message `vigil alert-test` sends.
-pub fn test_notification(region: &str, now: DateTime<Utc>, status_url: Option<String>) -> Notification {
-    let mut a = Alert::new(
-        AlertKind::Errors,
-        region,
-        "vigil",
-        None,
-        "test notification from `vigil alert-test`: this channel works".into(),
-    );
-    a.severity = Severity::Info;
-    a.since = now;
-    a.dedup_key = format!("vigil:{region}:alert-test:{}", now.timestamp());
-    Notification {
-        key: format!("alert-test-{}", now.timestamp_millis()),
-        region: region.to_string(),
-        provider: "vigil".into(),
-        incident: a.dedup_key.clone(),
-        subject: "vigil".into(),
-        shared: false,
-        opened_at: Some(now),
-        status: AlertStatus::Firing,
-        reminder: false,
-        update: false,
-        test: true,
-        created_at: now,
-        status_url,
-        seen: None,
-        alerts: vec![a],
-    }
-}
-
-/// Sends a test notification through each channel (or those whose name equals `name_filter`),
-/// directly, not through the outbox. An empty result means no channel matched.
-pub async fn alert_test(
-    channels: &[Arc<dyn Notifier>],
-    name_filter: Option<&str>,
-    region: &str,
-    now: DateTime<Utc>,
-) -> Vec<(String, Result<(), DeliveryError>)> {
-    let n = test_notification(region, now, None);
-    let mut out = Vec::new();
-    for c in channels.iter().filter(|c| name_filter.is_none_or(|f| c.name() == f)) {
-        let r = c.send(&n, Uuid::new_v4()).await;
-        match &r {
-            Ok(()) => tracing::info!(channel = c.name(), "test notification delivered"),
-            Err(e) => tracing::warn!(channel = c.name(), error = %e, "test notification failed"),
-        }
-        out.push((c.name().to_string(), r));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,12 +1,11 @@
 //! The `provider_incident` alert (off by default): fires when a provider's own status page
 //! opens an incident on a component you depend on, and resolves when the page closes it. A pure
-//! function of two consecutive provider status snapshots, so the alert engine can call it on
-//! each publish without any I/O.
+//! reading of one provider status snapshot ([`reading`]); the alert engine pages each incident
+//! once and resolves it after a good read no longer lists it, without any I/O.
 
 use super::{Alert, AlertKind, AlertStatus, Severity};
 use crate::config::StatusPagesConfig;
 use crate::provider_status::{ProviderIncident, ProviderStatus, ProviderStatusSnapshot};
-use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
@@ -70,7 +69,7 @@ pub fn reading(rule: &ProviderIncidentRule, region: &str, snap: &ProviderStatusS
             out.read.insert(name.clone());
         }
         for i in page.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
-            out.open.push(alert(region, page, i, AlertStatus::Firing));
+            out.open.push(alert(region, page, i));
         }
     }
     out
@@ -86,19 +85,15 @@ fn incident_key(region: &str, provider: &str, id: &str) -> String {
     }
 }
 
-/// One alert about `incident` as `page` names it.
-fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident, status: AlertStatus) -> Alert {
+/// The firing alert about `incident` as `page` names it (the engine resolves it once a good read
+/// no longer lists it).
+fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident) -> Alert {
     let who = if page.page_name.is_empty() { page.provider.as_str() } else { page.page_name.as_str() };
     let on =
         if incident.components.is_empty() { String::new() } else { format!(" on {}", incident.components.join(", ")) };
-    let summary = match status {
-        AlertStatus::Firing => {
-            format!("{who} reports: {}{on} ({} impact, {})", incident.name, incident.impact, incident.status)
-        }
-        AlertStatus::Resolved => format!("{who} closed: {}{on}", incident.name),
-    };
+    let summary = format!("{who} reports: {}{on} ({} impact, {})", incident.name, incident.impact, incident.status);
     let mut a = Alert::new(AlertKind::ProviderIncident, region, &page.provider, None, summary);
-    a.status = status;
+    a.status = AlertStatus::Firing;
     a.severity =
         if matches!(incident.impact.as_str(), "major" | "critical") { Severity::Error } else { Severity::Warning };
     a.since = incident.created_at;
@@ -106,45 +101,10 @@ fn alert(region: &str, page: &ProviderStatus, incident: &ProviderIncident, statu
     a
 }
 
-/// Alerts for what changed between two snapshots: one firing alert per incident that is open
-/// in `next`, matches the rule and was not open in `prev`; one resolved alert per matching
-/// incident open in `prev` that a successful read of `next` no longer lists as open. A failed
-/// read (the page kept its previous reading) changes nothing. Empty when the rule is off.
-pub fn provider_incident_alerts(
-    rule: &ProviderIncidentRule,
-    region: &str,
-    prev: &ProviderStatusSnapshot,
-    next: &ProviderStatusSnapshot,
-    now: DateTime<Utc>,
-) -> Vec<Alert> {
-    if !rule.enabled {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (name, page) in &next.providers {
-        let before = prev.providers.get(name);
-        let was_open = |id: &str| before.is_some_and(|b| b.incidents.iter().any(|i| i.id == id && i.is_open()));
-        for i in page.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
-            if !was_open(&i.id) {
-                out.push(alert(region, page, i, AlertStatus::Firing));
-            }
-        }
-        let read_now = page.last_error.is_none() && page.fetched_at.is_some_and(|t| t <= now);
-        if let (Some(b), true) = (before, read_now) {
-            for i in b.incidents.iter().filter(|i| i.is_open() && rule.matches(i)) {
-                if !page.incidents.iter().any(|n| n.id == i.id && n.is_open()) {
-                    out.push(alert(region, page, i, AlertStatus::Resolved));
-                }
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{DateTime, TimeZone, Utc};
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).single().expect("valid time")
@@ -190,15 +150,14 @@ mod tests {
     fn off_by_default() {
         let next = snap(vec![incident("a", &["Chat Completions"], "major")], None);
         let off = ProviderIncidentRule::from_config(&StatusPagesConfig::default());
-        assert!(provider_incident_alerts(&off, "eu", &ProviderStatusSnapshot::default(), &next, at(14, 10)).is_empty());
+        assert!(reading(&off, "eu", &next).open.is_empty());
     }
 
     #[test]
-    fn a_new_incident_on_a_watched_component_fires_once() {
-        let prev = ProviderStatusSnapshot::default();
+    fn an_open_incident_on_a_watched_component_reads_as_one_firing_alert() {
         let next =
             snap(vec![incident("a", &["Chat Completions"], "major"), incident("b", &["Fine-tuning"], "minor")], None);
-        let alerts = provider_incident_alerts(&rule(&["chat completions"]), "eu", &prev, &next, at(14, 10));
+        let alerts = reading(&rule(&["chat completions"]), "eu", &next).open;
         assert_eq!(alerts.len(), 1, "only the watched component: {alerts:?}");
         let a = &alerts[0];
         assert_eq!(a.kind, AlertKind::ProviderIncident);
@@ -207,35 +166,23 @@ mod tests {
         assert_eq!(a.since, at(14, 2));
         assert_eq!(a.summary, "OpenAI reports: Incident a on Chat Completions (major impact, investigating)");
         assert!(a.dedup_key.ends_with(":provider_incident:a"), "{}", a.dedup_key);
-        assert!(
-            provider_incident_alerts(&rule(&["chat completions"]), "eu", &next, &next, at(14, 13)).is_empty(),
-            "no repeat"
-        );
+        // Paging once and resolving after a good read are the engine's (`rules`) job.
+        assert_eq!(reading(&rule(&["chat completions"]), "eu", &next).open[0].dedup_key, a.dedup_key, "stable key");
     }
 
     #[test]
-    fn closing_resolves_but_a_failed_read_does_not() {
-        let prev = snap(vec![incident("a", &["Chat Completions"], "minor")], None);
-        let failed = snap(vec![], Some("HTTP 503"));
-        assert!(provider_incident_alerts(&rule(&[]), "eu", &prev, &failed, at(14, 13)).is_empty());
-        let closed = snap(vec![], None);
-        let alerts = provider_incident_alerts(&rule(&[]), "eu", &prev, &closed, at(14, 13));
+    fn a_minor_incident_is_a_warning() {
+        let next = snap(vec![incident("a", &["Chat Completions"], "minor")], None);
+        let alerts = reading(&rule(&[]), "eu", &next).open;
         assert_eq!(alerts.len(), 1);
-        assert_eq!(alerts[0].status, AlertStatus::Resolved);
         assert_eq!(alerts[0].severity, Severity::Warning);
-        assert_eq!(
-            alerts[0].dedup_key,
-            provider_incident_alerts(&rule(&[]), "eu", &ProviderStatusSnapshot::default(), &prev, at(14, 10))[0]
-                .dedup_key
-        );
     }
 
     #[test]
     fn an_empty_filter_takes_every_incident_and_a_filter_skips_unnamed_ones() {
         let next = snap(vec![incident("a", &[], "none")], None);
-        let empty = ProviderStatusSnapshot::default();
-        assert_eq!(provider_incident_alerts(&rule(&[]), "eu", &empty, &next, at(14, 10)).len(), 1);
-        assert!(provider_incident_alerts(&rule(&["API"]), "eu", &empty, &next, at(14, 10)).is_empty());
+        assert_eq!(reading(&rule(&[]), "eu", &next).open.len(), 1);
+        assert!(reading(&rule(&["API"]), "eu", &next).open.is_empty());
     }
 
     #[test]

@@ -109,16 +109,6 @@ pub struct Detector {
 }
 
 impl Detector {
-    /// Runs held (reference and recent).
-    pub fn len(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// True before the first run.
-    pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
-
     /// Adds one run (runs arrive in time order) and judges the windows.
     pub fn observe(&mut self, obs: Observation, cfg: &DetectorConfig) -> Verdict {
         let recent = cfg.recent.max(1);

@@ -7,7 +7,7 @@
 //! stores it in `canary_runs` (never in `samples`), publishes it for readers and hands it to the
 //! alert engine for `model_changed`; it never reaches baselines, breakers or latency metrics.
 
-pub mod detect;
+pub(crate) mod detect;
 pub mod prompt;
 pub mod runner;
 

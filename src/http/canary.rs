@@ -3,6 +3,7 @@
 
 use super::HttpState;
 use crate::canary::CanaryRun;
+use crate::target::TargetKey;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,14 +13,9 @@ use serde::Serialize;
 /// One target's latest run as `/v1/canary` shows it.
 #[derive(Debug, Serialize)]
 pub struct CanaryView {
-    /// Target id (`provider/model@route`).
-    pub target: String,
-    /// Provider.
-    pub provider: String,
-    /// Model as configured.
-    pub model: String,
-    /// Pinned route.
-    pub route: Option<String>,
+    /// Which target: `target`, `provider`, `model` (as configured), `route`.
+    #[serde(flatten)]
+    pub key: TargetKey,
     /// Region of this instance.
     pub region: String,
     /// When the run started.
@@ -52,13 +48,9 @@ pub struct CanaryView {
 
 impl From<&CanaryRun> for CanaryView {
     fn from(r: &CanaryRun) -> Self {
-        let t = &r.sample.target;
         CanaryView {
-            target: t.id(),
-            provider: t.provider.clone(),
-            model: t.model.clone(),
-            route: t.route.clone(),
-            region: t.region.clone(),
+            key: TargetKey::from(&r.sample.target),
+            region: r.sample.target.region.clone(),
             started_at: r.sample.started_at,
             outcome: r.sample.outcome.as_str().to_string(),
             score: r.score(),

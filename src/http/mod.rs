@@ -2,11 +2,11 @@
 //! page. Handlers only read shared snapshots; nothing here drives probes.
 
 pub mod api;
-pub mod canary;
+pub(crate) mod canary;
 pub mod server;
 mod status_html;
 pub mod status_page;
-pub mod trend;
+pub(crate) mod trend;
 
 use crate::metrics::Metrics;
 use crate::monitor::SharedSnapshot;

@@ -493,7 +493,7 @@ fn canary_html(runs: &[CanaryRun], now: DateTime<Utc>) -> Markup {
                             (if v.correct == v.total { "ok" } else { "degraded" }, format!("{}/{}", v.correct, v.total))
                         };
                         tr {
-                            th scope="row" { (Text(&v.target)) }
+                            th scope="row" { (Text(&v.key.target)) }
                             td { span class={ "pill " (pill) } { (Text(&score)) } }
                             td {
                                 code title=(Text(&v.answers.join(" | "))) {

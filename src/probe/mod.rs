@@ -6,18 +6,18 @@
 //! piece carry the instant their bytes were read. A failed probe is returned as a [`Sample`]
 //! with its [`Outcome`].
 
-pub mod anthropic;
-pub mod azure;
+pub(crate) mod anthropic;
+pub(crate) mod azure;
 pub mod classify;
 pub mod gemini;
 pub mod h1;
-pub mod http;
-pub mod openai;
+pub(crate) mod http;
+pub(crate) mod openai;
 pub mod proxy;
 pub mod scrub;
 pub mod sse;
-pub mod timing;
-pub mod trust;
+pub(crate) mod timing;
+pub(crate) mod trust;
 
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use crate::sample::{Outcome, Sample};

@@ -4,7 +4,7 @@
 //! the status page and `/v1/targets` can quote the provider without touching storage.
 
 pub mod poller;
-pub mod statuspage;
+pub(crate) mod statuspage;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,7 @@
 pub mod chart;
 pub mod html;
 pub mod job;
-pub mod lead_time;
+pub(crate) mod lead_time;
 pub mod mail;
 
 use crate::alert::{AlertStatus, Notification};

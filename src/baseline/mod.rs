@@ -7,35 +7,31 @@
 //! window; a refresh folds in an hour once it is stored, and the hour leaving the window is read
 //! back from storage and subtracted, so nothing rescans raw samples or re-merges the window and
 //! memory does not grow with its length. Persisted rollups are hdrhistogram V2 bytes.
+//!
+//! Files: [`codec`] (sparse histograms and their V2 bytes), [`window`] (an hour window of one
+//! series), [`failover`] (the metrics and the failover predicate); this file holds the
+//! [`Baselines`] API over them.
+
+mod codec;
+mod failover;
+mod window;
+
+pub use codec::{rollup_quantile, HIGHEST, LOWEST, SIGFIG};
+pub use failover::{exceeds_failover, failover_threshold, worst_excess, Excess, LatencyP95, Metric};
 
 use crate::config::BaselineConfig;
 use crate::sample::{Outcome, Sample};
 use crate::store::Rollup;
 use crate::target::Target;
-use chrono::{DateTime, TimeZone, Utc};
-use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+use chrono::{DateTime, Utc};
+use codec::{
+    decode_v2, encode_v2, index_for, quantiles, sparse_merge, sparse_total, to_recorded, Packed, Sparse, SCALE,
+};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
-use std::fmt;
-use std::str::FromStr;
+use std::collections::HashMap;
 use thiserror::Error;
-
-/// Lowest recordable value (1 µs, or 0.001 tok/s).
-pub const LOWEST: u64 = 1;
-/// Highest recordable value (10 min in µs); larger values are clamped to it.
-pub const HIGHEST: u64 = 600_000_000;
-/// Significant digits kept by every histogram.
-pub const SIGFIG: u8 = 3;
-/// Recorded units per published unit: µs per ms, milli-tokens per token.
-const SCALE: f64 = 1000.0;
-
-// Bucket layout of hdrhistogram for (LOWEST = 1, SIGFIG = 3): 2048 sub-buckets, half of them per bucket.
-const HALF_MAGNITUDE: u32 = 10;
-const HALF_COUNT: u32 = 1 << HALF_MAGNITUDE;
-const SUB_BUCKET_MASK: u64 = (2 * HALF_COUNT as u64) - 1;
-const V2_COOKIE: u32 = 0x1c84_9313;
-const V2_HEADER_LEN: usize = 40;
+use window::{hour_of, hour_start, min_opt, Counts, Held, Hist, Series, Tally, HOLD};
 
 /// Baseline failures: only persisted rollups can be malformed.
 #[derive(Debug, Error)]
@@ -67,67 +63,6 @@ pub enum BaselineError {
     Encode(String),
 }
 
-/// The metrics that get baselines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Time to first byte, ms.
-    Ttfb,
-    /// Time to first content token, ms.
-    Ttft,
-    /// Generation speed, tokens per second.
-    TokensPerS,
-}
-
-impl Metric {
-    /// Every metric, in storage order.
-    pub const ALL: [Metric; 3] = [Metric::Ttfb, Metric::Ttft, Metric::TokensPerS];
-
-    /// The stored name (`ttfb`, `ttft`, `tokens_per_s`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::Ttfb => "ttfb",
-            Metric::Ttft => "ttft",
-            Metric::TokensPerS => "tokens_per_s",
-        }
-    }
-
-    /// This metric's value in a sample, in published units (ms or tok/s).
-    pub fn value(self, sample: &Sample) -> Option<f64> {
-        match self {
-            Metric::Ttfb => sample.ttfb_ms,
-            Metric::Ttft => sample.ttft_ms,
-            Metric::TokensPerS => sample.tokens_per_s,
-        }
-    }
-
-    /// How people write it in alerts and reasons (`TTFB`, `TTFT`, `tokens/s`).
-    pub fn label(self) -> &'static str {
-        match self {
-            Metric::Ttfb => "TTFB",
-            Metric::Ttft => "TTFT",
-            Metric::TokensPerS => "tokens/s",
-        }
-    }
-
-    fn slot(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for Metric {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Metric {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Metric::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| format!("unknown metric {s:?}"))
-    }
-}
-
 /// Percentiles of one metric of one target over the window; a quantile is `None` below its minimum count.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Baseline {
@@ -141,61 +76,6 @@ pub struct Baseline {
     pub p99: Option<f64>,
 }
 
-/// The P95s a probe's latency is judged against.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct LatencyP95 {
-    /// P95 of time to first byte, ms.
-    pub ttfb: Option<f64>,
-    /// P95 of time to first token, ms.
-    pub ttft: Option<f64>,
-}
-
-/// One probe's worst latency against its threshold.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Excess {
-    /// The metric with the highest value/threshold ratio.
-    pub metric: Metric,
-    /// The probe's value, ms.
-    pub value: f64,
-    /// `factor` × that metric's P95, ms.
-    pub threshold: f64,
-}
-
-impl Excess {
-    /// The value is over the threshold.
-    pub fn exceeded(&self) -> bool {
-        self.value > self.threshold
-    }
-}
-
-/// The threshold of one metric: `factor` × its P95 (what the router export publishes).
-pub fn failover_threshold(p95: f64, factor: f64) -> f64 {
-    factor * p95
-}
-
-/// The one meaning of "over the threshold" that the breaker, the status page, the latency
-/// alerts and the export share: a probe is over when its TTFB *or* its TTFT is above `factor` ×
-/// that metric's own P95 (a provider that answers headers at once but queues generation is as
-/// slow for a user as one that is slow to answer). Returns the metric with the worst
-/// value/threshold ratio, over or not; `None` when neither metric has both a value and a P95.
-pub fn worst_excess(ttfb_ms: Option<f64>, ttft_ms: Option<f64>, p95: LatencyP95, factor: f64) -> Option<Excess> {
-    let mut worst: Option<Excess> = None;
-    for (metric, value, base) in [(Metric::Ttfb, ttfb_ms, p95.ttfb), (Metric::Ttft, ttft_ms, p95.ttft)] {
-        let (Some(value), Some(base)) = (value, base) else { continue };
-        let e = Excess { metric, value, threshold: failover_threshold(base, factor) };
-        let ratio = |e: &Excess| e.value / e.threshold.max(f64::MIN_POSITIVE);
-        if worst.as_ref().is_none_or(|w| ratio(&e) > ratio(w)) {
-            worst = Some(e);
-        }
-    }
-    worst
-}
-
-/// Whether a probe is over its threshold in the sense of [`worst_excess`].
-pub fn exceeds_failover(ttfb_ms: Option<f64>, ttft_ms: Option<f64>, p95: LatencyP95, factor: f64) -> bool {
-    worst_excess(ttfb_ms, ttft_ms, p95, factor).is_some_and(|e| e.exceeded())
-}
-
 /// Outcome of [`Baselines::load`]: rollups taken and rollups skipped as unreadable.
 #[derive(Debug, Default)]
 pub struct LoadReport {
@@ -205,509 +85,10 @@ pub struct LoadReport {
     pub skipped: Vec<BaselineError>,
 }
 
-/// Sparse histogram: (hdrhistogram bucket index, count), ascending by index.
-type Sparse = Vec<(u32, u32)>;
-
-/// hdrhistogram's bucket index of a value (after clamping to the recordable range).
-fn index_for(value: u64) -> u32 {
-    let v = value.clamp(LOWEST, HIGHEST);
-    let bucket = 53 - (v | SUB_BUCKET_MASK).leading_zeros();
-    let sub_bucket = (v >> bucket) as u32;
-    ((bucket + 1) << HALF_MAGNITUDE) + sub_bucket - HALF_COUNT
-}
-
-/// Lowest value and width of the bucket at `index`.
-fn bucket_range(index: u32) -> (u64, u64) {
-    let mut bucket = (index >> HALF_MAGNITUDE) as i64 - 1;
-    let mut sub_bucket = u64::from((index & (HALF_COUNT - 1)) + HALF_COUNT);
-    if bucket < 0 {
-        sub_bucket -= u64::from(HALF_COUNT);
-        bucket = 0;
-    }
-    (sub_bucket << bucket, 1u64 << bucket)
-}
-
-/// The value hdrhistogram reports for a quantile landing in bucket `index` (its highest equivalent).
-fn reported_value(index: u32) -> u64 {
-    let (low, width) = bucket_range(index);
-    low + width - 1
-}
-
-/// Scales a published value (ms, tok/s) to the recorded integer; `None` for missing or nonsense values.
-fn to_recorded(value: f64) -> Option<u64> {
-    if !value.is_finite() || value < 0.0 {
-        return None;
-    }
-    let scaled = (value * SCALE).round();
-    Some((scaled as u64).clamp(LOWEST, HIGHEST))
-}
-
-fn sparse_insert(hist: &mut Sparse, index: u32, n: u32) {
-    match hist.binary_search_by_key(&index, |e| e.0) {
-        Ok(i) => hist[i].1 = hist[i].1.saturating_add(n),
-        Err(i) => hist.insert(i, (index, n)),
-    }
-}
-
-/// `a + b`, or `a - b` (entries reaching zero are dropped).
-fn sparse_merge(a: &[(u32, u32)], b: &[(u32, u32)], subtract: bool) -> Sparse {
-    let mut out = Vec::with_capacity(a.len() + if subtract { 0 } else { b.len() });
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let take_a = j >= b.len() || (i < a.len() && a[i].0 < b[j].0);
-        let take_b = i >= a.len() || (j < b.len() && b[j].0 < a[i].0);
-        if take_a {
-            out.push(a[i]);
-            i += 1;
-        } else if take_b {
-            if !subtract {
-                out.push(b[j]);
-            }
-            j += 1;
-        } else {
-            let c = if subtract { a[i].1.saturating_sub(b[j].1) } else { a[i].1.saturating_add(b[j].1) };
-            if c > 0 {
-                out.push((a[i].0, c));
-            }
-            i += 1;
-            j += 1;
-        }
-    }
-    out
-}
-
-fn sparse_total(hist: &[(u32, u32)]) -> u64 {
-    hist.iter().map(|e| u64::from(e.1)).sum()
-}
-
-/// Nearest-rank quantiles (as hdrhistogram computes them) over the sum of two sparse histograms.
-fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
-    let mut out = [0u64; 3];
-    let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
-    let mut a = a.peekable();
-    let (mut j, mut seen, mut k) = (0, 0u64, 0);
-    while k < 3 {
-        let (index, count) = match (a.peek().copied(), b.get(j).copied()) {
-            (None, None) => break,
-            (Some(x), Some(y)) if x.0 == y.0 => {
-                a.next();
-                j += 1;
-                (x.0, x.1.saturating_add(y.1))
-            }
-            (Some(x), Some(y)) if y.0 < x.0 => {
-                j += 1;
-                y
-            }
-            (None, Some(y)) => {
-                j += 1;
-                y
-            }
-            (Some(x), _) => {
-                a.next();
-                x
-            }
-        };
-        seen += u64::from(count);
-        while k < 3 && seen >= ranks[k] {
-            out[k] = reported_value(index);
-            k += 1;
-        }
-    }
-    out
-}
-
-/// A sparse histogram packed as LEB128 (index delta, count) pairs: about 2 bytes an entry instead of 8,
-/// which is what lets a week of hourly rollups for thousands of targets stay in memory.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Packed(Box<[u8]>);
-
-fn put_varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-impl Packed {
-    fn pack(entries: impl IntoIterator<Item = (u32, u32)>) -> Packed {
-        let mut out = Vec::new();
-        let mut previous = 0;
-        for (index, count) in entries {
-            put_varint(&mut out, index - previous);
-            put_varint(&mut out, count);
-            previous = index;
-        }
-        Packed(out.into_boxed_slice())
-    }
-
-    fn iter(&self) -> PackedIter<'_> {
-        PackedIter { bytes: &self.0, pos: 0, index: 0 }
-    }
-
-    fn unpack(&self) -> Sparse {
-        self.iter().collect()
-    }
-
-    /// `self ± other` as a new packed histogram, streamed without unpacking `self`.
-    fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
-        let mut out = Vec::with_capacity(self.0.len() + if subtract { 0 } else { 3 * other.len() });
-        let mut previous = 0;
-        let mut emit = |(index, count): (u32, u32)| {
-            put_varint(&mut out, index - previous);
-            put_varint(&mut out, count);
-            previous = index;
-        };
-        let mut a = self.iter().peekable();
-        let mut j = 0;
-        loop {
-            match (a.peek().copied(), other.get(j).copied()) {
-                (None, None) => break,
-                (Some(x), Some(y)) if x.0 == y.0 => {
-                    a.next();
-                    j += 1;
-                    let c = if subtract { x.1.saturating_sub(y.1) } else { x.1.saturating_add(y.1) };
-                    if c > 0 {
-                        emit((x.0, c));
-                    }
-                }
-                (Some(x), Some(y)) if y.0 < x.0 => {
-                    j += 1;
-                    if !subtract {
-                        emit(y);
-                    }
-                }
-                (None, Some(y)) => {
-                    j += 1;
-                    if !subtract {
-                        emit(y);
-                    }
-                }
-                (Some(x), _) => {
-                    a.next();
-                    emit(x);
-                }
-            }
-        }
-        Packed(out.into_boxed_slice())
-    }
-}
-
-struct PackedIter<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    index: u32,
-}
-
-impl PackedIter<'_> {
-    fn varint(&mut self) -> Option<u32> {
-        let mut v = 0u32;
-        for shift in (0..35).step_by(7) {
-            let b = *self.bytes.get(self.pos)?;
-            self.pos += 1;
-            v |= u32::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-}
-
-impl Iterator for PackedIter<'_> {
-    type Item = (u32, u32);
-    fn next(&mut self) -> Option<(u32, u32)> {
-        let delta = self.varint()?;
-        let count = self.varint()?;
-        self.index += delta;
-        Some((self.index, count))
-    }
-}
-
-/// Encodes a sparse histogram as hdrhistogram V2 bytes, through a reusable dense scratch histogram.
-fn encode_v2(scratch: &mut Histogram<u64>, hist: &[(u32, u32)]) -> Result<Vec<u8>, BaselineError> {
-    scratch.reset();
-    for &(index, count) in hist {
-        let (low, _) = bucket_range(index);
-        scratch.record_n(low, u64::from(count)).map_err(|e| BaselineError::Encode(e.to_string()))?;
-    }
-    let mut bytes = Vec::with_capacity(V2_HEADER_LEN + 4 * hist.len());
-    V2Serializer::new().serialize(scratch, &mut bytes).map_err(|e| BaselineError::Encode(e.to_string()))?;
-    Ok(bytes)
-}
-
-/// Decodes V2 bytes into a sparse histogram. Our own layout is read directly (a start loads
-/// millions of rollups); anything else goes through hdrhistogram's deserializer.
-fn decode_v2(bytes: &[u8]) -> Result<Sparse, String> {
-    if let Some(sparse) = decode_v2_fast(bytes) {
-        return Ok(sparse);
-    }
-    let hist: Histogram<u64> =
-        Deserializer::new().deserialize(&mut std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
-    let mut sparse = Sparse::new();
-    for v in hist.iter_recorded() {
-        let count = u32::try_from(v.count_at_value()).map_err(|_| "count too large".to_string())?;
-        sparse_insert(&mut sparse, index_for(v.value_iterated_to()), count);
-    }
-    Ok(sparse)
-}
-
-fn decode_v2_fast(bytes: &[u8]) -> Option<Sparse> {
-    let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
-    let int = |at: usize| -> Option<u32> { Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?)) };
-    let ours = int(0)? == V2_COOKIE
-        && int(8)? == 0
-        && int(12)? == u32::from(SIGFIG)
-        && u64::from_be_bytes(word(16)?) == LOWEST
-        && f64::from_be_bytes(word(32)?) == 1.0;
-    if !ours {
-        return None;
-    }
-    let payload = bytes.get(V2_HEADER_LEN..V2_HEADER_LEN + int(4)? as usize)?;
-    let max_index = index_for(HIGHEST);
-    let (mut pos, mut index, mut sparse) = (0usize, 0u64, Sparse::new());
-    while pos < payload.len() {
-        let mut raw = 0u64;
-        for shift in 0..9 {
-            let b = *payload.get(pos)?;
-            pos += 1;
-            if shift == 8 {
-                raw |= u64::from(b) << 56;
-                break;
-            }
-            raw |= u64::from(b & 0x7f) << (7 * shift);
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        let n = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
-        if n < 0 {
-            index += n.unsigned_abs();
-        } else {
-            if n > 0 {
-                let at = u32::try_from(index).ok()?.min(max_index);
-                sparse_insert(&mut sparse, at, u32::try_from(n).ok()?);
-            }
-            index += 1;
-        }
-    }
-    Some(sparse)
-}
-
-/// The `q` quantile of one stored rollup in published units (ms or tok/s), as hdrhistogram
-/// reports it; `None` for an empty or unreadable histogram.
-pub fn rollup_quantile(rollup: &Rollup, q: f64) -> Option<f64> {
-    let sparse = decode_v2(&rollup.histogram).ok()?;
-    let total = sparse_total(&sparse);
-    if total == 0 || !(0.0..=1.0).contains(&q) {
-        return None;
-    }
-    Some(quantiles(std::iter::empty(), &sparse, total, [q; 3])[0] as f64 / SCALE)
-}
-
-fn hour_of(t: DateTime<Utc>) -> i64 {
-    t.timestamp().div_euclid(3600)
-}
-
-fn hour_start(hour: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(hour * 3600, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
 /// Rollup metric name of an hour's probe count (stored without a histogram).
 pub const PROBES: &str = "probes";
 /// Rollup metric name of an hour's failed-probe count (stored without a histogram).
 pub const ERRORS: &str = "errors";
-
-/// The current hour and this many before it stay held one by one, so a probe that finishes
-/// after the hour turned still lands in the hour it started in.
-const HOLD: i64 = 1;
-
-/// What one hour of one series adds up: a histogram, or probe and error counts.
-trait Tally: Default + Clone {
-    fn add(&mut self, other: &Self);
-    fn subtract(&mut self, other: &Self);
-    fn is_empty(&self) -> bool;
-}
-
-/// A histogram with its total.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Hist {
-    packed: Packed,
-    count: u64,
-}
-
-impl Tally for Hist {
-    fn add(&mut self, other: &Self) {
-        self.packed = self.packed.merged(&other.packed.unpack(), false);
-        self.count += other.count;
-    }
-    fn subtract(&mut self, other: &Self) {
-        self.packed = self.packed.merged(&other.packed.unpack(), true);
-        self.count = self.count.saturating_sub(other.count);
-    }
-    fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-}
-
-/// Probes and failed probes.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Counts {
-    probes: i64,
-    errors: i64,
-}
-
-impl Tally for Counts {
-    fn add(&mut self, other: &Self) {
-        self.probes += other.probes;
-        self.errors += other.errors;
-    }
-    fn subtract(&mut self, other: &Self) {
-        self.probes = (self.probes - other.probes).max(0);
-        self.errors = (self.errors - other.errors).max(0);
-    }
-    fn is_empty(&self) -> bool {
-        self.probes == 0 && self.errors == 0
-    }
-}
-
-/// An hour held on its own; `version` counts changes and `persisted` the version the store has.
-#[derive(Debug, Clone)]
-struct Held<T> {
-    hour: i64,
-    tally: T,
-    version: u32,
-    persisted: u32,
-}
-
-/// One series over the window: recent hours held one by one, every other hour of the window
-/// folded into one tally. Only the held hours and the fold live in memory; an hour leaving the
-/// window is read back from storage to be subtracted (see [`Baselines::expire`]).
-#[derive(Debug, Clone, Default)]
-struct Window<T> {
-    held: VecDeque<Held<T>>,
-    folded: T,
-}
-
-impl<T: Tally> Window<T> {
-    /// The held hour `hour`, created when `create` (a sample for an hour already folded is refused).
-    fn held_mut(&mut self, hour: i64, create: bool) -> Option<&mut Held<T>> {
-        let pos = self.held.iter().rposition(|h| h.hour <= hour);
-        let slot = match pos {
-            Some(p) if self.held[p].hour == hour => p,
-            _ if !create => return None,
-            _ => {
-                let at = pos.map_or(0, |p| p + 1);
-                self.held.insert(at, Held { hour, tally: T::default(), version: 0, persisted: 0 });
-                at
-            }
-        };
-        Some(&mut self.held[slot])
-    }
-
-    /// Drops held hours older than `oldest` (never folded: nothing to subtract) and folds stored
-    /// hours older than `hold_from`. Returns whether anything changed and the oldest hour folded.
-    fn advance(&mut self, hold_from: i64, oldest: i64) -> (bool, Option<i64>) {
-        let mut changed = false;
-        let mut first_folded = None;
-        while let Some(h) = self.held.front() {
-            if h.hour < oldest {
-                self.held.pop_front();
-                changed = true;
-            } else if h.hour < hold_from && h.version == h.persisted {
-                if let Some(h) = self.held.pop_front() {
-                    self.folded.add(&h.tally);
-                    first_folded = first_folded.or(Some(h.hour));
-                    changed = true;
-                }
-            } else {
-                break;
-            }
-        }
-        (changed, first_folded)
-    }
-
-    /// Takes a stored hour: merged into a held hour (the store had what came before a restart),
-    /// held when recent, else folded.
-    fn load(&mut self, hour: i64, tally: &T, hold_from: i64) {
-        if let Some(h) = self.held_mut(hour, hour >= hold_from) {
-            h.tally.add(tally);
-            // The store has only its part: the held hour stays dirty when it had more.
-            let dirty = h.version != h.persisted;
-            h.version = h.version.wrapping_add(1);
-            h.persisted = if dirty { h.persisted } else { h.version };
-        } else {
-            self.folded.add(tally);
-        }
-    }
-
-    fn holds(&self, hour: i64) -> bool {
-        self.held.iter().any(|h| h.hour == hour)
-    }
-
-    fn total(&self, mut f: impl FnMut(&T) -> u64) -> u64 {
-        f(&self.folded) + self.held.iter().map(|h| f(&h.tally)).sum::<u64>()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.folded.is_empty()
-    }
-}
-
-/// One target's windows: a histogram per metric and the probe/error counts.
-#[derive(Debug, Clone, Default)]
-struct Series {
-    metrics: [Window<Hist>; 3],
-    counts: Window<Counts>,
-    cached: [Option<Baseline>; 3],
-    /// The last [`Baselines::quantile_any`] answer per metric (q's bits, value), dropped with `cached`:
-    /// the router export asks for it every second for every target still short of a P95.
-    any: [Option<(u64, Option<f64>)>; 3],
-}
-
-impl Series {
-    /// Drops the cached percentiles of one metric after its values changed.
-    fn invalidate(&mut self, slot: usize) {
-        self.cached[slot] = None;
-        self.any[slot] = None;
-    }
-
-    fn compute(&self, slot: usize, min: [u64; 3]) -> Baseline {
-        let w = &self.metrics[slot];
-        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
-        let count = w.total(|h| h.count);
-        if count == 0 {
-            return Baseline::default();
-        }
-        let values = quantiles(w.folded.packed.iter(), &recent, count, [0.5, 0.95, 0.99]);
-        let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
-        Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
-    }
-
-    fn advance(&mut self, hold_from: i64, oldest: i64) -> Option<i64> {
-        let mut first = None;
-        for (slot, w) in self.metrics.iter_mut().enumerate() {
-            let (changed, folded) = w.advance(hold_from, oldest);
-            if changed {
-                self.cached[slot] = None;
-                self.any[slot] = None;
-            }
-            first = min_opt(first, folded);
-        }
-        min_opt(first, self.counts.advance(hold_from, oldest).1)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.counts.is_empty() && self.metrics.iter().all(Window::is_empty)
-    }
-}
-
-fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
 
 /// Rolling P50/P95/P99 of `ttfb`, `ttft` and `tokens_per_s`, and probe/error counts, per target
 /// (region included) over the window.
@@ -988,7 +369,7 @@ impl Baselines {
         }
     }
 
-    /// Loads stored rollups of the window ending at `now` (see [`Window::load`]); unreadable ones
+    /// Loads stored rollups of the window ending at `now` (see [`Window::load`](window::Window::load)); unreadable ones
     /// are skipped and reported. Loading the same hour twice counts it twice: load once per start.
     pub fn load(&mut self, rollups: &[Rollup], now: DateTime<Utc>) -> LoadReport {
         let (hold_from, oldest) = self.bounds(now);
@@ -1099,12 +480,10 @@ fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Duration;
-    use rand::{RngExt, SeedableRng};
+    use chrono::{Duration, TimeZone};
     use std::time::Duration as StdDuration;
 
     fn config(min: u64) -> BaselineConfig {
@@ -1132,75 +511,6 @@ mod tests {
 
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).single().expect("valid time")
-    }
-
-    #[test]
-    fn bucketing_matches_hdrhistogram() {
-        let h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut values: Vec<u64> = (0..20_000).map(|_| rng.random_range(1..=HIGHEST)).collect();
-        values.extend([1, 2, 2047, 2048, 2049, 4095, 4096, 65_535, HIGHEST]);
-        for v in values {
-            let (low, width) = bucket_range(index_for(v));
-            assert_eq!(low, h.lowest_equivalent(v), "lowest of {v}");
-            assert_eq!(low + width - 1, h.highest_equivalent(v), "highest of {v}");
-        }
-    }
-
-    #[test]
-    fn quantiles_match_hdrhistogram_on_the_same_values() {
-        let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        let (mut a, mut b) = (Sparse::new(), Sparse::new());
-        for i in 0..5000 {
-            let v = rng.random_range(1_000..2_000_000u64);
-            h.record(v).expect("record");
-            sparse_insert(if i % 3 == 0 { &mut b } else { &mut a }, index_for(v), 1);
-        }
-        let got = quantiles(Packed::pack(a.clone()).iter(), &b, 5000, [0.5, 0.95, 0.99]);
-        let want = [0.5, 0.95, 0.99].map(|q| h.value_at_quantile(q));
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn v2_round_trip_agrees_with_hdrhistogram_deserializer() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let mut sparse = Sparse::new();
-        for _ in 0..500 {
-            sparse_insert(&mut sparse, index_for(rng.random_range(1..HIGHEST)), rng.random_range(1..1000));
-        }
-        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
-        let bytes = encode_v2(&mut scratch, &sparse).expect("encode");
-        assert_eq!(decode_v2_fast(&bytes).expect("our layout"), sparse);
-        let via_library: Histogram<u64> =
-            Deserializer::new().deserialize(&mut std::io::Cursor::new(&bytes)).expect("library decode");
-        let mut from_library = Sparse::new();
-        for v in via_library.iter_recorded() {
-            sparse_insert(&mut from_library, index_for(v.value_iterated_to()), v.count_at_value() as u32);
-        }
-        assert_eq!(from_library, sparse);
-    }
-
-    #[test]
-    fn packed_histograms_round_trip_merge_and_subtract() {
-        let entries: Sparse = vec![(0, 1), (5, 300), (21_000, 70_000), (21_503, u32::MAX)];
-        let p = Packed::pack(entries.clone());
-        assert_eq!(p.unpack(), entries);
-        assert!(p.0.len() < 8 * entries.len());
-        let added = p.merged(&[(5, 1), (6, 2)], false).unpack();
-        assert_eq!(added, [(0, 1), (5, 301), (6, 2), (21_000, 70_000), (21_503, u32::MAX)]);
-        assert_eq!(p.merged(&[(5, 300)], true).unpack(), [(0, 1), (21_000, 70_000), (21_503, u32::MAX)]);
-    }
-
-    #[test]
-    fn foreign_layouts_decode_through_the_library() {
-        let mut other = Histogram::<u64>::new_with_bounds(1, 10_000_000, 2).expect("histogram");
-        other.record_n(123_456, 5).expect("record");
-        let mut bytes = Vec::new();
-        V2Serializer::new().serialize(&other, &mut bytes).expect("serialize");
-        let sparse = decode_v2(&bytes).expect("decodes");
-        assert_eq!(sparse_total(&sparse), 5);
-        assert!(decode_v2(b"not a histogram").is_err());
     }
 
     #[test]
