@@ -11,7 +11,7 @@ use crate::scheduler::{Scheduler, SchedulerError};
 use crate::store::link::{ContextPlan, Link, CALL_TIMEOUT};
 use crate::store::writer::WRITE_TIMEOUT;
 use crate::store::{self, Spool, Store, StoreError, Writer};
-use crate::watchdog::{first_death, Liveness, Task};
+use crate::watchdog::{finish, first_death, Liveness, Task};
 use chrono::Utc;
 use secrecy::ExposeSecret;
 use std::net::SocketAddr;
@@ -253,8 +253,8 @@ impl App {
                 lease_ttl: crate::alert::outbox::lease_ttl_for(config.probe.interval),
                 ..crate::alert::outbox::OutboxConfig::with_deadline(config.alerts.delivery_deadline)
             },
+            metrics.clone(),
         ));
-        metrics.register_alert_channels(&outbox.channels());
         let saved = match tokio::time::timeout(CALL_TIMEOUT, store.load_alert_state(&config.region)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -271,12 +271,7 @@ impl App {
             saved.as_ref(),
         );
         let model_notices = crate::model_lists::SharedModelNotices::default();
-        let alerting = crate::pipeline::Alerting::new(engine, outbox.channels(), &config.region, config.probe.interval)
-            .with_credit(&config)
-            .with_provider_incidents(crate::alert::provider_incident::ProviderIncidentRule::from_config(
-                &config.status_pages,
-            ))
-            .with_model_lists(model_notices.clone());
+        let alerting = crate::pipeline::Alerting::new(&config, engine, outbox.channels(), model_notices.clone());
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -321,6 +316,8 @@ impl App {
         let outbox_stop = CancellationToken::new();
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let (tx, rx) = mpsc::channel(16_384);
+        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
+        let (canary_tx, canary_rx) = mpsc::channel(1024);
         let pipeline = Pipeline::new(Stages {
             metrics: metrics.clone(),
             writer: store_tx,
@@ -331,16 +328,23 @@ impl App {
             liveness,
             alerts: alerting,
             provider_status: provider_status.clone(),
-            planner: Some(planner),
+            planner,
+            canary: canary_rx,
+            canary_shown: canary_shown.clone(),
         });
-        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
-        let (canary_tx, canary_rx) = mpsc::channel(1024);
-        let pipeline = pipeline.with_canary(canary_rx, canary_shown.clone());
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
             Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
             Task::spawn("storage link", link.run(link_stop.clone())),
-            Task::spawn("upkeep", side_jobs(store.clone(), config.clone(), migrated, shutdown.clone())),
+            Task::spawn(
+                "upkeep",
+                store::retention::upkeep(
+                    store.clone(),
+                    store::retention::Policy::from_config(&config.storage),
+                    migrated,
+                    shutdown.clone(),
+                ),
+            ),
             Task::spawn_optional(
                 "credit poller",
                 crate::balance::poll(store.clone(), config.clone(), metrics.clone(), shutdown.clone()),
@@ -380,7 +384,6 @@ impl App {
                 let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
                 Task::spawn("alert delivery", async move { outbox.run(stop).await })
             },
-            Task::spawn("alert counters", count_alerts(outbox.counters(), metrics.clone(), outbox_stop.clone())),
         ];
         if let Some(canary) = canary {
             tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
@@ -420,7 +423,6 @@ impl App {
         // delivered now is delivered after the next start.
         outbox_stop.cancel();
         finish(&mut tasks, "alert delivery", deadline).await;
-        finish(&mut tasks, "alert counters", deadline).await;
         drain_timer.abort();
         tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
         match tokio::time::timeout_at(deadline, server).await {
@@ -438,73 +440,93 @@ impl App {
     }
 }
 
-/// Waits for the named task until `deadline`, then leaves it behind (aborted) and says so.
-async fn finish(tasks: &mut Vec<Task>, name: &'static str, deadline: tokio::time::Instant) {
-    let Some(i) = tasks.iter().position(|t| t.name == name) else { return };
-    let mut task = tasks.swap_remove(i);
-    match tokio::time::timeout_at(deadline, &mut task.handle).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) if e.is_panic() => {
-            tracing::error!(task = name, why = %crate::watchdog::panic_message(e.into_panic()), "task panicked while stopping")
-        }
-        Ok(Err(e)) => tracing::error!(task = name, error = %e, "task failed while stopping"),
-        Err(_) => {
-            task.handle.abort();
-            tracing::warn!(task = name, "task still busy at the stop bound; abandoned");
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    //! Step tests of the wiring: a built app runs every task and its stop drains them; a database
+    //! down at start still gives a running daemon that spools.
+    use super::*;
+    use std::path::Path;
 
-/// Background upkeep: migrations retried while the database was down at start, then the
-/// retention job (`store::retention`), which never touches the sample road.
-async fn side_jobs(store: Arc<dyn Store>, config: Config, mut migrated: bool, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-    while !migrated {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => match store.migrate().await {
-                Ok(()) => {
-                    tracing::info!("storage reachable; migrations applied");
-                    migrated = true;
-                }
-                Err(StoreError::Unavailable(_)) => {}
-                Err(e) => tracing::error!(error = %e, "migrations failed; samples stay in the spool"),
-            },
-        }
+    fn config(data: &Path, url: &str) -> Config {
+        let text = format!(
+            "region = \"local\"\n[storage]\nurl = \"{url}\"\ndata_dir = \"{d}\"\nbatch_age = \"100ms\"\n\
+             [http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"500ms\"\n\
+             [[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
+            d = data.display()
+        );
+        Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("valid config")
     }
-    store::retention::run(store, store::retention::Policy::from_config(&config.storage), shutdown).await;
-}
 
-/// Copies the outbox's delivery counters into the Prometheus metrics every second.
-async fn count_alerts(
-    counters: Arc<crate::alert::outbox::AlertCounters>,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
-    let mut last = crate::alert::outbox::CountersSnapshot::default();
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        let stopping = tokio::select! {
-            _ = stop.cancelled() => true,
-            _ = tick.tick() => false,
-        };
-        let now = counters.snapshot();
-        for ((kind, channel), n) in &now.sent {
-            let before = last.sent.get(&(kind.clone(), channel.clone())).copied().unwrap_or(0);
-            if *n > before {
-                metrics.alerts_sent(kind, channel, n - before);
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("http://{addr}{path}")).await.expect("request");
+        (r.status().as_u16(), r.text().await.expect("body"))
+    }
+
+    /// The value of the first series of `name` in an exposition.
+    fn value(text: &str, name: &str) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Polls `/metrics` until `ok` holds (a few seconds at most).
+    async fn metrics_until(addr: SocketAddr, ok: impl Fn(&str) -> bool) -> String {
+        let mut text = String::new();
+        for _ in 0..100 {
+            text = get(addr, "/metrics").await.1;
+            if ok(&text) {
+                return text;
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        for (channel, n) in &now.delivery_failures {
-            let before = last.delivery_failures.get(channel).copied().unwrap_or(0);
-            if *n > before {
-                metrics.deliveries_failed(channel, n - before);
-            }
-        }
-        metrics.set_outbox_depth(now.outbox_depth);
-        last = now;
-        if stopping {
-            return;
-        }
+        panic!("never held; last scrape:\n{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_drains_every_task_and_stores_every_probe() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/vigil.db", data.path().display());
+        let app = App::build(config(data.path(), &url), AppOptions::default()).await.expect("app builds");
+        let addr = app.local_addr().expect("bound");
+        let metrics = app.metrics();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        metrics_until(addr, |t| value(t, "vigil_probes_total") >= 2.0).await;
+        assert_eq!(get(addr, "/readyz").await, (200, "ready\n".to_string()));
+        let began = std::time::Instant::now();
+        shutdown.cancel();
+        let stopped = tokio::time::timeout(STOP_WITHIN, running).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly within the bound: {stopped:?}");
+        assert!(began.elapsed() < STOP_WITHIN);
+        // Every probe the pipeline counted was handed to the writer and stored before the stop ended.
+        let probed = value(&metrics.render(), "vigil_probes_total");
+        let store = store::open(&url).await.expect("reopen");
+        let stored = store.samples(&store::SampleQuery::default()).await.expect("samples").len();
+        assert_eq!(stored as f64, probed, "stored {stored} of {probed} probes");
+        assert!(reqwest::get(format!("http://{addr}/healthz")).await.is_err(), "the listener is closed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_down_at_start_still_gives_a_running_daemon_that_spools() {
+        let data = tempfile::tempdir().expect("tempdir");
+        // Nothing listens on port 1: refused at once, like a database that is down.
+        let url = "postgres://postgres@127.0.0.1:1/vigil";
+        let app =
+            App::build(config(data.path(), url), AppOptions::default()).await.expect("builds without its database");
+        let addr = app.local_addr().expect("bound");
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        let text = metrics_until(addr, |t| value(t, "vigil_samples_spooled") >= 1.0).await;
+        assert!(value(&text, "vigil_probes_total") >= 1.0, "probing goes on");
+        let (status, why) = get(addr, "/readyz").await;
+        assert_eq!(status, 503, "not ready while samples only reach the spool");
+        assert!(why.contains("storage unavailable at start") || why.contains("storage unreachable"), "{why}");
+        assert!(why.contains("samples spooled"), "{why}");
+        shutdown.cancel();
+        let stopped = tokio::time::timeout(STOP_WITHIN, running).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly: {stopped:?}");
+        let spool = Spool::open(data.path().join("spool"), 1 << 30).expect("reopen spool");
+        assert!(!spool.is_empty(), "the samples wait in the spool for the database");
     }
 }

@@ -137,6 +137,7 @@ pub struct Metrics {
     credit: GaugeVec,
     alerts: IntCounterVec,
     delivery_failures: IntCounterVec,
+    abandoned: IntCounterVec,
     spooled: IntGaugeVec,
     outbox_depth: IntGaugeVec,
     lag: Histogram,
@@ -241,6 +242,13 @@ impl Metrics {
                 Opts::new("vigil_alert_delivery_failures_total", "Failed alert delivery attempts."),
                 &["channel", "region"],
             )?,
+            abandoned: IntCounterVec::new(
+                Opts::new(
+                    "vigil_alerts_abandoned_total",
+                    "Alert notifications given up (permanent rejection, delivery deadline passed, channel gone).",
+                ),
+                &["channel", "region"],
+            )?,
             spooled: IntGaugeVec::new(
                 Opts::new("vigil_samples_spooled", "Samples waiting on disk because storage is unreachable."),
                 &["region"],
@@ -316,6 +324,7 @@ impl Metrics {
             Box::new(m.credit.clone()),
             Box::new(m.alerts.clone()),
             Box::new(m.delivery_failures.clone()),
+            Box::new(m.abandoned.clone()),
             Box::new(m.spooled.clone()),
             Box::new(m.outbox_depth.clone()),
             Box::new(lag),
@@ -489,35 +498,31 @@ impl Metrics {
         self.credit.with_label_values(&[provider, &self.region]).set(usd);
     }
 
-    /// Creates the alert and delivery-failure counters of every channel at zero, for every
-    /// alert kind, so `increase()` and `absent()` see them before the first alert.
+    /// Creates the alert, delivery-failure and abandoned counters of every channel at zero, for
+    /// every alert kind, so `increase()` and `absent()` see them before the first alert.
     pub fn register_alert_channels(&self, channels: &[String]) {
         for channel in channels {
             self.delivery_failures.with_label_values(&[channel, &self.region]);
+            self.abandoned.with_label_values(&[channel, &self.region]);
             for kind in crate::alert::AlertKind::ALL {
                 self.alerts.with_label_values(&[kind.as_str(), channel, &self.region]);
             }
         }
     }
 
-    /// Counts `n` delivered alert notifications.
-    pub fn alerts_sent(&self, kind: &str, channel: &str, n: u64) {
-        self.alerts.with_label_values(&[kind, channel, &self.region]).inc_by(n);
-    }
-
     /// Counts a delivered alert notification.
     pub fn alert_sent(&self, kind: &str, channel: &str) {
-        self.alerts_sent(kind, channel, 1);
-    }
-
-    /// Counts `n` failed delivery attempts.
-    pub fn deliveries_failed(&self, channel: &str, n: u64) {
-        self.delivery_failures.with_label_values(&[channel, &self.region]).inc_by(n);
+        self.alerts.with_label_values(&[kind, channel, &self.region]).inc();
     }
 
     /// Counts a failed delivery attempt.
     pub fn delivery_failed(&self, channel: &str) {
-        self.deliveries_failed(channel, 1);
+        self.delivery_failures.with_label_values(&[channel, &self.region]).inc();
+    }
+
+    /// Counts an alert notification given up on a channel.
+    pub fn alert_abandoned(&self, channel: &str) {
+        self.abandoned.with_label_values(&[channel, &self.region]).inc();
     }
 
     /// Sets the spool backlog.
@@ -716,6 +721,7 @@ mod tests {
         assert!(text.contains(r#"vigil_samples_stored_total{region="eu"} 5"#), "never goes down: {text}");
         assert!(text.contains(r#"vigil_alerts_total{channel="ops",kind="errors",region="eu"} 0"#), "{text}");
         assert!(text.contains(r#"vigil_alert_delivery_failures_total{channel="ops",region="eu"} 0"#), "{text}");
+        assert!(text.contains(r#"vigil_alerts_abandoned_total{channel="ops",region="eu"} 0"#), "{text}");
         #[cfg(target_os = "linux")]
         assert!(text.contains("process_resident_memory_bytes "), "{text}");
     }

@@ -52,6 +52,9 @@ pub struct Snapshot {
     pub targets: Vec<TargetView>,
     /// The latest sample of each target in the other regions sharing the store (status page).
     pub elsewhere: Arc<Vec<Sample>>,
+    /// The latest credit reading of each watched provider, by provider (status page), as the
+    /// pipeline last read them from shared storage: readers never query the store for them.
+    pub credits: Arc<BTreeMap<String, crate::store::BalanceReading>>,
     /// Targets flapping now (from the alert stage).
     pub flapping: crate::alert::FlappingSet,
     /// The adaptive probe plan, when probing is cost-aware.
@@ -344,6 +347,7 @@ impl Monitor {
             thresholds: Some(export::build(&params, &stats)),
             targets: views,
             elsewhere: Arc::default(),
+            credits: Arc::default(),
             flapping: self.flapping.clone(),
             probe_plan: None,
         }
@@ -375,5 +379,97 @@ impl Monitor {
             store.save_breaker(&b.to_record(t)).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Snapshot publishing: what readers (HTTP, the router export, the gauges) see after each
+    //! publish, with injected time.
+    use super::*;
+    use crate::sample::Outcome;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
+    }
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        t0() + chrono::Duration::seconds(secs)
+    }
+
+    fn target(model: &str) -> Target {
+        Target { provider: "p".into(), model: model.into(), route: None, region: "eu".into() }
+    }
+
+    fn monitor() -> Monitor {
+        let text = "region = \"eu\"\n[probe]\ninterval = \"5s\"\ntimeout = \"5s\"\n";
+        let config = Config::from_toml(text, &std::collections::BTreeMap::new()).expect("config");
+        Monitor::new(&config, vec![target("a"), target("b")], t0())
+    }
+
+    fn probe(model: &str, secs: i64, outcome: Outcome, ttfb_ms: f64) -> Sample {
+        let mut s = Sample::new(target(model), at(secs), at(secs));
+        s.outcome = outcome;
+        s.ttfb_ms = Some(ttfb_ms);
+        s.ttft_ms = Some(ttfb_ms * 2.0);
+        s.cost_usd = Some(0.001);
+        s
+    }
+
+    #[test]
+    fn a_snapshot_explains_every_configured_target_even_before_its_first_probe() {
+        let mut m = monitor();
+        m.observe(&probe("a", 0, Outcome::Ok, 200.0), at(0));
+        let snap = m.publish(at(1), None);
+        let ids: Vec<&str> = snap.targets.iter().map(|v| v.model.as_str()).collect();
+        assert_eq!(ids, ["a", "b"], "in config order");
+        let (a, b) = (&snap.targets[0], &snap.targets[1]);
+        assert_eq!(a.last_sample.as_ref().and_then(|s| s.ttfb_ms), Some(200.0));
+        assert_eq!((a.probes, a.errors), (1, 0));
+        assert!(b.last_sample.is_none() && b.probes == 0);
+        assert_eq!(b.breaker.state, State::Closed, "an unprobed target is explained as closed");
+        let thresholds = snap.thresholds.expect("the router export is built on every publish");
+        assert_eq!(thresholds.region, "eu");
+        assert_eq!(thresholds.targets.len(), 2);
+        assert!(snap.elsewhere.is_empty() && snap.credits.is_empty(), "the pipeline adds what it read");
+    }
+
+    #[test]
+    fn an_open_breaker_is_published_to_readers_and_the_gauges() {
+        let mut m = monitor();
+        let metrics = Metrics::new("eu").expect("metrics");
+        let mut moved = Vec::new();
+        for i in 0..3 {
+            moved.extend(m.observe(&probe("a", i, Outcome::ServerError, 0.0), at(i)));
+        }
+        assert_eq!(moved.last().map(|t| t.to), Some(State::Open), "three failures in a row open it");
+        let snap = m.publish(at(3), Some(&metrics));
+        let a = snap.targets.iter().find(|v| v.model == "a").expect("a");
+        assert_eq!(a.breaker.state, State::Open);
+        assert!(a.breaker.next_half_open.is_some(), "readers see when it is tried again");
+        assert_eq!((a.probes, a.errors), (3, 3));
+        let exported = snap.thresholds.expect("export");
+        let row = exported.targets.iter().find(|t| t.model == "a").expect("a exported");
+        assert_eq!(row.breaker, State::Open, "routers skip it");
+        let text = metrics.render();
+        assert!(text.contains(r#"vigil_circuit_state{model="a",provider="p",region="eu",route=""} 2"#), "{text}");
+        // Its wait over, the periodic tick half-opens it; the next publish says so.
+        let later = a.breaker.next_half_open.expect("next") + chrono::Duration::seconds(1);
+        assert_eq!(m.tick(later).len(), 1);
+        let snap = m.publish(later, Some(&metrics));
+        assert_eq!(snap.targets[0].breaker.state, State::HalfOpen);
+    }
+
+    #[test]
+    fn changed_state_is_handed_to_the_link_once() {
+        let mut m = monitor();
+        m.observe(&probe("a", 0, Outcome::Ok, 200.0), at(0));
+        let first = m.take_dirty();
+        assert!(first.iter().any(|r| matches!(r, Record::Rollups(_))), "the new probe's rollup");
+        assert_eq!(first.iter().filter(|r| matches!(r, Record::Breaker(_))).count(), 2, "every breaker once");
+        assert!(m.take_dirty().is_empty(), "nothing changed since: nothing to write");
+        m.observe(&probe("a", 1, Outcome::Ok, 210.0), at(1));
+        let again = m.take_dirty();
+        assert!(again.iter().all(|r| matches!(r, Record::Rollups(_))), "a healthy breaker does not change: {again:?}");
     }
 }

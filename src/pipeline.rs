@@ -8,6 +8,10 @@
 //! samples, so decisions, metrics and alerts keep running from memory whatever storage does.
 //! A panic while judging one sample is caught, logged and counted; the sample is already with
 //! the writer and the stages keep their state.
+//!
+//! Every stage is always there: a feature turned off is a stage with nothing to do (a planner
+//! with no budget plans the base interval, a canary channel nobody sends on, an empty list of
+//! retirement notices), so the step methods have one shape to test.
 
 use crate::alert::rules::{self, AlertEngine, BreakerChange};
 use crate::baseline::Metric;
@@ -15,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::monitor::{Monitor, SharedSnapshot};
 use crate::sample::Sample;
 use crate::store::link::{Context, LinkHandle, Record, Reply};
+use crate::store::BalanceReading;
 use crate::target::Target;
 use crate::watchdog::Liveness;
 use chrono::{DateTime, Utc};
@@ -52,9 +57,11 @@ pub struct Pipeline {
     context: Context,
     /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
+    /// The latest credit reading of each watched provider, as shown on the status page.
+    credits: Arc<std::collections::BTreeMap<String, BalanceReading>>,
     provider_status: crate::provider_status::SharedProviderStatus,
-    /// Cost-aware adaptive probing, when the scheduler follows a plan.
-    planner: Option<crate::adaptive::Planner>,
+    /// Cost-aware adaptive probing: the plan the scheduler follows.
+    planner: crate::adaptive::Planner,
     /// Targets whose last probe failed (in trouble for the planner at once).
     failing: std::collections::HashSet<Target>,
     /// When the plan was last made, and whether a newer failure still waits for a replan
@@ -62,7 +69,7 @@ pub struct Pipeline {
     planned_at: Option<DateTime<Utc>>,
     replan_due: bool,
     /// Canary runs from the canary task, and where the latest of each target is published.
-    canary: Option<(mpsc::Receiver<crate::canary::CanaryRun>, crate::canary::SharedCanary)>,
+    canary: mpsc::Receiver<crate::canary::CanaryRun>,
     canary_shown: crate::canary::SharedCanary,
 }
 
@@ -82,52 +89,42 @@ pub struct Alerting {
     flapping_before: std::collections::BTreeSet<Target>,
     /// `provider_incident`: which of the providers' own incidents page (off by default).
     provider_rule: crate::alert::provider_incident::ProviderIncidentRule,
-    /// Retirement notices from the providers' models lists, when they are polled.
-    model_lists: Option<crate::model_lists::SharedModelNotices>,
+    /// Retirement notices from the providers' models lists (empty when they are not polled).
+    model_lists: crate::model_lists::SharedModelNotices,
     /// Canary runs since the last evaluation (judged for `model_changed` only).
     canaries: Vec<crate::canary::CanaryRun>,
 }
 
 impl Alerting {
-    /// An alert stage evaluating once per `every` (the probe interval) for `channels`.
-    pub fn new(engine: AlertEngine, channels: Vec<String>, region: &str, every: Duration) -> Self {
+    /// The alert stage the config describes: evaluating once per probe interval for `channels`,
+    /// watching the credit of the providers on the credit-watch list, paging the providers' own
+    /// incidents when `[status_pages]` asks, and judging `model_deprecated` from what the
+    /// models-list poller publishes into `model_lists`.
+    pub fn new(
+        config: &crate::config::Config,
+        engine: AlertEngine,
+        channels: Vec<String>,
+        model_lists: crate::model_lists::SharedModelNotices,
+    ) -> Self {
         Alerting {
             engine,
             channels,
-            region: region.to_string(),
+            region: config.region.clone(),
             round: Vec::new(),
             changes: Vec::new(),
-            every,
-            credit: Vec::new(),
+            every: config.probe.interval,
+            credit: config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd, b.warn_hours)).collect(),
             flapping: crate::alert::FlappingSet::default(),
             flapping_before: Default::default(),
-            provider_rule: Default::default(),
-            model_lists: None,
+            provider_rule: crate::alert::provider_incident::ProviderIncidentRule::from_config(&config.status_pages),
+            model_lists,
             canaries: Vec::new(),
         }
-    }
-
-    /// Also pages the providers' own open incidents on the components `rule` names.
-    pub fn with_provider_incidents(mut self, rule: crate::alert::provider_incident::ProviderIncidentRule) -> Self {
-        self.provider_rule = rule;
-        self
     }
 
     /// The published set of flapping targets (readers call `is_flapping`).
     pub fn flapping(&self) -> crate::alert::FlappingSet {
         self.flapping.clone()
-    }
-
-    /// Also evaluates `credit_low` from the stored balance readings of these providers.
-    pub fn with_credit(mut self, config: &crate::config::Config) -> Self {
-        self.credit = config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd, b.warn_hours)).collect();
-        self
-    }
-
-    /// Also judges `model_deprecated` from what the models-list poller publishes into `notices`.
-    pub fn with_model_lists(mut self, notices: crate::model_lists::SharedModelNotices) -> Self {
-        self.model_lists = Some(notices);
-        self
     }
 
     /// The providers whose credit readings the link must read.
@@ -156,8 +153,12 @@ pub struct Stages {
     pub alerts: Alerting,
     /// The providers' own status pages, as last read (notes on alerts).
     pub provider_status: crate::provider_status::SharedProviderStatus,
-    /// The adaptive probe planner whose plan the scheduler follows, if any.
-    pub planner: Option<crate::adaptive::Planner>,
+    /// The adaptive probe planner whose plan the scheduler follows.
+    pub planner: crate::adaptive::Planner,
+    /// Canary runs from the canary task (nothing arrives when the canary is off).
+    pub canary: mpsc::Receiver<crate::canary::CanaryRun>,
+    /// Where the latest canary run of each target is published for readers.
+    pub canary_shown: crate::canary::SharedCanary,
 }
 
 impl Pipeline {
@@ -179,13 +180,14 @@ impl Pipeline {
             alerts: s.alerts,
             context: Context::default(),
             elsewhere: Default::default(),
+            credits: Arc::default(),
             provider_status: s.provider_status,
             planner: s.planner,
             failing: Default::default(),
             planned_at: None,
             replan_due: false,
-            canary: None,
-            canary_shown: Default::default(),
+            canary: s.canary,
+            canary_shown: s.canary_shown,
         }
     }
 
@@ -193,7 +195,7 @@ impl Pipeline {
     /// the round not yet evaluated) and which targets are in trouble (degraded, half-open, open,
     /// last probe failed, or part of an open incident); publishes the plan and its gauges.
     pub fn replan(&mut self, now: DateTime<Utc>) {
-        let Some(planner) = self.planner.as_mut() else { return };
+        let planner = &mut self.planner;
         self.planned_at = Some(now);
         self.replan_due = false;
         let engine = &self.alerts.engine;
@@ -221,20 +223,9 @@ impl Pipeline {
         self.metrics.set_probe_plan(&plan, planner.targets());
     }
 
-    /// Also takes canary runs from `rx`: each is stored through the link (`canary_runs`, never
-    /// `samples`), published in `shown` for readers and judged for `model_changed`; none reaches
-    /// the baselines, the breakers or the latency metrics.
-    pub fn with_canary(
-        mut self,
-        rx: mpsc::Receiver<crate::canary::CanaryRun>,
-        shown: crate::canary::SharedCanary,
-    ) -> Self {
-        self.canary_shown = shown.clone();
-        self.canary = Some((rx, shown));
-        self
-    }
-
-    /// Takes one canary run (the step tests drive directly).
+    /// Takes one canary run (the step tests drive directly): it is stored through the link
+    /// (`canary_runs`, never `samples`), published for readers and judged for `model_changed`;
+    /// it reaches neither the baselines, the breakers nor the latency metrics.
     pub fn process_canary(&mut self, run: crate::canary::CanaryRun) {
         self.canary_shown.publish(&run);
         self.metrics.observe_canary(&run);
@@ -250,7 +241,7 @@ impl Pipeline {
         let changes = std::mem::take(&mut a.changes);
         // What the models lists say joins what the responses said: the rule weighs both alike,
         // and only for targets whose probes still work.
-        if let Some(lists) = a.model_lists.as_ref().and_then(|l| l.read().ok()) {
+        if let Ok(lists) = a.model_lists.read() {
             for (sample, _) in &mut round {
                 let t = &sample.target;
                 sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
@@ -377,7 +368,7 @@ impl Pipeline {
         if let Some(t) = self.monitor.tick_target(&sample.target, now) {
             self.record_transition(&sample.target, t);
         }
-        let weight = self.planner.as_mut().map_or(1, |p| p.weight(&sample.target));
+        let weight = self.planner.weight(&sample.target);
         let failed = sample.outcome.is_failure();
         let newly_failing = if failed {
             self.failing.insert(sample.target.clone())
@@ -385,9 +376,7 @@ impl Pipeline {
             self.failing.remove(&sample.target);
             false
         };
-        if let Some(p) = self.planner.as_mut() {
-            p.observe_cost(&sample.target, sample.cost_usd);
-        }
+        self.planner.observe_cost(&sample.target, sample.cost_usd);
         if let Some(t) = self.monitor.observe_weighted(&sample, weight, now) {
             self.record_transition(&sample.target, t);
         }
@@ -437,7 +426,8 @@ impl Pipeline {
         let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
         shown.sort_by(|x, y| x.target.cmp(&y.target));
         snapshot.elsewhere = Arc::new(shown);
-        snapshot.probe_plan = self.planner.as_ref().map(|p| p.current());
+        snapshot.credits = self.credits.clone();
+        snapshot.probe_plan = Some(self.planner.current());
         if let Ok(mut s) = self.snapshot.write() {
             *s = snapshot;
         }
@@ -491,6 +481,11 @@ impl Pipeline {
             }
             Reply::Context(c) => {
                 self.elsewhere.extend(c.elsewhere.iter().map(|s| (s.target.clone(), s.clone())));
+                // Readings come oldest first: the last is the one shown. A read that found none
+                // (storage down) leaves the last known shown; readers drop it once a day old.
+                let mut credits = (*self.credits).clone();
+                credits.extend(c.credits.iter().filter_map(|(p, r)| Some((p.clone(), r.last()?.clone()))));
+                self.credits = Arc::new(credits);
                 self.context = c;
             }
         }
@@ -510,20 +505,18 @@ impl Pipeline {
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
-        let mut canary_rx = self.canary.take().map(|(rx, _)| rx);
+        let mut canary_open = true;
         loop {
-            let canary = async {
-                match canary_rx.as_mut() {
-                    Some(rx) => rx.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 sample = rx.recv() => match sample {
                     Some(s) => self.process(s).await,
                     None => break,
                 },
-                Some(run) = canary => self.guarded("canary", |p| p.process_canary(run)),
+                run = self.canary.recv(), if canary_open => match run {
+                    Some(run) => self.guarded("canary", |p| p.process_canary(run)),
+                    // The canary task ended (off, or stopping): nothing more comes.
+                    None => canary_open = false,
+                },
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
                 _ = publish.tick() => {
                     if self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every) {
@@ -542,5 +535,235 @@ impl Pipeline {
         self.evaluate_alerts(now);
         self.publish(now);
         self.persist(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Step tests: the pipeline's step methods driven directly with injected time, over a real
+    //! storage link to an SQLite file in a temp dir.
+    use super::*;
+    use crate::store::link::{ContextPlan, Link};
+    use crate::store::spool::SpoolOf;
+    use crate::store::Store;
+    use crate::target::Target;
+    use tokio_util::sync::CancellationToken;
+
+    const CONFIG: &str = r#"
+region = "eu"
+[probe]
+interval = "5s"
+timeout = "5s"
+[[provider]]
+name = "openrouter"
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "OPENROUTER_TEST_KEY"
+models = ["m"]
+balance = { min_usd = 5.0 }
+"#;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
+    }
+
+    fn target(region: &str) -> Target {
+        Target { provider: "openrouter".into(), model: "m".into(), route: None, region: region.into() }
+    }
+
+    fn sample(region: &str, at: DateTime<Utc>, outcome: crate::sample::Outcome) -> Sample {
+        let mut s = Sample::new(target(region), at, at);
+        s.outcome = outcome;
+        s.ttfb_ms = Some(120.0);
+        s.ttft_ms = Some(250.0);
+        s
+    }
+
+    fn reading(at: DateTime<Utc>, usd: f64) -> BalanceReading {
+        BalanceReading { provider: "openrouter".into(), region: "eu".into(), at, remaining_usd: usd }
+    }
+
+    /// A pipeline over a real link to a fresh SQLite store; the samples it hands to the writer
+    /// arrive on the returned receiver.
+    struct Rig {
+        pipeline: Pipeline,
+        store: Arc<dyn Store>,
+        snapshot: SharedSnapshot,
+        written: mpsc::Receiver<Sample>,
+        stop: CancellationToken,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn rig(seed: impl AsyncFnOnce(&dyn Store)) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env =
+            std::collections::BTreeMap::from([("OPENROUTER_TEST_KEY".to_string(), "sk-test-pipeline".to_string())]);
+        let config = crate::config::Config::from_toml(CONFIG, &env).expect("config");
+        let store = crate::store::open(&format!("sqlite://{}", dir.path().join("v.db").display())).await.expect("open");
+        store.migrate().await.expect("migrate");
+        seed(store.as_ref()).await;
+        let engine = AlertEngine::restore(rules::RuleConfig::from_config(&config), None);
+        let alerts = Alerting::new(&config, engine, Vec::new(), Default::default());
+        assert_eq!(alerts.credit_providers(), ["openrouter"], "the credit-watch list");
+        let plan = ContextPlan {
+            region: "eu".into(),
+            every: config.probe.interval,
+            credit_providers: alerts.credit_providers(),
+        };
+        let spool = SpoolOf::open(dir.path().join("records"), 1 << 20).expect("spool");
+        let (link, handle) = Link::new(store.clone(), spool, Some(plan));
+        let stop = CancellationToken::new();
+        tokio::spawn(link.run(stop.clone()));
+        let (writer, written) = mpsc::channel(64);
+        let snapshot = SharedSnapshot::default();
+        let targets = vec![target("eu")];
+        let planner = crate::adaptive::Planner::new(&config, targets.clone(), crate::adaptive::SharedPlan::default());
+        let (_canary_tx, canary) = mpsc::channel(1);
+        let pipeline = Pipeline::new(Stages {
+            metrics: Arc::new(Metrics::new("eu").expect("metrics")),
+            writer,
+            monitor: Monitor::new(&config, targets, t0()),
+            loaded: false,
+            link: handle,
+            snapshot: snapshot.clone(),
+            liveness: Arc::new(Liveness::new(t0(), config.probe.interval, Duration::from_secs(10))),
+            alerts,
+            provider_status: Default::default(),
+            planner,
+            canary,
+            canary_shown: Default::default(),
+        });
+        Rig { pipeline, store, snapshot, written, stop, _dir: dir }
+    }
+
+    /// The link's next answer (it works in its own task).
+    async fn next_reply(p: &mut Pipeline) -> Reply {
+        tokio::time::timeout(Duration::from_secs(10), p.link.reply())
+            .await
+            .expect("a reply in time")
+            .expect("link open")
+    }
+
+    #[tokio::test]
+    async fn the_context_read_from_storage_is_published_for_readers() {
+        let now = Utc::now();
+        let mut r = rig(async |s: &dyn Store| {
+            s.insert_balance(&reading(now - chrono::Duration::hours(2), 40.0)).await.expect("reading");
+            s.insert_balance(&reading(now - chrono::Duration::minutes(5), 38.5)).await.expect("reading");
+            s.insert_samples(&[sample("us", now, crate::sample::Outcome::Ok)]).await.expect("sample");
+        })
+        .await;
+        // The link reads the context as it starts.
+        let reply = next_reply(&mut r.pipeline).await;
+        assert!(matches!(reply, Reply::Context(_)), "{reply:?}");
+        r.pipeline.on_reply(reply, now);
+        assert!(r.snapshot.read().expect("snapshot").credits.is_empty(), "nothing published before the next publish");
+        r.pipeline.publish(now);
+        {
+            let snap = r.snapshot.read().expect("snapshot");
+            let latest = snap.credits.get("openrouter").expect("the watched provider's reading");
+            assert_eq!(latest.remaining_usd, 38.5, "the newest reading is shown");
+            let regions: Vec<&str> = snap.elsewhere.iter().map(|s| s.target.region.as_str()).collect();
+            assert_eq!(regions, ["us"], "the other region's latest sample, not this region's");
+        }
+        // A later read that finds nothing (storage down) keeps the last known figures shown,
+        // while another region that went quiet leaves the page after an hour.
+        r.pipeline.on_reply(Reply::Context(Context::default()), now);
+        r.pipeline.publish(now + chrono::Duration::minutes(61));
+        let snap = r.snapshot.read().expect("snapshot");
+        assert_eq!(snap.credits.get("openrouter").map(|b| b.remaining_usd), Some(38.5));
+        assert!(snap.elsewhere.is_empty(), "a region quiet for over an hour is no longer shown");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn failing_probes_open_the_breaker_which_is_published_and_stored() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        for i in 0..3 {
+            r.pipeline
+                .process(sample("eu", now + chrono::Duration::seconds(i), crate::sample::Outcome::ServerError))
+                .await;
+        }
+        for _ in 0..3 {
+            let handed = r.written.try_recv().expect("every sample is handed to the writer first");
+            assert!(handed.outcome.is_failure());
+        }
+        r.pipeline.publish(now);
+        {
+            let snap = r.snapshot.read().expect("snapshot");
+            let view = snap.targets.iter().find(|v| v.region == "eu").expect("this region's target");
+            assert_eq!(view.breaker.state, crate::breaker::State::Open, "three failures in a row open it");
+            assert!(snap.probe_plan.is_some(), "the plan is always published");
+        }
+        r.pipeline.evaluate_alerts(now);
+        let mut stored = Vec::new();
+        for _ in 0..100 {
+            stored = r.store.load_breakers(Some("eu")).await.expect("breakers");
+            if !stored.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(stored.len(), 1, "the open breaker reached the store through the link");
+        assert_eq!(stored[0].state, crate::breaker::State::Open);
+        let transitions = r.store.transitions("eu", None, 10).await.expect("transitions");
+        assert_eq!(transitions.len(), 1, "{transitions:?}");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn persist_restores_stored_state_before_writing_over_it() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        r.pipeline.process(sample("eu", now, crate::sample::Outcome::Ok)).await;
+        // Not loaded yet: the first persist asks for the stored state and writes nothing.
+        r.pipeline.persist(now);
+        assert!(r.pipeline.loading);
+        loop {
+            let reply = next_reply(&mut r.pipeline).await;
+            let last = matches!(reply, Reply::Loaded(_) | Reply::LoadFailed(_));
+            r.pipeline.on_reply(reply, now);
+            if last {
+                break;
+            }
+        }
+        assert!(r.pipeline.loaded && !r.pipeline.loading, "restored from the (empty) store");
+        r.pipeline.persist(now);
+        let hour_ago = now - chrono::Duration::hours(2);
+        let mut rollups = Vec::new();
+        for _ in 0..100 {
+            rollups = r.store.rollups_between(Some("eu"), hour_ago, None).await.expect("rollups");
+            if !rollups.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(rollups.iter().any(|x| x.target == target("eu")), "the probe's rollup was stored: {rollups:?}");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_canary_run_is_published_and_stored_but_never_reaches_the_baselines() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        let shown = r.pipeline.canary_shown.clone();
+        let run = crate::canary::CanaryRun {
+            sample: sample("eu", now, crate::sample::Outcome::Ok),
+            prompt_version: 1,
+            correct: 4,
+            total: 4,
+            answers_fingerprint: "f".into(),
+            answers: vec!["a".into()],
+            identity: Default::default(),
+            logprobs: None,
+        };
+        r.pipeline.process_canary(run);
+        assert!(shown.latest().iter().any(|c| c.sample.target == target("eu")), "published for readers");
+        r.pipeline.publish(now);
+        let snap = r.snapshot.read().expect("snapshot");
+        let view = snap.targets.iter().find(|v| v.region == "eu").expect("target");
+        assert_eq!((view.probes, view.last_sample.is_none()), (0, true), "not a probe of the baselines");
+        r.stop.cancel();
     }
 }

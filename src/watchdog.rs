@@ -125,6 +125,24 @@ pub async fn first_death(tasks: &mut Vec<Task>, shutdown: &CancellationToken) ->
     }
 }
 
+/// Waits for the named task until `deadline`, then leaves it behind (aborted) and says so: a
+/// stop has a bound. A task not (or no longer) in `tasks` is skipped.
+pub async fn finish(tasks: &mut Vec<Task>, name: &'static str, deadline: tokio::time::Instant) {
+    let Some(i) = tasks.iter().position(|t| t.name == name) else { return };
+    let mut task = tasks.swap_remove(i);
+    match tokio::time::timeout_at(deadline, &mut task.handle).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.is_panic() => {
+            tracing::error!(task = name, why = %panic_message(e.into_panic()), "task panicked while stopping")
+        }
+        Ok(Err(e)) => tracing::error!(task = name, error = %e, "task failed while stopping"),
+        Err(_) => {
+            task.handle.abort();
+            tracing::warn!(task = name, "task still busy at the stop bound; abandoned");
+        }
+    }
+}
+
 /// The text of a panic payload (`&str` or `String`), else a placeholder.
 pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {

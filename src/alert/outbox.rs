@@ -15,13 +15,13 @@
 
 use super::notifier::{DeliveryError, Notifier};
 use super::{AlertStatus, Notification, Scope, Seen};
+use crate::metrics::Metrics;
 use crate::store::{OutboxItem, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -62,47 +62,6 @@ impl OutboxConfig {
             poll_every: Duration::from_secs(2),
             region: None,
             lease_ttl: lease_ttl_for(Duration::from_secs(60)),
-        }
-    }
-}
-
-/// Alert delivery counters, read by the metrics layer.
-#[derive(Debug, Default)]
-pub struct AlertCounters {
-    sent: Mutex<BTreeMap<(String, String), u64>>,
-    failures: Mutex<BTreeMap<String, u64>>,
-    abandoned: Mutex<BTreeMap<String, u64>>,
-    depth: AtomicI64,
-}
-
-/// A copy of the counters at one moment.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CountersSnapshot {
-    /// Alerts delivered per (kind, channel): `vigil_alerts_total{kind,channel}`.
-    pub sent: BTreeMap<(String, String), u64>,
-    /// Failed attempts per channel: `vigil_alert_delivery_failures_total{channel}`.
-    pub delivery_failures: BTreeMap<String, u64>,
-    /// Items given up per channel.
-    pub abandoned: BTreeMap<String, u64>,
-    /// Undelivered items at the last step.
-    pub outbox_depth: i64,
-}
-
-fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
-    // A poisoned lock still holds valid counts.
-    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-    *g.entry(k).or_default() += 1;
-}
-
-impl AlertCounters {
-    /// Current values.
-    pub fn snapshot(&self) -> CountersSnapshot {
-        let copy = |m: &Mutex<BTreeMap<String, u64>>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        CountersSnapshot {
-            sent: self.sent.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            delivery_failures: copy(&self.failures),
-            abandoned: copy(&self.abandoned),
-            outbox_depth: self.depth.load(Ordering::Relaxed),
         }
     }
 }
@@ -210,31 +169,29 @@ pub struct Outbox {
     store: Arc<dyn Store>,
     notifiers: BTreeMap<String, Arc<dyn Notifier>>,
     cfg: OutboxConfig,
-    counters: Arc<AlertCounters>,
+    /// Where sends, failed attempts, abandoned items and the depth are counted as they happen.
+    metrics: Arc<Metrics>,
     watching: Mutex<BTreeMap<String, Watch>>,
 }
 
 impl Outbox {
-    /// A worker over `store` sending through `notifiers` (matched by name).
-    pub fn new(store: Arc<dyn Store>, notifiers: Vec<Arc<dyn Notifier>>, cfg: OutboxConfig) -> Self {
-        let notifiers = notifiers.into_iter().map(|n| (n.name().to_string(), n)).collect();
-        Outbox {
-            store,
-            notifiers,
-            cfg,
-            counters: Arc::new(AlertCounters::default()),
-            watching: Mutex::new(BTreeMap::new()),
-        }
+    /// A worker over `store` sending through `notifiers` (matched by name), counting into
+    /// `metrics`; every channel's counters exist at zero from here on.
+    pub fn new(
+        store: Arc<dyn Store>,
+        notifiers: Vec<Arc<dyn Notifier>>,
+        cfg: OutboxConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let notifiers: BTreeMap<String, Arc<dyn Notifier>> =
+            notifiers.into_iter().map(|n| (n.name().to_string(), n)).collect();
+        metrics.register_alert_channels(&notifiers.keys().cloned().collect::<Vec<_>>());
+        Outbox { store, notifiers, cfg, metrics, watching: Mutex::new(BTreeMap::new()) }
     }
 
     /// Channel names, for `enqueue`.
     pub fn channels(&self) -> Vec<String> {
         self.notifiers.keys().cloned().collect()
-    }
-
-    /// Shared counters for metrics.
-    pub fn counters(&self) -> Arc<AlertCounters> {
-        Arc::clone(&self.counters)
     }
 
     /// Shared incidents whose lease this worker holds now.
@@ -340,7 +297,7 @@ impl Outbox {
         self.renew(now).await?;
         for (name, n) in &self.notifiers {
             if let Err(e) = n.tick(now).await {
-                bump(&self.counters.failures, name.clone());
+                self.metrics.delivery_failed(name);
                 tracing::warn!(channel = %name, error = %e, "channel re-send failed; will retry next step");
             }
         }
@@ -363,7 +320,7 @@ impl Outbox {
             }
         }
         report.depth = self.store.outbox_depth().await?;
-        self.counters.depth.store(report.depth, Ordering::Relaxed);
+        self.metrics.set_outbox_depth(report.depth);
         Ok(report)
     }
 
@@ -392,7 +349,7 @@ impl Outbox {
         tracing::error!(channel = %item.channel, kind = %item.kind, dedup_key = %item.dedup_key, id = %item.id,
             attempts = item.attempts + 1, error = %reason, "alert delivery abandoned");
         self.store.mark_abandoned(item.id, now, reason).await?;
-        bump(&self.counters.abandoned, item.channel.clone());
+        self.metrics.alert_abandoned(&item.channel);
         Ok(Outcome::Abandoned)
     }
 
@@ -425,7 +382,7 @@ impl Outbox {
             Ok(()) => {
                 self.store.mark_delivered(item.id, now).await?;
                 for a in &n.alerts {
-                    bump(&self.counters.sent, (a.kind.as_str().to_string(), channel.to_string()));
+                    self.metrics.alert_sent(a.kind.as_str(), channel);
                 }
                 tracing::info!(channel, kind = %item.kind, dedup_key = %item.dedup_key, attempts = item.attempts + 1, "alert delivered");
                 if n.shared && n.status == AlertStatus::Resolved && !n.test {
@@ -435,11 +392,11 @@ impl Outbox {
                 Ok(Outcome::Delivered)
             }
             Err(DeliveryError::Permanent { message }) => {
-                bump(&self.counters.failures, channel.to_string());
+                self.metrics.delivery_failed(channel);
                 self.abandon(&item, now, &message).await
             }
             Err(DeliveryError::Retryable { retry_after, message }) => {
-                bump(&self.counters.failures, channel.to_string());
+                self.metrics.delivery_failed(channel);
                 let deadline = item.created_at
                     + chrono::Duration::from_std(self.cfg.deadline).unwrap_or(chrono::Duration::days(1));
                 if now >= deadline {

@@ -3,8 +3,8 @@
 //!
 //! Server-rendered HTML with inline CSS and inline SVG only (no script, no external asset), so
 //! it works offline and on a phone. The handler gathers [`StatusData`] from the published
-//! snapshot (this region, and the other regions' latest samples the pipeline read from shared
-//! storage), the trend cache and the stored balance readings; [`render`] (the markup, in
+//! snapshot (this region, and the other regions' latest samples and the credit readings the
+//! pipeline read from shared storage) and the trend cache; [`render`] (the markup, in
 //! `status_html`) is a pure function of it.
 
 use super::trend::{Series, TrendCache, Trends};
@@ -29,7 +29,7 @@ pub use super::status_html::render;
 const REFRESH_MIN_S: u64 = 10;
 const REFRESH_MAX_S: u64 = 60;
 
-/// What the page needs from the config, the store and the trend cache.
+/// What the page needs from the config and the trend cache (the rest is in the snapshot).
 pub struct StatusPage {
     region: String,
     failover_factor: f64,
@@ -37,12 +37,11 @@ pub struct StatusPage {
     refresh_s: u64,
     /// Providers whose credit is watched, with their `balance.min_usd`.
     credit: Vec<(String, f64)>,
-    store: Arc<dyn Store>,
     trends: Arc<TrendCache>,
 }
 
 impl StatusPage {
-    /// The page for this instance's config, reading balances and trends from `store`.
+    /// The page for this instance's config, reading trends from `store` (through the cache).
     pub fn new(config: &Config, store: Arc<dyn Store>) -> Self {
         StatusPage {
             region: config.region.clone(),
@@ -50,8 +49,7 @@ impl StatusPage {
             min_samples: config.baseline.min_samples_p95,
             refresh_s: config.probe.interval.as_secs().clamp(REFRESH_MIN_S, REFRESH_MAX_S),
             credit: config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd)).collect(),
-            trends: Arc::new(TrendCache::new(store.clone(), &config.region, config.baseline.window)),
-            store,
+            trends: Arc::new(TrendCache::new(store, &config.region, config.baseline.window)),
         }
     }
 
@@ -128,20 +126,18 @@ impl StatusPage {
         }
     }
 
-    /// The latest stored credit reading of each watched provider (a day back at most).
-    pub async fn credits(&self, now: DateTime<Utc>) -> Vec<Credit> {
-        let mut out = Vec::with_capacity(self.credit.len());
-        for (provider, min_usd) in &self.credit {
-            let reading = match self.store.balances(provider, now - Duration::hours(24)).await {
-                Ok(r) => r.last().map(|b| (b.at, b.remaining_usd)),
-                Err(e) => {
-                    tracing::debug!(provider = %provider, error = %e, "credit readings not read for the status page");
-                    None
-                }
-            };
-            out.push(Credit { provider: provider.clone(), min_usd: *min_usd, reading });
-        }
-        out
+    /// The latest credit reading of each watched provider (a day back at most), from the
+    /// snapshot the pipeline publishes: no store query per request.
+    pub fn credits(&self, snap: &Snapshot, now: DateTime<Utc>) -> Vec<Credit> {
+        let day = now - Duration::hours(24);
+        self.credit
+            .iter()
+            .map(|(provider, min_usd)| Credit {
+                provider: provider.clone(),
+                min_usd: *min_usd,
+                reading: snap.credits.get(provider).filter(|b| b.at >= day).map(|b| (b.at, b.remaining_usd)),
+            })
+            .collect()
     }
 }
 
@@ -306,11 +302,12 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     let mut data = {
         // A writer that panicked left a whole snapshot behind; showing it beats showing nothing.
         let snap = s.snapshot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        page.gather(&snap)
+        let mut data = page.gather(&snap);
+        data.credits = page.credits(&snap, now);
+        data
     };
     let trends = page.trends.current(now).await;
     page.attach_trends(&mut data, &trends);
-    data.credits = page.credits(now).await;
     data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
     data.canary = s.canary.latest();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
@@ -628,6 +625,7 @@ mod tests {
                 Sample::new(t("C", "ap"), now(), now()),
                 Sample::new(t("B", "ap"), now(), now()),
             ]),
+            credits: Default::default(),
             flapping: Default::default(),
             probe_plan: None,
         };
@@ -652,6 +650,44 @@ mod tests {
         page.attach_trends(&mut d, &trends);
         let lens: Vec<usize> = d.rows.iter().map(|r| r.trend.len()).collect();
         assert_eq!(lens, [0, 1, 0], "only this region's trend is shown");
+    }
+
+    #[tokio::test]
+    async fn credits_come_from_the_snapshot_a_day_back_at_most() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            crate::store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.expect("open sqlite");
+        let mut text = String::from("region = \"eu\"\n");
+        for (name, min_usd) in [("a", 5.0), ("b", 1.0), ("c", 2.0)] {
+            text += &format!(
+                "[[provider]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                 api_key_env = \"K\"\nmodels = [\"m\"]\nbalance = {{ min_usd = {min_usd:?} }}\n"
+            );
+        }
+        let env = std::collections::BTreeMap::from([("K".to_string(), "sk-test-page".to_string())]);
+        let config = Config::from_toml(&text, &env).expect("valid config");
+        let page = StatusPage::new(&config, store);
+        let reading = |provider: &str, hours: i64, usd: f64| crate::store::BalanceReading {
+            provider: provider.into(),
+            region: "eu".into(),
+            at: now() - Duration::hours(hours),
+            remaining_usd: usd,
+        };
+        let snap = Snapshot {
+            credits: Arc::new([("a".into(), reading("a", 1, 12.5)), ("b".into(), reading("b", 25, 3.0))].into()),
+            ..Snapshot::default()
+        };
+        let shown: Vec<_> =
+            page.credits(&snap, now()).into_iter().map(|c| (c.provider, c.min_usd, c.reading)).collect();
+        assert_eq!(
+            shown,
+            [
+                ("a".to_string(), 5.0, Some((now() - Duration::hours(1), 12.5))),
+                ("b".to_string(), 1.0, None),
+                ("c".to_string(), 2.0, None),
+            ],
+            "every watched provider, in config order; a reading over a day old is not shown"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Retention: the job that removes what is older than its configured retention, table by table,
-//! in bounded batches, off the sample road (docs/STORAGE.md, "Retention").
+//! in bounded batches, off the sample road (docs/STORAGE.md, "Retention"); and the upkeep task
+//! that first applies migrations a database down at start could not take.
 
 use super::{Prune, Store, StoreError};
 use crate::config::{RetentionConfig, StorageConfig};
@@ -10,6 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Pause between two delete batches of one table, so writers take the lock in between.
 const BETWEEN_BATCHES: Duration = Duration::from_millis(20);
+/// How often migrations are tried again while the database is still unreachable.
+const MIGRATE_RETRY_EVERY: Duration = Duration::from_secs(5);
 
 /// How long each table is kept and how the job deletes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +143,34 @@ pub async fn run(store: Arc<dyn Store>, policy: Policy, stop: CancellationToken)
             _ = tick.tick() => {
                 run_once(store.as_ref(), &policy, Utc::now(), &stop).await;
             }
+        }
+    }
+}
+
+/// The daemon's storage upkeep: when the database was down at start (`migrated` false),
+/// migrations are tried every few seconds until they apply (samples stay in the spool until
+/// then); then [`run`]. Never touches the sample road.
+pub async fn upkeep(store: Arc<dyn Store>, policy: Policy, migrated: bool, stop: CancellationToken) {
+    if !migrated && !migrate_when_reachable(store.as_ref(), &stop).await {
+        return;
+    }
+    run(store, policy, stop).await;
+}
+
+/// Applies migrations once the database answers; false when `stop` fired first.
+async fn migrate_when_reachable(store: &dyn Store, stop: &CancellationToken) -> bool {
+    let mut tick = tokio::time::interval(MIGRATE_RETRY_EVERY);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tick.tick() => match store.migrate().await {
+                Ok(()) => {
+                    tracing::info!("storage reachable; migrations applied");
+                    return true;
+                }
+                Err(StoreError::Unavailable(_)) => {}
+                Err(e) => tracing::error!(error = %e, "migrations failed; samples stay in the spool"),
+            },
         }
     }
 }

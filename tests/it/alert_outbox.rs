@@ -19,6 +19,7 @@ use vigil::alert::slack::SlackNotifier;
 use vigil::alert::webhook::WebhookNotifier;
 use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
+use vigil::metrics::Metrics;
 use vigil::sample::{Outcome, Sample};
 use vigil::store::Store;
 use vigil::target::Target;
@@ -84,7 +85,18 @@ fn pagerduty(r: &Receiver) -> Arc<dyn Notifier> {
 }
 
 fn outbox(store: &Arc<dyn Store>, channels: Vec<Arc<dyn Notifier>>, deadline: Duration) -> Outbox {
-    Outbox::new(Arc::clone(store), channels, OutboxConfig::with_deadline(deadline))
+    counted(store, channels, deadline).0
+}
+
+/// An outbox and the metrics it counts into.
+fn counted(store: &Arc<dyn Store>, channels: Vec<Arc<dyn Notifier>>, deadline: Duration) -> (Outbox, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new("eu-west-1").expect("metrics"));
+    (Outbox::new(Arc::clone(store), channels, OutboxConfig::with_deadline(deadline), metrics.clone()), metrics)
+}
+
+/// The value of one exported series (`name{labels}` as rendered), if it is exported.
+fn series(m: &Metrics, series: &str) -> Option<f64> {
+    m.render().lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 fn keys(r: &Receiver) -> Vec<String> {
@@ -97,7 +109,7 @@ async fn each_channel_gets_the_alert_once_even_when_enqueued_twice(fx: Fixture) 
         Receiver::start(Reply::new(202, "{}")).await,
         Receiver::start(Reply::new(200, "")).await,
     );
-    let ob = outbox(
+    let (ob, m) = counted(
         &fx.store,
         vec![slack(&s), pagerduty(&p), webhook(&w, Duration::from_secs(5))],
         Duration::from_secs(86400),
@@ -112,17 +124,17 @@ async fn each_channel_gets_the_alert_once_even_when_enqueued_twice(fx: Fixture) 
     assert_eq!(r.delivered, 0);
     assert_eq!((s.requests().len(), p.requests().len(), w.requests().len()), (1, 1, 1));
     assert_eq!(keys(&w), [item_id(&n[0], "webhook").to_string()]);
-    let c = ob.counters().snapshot();
     for ch in ["slack", "pagerduty", "webhook"] {
-        assert_eq!(c.sent.get(&("errors".to_string(), ch.to_string())), Some(&1), "{ch}");
+        let sent = format!(r#"vigil_alerts_total{{channel="{ch}",kind="errors",region="eu-west-1"}}"#);
+        assert_eq!(series(&m, &sent), Some(1.0), "{ch}");
     }
-    assert_eq!(c.outbox_depth, 0);
+    assert_eq!(series(&m, r#"vigil_outbox_depth{region="eu-west-1"}"#), Some(0.0));
 }
 
 async fn a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers(fx: Fixture) {
     let w = Receiver::start(Reply::new(200, "")).await;
     w.script([Reply::new(500, "down"), Reply::new(503, "still down")]);
-    let ob = outbox(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
+    let (ob, m) = counted(&fx.store, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
     enqueue(fx.store.as_ref(), &[note("b")], &ob.channels(), t0()).await.expect("enqueue");
     assert_eq!(ob.deliver_pending(t0()).await.expect("step").retried, 1);
     let r = ob.deliver_pending(t0()).await.expect("step");
@@ -136,9 +148,9 @@ async fn a_receiver_down_for_a_while_gets_the_alert_once_after_it_recovers(fx: F
     let k = keys(&w);
     assert_eq!(k.len(), 3);
     assert!(k.iter().all(|x| *x == k[0]), "every retry carries the same idempotency key: {k:?}");
-    let c = ob.counters().snapshot();
-    assert_eq!(c.delivery_failures.get("webhook"), Some(&2));
-    assert_eq!(c.sent.get(&("errors".to_string(), "webhook".to_string())), Some(&1));
+    assert_eq!(series(&m, r#"vigil_alert_delivery_failures_total{channel="webhook",region="eu-west-1"}"#), Some(2.0));
+    assert_eq!(series(&m, r#"vigil_alerts_total{channel="webhook",kind="errors",region="eu-west-1"}"#), Some(1.0));
+    assert_eq!(series(&m, r#"vigil_alerts_abandoned_total{channel="webhook",region="eu-west-1"}"#), Some(0.0));
 }
 
 async fn retry_after_is_honoured(fx: Fixture) {
@@ -170,14 +182,14 @@ async fn a_hanging_receiver_times_out_and_the_retry_lands_once(fx: Fixture) {
 async fn a_permanent_rejection_is_abandoned_and_recorded(fx: Fixture) {
     let s = Receiver::start(Reply::new(200, "ok")).await;
     s.script([Reply::new(410, "channel_is_archived")]);
-    let ob = outbox(&fx.store, vec![slack(&s)], Duration::from_secs(86400));
+    let (ob, m) = counted(&fx.store, vec![slack(&s)], Duration::from_secs(86400));
     enqueue(fx.store.as_ref(), &[note("e")], &ob.channels(), t0()).await.expect("enqueue");
     let r = ob.deliver_pending(t0()).await.expect("step");
     assert_eq!((r.abandoned, r.depth), (1, 0));
     let r = ob.deliver_pending(after(24 * HOUR)).await.expect("step");
     assert_eq!((r.delivered, r.retried, r.abandoned, r.depth), (0, 0, 0, 0));
     assert_eq!(s.requests().len(), 1);
-    assert_eq!(ob.counters().snapshot().abandoned.get("slack"), Some(&1));
+    assert_eq!(series(&m, r#"vigil_alerts_abandoned_total{channel="slack",region="eu-west-1"}"#), Some(1.0));
 }
 
 async fn delivery_gives_up_only_after_the_deadline(fx: Fixture) {
@@ -277,7 +289,8 @@ fn shared_outbox(fx: &Fixture, w: &Receiver, region: &str) -> Outbox {
         lease_ttl: Duration::from_secs(65),
         ..OutboxConfig::with_deadline(Duration::from_secs(86400))
     };
-    Outbox::new(Arc::clone(&fx.store), vec![webhook(w, Duration::from_secs(5))], cfg)
+    let metrics = Arc::new(Metrics::new(region).expect("metrics"));
+    Outbox::new(Arc::clone(&fx.store), vec![webhook(w, Duration::from_secs(5))], cfg, metrics)
 }
 
 /// (status, title) of every webhook delivery.

@@ -120,6 +120,7 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_credit_remaining_usd".into(), instance(&["provider"]));
     m.insert("vigil_alerts_total".into(), with(&["kind", "channel"]));
     m.insert("vigil_alert_delivery_failures_total".into(), with(&["channel"]));
+    m.insert("vigil_alerts_abandoned_total".into(), with(&["channel"]));
     m.insert("vigil_samples_spooled".into(), instance(&[]));
     m.insert("vigil_outbox_depth".into(), instance(&[]));
     m.insert("vigil_build_info".into(), instance(&["version"]));

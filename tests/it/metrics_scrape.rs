@@ -155,6 +155,7 @@ fn compact_scrape_at_1000_targets_is_under_1_mb_and_10_series_per_target() {
         "vigil_samples_stored_total{region=\"eu-west-1\"} 2000",
         "vigil_alerts_total{channel=\"pagerduty\",kind=\"breaker_open\",region=\"eu-west-1\"} 0",
         "vigil_alert_delivery_failures_total{channel=\"slack\",region=\"eu-west-1\"} 0",
+        "vigil_alerts_abandoned_total{channel=\"slack\",region=\"eu-west-1\"} 0",
     ] {
         assert!(text.contains(present), "{present} missing");
     }
