@@ -4,11 +4,10 @@
 //! unpriced one keeps the base interval, the failing one is probed every
 //! `probe.incident_interval`; `/v1/targets`, `/metrics` and the status page show the plan.
 
-use std::collections::BTreeMap;
+use crate::support::daemon::{spawn_app, table, DaemonConfig, Provider};
+use crate::support::poll_until;
+
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-use vigil::app::{App, AppOptions};
-use vigil::config::Config;
 use vigil::demo::standin::{Script, StandIn};
 
 fn probes_of(metrics: &str, provider: &str) -> f64 {
@@ -56,51 +55,23 @@ async fn the_scheduler_stretches_the_dear_target_and_probes_the_failing_one_fast
     let base = provider.base_url();
     // A probe of "dear" costs dollars (its usage at a million dollars per million tokens):
     // far over the one-cent budget at any interval, so the plan stretches it as far as allowed.
-    let text = format!(
-        r#"
-region = "test-1"
-[storage]
-url = "sqlite://{data}/vigil.db"
-data_dir = "{data}"
-batch_age = "100ms"
-[http]
-listen = "127.0.0.1:0"
-[probe]
-interval = "2s"
-timeout = "500ms"
-connect_timeout = "400ms"
-ttft_timeout = "450ms"
-max_interval = "8s"
-incident_interval = "500ms"
-daily_budget_usd = 0.01
-[[provider]]
-name = "dear"
-kind = "openai"
-base_url = "{base}/dear/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-price = {{ input_per_mtok = 1000000.0, output_per_mtok = 1000000.0 }}
-[[provider]]
-name = "free"
-kind = "openai"
-base_url = "{base}/free/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-[[provider]]
-name = "flaky"
-kind = "openai"
-base_url = "{base}/flaky/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-"#,
-        data = data.path().display(),
-    );
-    let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-adaptive".to_string())].into();
-    let config = Config::from_toml(&text, &env).expect("valid config");
-    let app = App::build(config, AppOptions::default()).await.expect("app builds");
-    let addr = app.local_addr().expect("bound");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let at = |name: &str| format!("{base}/{name}/v1");
+    let price = table([("input_per_mtok", 1_000_000.0.into()), ("output_per_mtok", 1_000_000.0.into())]);
+    let config = DaemonConfig::sqlite(data.path())
+        .region("test-1")
+        .set("probe.interval", "2s")
+        .set("probe.timeout", "500ms")
+        .set("probe.connect_timeout", "400ms")
+        .set("probe.ttft_timeout", "450ms")
+        .set("probe.max_interval", "8s")
+        .set("probe.incident_interval", "500ms")
+        .set("probe.daily_budget_usd", 0.01)
+        .provider(Provider::openai("dear", &at("dear")).set("price", price))
+        .provider(Provider::openai("free", &at("free")))
+        .provider(Provider::openai("flaky", &at("flaky")))
+        .key("sk-test-adaptive");
+    let daemon = spawn_app(config.build()).await;
+    let addr = daemon.addr;
     let http = reqwest::Client::new();
     let get = |path: &str| {
         let (http, url) = (http.clone(), format!("http://{addr}{path}"));
@@ -108,8 +79,7 @@ models = ["m"]
     };
 
     // Wait (bounded) until the plan has seen the dear target's price and the flaky one failing.
-    let mut plan = serde_json::Value::Null;
-    for _ in 0..200 {
+    let seen = poll_until(Duration::from_secs(20), || async {
         let v: serde_json::Value = serde_json::from_str(&get("/v1/targets").await).expect("json");
         let mode = |p: &str| {
             v["targets"]
@@ -118,12 +88,9 @@ models = ["m"]
                 .map(|x| x["probe"]["mode"].clone())
                 .unwrap_or_default()
         };
-        if mode("dear") == "stretched" && mode("flaky") == "incident" {
-            plan = v;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (mode("dear") == "stretched" && mode("flaky") == "incident").then_some(v)
+    });
+    let plan: serde_json::Value = seen.await.unwrap_or_default();
     let target = |p: &str| {
         plan["targets"].as_array().and_then(|t| t.iter().find(|x| x["provider"] == p)).cloned().unwrap_or_default()
     };
@@ -151,7 +118,5 @@ models = ["m"]
     assert!(page.contains("probed every 8s (budget)"), "the status page says why dear is probed less");
     assert!(page.contains("over budget even at probe.max_interval"), "and that the budget cannot be kept");
 
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    daemon.stop_within(Duration::from_secs(15)).await;
 }

@@ -2,7 +2,8 @@
 
 use crate::support::alert_receiver as receiver;
 
-use receiver::{fixture, Receiver, Reply};
+use crate::support::fixture_text;
+use receiver::{Receiver, Reply};
 use secrecy::SecretString;
 use std::time::Duration;
 use vigil::balance::{BalanceCheck, BalanceClient, BalanceError};
@@ -20,8 +21,8 @@ fn client(r: &Receiver) -> BalanceClient {
 #[tokio::test]
 async fn key_limit_and_account_credits_are_both_read_with_the_bearer_key() {
     let r = Receiver::start(Reply::new(404, "not found")).await;
-    r.on("/api/v1/key", Reply::new(200, &fixture("openrouter-key.json")));
-    r.on("/api/v1/credits", Reply::new(200, &fixture("openrouter-credits.json")));
+    r.on("/api/v1/key", Reply::new(200, &fixture_text("openrouter-key.json")));
+    r.on("/api/v1/credits", Reply::new(200, &fixture_text("openrouter-credits.json")));
     let check = client(&r).check().await.expect("check");
     assert_eq!(check, BalanceCheck { key_remaining: Some(0.8246643901), account_remaining: Some(74.75) });
     assert_eq!(check.remaining(), Some(0.8246643901));
@@ -34,8 +35,8 @@ async fn key_limit_and_account_credits_are_both_read_with_the_bearer_key() {
 #[tokio::test]
 async fn an_older_api_without_key_falls_back_to_auth_key() {
     let r = Receiver::start(Reply::new(404, "not found")).await;
-    r.on("/api/v1/auth/key", Reply::new(200, &fixture("openrouter-auth-key.json")));
-    r.on("/api/v1/credits", Reply::new(403, &fixture("openrouter-credits-403.json")));
+    r.on("/api/v1/auth/key", Reply::new(200, &fixture_text("openrouter-auth-key.json")));
+    r.on("/api/v1/credits", Reply::new(403, &fixture_text("openrouter-credits-403.json")));
     let c = client(&r);
     assert_eq!(c.key_remaining().await.expect("key"), Some(4.8984355238));
     let paths: Vec<String> = r.requests().into_iter().map(|q| q.path).collect();
@@ -46,7 +47,7 @@ async fn an_older_api_without_key_falls_back_to_auth_key() {
 async fn an_ordinary_key_reading_credits_is_skipped_quietly() {
     let r = Receiver::start(Reply::new(404, "not found")).await;
     r.on("/api/v1/key", Reply::new(200, r#"{"data":{"limit":null,"limit_remaining":null,"usage":1.5}}"#));
-    r.on("/api/v1/credits", Reply::new(403, &fixture("openrouter-credits-403.json")));
+    r.on("/api/v1/credits", Reply::new(403, &fixture_text("openrouter-credits-403.json")));
     let c = client(&r);
     let check = c.check().await.expect("a 403 on credits is not an error");
     assert_eq!(check, BalanceCheck { key_remaining: None, account_remaining: None });

@@ -3,8 +3,9 @@
 
 use crate::support::alert_receiver as receiver;
 
+use crate::support::fixture_text;
 use chrono::{DateTime, Utc};
-use receiver::{assert_same_shape, fixture, Receiver, Reply};
+use receiver::{assert_same_shape, Receiver, Reply};
 use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +103,8 @@ async fn slack_gets_block_kit_with_a_text_fallback_shaped_like_the_fixture() {
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].path, "/services/T000/B000/XXXX");
     let body = reqs[0].json();
-    let want: serde_json::Value = serde_json::from_str(&fixture("slack-webhook-payload-blocks.json")).expect("fixture");
+    let want: serde_json::Value =
+        serde_json::from_str(&fixture_text("slack-webhook-payload-blocks.json")).expect("fixture");
     assert_same_shape(&want, &body, "$", &["$.blocks[0].accessory"]);
     let text = body["text"].as_str().expect("text fallback");
     assert!(
@@ -144,14 +146,14 @@ async fn slack_answers_map_to_retryable_or_permanent() {
 
 #[tokio::test]
 async fn pagerduty_triggers_one_event_per_incident_with_its_stable_dedup_key_and_resolves_it() {
-    let r = Receiver::start(Reply::new(202, &fixture("pagerduty-response-202.json"))).await;
+    let r = Receiver::start(Reply::new(202, &fixture_text("pagerduty-response-202.json"))).await;
     let pd = pagerduty(&r);
     let firing = notification(AlertStatus::Firing);
     pd.send(&firing, Uuid::new_v4()).await.expect("trigger delivered");
     pd.send(&notification(AlertStatus::Resolved), Uuid::new_v4()).await.expect("resolve delivered");
     let reqs = r.requests();
     assert_eq!(reqs.len(), 2, "one incident with two kinds: one trigger, one resolve");
-    let want: serde_json::Value = serde_json::from_str(&fixture("pagerduty-event-trigger.json")).expect("fixture");
+    let want: serde_json::Value = serde_json::from_str(&fixture_text("pagerduty-event-trigger.json")).expect("fixture");
     let trigger = reqs[0].json();
     assert_same_shape(&want, &trigger, "$", &["$.images"]);
     assert_eq!(trigger["event_action"], "trigger");
@@ -161,7 +163,7 @@ async fn pagerduty_triggers_one_event_per_incident_with_its_stable_dedup_key_and
     assert_eq!(trigger["payload"]["custom_details"]["facets"][1]["severity"], "warning");
     assert_eq!(trigger["dedup_key"], "vigil:openrouter:meta-llama/llama-3-70b-instruct:DeepInfra");
     let want_resolve: serde_json::Value =
-        serde_json::from_str(&fixture("pagerduty-event-resolve.json")).expect("fixture");
+        serde_json::from_str(&fixture_text("pagerduty-event-resolve.json")).expect("fixture");
     let resolve = reqs[1].json();
     assert_same_shape(&want_resolve, &resolve, "$", &[]);
     assert_eq!(resolve["event_action"], "resolve");
@@ -172,7 +174,7 @@ async fn pagerduty_triggers_one_event_per_incident_with_its_stable_dedup_key_and
 async fn pagerduty_400_is_permanent_and_429_or_5xx_retryable() {
     let r = Receiver::start(Reply::new(202, "{}")).await;
     r.script([
-        Reply::new(400, &fixture("pagerduty-response-400.json")),
+        Reply::new(400, &fixture_text("pagerduty-response-400.json")),
         Reply::new(429, "").header("Retry-After", "7"),
         Reply::new(503, "unavailable"),
     ]);

@@ -4,15 +4,13 @@
 //! webhook receiver counting what is sent. One page (and one resolve) per fault across both
 //! regions, none for the heavy tail, one `flapping` notice.
 
+use crate::support::daemon::{adherent_stream, spawn_app, stop_all, DaemonConfig, Provider};
+use crate::support::poll_until;
 use crate::support::store as store_support;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-use vigil::app::{App, AppOptions};
-use vigil::config::Config;
 use vigil::demo::standin::{Script, StandIn};
 
 const NORMAL: u8 = 0;
@@ -22,17 +20,7 @@ const FLAPPING: u8 = 3;
 
 /// An OpenAI chat stream answering `{"ok":true}` (so adherence holds), chunks `gap` apart.
 fn stream(gap: Duration) -> Script {
-    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
-        let v = serde_json::json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
-            "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        format!("data: {v}\n\n")
-    };
-    let mut body = chunk(serde_json::json!({"role": "assistant", "content": ""}), serde_json::Value::Null);
-    body.push_str(&chunk(serde_json::json!({"content": "{\"ok\":"}), serde_json::Value::Null));
-    body.push_str(&chunk(serde_json::json!({"content": "true}"}), serde_json::Value::Null));
-    body.push_str(&chunk(serde_json::json!({}), serde_json::json!("stop")));
-    body.push_str("data: [DONE]\n\n");
-    Script::sse(body.as_bytes(), gap)
+    Script::sse(&adherent_stream(), gap)
 }
 
 /// (status, update, reminder, incident, kinds, seen regions) of every delivery.
@@ -68,14 +56,13 @@ fn resolves(d: &[Delivery], incident: &str) -> usize {
 }
 
 async fn wait_for(hook: &StandIn, what: &str, max: Duration, pred: impl Fn(&[Delivery]) -> bool) {
-    let start = std::time::Instant::now();
-    while start.elapsed() < max {
-        if pred(&deliveries(hook)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = poll_until(max, || {
+        let seen = pred(&deliveries(hook));
+        async move { seen.then_some(()) }
+    });
+    if seen.await.is_none() {
+        panic!("{what}: not seen; deliveries so far: {:?}", deliveries(hook));
     }
-    panic!("{what}: not seen; deliveries so far: {:?}", deliveries(hook));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -106,58 +93,21 @@ async fn one_page_per_fault_across_regions_none_for_a_heavy_tail_and_one_flappin
     .expect("stand-in");
     let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("receiver");
     let data = tempfile::tempdir().expect("tempdir");
-    let shutdown = CancellationToken::new();
     let mut running = Vec::new();
     for region in ["eu-test-1", "us-test-1"] {
-        let text = format!(
-            r#"
-region = "{region}"
-[storage]
-url = "{db}"
-data_dir = "{d}/{region}"
-batch_age = "100ms"
-[http]
-listen = "127.0.0.1:0"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[baseline]
-min_samples_p50 = 10
-min_samples_p95 = 15
-[breaker]
-open_for = "2s"
-# The young baselines make loopback jitter look like latency trips; this test is about alerts.
-latency_trips = 50
-[alerts]
-[[alerts.webhook]]
-url_env = "VIGIL_TEST_HOOK"
-[[provider]]
-name = "shifty"
-kind = "openai"
-base_url = "{base}/shifty/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-[[provider]]
-name = "steady"
-kind = "openai"
-base_url = "{base}/steady/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-"#,
-            db = db.url,
-            d = data.path().display(),
-            base = provider.base_url()
-        );
-        let env: BTreeMap<String, String> = [
-            ("VIGIL_TEST_KEY".to_string(), "sk-test-scenario".to_string()),
-            ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
-        ]
-        .into();
         // A young store: the slow phase quickly becomes part of the baseline, so keep it short.
-        let app = App::build(Config::from_toml(&text, &env).expect("valid config"), AppOptions::default())
-            .await
-            .expect("app builds");
-        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
+        let config = DaemonConfig::new(&db.url, &data.path().join(region))
+            .region(region)
+            .set("baseline.min_samples_p50", 10)
+            .set("baseline.min_samples_p95", 15)
+            .set("breaker.open_for", "2s")
+            // The young baselines make loopback jitter look like latency trips; this test is about alerts.
+            .set("breaker.latency_trips", 50)
+            .webhook(&format!("{}/hook", hook.base_url()))
+            .provider(Provider::openai("shifty", &format!("{}/shifty/v1", provider.base_url())))
+            .provider(Provider::openai("steady", &format!("{}/steady/v1", provider.base_url())))
+            .key("sk-test-scenario");
+        running.push(spawn_app(config.build()).await);
     }
     let shifty = "vigil:shifty:m:";
 
@@ -191,11 +141,7 @@ models = ["m"]
     wait_for(&hook, "flapping resolve", Duration::from_secs(90), |d| resolves(d, shifty) == 3).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    shutdown.cancel();
-    for r in running {
-        let stopped = tokio::time::timeout(Duration::from_secs(15), r).await;
-        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
-    }
+    stop_all(running, Duration::from_secs(15)).await;
     let all = deliveries(&hook);
     let got = pages(&all, shifty);
     let kinds: Vec<&Vec<String>> = got.iter().map(|x| &x.4).collect();

@@ -2,6 +2,8 @@
 //! on loopback: an incident fires with the documented labels, is silenced with `amtool`, is
 //! re-posted before it would time out, and resolves.
 
+use crate::support::{eventually, settle};
+
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use std::process::{Child, Command, Stdio};
@@ -28,16 +30,26 @@ impl Drop for Alertmanager {
     }
 }
 
-fn binary() -> String {
-    for b in ["prometheus-alertmanager", "alertmanager"] {
-        if Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok() {
-            return b.to_string();
-        }
+const INSTALL: &str = "apt-get install -y prometheus-alertmanager";
+
+/// The Alertmanager binary (Debian names it `prometheus-alertmanager`), or `None` after the
+/// suite's skip-or-fail rule for a missing tool.
+fn binary() -> Option<String> {
+    let found = ["prometheus-alertmanager", "alertmanager"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok());
+    if found.is_none() {
+        crate::support::tool_missing("alertmanager", INSTALL);
     }
-    panic!("no Alertmanager binary: install the prometheus-alertmanager package (scripts/test.sh does)");
+    found.map(String::from)
 }
 
-async fn start() -> Alertmanager {
+/// A ready Alertmanager, or `None` (skipped with the reason printed) when it or amtool is missing.
+async fn start() -> Option<Alertmanager> {
+    let binary = binary()?;
+    if !crate::support::tool_available("amtool", &[], INSTALL) {
+        return None;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
     let config = dir.path().join("alertmanager.yml");
@@ -46,7 +58,7 @@ async fn start() -> Alertmanager {
         "route:\n  receiver: blackhole\n  group_by: [incident]\n  group_wait: 1s\nreceivers:\n  - name: blackhole\n",
     )
     .expect("config");
-    let child = Command::new(binary())
+    let child = Command::new(binary)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.path={}", dir.path().join("data").display()))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
@@ -58,13 +70,12 @@ async fn start() -> Alertmanager {
     // Owned at once, so its Drop stops the process on every path (a failed wait included).
     let am = Alertmanager { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
     let client = reqwest::Client::new();
-    for _ in 0..100 {
-        if client.get(format!("{}/-/ready", am.url)).send().await.is_ok_and(|r| r.status().is_success()) {
-            return am;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("alertmanager did not become ready");
+    let ready = format!("{}/-/ready", am.url);
+    eventually(Duration::from_secs(10), "alertmanager to become ready", || async {
+        client.get(&ready).send().await.is_ok_and(|r| r.status().is_success()).then_some(())
+    })
+    .await;
+    Some(am)
 }
 
 async fn alerts(url: &str) -> Vec<serde_json::Value> {
@@ -102,7 +113,7 @@ fn incident() -> (Notification, Notification) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incident_fires_is_silenced_with_amtool_stays_open_by_reposting_and_resolves() {
-    let am = start().await;
+    let Some(am) = start().await else { return };
     let cfg = AlertmanagerConfig {
         name: "alertmanager".into(),
         url: SecretString::from(am.url.clone()),
@@ -156,14 +167,10 @@ async fn an_incident_fires_is_silenced_with_amtool_stays_open_by_reposting_and_r
 
     // Resolve: endsAt now, and Alertmanager no longer lists it as active.
     ch.send(&resolved, Uuid::new_v4()).await.expect("resolved");
-    let mut left = alerts(&am.url).await;
-    for _ in 0..30 {
-        if left.iter().all(|a| a["status"]["state"] != "active" && a["status"]["state"] != "suppressed") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        left = alerts(&am.url).await;
-    }
+    let inactive = |left: &Vec<serde_json::Value>| {
+        left.iter().all(|a| a["status"]["state"] != "active" && a["status"]["state"] != "suppressed")
+    };
+    let left = settle(Duration::from_secs(3), || alerts(&am.url), inactive).await;
     assert!(
         left.is_empty()
             || left.iter().all(|a| {

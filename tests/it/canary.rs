@@ -2,6 +2,9 @@
 //! stand-in on loopback streaming real SSE, scored, stored in a real SQLite file and judged by
 //! the alert engine with injected time (one canary run every 15 simulated minutes).
 
+use crate::support::daemon::{spawn_app, table, DaemonConfig, Provider};
+use crate::support::{poll_until, settle};
+
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -240,8 +243,7 @@ fn canary_config_defaults_and_errors_name_the_key() {
 /// baselines of the regular probes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
-    let ok = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let ok = crate::support::fixture("openai-chat-stream-usage.sse");
     let s = StandIn::start(move |r| {
         let canary = r.json().is_some_and(|b| b["messages"][0]["content"] == prompt::SYSTEM);
         if canary {
@@ -254,34 +256,21 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
     .await
     .expect("stand-in");
     let data = tempfile::tempdir().expect("tempdir");
-    let text = format!(
-        "region = \"test-1\"\n[storage]\nurl = \"sqlite://{d}/vigil.db\"\ndata_dir = \"{d}\"\nbatch_age = \"100ms\"\n\
-         [http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n\
-         [probe.canary]\nenabled = true\ninterval = \"1m\"\n\
-         [[provider]]\nname = \"standin\"\nkind = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"CANARY_TEST_KEY\"\n\
-         models = [\"m1\", \"m2\"]\n",
-        s.base_url(),
-        d = data.path().display(),
-    );
-    let env: BTreeMap<String, String> = [("CANARY_TEST_KEY".to_string(), KEY.to_string())].into();
-    let config = Config::from_toml(&text, &env).expect("valid config");
-    let app = vigil::app::App::build(config, vigil::app::AppOptions::default()).await.expect("app builds");
-    let metrics = app.metrics();
-    let addr = app.local_addr().expect("bound");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let config = DaemonConfig::sqlite(data.path())
+        .region("test-1")
+        .set("probe.canary", table([("enabled", true.into()), ("interval", "1m".into())]))
+        .provider(Provider::openai("standin", &format!("{}/v1", s.base_url())).models(&["m1", "m2"]))
+        .key(KEY);
+    let daemon = spawn_app(config.build()).await;
+    let (metrics, addr) = (daemon.metrics.clone(), daemon.addr);
 
     let http = reqwest::Client::new();
-    let mut runs = serde_json::Value::Null;
-    for _ in 0..100 {
+    let seen = poll_until(Duration::from_secs(10), || async {
         let v: serde_json::Value =
             http.get(format!("http://{addr}/v1/canary")).send().await.expect("canary").json().await.expect("JSON");
-        if v["runs"].as_array().is_some_and(|r| r.len() == 2) {
-            runs = v;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        v["runs"].as_array().is_some_and(|r| r.len() == 2).then_some(v)
+    });
+    let runs: serde_json::Value = seen.await.unwrap_or_default();
     let first = &runs["runs"][0];
     assert_eq!(first["target"], "standin/m1", "both targets canaried within the first probe interval: {runs}");
     assert_eq!((first["correct"].as_u64(), first["total"].as_u64()), (Some(6), Some(6)), "{runs}");
@@ -302,16 +291,9 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    for _ in 0..100 {
-        if counted(&metrics) >= 4.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    settle(Duration::from_secs(10), || async { counted(&metrics) }, |n| *n >= 4.0).await;
 
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(12), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly: {stopped:?}");
+    daemon.stop_within(Duration::from_secs(12)).await;
 
     let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
     let canary = store.canary_runs(None, t0() - chrono::Duration::days(1), 100).await.expect("canary runs");

@@ -1,19 +1,13 @@
 //! The daemon and the binary end to end: `vigil run` against stand-in providers on loopback,
 //! `/metrics` checked by promtool, and the CLI's output and exit codes.
 
-use crate::support::promtool;
+use crate::support::daemon::{spawn_app, spawn_app_with, DaemonConfig, Provider};
+use crate::support::{fixture, promtool, settle};
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-use vigil::app::{App, AppOptions};
-use vigil::config::Config;
+use vigil::app::AppOptions;
 use vigil::demo::standin::{Script, StandIn};
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
 
 fn vigil() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
@@ -32,68 +26,32 @@ async fn stand_ins() -> (StandIn, StandIn) {
     (ok, down)
 }
 
-fn config_text(ok: &StandIn, down: &StandIn, data: &std::path::Path) -> String {
-    format!(
-        r#"
-region = "test-1"
-[storage]
-url = "sqlite://{data}/vigil.db"
-data_dir = "{data}"
-batch_age = "100ms"
-[http]
-listen = "127.0.0.1:0"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[metrics]
-detail = "full"
-[[provider]]
-name = "fast"
-kind = "openai"
-base_url = "{}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m1", "m2"]
-[[provider]]
-name = "broken"
-kind = "openai"
-base_url = "{}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m1"]
-"#,
-        ok.base_url(),
-        down.base_url(),
-        data = data.display(),
-    )
+/// Three targets: `fast/m1` and `fast/m2` answer, `broken/m1` fails with 503.
+fn config(ok: &StandIn, down: &StandIn, data: &std::path::Path) -> DaemonConfig {
+    DaemonConfig::sqlite(data)
+        .region("test-1")
+        .set("metrics.detail", "full")
+        .provider(Provider::openai("fast", &format!("{}/v1", ok.base_url())).models(&["m1", "m2"]))
+        .provider(Provider::openai("broken", &format!("{}/v1", down.base_url())).models(&["m1"]))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     let (ok, down) = stand_ins().await;
-    let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-daemon".to_string())].into();
     let data = tempfile::tempdir().expect("tempdir");
-    let config = Config::from_toml(&config_text(&ok, &down, data.path()), &env).expect("valid config");
-    let app = App::build(config.clone(), AppOptions::default()).await.expect("app builds");
-    let metrics = app.metrics();
-    let addr = app.local_addr().expect("bound");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let daemon = spawn_app(config(&ok, &down, data.path()).key("sk-test-daemon").build()).await;
+    let metrics = daemon.metrics.clone();
 
     let http = reqwest::Client::new();
-    let base = format!("http://{addr}");
+    let base = daemon.base.clone();
     // Rounds are 1 s apart; wait (bounded) until two rounds of all three targets are counted.
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
-        let ok_count = text
-            .lines()
+    let ok_count = |text: &String| {
+        text.lines()
             .filter(|l| l.starts_with("vigil_probes_total{") && l.contains("outcome=\"ok\""))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-        if ok_count >= 4.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .sum::<f64>()
+    };
+    let text = settle(Duration::from_secs(10), || daemon.scrape(), |text| ok_count(text) >= 4.0).await;
     for name in [
         "vigil_probe_ttfb_seconds_bucket",
         "vigil_probe_ttft_seconds_bucket",
@@ -130,9 +88,7 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
     assert_eq!(http.get(format!("{base}/healthz")).send().await.expect("healthz").status(), 200);
     assert_eq!(http.get(format!("{base}/readyz")).send().await.expect("readyz").status(), 200);
 
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "run_until_stopped returns cleanly: {stopped:?}");
+    daemon.stop().await;
 
     // Every probe counted in the metrics was stored, once.
     let probes: f64 = metrics
@@ -152,7 +108,7 @@ async fn probe_command_prints_json_lines_with_spec_fields() {
     let (ok, down) = stand_ins().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("vigil.toml");
-    std::fs::write(&path, config_text(&ok, &down, dir.path())).expect("write config");
+    std::fs::write(&path, config(&ok, &down, dir.path()).toml()).expect("write config");
     let out = vigil_async()
         .args(["probe", "--json", "--config"])
         .arg(&path)
@@ -277,29 +233,20 @@ fn check_config_redacts_secrets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_mode_probes_simulated_providers_and_reads_their_credit() {
     let data = tempfile::tempdir().expect("tempdir");
-    let text = format!(
-        "[storage]\nurl = \"sqlite://{d}/vigil.db\"\ndata_dir = \"{d}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"2s\"\ntimeout = \"2s\"\n[[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
-        d = data.path().display()
-    );
-    let config = Config::from_toml(&text, &BTreeMap::new()).expect("valid config");
-    let app = App::build(config, AppOptions { demo: true, ..AppOptions::default() }).await.expect("demo app builds");
-    let base = format!("http://{}", app.local_addr().expect("bound"));
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
-    let http = reqwest::Client::new();
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
-        if text.contains("vigil_credit_remaining_usd{") && demo_ok(&text) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let config = DaemonConfig::sqlite(data.path())
+        .set("probe.interval", "2s")
+        .set("probe.timeout", "2s")
+        .provider(Provider::http("none", "http://127.0.0.1:9/"));
+    let daemon = spawn_app_with(config.build(), AppOptions { demo: true, ..AppOptions::default() }).await;
+    let text = settle(
+        Duration::from_secs(10),
+        || daemon.scrape(),
+        |text| text.contains("vigil_credit_remaining_usd{") && demo_ok(text),
+    )
+    .await;
     assert!(text.contains(r#"vigil_credit_remaining_usd{provider="demo-llama",region="local"}"#), "{text}");
     assert!(demo_ok(&text), "{text}");
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    daemon.stop().await;
 }
 
 /// A demo-llama route has at least one successful probe counted.
@@ -339,27 +286,22 @@ async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
     for d in [200, 2] {
         store.append_transition(&transition(d)).await.expect("transition");
     }
-    let text = format!(
-        "[storage]\nurl = \"{url}\"\ndata_dir = \"{d}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"60s\"\n[[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
-        d = data.path().display()
-    );
-    let config = Config::from_toml(&text, &BTreeMap::new()).expect("valid config");
-    let app = App::build(config, AppOptions::default()).await.expect("app builds");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let config = DaemonConfig::sqlite(data.path())
+        .set("probe.interval", "60s")
+        .provider(Provider::http("none", "http://127.0.0.1:9/"));
+    let daemon = spawn_app(config.build()).await;
     let long_ago = now - chrono::Duration::days(1000);
-    let mut left = (0, 0);
-    for _ in 0..100 {
-        let rollups = store.rollups_since(None, long_ago).await.expect("rollups").len();
-        let transitions = store.transitions("local", None, 10).await.expect("transitions").len();
-        left = (rollups, transitions);
-        if left == (1, 1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let store = &store;
+    let left = settle(
+        Duration::from_secs(10),
+        || async move {
+            let rollups = store.rollups_since(None, long_ago).await.expect("rollups").len();
+            let transitions = store.transitions("local", None, 10).await.expect("transitions").len();
+            (rollups, transitions)
+        },
+        |left| *left == (1, 1),
+    )
+    .await;
     assert_eq!(left, (1, 1), "the retention job removed the expired rollup and transition, nothing else");
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    daemon.stop().await;
 }

@@ -194,19 +194,15 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     };
     assert!(log.iter().any(|l| l.contains("seeded 7 days")), "{}", log.join("\n"));
     let http = reqwest::Client::new();
-    let mut page = String::new();
     // A published P95 next to a probe's figures: "P95 312 ms".
     let p95_shown = |page: &str| {
         page.match_indices("P95 ").filter(|(i, _)| page[i + 4..].starts_with(|c: char| c.is_ascii_digit())).count()
     };
     let streaming = vigil::demo::history::demo_targets("local").len() - 1;
-    for _ in 0..300 {
-        page = http.get(format!("http://{addr}/")).send().await.expect("status page").text().await.expect("body");
-        if page.contains("<polyline") && p95_shown(&page) >= 2 * streaming {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let fetch =
+        || async { http.get(format!("http://{addr}/")).send().await.expect("status page").text().await.expect("body") };
+    let ready = |page: &String| page.contains("<polyline") && p95_shown(page) >= 2 * streaming;
+    let page = crate::support::settle(Duration::from_secs(30), fetch, ready).await;
     println!("status page with baselines and sparklines {:.1} s after start", started.elapsed().as_secs_f64());
     // Every streaming target has its TTFT trend and P95s; the plain-HTTP status page has no tokens.
     assert!(p95_shown(&page) >= 2 * streaming, "TTFT and TTFB P95 of every streaming target:\n{page}");
@@ -244,14 +240,9 @@ async fn the_misbehaving_host_pages_the_log_channel() {
                 && !l.ends_with(" 0")
         })
     };
-    let mut metrics = String::new();
-    for _ in 0..300 {
-        metrics = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
-        if fired(&metrics) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let scrape =
+        || async { http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body") };
+    let metrics = crate::support::settle(Duration::from_secs(30), scrape, |m| fired(m)).await;
     assert!(fired(&metrics), "the errors alert of demo-mixtral@Anyscale went to the log channel:\n{metrics}");
     assert!(
         metrics.lines().any(|l| l.starts_with("vigil_probes_total{")

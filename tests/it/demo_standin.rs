@@ -1,5 +1,6 @@
 //! The stand-in provider: exact framing, pacing truth, endings, TLS and fixture replay.
 
+use crate::support::fixture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +11,6 @@ use vigil::demo::standin::split_sse_events;
 use vigil::demo::{End, Script, StandIn};
 
 const GUARD: Duration = Duration::from_secs(10);
-
-fn fixture(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).expect("fixture exists")
-}
 
 fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").into_bytes()

@@ -215,14 +215,8 @@ url_env = "VIGIL_ECHO_HOOK"
         async move { http.get(url).send().await.expect("get").text().await.expect("body") }
     };
     // Wait (bounded) for a few refused probes and the alert.
-    let mut targets = String::new();
-    for _ in 0..100 {
-        targets = get("/v1/targets").await;
-        if targets.contains("auth_error") && !receiver.requests().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let alerted = |targets: &String| targets.contains("auth_error") && !receiver.requests().is_empty();
+    let targets = crate::support::settle(Duration::from_secs(10), || get("/v1/targets"), alerted).await;
     assert!(targets.contains("auth_error"), "the refusal shows in /v1/targets:\n{targets}");
     assert!(targets.contains("[redacted]"), "the echoed key is replaced, not the whole text dropped:\n{targets}");
     let page = get("/").await;

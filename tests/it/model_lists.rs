@@ -5,20 +5,17 @@
 //! model the probes still reach. The poller's reads of each kind of endpoint (OpenAI list,
 //! Anthropic and Gemini per-model) and its handling of bad answers are checked over HTTP too.
 
+use crate::support::daemon::{spawn_app, strings, DaemonConfig, Provider};
+use crate::support::{fixture, settle};
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 use vigil::alert::deprecation::DeprecationSource;
-use vigil::app::{App, AppOptions};
 use vigil::config::Config;
 use vigil::demo::standin::{RequestRecord, Script, StandIn};
 use vigil::model_lists::{Poller, Seen, SharedModelNotices};
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
 
 /// An OpenAI chat stream whose answer obeys the probe's system prompt.
 fn adherent_stream() -> Vec<u8> {
@@ -96,70 +93,24 @@ async fn every_source_of_a_retirement_reaches_the_webhook_as_model_deprecated() 
     .await;
     let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("webhook receiver");
     let data = tempfile::tempdir().expect("tempdir");
-    let text = format!(
-        r#"
-region = "eu-test-1"
-[storage]
-url = "sqlite://{d}/vigil.db"
-data_dir = "{d}"
-batch_age = "100ms"
-[http]
-listen = "127.0.0.1:0"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[deprecation]
-models_every = "1s"
-[[alerts.webhook]]
-url_env = "VIGIL_TEST_HOOK"
-secret_env = "VIGIL_TEST_HOOK_SECRET"
-[[provider]]
-name = "sunset"
-kind = "openai"
-base_url = "{a}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["gpt-4o-mini"]
-[[provider]]
-name = "router"
-kind = "openai"
-base_url = "{b}/api/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["example/old-model-preview"]
-routes = ["Host"]
-[[provider]]
-name = "lister"
-kind = "openai"
-base_url = "{c}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["gpt-4o-mini"]
-"#,
-        d = data.path().display(),
-        a = sunset.base_url(),
-        b = router.base_url(),
-        c = lister.base_url(),
-    );
-    let env: BTreeMap<String, String> = [
-        ("VIGIL_TEST_KEY".to_string(), "sk-test-lists".to_string()),
-        ("VIGIL_TEST_HOOK".to_string(), format!("{}/hook", hook.base_url())),
-        ("VIGIL_TEST_HOOK_SECRET".to_string(), "hook-secret".to_string()),
-    ]
-    .into();
-    let config = Config::from_toml(&text, &env).expect("valid config");
-    let app = App::build(config, AppOptions::default()).await.expect("app builds");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let config = DaemonConfig::sqlite(data.path())
+        .region("eu-test-1")
+        .set("deprecation.models_every", "1s")
+        .signed_webhook(&format!("{}/hook", hook.base_url()), "hook-secret")
+        .provider(Provider::openai("sunset", &format!("{}/v1", sunset.base_url())).models(&["gpt-4o-mini"]))
+        .provider(
+            Provider::openai("router", &format!("{}/api/v1", router.base_url()))
+                .models(&["example/old-model-preview"])
+                .set("routes", strings(&["Host"])),
+        )
+        .provider(Provider::openai("lister", &format!("{}/v1", lister.base_url())).models(&["gpt-4o-mini"]))
+        .key("sk-test-lists");
+    let daemon = spawn_app(config.build()).await;
 
-    let mut got = Vec::new();
-    for _ in 0..200 {
-        got = deprecations(&hook);
-        if ["sunset", "router", "lister"].iter().all(|p| got.iter().any(|(q, _)| q == p)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(10), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    let from_each =
+        |got: &Vec<(String, String)>| ["sunset", "router", "lister"].iter().all(|p| got.iter().any(|(q, _)| q == p));
+    let got = settle(Duration::from_secs(20), || async { deprecations(&hook) }, from_each).await;
+    daemon.stop().await;
 
     let summary = |p: &str| {
         let all: Vec<&String> = got.iter().filter(|(q, _)| q == p).map(|(_, s)| s).collect();

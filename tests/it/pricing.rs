@@ -100,8 +100,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
     assert!(shown.contains("built-in, 2026-12-01 from https://openai.com/api/pricing/"), "{shown}");
     assert!(!shown.contains("sk-test-report"), "secrets stay redacted");
 
-    let body = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let body = crate::support::fixture("openai-chat-stream-usage.sse");
     let server = StandIn::start(move |_| Script::sse(&body, std::time::Duration::ZERO)).await.expect("stand-in");
     let mut provider = c.providers.iter().find(|p| p.name == "openai").expect("openai").clone();
     provider.name = "aggregator".into();
@@ -155,12 +154,7 @@ async fn run_daemon(
     let app = vigil::app::App::build(config, vigil::app::AppOptions::default()).await.expect("app builds");
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
-    for _ in 0..200 {
-        if done() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    crate::support::settle(std::time::Duration::from_secs(20), || std::future::ready(done()), |d| *d).await;
     shutdown.cancel();
     let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), running).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
@@ -184,8 +178,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     use vigil::config::Price;
     use vigil::demo::standin::{Script, StandIn};
 
-    let stream = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let stream = crate::support::fixture("openai-chat-stream-usage.sse");
     let endpoints = br#"{"data":{"id":"vendor/m","endpoints":[
         {"provider_name":"Host","tag":"host","pricing":{"prompt":"0.000001","completion":"0.000002"}},
         {"provider_name":"Cheap","tag":"cheap","pricing":{"prompt":"0.0000001","completion":"0.0000001"}}]}}"#
@@ -312,10 +305,8 @@ async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
             .with_no_client_auth()
             .with_single_cert(vec![certified.cert.der().clone()], key)
             .expect("server config");
-    let stream = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
-    let list = std::fs::read(format!("{}/tests/fixtures/openai-models-list.json", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let stream = crate::support::fixture("openai-chat-stream-usage.sse");
+    let list = crate::support::fixture("openai-models-list.json");
     let openai = StandIn::start_tls_config(
         move |r| match r.method.as_str() {
             "POST" => Script::sse(&stream, std::time::Duration::ZERO),

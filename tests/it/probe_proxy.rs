@@ -38,7 +38,7 @@ fn tinyproxy_binary() -> Option<String> {
 
 async fn start_tinyproxy() -> Option<Tinyproxy> {
     let Some(bin) = tinyproxy_binary() else {
-        println!("SKIPPED probe_proxy: tinyproxy is not installed (scripts/test.sh installs it)");
+        crate::support::tool_missing("tinyproxy", "apt-get install -y tinyproxy");
         return None;
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -58,13 +58,9 @@ async fn start_tinyproxy() -> Option<Tinyproxy> {
     let child = Command::new(bin).arg("-d").arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     // Owned by the guard at once, so every path below stops and reaps it.
     let proxy = Tinyproxy { child: child.expect("tinyproxy starts"), port, _dir: dir };
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Some(proxy);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("tinyproxy did not listen on {port}");
+    let listening = async || tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok();
+    crate::support::until(Duration::from_secs(5), &format!("tinyproxy to listen on {port}"), listening).await;
+    Some(proxy)
 }
 
 fn config(proxy: ProxyConfig) -> ProbeConfig {
@@ -107,8 +103,7 @@ fn plan(base_url: &str) -> Planned {
 }
 
 fn stream() -> Script {
-    let body = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let body = crate::support::fixture("openai-chat-stream.sse");
     Script::sse(&body, Duration::from_millis(5))
 }
 

@@ -1,6 +1,7 @@
 //! The probe against real HTTP servers on loopback that stream the recorded provider transcripts
 //! with scripted delays. Timings are checked against the stand-in server's own timestamps.
 
+use crate::support::fixture;
 use chrono::Utc;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
@@ -17,10 +18,6 @@ use vigil::target::Target;
 /// Slack allowed between what the probe measured and what the server did on loopback.
 /// Generous on purpose: this checks that the right event is timed, not how fast the machine is.
 const SLACK_MS: f64 = 40.0;
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
 
 fn probe_config() -> ProbeConfig {
     ProbeConfig {

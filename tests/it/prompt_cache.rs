@@ -33,7 +33,7 @@ fn venv() -> PathBuf {
 }
 
 fn skip(why: &str) {
-    println!("SKIPPED prompt_cache: {why}");
+    crate::support::optional_tier_missing(&format!("prompt_cache: {why}"));
     eprintln!("SKIPPED prompt_cache: {why}");
 }
 
@@ -125,16 +125,13 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
     };
     let base = format!("http://127.0.0.1:{port}/v1");
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    loop {
-        if client.get(format!("{base}/models")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
-            panic!("llama_cpp.server did not come up in 120 s:\n{log}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let models = format!("{base}/models");
+    let up = crate::support::poll_until(Duration::from_secs(120), || async {
+        client.get(&models).send().await.is_ok_and(|r| r.status().is_success()).then_some(())
+    });
+    if up.await.is_none() {
+        let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+        panic!("llama_cpp.server did not come up in 120 s:\n{log}");
     }
 
     let provider = ProviderConfig {

@@ -5,19 +5,18 @@
 //! default), or with a filter naming another component: nothing paged.
 
 use crate::support::alert_receiver as receiver;
+use crate::support::daemon::{spawn_app, stop_all, strings, DaemonConfig, Provider};
 
 use receiver::{Receiver, Reply};
-use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-use vigil::app::{App, AppOptions};
 use vigil::config::Config;
 use vigil::demo::standin::{Script, StandIn};
 
 fn statuspage(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/statuspage/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+    crate::support::fixture(&format!("statuspage/{name}"))
 }
 
 /// An OpenAI chat stream answering `{"ok":true}`, so no other alert has a reason to fire.
@@ -57,44 +56,33 @@ fn deliveries(r: &Receiver) -> Vec<Delivery> {
 }
 
 async fn wait_for(hook: &Receiver, what: &str, pred: impl Fn(&[Delivery]) -> bool) {
-    for _ in 0..400 {
-        if pred(&deliveries(hook)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let delivered = crate::support::poll_until(Duration::from_secs(20), || {
+        let delivered = pred(&deliveries(hook));
+        async move { delivered.then_some(()) }
+    });
+    if delivered.await.is_none() {
+        panic!("{what}: not delivered in 20 s: {:?}", deliveries(hook));
     }
-    panic!("{what}: not delivered in 20 s: {:?}", deliveries(hook));
 }
 
-fn config(name: &str, alerts: &str, provider_extra: &str, provider: &str, pages: &str, dir: &str) -> String {
-    format!(
-        r#"
-region = "test-{name}"
-[storage]
-url = "sqlite://{dir}/{name}.db"
-data_dir = "{dir}/{name}"
-batch_age = "100ms"
-[http]
-listen = "127.0.0.1:0"
-[probe]
-interval = "1s"
-timeout = "900ms"
-status_page_every = "1s"
-[alerts]
-{alerts}
-[[alerts.webhook]]
-url_env = "VIGIL_TEST_HOOK_{upper}"
-[[provider]]
-name = "fast"
-kind = "openai"
-base_url = "{provider}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m"]
-status_page_url = "{pages}/openai"
-{provider_extra}
-"#,
-        upper = name.to_uppercase(),
-    )
+/// Daemon `name` (region `test-name`, its own store) probing `fast` whose status page is at
+/// `pages`, paging `hook` at `/name`; `components` set `provider_incident = true` with that filter.
+fn config(name: &str, components: Option<&[&str]>, provider: &str, pages: &str, hook: &Receiver, dir: &Path) -> Config {
+    let mut fast =
+        Provider::openai("fast", &format!("{provider}/v1")).set("status_page_url", format!("{pages}/openai"));
+    if let Some(components) = components {
+        fast = fast.set("status_page_components", strings(components));
+    }
+    let mut config = DaemonConfig::new(&format!("sqlite://{}/{name}.db", dir.display()), &dir.join(name))
+        .region(&format!("test-{name}"))
+        .set("probe.status_page_every", "1s")
+        .webhook(&hook.url(&format!("/{name}")))
+        .provider(fast)
+        .key("sk-test-provider-incident");
+    if components.is_some() {
+        config = config.set("alerts.provider_incident", true);
+    }
+    config.build()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,34 +100,19 @@ async fn provider_incidents_page_once_and_resolve_when_on_and_page_nothing_when_
     .expect("stand-in status page");
     let hook = Receiver::start(Reply::new(200, "{}")).await;
     let data = tempfile::tempdir().expect("tempdir");
-    let dir = data.path().display().to_string();
     let (p, s) = (provider.base_url(), pages.base_url());
     let daemons = [
         // On, paging only "Chat Completions" incidents of this provider (the fixture's).
-        (
-            "on",
-            config("on", "provider_incident = true", r#"status_page_components = ["chat completions"]"#, &p, &s, &dir),
-        ),
+        ("on", config("on", Some(&["chat completions"]), &p, &s, &hook, data.path())),
         // The default: off.
-        ("off", config("off", "", "", &p, &s, &dir)),
+        ("off", config("off", None, &p, &s, &hook, data.path())),
         // On, but this provider's filter names another component.
-        (
-            "other",
-            config("other", "provider_incident = true", r#"status_page_components = ["Embeddings"]"#, &p, &s, &dir),
-        ),
+        ("other", config("other", Some(&["Embeddings"]), &p, &s, &hook, data.path())),
     ];
-    let shutdown = CancellationToken::new();
     let mut running = Vec::new();
-    for (name, text) in daemons {
-        let env: BTreeMap<String, String> = [
-            ("VIGIL_TEST_KEY".to_string(), "sk-test-provider-incident".to_string()),
-            (format!("VIGIL_TEST_HOOK_{}", name.to_uppercase()), hook.url(&format!("/{name}"))),
-        ]
-        .into();
-        let config = Config::from_toml(&text, &env).expect("valid config");
+    for (name, config) in daemons {
         assert_eq!(config.status_pages.alert, name != "off", "{name}: provider_incident is off by default");
-        let app = App::build(config, AppOptions::default()).await.expect("app builds");
-        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
+        running.push(spawn_app(config).await);
     }
     let is = |d: &Delivery, path: &str, status: &str| {
         d.0 == path && d.1 == status && d.3.contains(&"provider_incident".to_string())
@@ -150,11 +123,7 @@ async fn provider_incidents_page_once_and_resolve_when_on_and_page_nothing_when_
     resolved.store(true, Ordering::SeqCst);
     wait_for(&hook, "the resolve", |d| d.iter().any(|x| is(x, "/on", "resolved"))).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    shutdown.cancel();
-    for r in running {
-        let stopped = tokio::time::timeout(Duration::from_secs(15), r).await;
-        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
-    }
+    stop_all(running, Duration::from_secs(15)).await;
 
     let all = deliveries(&hook);
     let on: Vec<_> = all.iter().filter(|d| d.0 == "/on").collect();

@@ -2,6 +2,7 @@
 //! stand-in (good, malformed, erroring and hanging pages), read by the real poller into real
 //! SQLite storage, and a real daemon whose probes keep their schedule while a page hangs.
 
+use crate::support::fixture;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,10 +15,6 @@ use vigil::demo::standin::{Script, StandIn};
 use vigil::provider_status::poller::Poller;
 use vigil::provider_status::{annotation_for, SharedProviderStatus};
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/statuspage/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
-
 fn source(provider: &str, base: &str, path: &str) -> StatusPageSource {
     StatusPageSource {
         provider: provider.into(),
@@ -28,9 +25,9 @@ fn source(provider: &str, base: &str, path: &str) -> StatusPageSource {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incidents() {
-    let incident = fixture("summary_incident.json");
-    let green = fixture("summary_operational.json");
-    let malformed = fixture("summary_malformed.json");
+    let incident = fixture("statuspage/summary_incident.json");
+    let green = fixture("statuspage/summary_operational.json");
+    let malformed = fixture("statuspage/summary_malformed.json");
     let resolved = Arc::new(AtomicBool::new(false));
     let flag = resolved.clone();
     let pages = StandIn::start(move |req| match req.path_only() {
@@ -39,7 +36,7 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
         "/broken/api/v2/summary.json" => Script::json(200, &malformed),
         "/down/api/v2/summary.json" => Script::json(503, b"{}"),
         "/slow/api/v2/summary.json" => {
-            Script::json(200, &fixture("summary_operational.json")).with_head_delay(Duration::from_secs(30))
+            Script::json(200, &fixture("statuspage/summary_operational.json")).with_head_delay(Duration::from_secs(30))
         }
         _ => Script::status(404),
     })
@@ -115,10 +112,9 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_keep_their_schedule_while_the_status_page_hangs() {
-    let body = std::fs::read(format!("{}/tests/fixtures/openai-chat-stream-usage.sse", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let body = crate::support::fixture("openai-chat-stream-usage.sse");
     let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
-    let page = fixture("summary_incident.json");
+    let page = fixture("statuspage/summary_incident.json");
     let hanging = StandIn::start(move |_| Script::json(200, &page).with_head_delay(Duration::from_secs(120)))
         .await
         .expect("stand-in");
@@ -166,12 +162,7 @@ status_page_url = "{}/hang"
     };
 
     // Wait (bounded) for the poller to be stuck on the page.
-    for _ in 0..200 {
-        if !hanging.requests().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::settle(Duration::from_secs(10), || async { hanging.requests().len() }, |n| *n > 0).await;
     assert!(!hanging.requests().is_empty(), "the poller asked the status page");
     let at_first_read = probes().await;
     // While that read is outstanding (it ends only at the poller's read timeout) probes go on.

@@ -4,6 +4,7 @@
 //! LiteLLM's `Router` loads the generated config (when the cached venv exists); and the
 //! three-provider chain scenario against a live `vigil run` with stand-ins on loopback.
 
+use crate::support::{fixture, settle};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -25,14 +26,20 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(repo().join("tests/fixtures").join(name)).expect("fixture")
-}
-
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
+/// Whether python3 with the modules these checks import can run (the suite's skip-or-fail rule).
+fn python_ready() -> bool {
+    crate::support::tool_available(
+        "python3",
+        &["-c", "import cryptography, jsonschema, referencing, yaml"],
+        "python3 with cryptography, jsonschema, pyyaml: pip install cryptography jsonschema pyyaml",
+    )
+}
+
+/// python3 on PATH; the tests using it ask [`python_ready`] first.
 fn python() -> PathBuf {
     let path = std::env::var_os("PATH").expect("PATH");
     std::env::split_paths(&path)
@@ -233,6 +240,8 @@ fn cli_thresholds(cfg: &Path, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_and_http_give_the_same_document_in_every_format_each_valid_and_signed() {
+    // Without python3 the schema and signature checks skip (printed); the rest still runs.
+    let with_python = python_ready();
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("vigil.toml");
     std::fs::write(&cfg, store_config(dir.path())).expect("write config");
@@ -302,7 +311,9 @@ async fn cli_and_http_give_the_same_document_in_every_format_each_valid_and_sign
         assert!(out.status.success(), "{format}: {}", text(&out));
         let from_cli = dir.path().join(format!("cli.{format}"));
         std::fs::write(&from_cli, &out.stdout).expect("write");
-        validate(schema, &[&from_http, &from_cli]);
+        if with_python {
+            validate(schema, &[&from_http, &from_cli]);
+        }
         let parse = |bytes: &[u8]| -> serde_json::Value {
             let mut v: serde_json::Value = serde_norway::from_slice(bytes).unwrap_or_else(|e| panic!("{format}: {e}"));
             if let Some(meta) = v.get_mut("vigil") {
@@ -356,17 +367,21 @@ async fn cli_and_http_give_the_same_document_in_every_format_each_valid_and_sign
         assert!(out.status.success(), "{}", text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    assert_eq!(check(&body_file, &sig), "True");
     let tampered = dir.path().join("tampered.json");
     std::fs::write(&tampered, String::from_utf8_lossy(&body).replacen("\"closed\"", "\"open\"", 1)).expect("write");
-    assert_eq!(check(&tampered, &sig), "False");
+    if with_python {
+        assert_eq!(check(&body_file, &sig), "True");
+        assert_eq!(check(&tampered, &sig), "False");
+    }
     // `vigil thresholds --sign --out` signs what it writes.
     let out_file = dir.path().join("thresholds.json");
     let out = cli_thresholds(&cfg, &["--sign", "--out", out_file.to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "{}", text(&out));
     let cli_sig = std::fs::read_to_string(dir.path().join("thresholds.json.sig")).expect("sig file");
     assert!(text(&out).contains(&key), "the CLI names the public key: {}", text(&out));
-    assert_eq!(check(&out_file, cli_sig.trim()), "True");
+    if with_python {
+        assert_eq!(check(&out_file, cli_sig.trim()), "True");
+    }
 
     // The schema is served as it is in docs/schema/.
     let schema = http.get(format!("{base}/v1/schema/thresholds.json")).bearer_auth(TOKEN).send().await.expect("get");
@@ -378,7 +393,7 @@ async fn cli_and_http_give_the_same_document_in_every_format_each_valid_and_sign
 
     // LiteLLM's Router loads the generated config and picks as the chain says.
     match litellm_python() {
-        Err(why) => eprintln!("skipping the LiteLLM Router check: {why}"),
+        Err(why) => crate::support::optional_tier_missing(&format!("the LiteLLM Router check: {why}")),
         Ok(py) => {
             let out = run_python(
                 &py,
@@ -593,17 +608,12 @@ async fn chain_view(http: &reqwest::Client, base: &str) -> Option<(View, serde_j
 
 /// Polls (bounded) until `want` holds for the chain; returns the document then.
 async fn wait_for(http: &reqwest::Client, base: &str, what: &str, want: impl Fn(&View) -> bool) -> serde_json::Value {
-    let mut last = None;
-    for _ in 0..300 {
-        if let Some((view, doc)) = chain_view(http, base).await {
-            if want(&view) {
-                return doc;
-            }
-            last = Some(view);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = |got: &Option<(View, serde_json::Value)>| got.as_ref().is_some_and(|(v, _)| want(v));
+    let seen = settle(Duration::from_secs(30), || chain_view(http, base), done).await;
+    match seen {
+        Some((view, doc)) if want(&view) => doc,
+        last => panic!("the chain never reached: {what}; last seen {:?}", last.map(|(view, _)| view)),
     }
-    panic!("the chain never reached: {what}; last seen {last:?}");
 }
 
 const OPENAI: &str = "openai/gpt-4o-2024-08-06";
@@ -642,6 +652,9 @@ fn consumers_pick(base: &str, litellm: &Result<PathBuf, String>) -> (String, Opt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_restores() {
+    if !python_ready() {
+        return;
+    }
     let _timing = crate::support::timing_sensitive().await;
     let or = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
     let oa = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
@@ -650,7 +663,7 @@ async fn a_three_provider_chain_reorders_on_a_slow_then_a_failing_provider_and_r
     let http = reqwest::Client::new();
     let litellm = litellm_python();
     if let Err(why) = &litellm {
-        eprintln!("skipping the LiteLLM consumer in this scenario: {why}");
+        crate::support::optional_tier_missing(&format!("the LiteLLM consumer in this scenario: {why}"));
     }
     let base = daemon.base.clone();
 

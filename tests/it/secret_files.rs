@@ -1,6 +1,7 @@
 //! Secrets from files: `*_file` keys, `<VAR>_FILE` twins, `VIGIL_*_FILE` and `DATABASE_URL_FILE`,
 //! read by the real binary (`check-config` and `run`), used, and never printed or logged.
 
+use crate::support::fixture;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use vigil::demo::standin::{Script, StandIn};
@@ -11,10 +12,6 @@ const DB_PASSWORD: &str = "pw-from-a-file-c0ffee";
 
 fn vigil() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
-}
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
 }
 
 /// Writes `body` (with the newline editors and `kubectl create secret --from-file` leave) to `dir/name`.
@@ -145,22 +142,17 @@ async fn the_daemon_uses_secrets_read_from_files_and_never_logs_them() {
         .expect("vigil run starts");
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let mut ok = false;
-    for _ in 0..150 {
-        if let Ok(r) = http.get(format!("{base}/metrics")).send().await {
-            let text = r.text().await.unwrap_or_default();
-            ok = text.lines().any(|l| {
-                l.starts_with("vigil_probes_total{")
-                    && l.contains(r#"outcome="ok""#)
-                    && l.contains(r#"provider="filed""#)
-                    && !l.ends_with(" 0")
-            });
-            if ok {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let probed_ok = || async {
+        let Ok(r) = http.get(format!("{base}/metrics")).send().await else { return false };
+        let text = r.text().await.unwrap_or_default();
+        text.lines().any(|l| {
+            l.starts_with("vigil_probes_total{")
+                && l.contains(r#"outcome="ok""#)
+                && l.contains(r#"provider="filed""#)
+                && !l.ends_with(" 0")
+        })
+    };
+    let ok = crate::support::settle(Duration::from_secs(15), probed_ok, |ok| *ok).await;
     assert!(ok, "probes with the key from the file succeeded");
     let targets = format!("{base}/v1/targets");
     let without = http.get(&targets).send().await.expect("request");

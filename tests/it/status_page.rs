@@ -259,21 +259,19 @@ async fn status_page_of_a_live_demo_renders_in_chromium_and_its_metrics_pass_pro
 
     // Wait (bounded) until every local target has been probed, the other region's samples are
     // read back from the shared database, and the credit balance has its first reading.
-    let mut page = String::new();
-    for _ in 0..240 {
-        page = match http.get(daemon.url("/")).send().await {
+    let fetch = || async {
+        match http.get(daemon.url("/")).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
-        };
-        let ready = page.matches(&format!("data-label=\"{THERE}\"><span class=\"pill")).count() >= here.len()
+        }
+    };
+    let ready = |page: &String| {
+        page.matches(&format!("data-label=\"{THERE}\"><span class=\"pill")).count() >= here.len()
             && !page.contains("no probe yet")
             && !page.contains("no reading yet")
-            && page.matches("<polyline").count() >= seeded.len();
-        if ready {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
+            && page.matches("<polyline").count() >= seeded.len()
+    };
+    let page = crate::support::settle(std::time::Duration::from_secs(60), fetch, ready).await;
     assert!(page.contains("<polyline"), "page never got ready:\n{page}\n--- log ---\n{}", daemon.log());
 
     let dom = chromium(&["--dump-dom".to_string(), daemon.url("/")]).await;

@@ -2,6 +2,7 @@
 //! with a message where mounting is not allowed), and SQLite files damaged on purpose.
 
 use crate::support::store as store_support;
+use crate::support::until;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use std::collections::BTreeSet;
@@ -21,14 +22,6 @@ use vigil::store::{self, IntegrityCheck, SampleQuery, Spool, Store, StoreError, 
 
 /// Liveness bound for background progress; generous so a loaded machine never flakes.
 const PATIENCE: Duration = Duration::from_secs(90);
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A small tmpfs mounted for one test and unmounted when dropped.
 struct Tmpfs {
@@ -140,17 +133,18 @@ async fn fill_and_free(disk: &Tmpfs, store: Arc<dyn Store>, spool_dir: &Path) ->
     let task = tokio::spawn(writer.run(rx, shutdown.clone()));
     let stop = CancellationToken::new();
     let producer = produce(tx.clone(), stop.clone());
-    eventually("first samples stored", async || health.written() > 0).await;
+    until(PATIENCE, "first samples stored", async || health.written() > 0).await;
 
     let filler = disk.fill();
-    eventually("a write failed on the full disk", async || health.ready().is_err()).await;
+    until(PATIENCE, "a write failed on the full disk", async || health.ready().is_err()).await;
     let why = health.ready().expect_err("not ready while the disk is full");
     println!("while full: {why}");
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     std::fs::remove_file(&filler).expect("free the disk");
     let freed = std::time::Instant::now();
-    eventually("ready again after the disk was freed", async || health.ready().is_ok() && health.spooled() == 0).await;
+    until(PATIENCE, "ready again after the disk was freed", async || health.ready().is_ok() && health.spooled() == 0)
+        .await;
     println!("recovered {:?} after the disk was freed", freed.elapsed());
 
     // Ready must hold from here on while writes continue: no flapping.
@@ -179,7 +173,7 @@ async fn fill_and_free(disk: &Tmpfs, store: Arc<dyn Store>, spool_dir: &Path) ->
     drop(tx);
     shutdown.cancel();
     task.await.expect("writer stopped");
-    eventually("spool empty", async || health.spooled() == 0).await;
+    until(PATIENCE, "spool empty", async || health.spooled() == 0).await;
     sent.sort_by_key(|s| s.id);
     sent.dedup_by_key(|s| s.id);
     sent
@@ -316,7 +310,7 @@ async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let mut last = String::new();
-    eventually("readyz names the corruption", async || {
+    until(PATIENCE, "readyz names the corruption", async || {
         let Ok(r) = reqwest::get(format!("{base}/readyz")).await else { return false };
         let status = r.status();
         last = r.text().await.unwrap_or_default();

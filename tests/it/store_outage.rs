@@ -1,6 +1,7 @@
 //! Outage safety: samples survive an unreachable PostgreSQL, a killed writer and a torn spool line.
 
 use crate::support::store as store_support;
+use crate::support::until;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use std::collections::BTreeSet;
@@ -16,14 +17,6 @@ use vigil::store::{self, SampleQuery, Spool, Store, StoreError, Writer, WriterHe
 
 /// Liveness bound for background progress; generous so a loaded machine never flakes.
 const PATIENCE: Duration = Duration::from_secs(90);
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn samples(n: usize, region: &str) -> Vec<Sample> {
     let t = target("openrouter", "meta-llama/llama-3-70b-instruct", Some("DeepInfra"), region);
@@ -76,20 +69,21 @@ async fn postgres_cut_off_mid_run_loses_and_duplicates_nothing() {
 
     let (before, during, after) = (samples(200, "eu"), samples(300, "eu"), samples(100, "eu"));
     send_all(&tx, &before).await;
-    eventually("first 200 stored", async || health.written() == 200).await;
+    until(PATIENCE, "first 200 stored", async || health.written() == 200).await;
     assert_eq!(health.ready(), Ok(()));
 
     proxy.cut();
     send_all(&tx, &during).await;
-    eventually("300 spooled during the outage", async || health.spooled() == 300).await;
+    until(PATIENCE, "300 spooled during the outage", async || health.spooled() == 300).await;
     let why = health.ready().expect_err("not ready while the database is unreachable");
     assert!(why.starts_with("storage unreachable since "), "{why}");
     assert!(why.ends_with("; 300 samples spooled"), "{why}");
 
     proxy.restore();
     send_all(&tx, &after).await;
-    eventually("spool drained", async || health.spooled() == 0).await;
-    eventually("all 600 stored", async || direct.count_samples(&SampleQuery::default()).await.ok() == Some(600)).await;
+    until(PATIENCE, "spool drained", async || health.spooled() == 0).await;
+    until(PATIENCE, "all 600 stored", async || direct.count_samples(&SampleQuery::default()).await.ok() == Some(600))
+        .await;
     shutdown.cancel();
     task.await.expect("writer stopped cleanly");
 
@@ -117,7 +111,7 @@ async fn killing_the_writer_with_a_spool_loses_nothing() {
     let (tx, rx) = mpsc::channel(1024);
     let task = tokio::spawn(writer.run(rx, CancellationToken::new()));
     send_all(&tx, &batch).await;
-    eventually("all spooled", async || health.spooled() == 250).await;
+    until(PATIENCE, "all spooled", async || health.spooled() == 250).await;
     task.abort();
     assert!(task.await.expect_err("killed").is_cancelled());
     assert_eq!(Spool::open(spool_dir.path(), 64 << 20).expect("reopen").len(), 250, "spool is durable on disk");
@@ -130,7 +124,7 @@ async fn killing_the_writer_with_a_spool_loses_nothing() {
     let (_tx, rx) = mpsc::channel(16);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(writer.run(rx, shutdown.clone()));
-    eventually("spool replayed", async || health.spooled() == 0).await;
+    until(PATIENCE, "spool replayed", async || health.spooled() == 0).await;
     shutdown.cancel();
     task.await.expect("writer stopped cleanly");
 
@@ -188,7 +182,7 @@ async fn a_sigkilled_process_loses_no_spooled_sample() {
     let shutdown = CancellationToken::new();
     let (_tx, rx) = mpsc::channel(1);
     let task = tokio::spawn(writer.run(rx, shutdown.clone()));
-    eventually("replayed after the kill", async || health.spooled() == 0).await;
+    until(PATIENCE, "replayed after the kill", async || health.spooled() == 0).await;
     shutdown.cancel();
     task.await.expect("writer stopped");
     let (rows, stored) = ids_in(direct.as_ref()).await;
@@ -211,7 +205,7 @@ async fn sigkill_child_spools_then_waits() {
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(writer.run(rx, CancellationToken::new()));
     send_all(&tx, &batch).await;
-    eventually("child spooled its input", async || health.spooled() == batch.len() as u64).await;
+    until(PATIENCE, "child spooled its input", async || health.spooled() == batch.len() as u64).await;
     println!("{CHILD_READY}");
     tokio::time::sleep(PATIENCE * 2).await;
     panic!("the parent should have killed this process");
@@ -329,7 +323,7 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     let stop = CancellationToken::new();
     let task = tokio::spawn(link.run(stop.clone()));
     handle.store(Record::Transition(tr(0, "closed", "open")));
-    eventually("the first transition stored", async || stored().await.map(|v| v.len()) == Some(1)).await;
+    until(PATIENCE, "the first transition stored", async || stored().await.map(|v| v.len()) == Some(1)).await;
     proxy.cut();
     handle.store(Record::Transition(tr(1, "open", "half_open")));
     handle.store(Record::Transition(tr(2, "half_open", "open")));
@@ -340,7 +334,7 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
         let stored = stored().await.map_or(0, |v| v.len() as u64);
         health.spooled() >= 1 && health.spooled() + stored.saturating_sub(1) == 3
     };
-    eventually("the three transitions stored or spooled", accounted).await;
+    until(PATIENCE, "the three transitions stored or spooled", accounted).await;
     stop.cancel();
     drop(handle);
     task.await.expect("link stopped");
@@ -356,7 +350,7 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     let stop = CancellationToken::new();
     let task = tokio::spawn(link.run(stop.clone()));
     handle.store(Record::Transition(tr(4, "half_open", "closed")));
-    eventually("the spool replayed", async || health.spooled() == 0 && stored().await.map(|v| v.len()) == Some(5))
+    until(PATIENCE, "the spool replayed", async || health.spooled() == 0 && stored().await.map(|v| v.len()) == Some(5))
         .await;
     assert_eq!(
         stored().await.expect("read"),

@@ -217,32 +217,25 @@ timeout = "900ms"
     let task = tokio::spawn(app.run_until_stopped(shutdown.clone()));
 
     let http = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
+    let readyz = || async {
         let r = http.get(format!("{base}/readyz")).send().await.expect("readyz");
-        let (status, body) = (r.status(), r.text().await.unwrap_or_default());
-        if status == 503 && body.contains("not accepting connections") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "readyz never said why: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        (r.status(), r.text().await.unwrap_or_default())
+    };
+    let says_why =
+        |(status, body): &(reqwest::StatusCode, String)| *status == 503 && body.contains("not accepting connections");
+    let (status, body) = crate::support::settle(PATIENCE, readyz, says_why).await;
+    assert!(says_why(&(status, body.clone())), "readyz never said why: {status} {body}");
 
     admin(format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db.database)).await;
     let url = db.url(None);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
+    let stored = async || {
         let stored = async {
             let mut c = sqlx::PgConnection::connect(&url).await.ok()?;
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM samples").fetch_one(&mut c).await.ok()
-        }
-        .await;
-        if stored.is_some_and(|n| n > 0) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never migrated and stored after connections were allowed");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        };
+        stored.await.is_some_and(|n| n > 0)
+    };
+    crate::support::until(PATIENCE, "migrated and stored after connections were allowed", stored).await;
     shutdown.cancel();
     let done = tokio::time::timeout(PATIENCE, task).await;
     assert!(matches!(done, Ok(Ok(Ok(())))), "clean stop: {done:?}");

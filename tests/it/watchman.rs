@@ -4,6 +4,7 @@
 
 use crate::support::store as store_support;
 use crate::support::tcp_proxy;
+use crate::support::{fixture, settle};
 
 use std::path::Path;
 use std::process::Stdio;
@@ -12,10 +13,6 @@ use store_support::PgTestDb;
 use tcp_proxy::{Mode, TcpProxy};
 use vigil::demo::standin::{Script, StandIn};
 use vigil::store::SampleQuery;
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
@@ -55,14 +52,11 @@ impl Daemon {
 
     /// Polls `path` until `ok(body)` holds (bounded), returning the last answer.
     async fn eventually(&self, what: &str, ok: impl Fn(Option<&(u16, String)>) -> bool, path: &str) -> (u16, String) {
-        for _ in 0..300 {
+        let held = crate::support::poll_until(Duration::from_secs(30), || async {
             let got = self.get(path).await;
-            if ok(got.as_ref()) {
-                return got.unwrap_or_default();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("{what}: never held; log:\n{}", self.log());
+            ok(got.as_ref()).then(|| got.unwrap_or_default())
+        });
+        held.await.unwrap_or_else(|| panic!("{what}: never held; log:\n{}", self.log()))
     }
 
     fn log(&self) -> String {
@@ -134,12 +128,8 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     let log = data.path().join("vigil.log");
     let vigil = Daemon::start(&config, port, &log).await;
     let store = vigil::store::open(&db.url).await.expect("store");
-    for _ in 0..100 {
-        if store.count_samples(&SampleQuery::default()).await.unwrap_or(0) >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let count = || async { store.count_samples(&SampleQuery::default()).await.unwrap_or(0) };
+    settle(Duration::from_secs(10), count, |n| *n >= 3).await;
     assert!(store.count_samples(&SampleQuery::default()).await.expect("count") >= 3, "{}", vigil.log());
 
     // The database host goes dark: connections hang, nothing answers.
@@ -164,17 +154,11 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     // The host is back: a restart replays the spool; every probe the provider answered is stored once.
     proxy.set_mode(Mode::Forward).await;
     let vigil = Daemon::start(&config, port, &log).await;
-    let mut stored = 0;
-    for _ in 0..150 {
-        stored = store
-            .count_samples(&SampleQuery { region: Some("watch-1".into()), ..Default::default() })
-            .await
-            .unwrap_or(0);
-        if stored >= answered {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let count = || async {
+        let query = SampleQuery { region: Some("watch-1".into()), ..Default::default() };
+        store.count_samples(&query).await.unwrap_or(0)
+    };
+    let stored = settle(Duration::from_secs(15), count, |n| *n >= answered).await;
     assert!(stored >= answered, "replayed {stored} of {answered}; log:\n{}", vigil.log());
     assert!(vigil.log().contains("replayed spooled samples"), "the spool was the way back: {}", vigil.log());
     let (_, clean, text) = vigil.stop().await;
@@ -201,12 +185,7 @@ async fn a_stop_during_a_hanging_probe_keeps_its_bound() {
     );
     std::fs::write(&config, text).expect("config");
     let vigil = Daemon::start(&config, port, &data.path().join("vigil.log")).await;
-    for _ in 0..400 {
-        if !provider.requests().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    settle(Duration::from_secs(40), || async { provider.requests().len() }, |n| *n > 0).await;
     assert!(!provider.requests().is_empty(), "the probe started");
     let (took, clean, text) = vigil.stop().await;
     assert!(clean, "{text}");
@@ -238,13 +217,8 @@ async fn sighup_applies_a_valid_config_and_keeps_running_on_a_bad_one() {
 
     std::fs::write(&config, "[probe]\ninterval = \"soon\"\n").expect("config");
     vigil.signal("-HUP");
-    for _ in 0..50 {
-        if vigil.log().contains("SIGHUP: new configuration refused") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let log = vigil.log();
+    let refused = |log: &String| log.contains("SIGHUP: new configuration refused");
+    let log = settle(Duration::from_secs(5), || async { vigil.log() }, refused).await;
     assert!(log.contains("SIGHUP: new configuration refused"), "{log}");
     assert!(log.contains("probe.interval"), "the refusal names the key: {log}");
     let before = provider.requests().len();

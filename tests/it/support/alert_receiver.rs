@@ -152,11 +152,6 @@ impl Drop for Receiver {
     }
 }
 
-/// Reads a wire fixture.
-pub fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-}
-
 /// Asserts that `actual` has every key of `fixture` (recursively through objects, first element
 /// of arrays) with the same JSON type, except the keys listed in `optional`.
 pub fn assert_same_shape(fixture: &serde_json::Value, actual: &serde_json::Value, path: &str, optional: &[&str]) {

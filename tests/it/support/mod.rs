@@ -1,9 +1,11 @@
-//! What the integration tests share: real loopback peers (`alert_receiver`, `smtp_server`,
-//! `tcp_proxy`), `promtool`, the both-backends store fixtures (`store`), waiting for a condition
+//! What the integration tests share: a running daemon with a config builder (`daemon`), real
+//! loopback peers (`alert_receiver`, `smtp_server`, `tcp_proxy`), `promtool`, the both-backends
+//! store fixtures and rule builders (`store`), wire fixtures (`fixture`), waiting for a condition
 //! (`eventually`), and tool tiers that skip with a printed reason where a tool is missing.
 #![allow(dead_code)]
 
 pub mod alert_receiver;
+pub mod daemon;
 pub mod promtool;
 pub mod smtp_server;
 pub mod store;
@@ -24,7 +26,29 @@ pub async fn timing_sensitive() -> tokio::sync::MutexGuard<'static, ()> {
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `within` naming `what`.
 /// The one "wait until" of the suite: a deadline, never a fixed sleep.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll_until(within, check).await {
+        Some(v) => v,
+        None => panic!("waited {within:?} for {what}"),
+    }
+}
+
+/// [`eventually`] for a yes/no condition (`async || health.spooled() == 0`).
+pub async fn until(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "waited {within:?} for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// [`eventually`] that returns `None` at the deadline, for a caller whose panic message shows
+/// what it saw instead.
+pub async fn poll_until<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -32,11 +56,41 @@ where
     let deadline = tokio::time::Instant::now() + within;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
-        assert!(tokio::time::Instant::now() < deadline, "waited {within:?} for {what}");
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Fetches a value every 100 ms until `done` accepts it or `within` has passed, and returns the
+/// last one either way: for waits whose following assertions say what was wrong with it.
+pub async fn settle<T, F, Fut>(within: Duration, mut fetch: F, done: impl Fn(&T) -> bool) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let value = fetch().await;
+        if done(&value) || tokio::time::Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The bytes of `tests/fixtures/<name>` (a subdirectory may be part of `name`).
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+}
+
+/// `tests/fixtures/<name>` as text.
+pub fn fixture_text(name: &str) -> String {
+    String::from_utf8(fixture(name)).unwrap_or_else(|e| panic!("fixture {name} is not UTF-8: {e}"))
 }
 
 /// Whether `tool` can run here (`tool --version`, or `args` when given). When it cannot, the
@@ -50,15 +104,35 @@ pub fn tool_available(tool: &str, args: &[&str], install: &str) -> bool {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if found {
-        return true;
+    found || tool_missing(tool, install)
+}
+
+/// `tool` as found on `PATH` (for tests that run it from another directory), or `None` after
+/// the same skip-or-fail rule as [`tool_available`].
+pub fn tool_on_path(tool: &str, install: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|dir| dir.join(tool)).find(|p| p.is_file()));
+    if found.is_none() {
+        tool_missing(tool, install);
     }
+    found
+}
+
+/// The one rule for a missing tool that `scripts/test.sh` installs: under `VIGIL_REQUIRE_TOOLS=1`
+/// the test fails naming the package; otherwise it prints why it skips. Always returns `false`.
+pub fn tool_missing(tool: &str, install: &str) -> bool {
     assert!(
         std::env::var("VIGIL_REQUIRE_TOOLS").as_deref() != Ok("1"),
         "{tool} is required here (VIGIL_REQUIRE_TOOLS=1) but not runnable; install: {install}"
     );
-    println!("SKIPPED: {tool} is not installed ({install}); scripts/test.sh installs it");
+    println!("SKIPPED: {tool} is not runnable here ({install}); scripts/test.sh installs it");
     false
+}
+
+/// A tier `scripts/test.sh` only tries to build (a venv, a wheel that needs a package index):
+/// it skips with the printed reason even under `VIGIL_REQUIRE_TOOLS=1`, as that script documents.
+pub fn optional_tier_missing(reason: &str) {
+    println!("SKIPPED: {reason}");
 }
 
 /// Counts the `lost = n` fields of every event the daemon logs ("cannot spool samples; they are

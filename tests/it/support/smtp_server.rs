@@ -14,6 +14,12 @@ pub struct SmtpServer {
     dir: tempfile::TempDir,
 }
 
+/// Whether the server can run here (python3 with aiosmtpd); when not, the test skips with the
+/// reason printed, or fails under `VIGIL_REQUIRE_TOOLS=1`. Each email test asks first.
+pub fn available() -> bool {
+    super::tool_available("python3", &["-c", "import aiosmtpd"], "aiosmtpd for python3: pip install aiosmtpd")
+}
+
 impl SmtpServer {
     /// On a free port; with `auth`, logins are required.
     pub fn start(auth: Option<(&str, &str)>) -> Self {
@@ -56,13 +62,11 @@ impl SmtpServer {
     /// Waits (bounded) for the n-th received message and returns its parsed record.
     pub async fn message(&self, n: usize) -> serde_json::Value {
         let path: PathBuf = self.dir.path().join(format!("msg{n}.json"));
-        for _ in 0..400 {
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                return serde_json::from_str(&text).expect("record JSON");
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("SMTP server never received message {n}");
+        let what = format!("SMTP message {n}");
+        let received = super::eventually(Duration::from_secs(10), &what, || {
+            std::future::ready(std::fs::read_to_string(&path).ok())
+        });
+        serde_json::from_str(&received.await).expect("record JSON")
     }
 
     /// Messages received so far.
