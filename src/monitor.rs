@@ -449,7 +449,7 @@ mod tests {
         assert!(a.breaker.next_half_open.is_some(), "readers see when it is tried again");
         assert_eq!((a.probes, a.errors), (3, 3));
         let exported = snap.thresholds.expect("export");
-        let row = exported.targets.iter().find(|t| t.model == "a").expect("a exported");
+        let row = exported.targets.iter().find(|t| t.key.model == "a").expect("a exported");
         assert_eq!(row.breaker, State::Open, "routers skip it");
         let text = metrics.render();
         assert!(text.contains(r#"vigil_circuit_state{model="a",provider="p",region="eu",route=""} 2"#), "{text}");
