@@ -7,6 +7,9 @@
 //! the stand-in (`--serve`) so the servers' CPU is never counted as vigil's.
 //! `VIGIL_BENCH_TARGETS` (default 1000), `VIGIL_BENCH_WARMUP_S` (65) and `VIGIL_BENCH_MEASURE_S`
 //! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side.
+//! `VIGIL_BENCH_COMPARE_EXE=path/to/other/vigil` runs a second daemon (another build, e.g. the
+//! previous release) on the same targets in the same run, measured the same way, so a change is
+//! judged side by side under the same load rather than against a figure from another day.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -39,12 +42,16 @@ fn env_num(name: &str, default: u64) -> u64 {
 // The stand-in
 // ---------------------------------------------------------------------------------------------
 
-/// `/status/…` answers a plain 200 JSON; every other path streams the fixture: headers after
-/// 100 ms, the first content token at 400 ms, then an event every 15 ms.
+/// `/status/…` answers a plain 200 JSON, `…/models` a one-model list; every other path streams
+/// the fixture: headers after 100 ms, the first content token at 400 ms, then an event every 15 ms.
 fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
     move |r: &RequestRecord| {
         if r.path_only().starts_with("/status") {
             return Script::json(200, br#"{"status":"ok"}"#);
+        }
+        // The models-list poller's read (every 6 h, the first a minute after start).
+        if r.path_only().ends_with("/models") {
+            return Script::json(200, br#"{"object":"list","data":[{"id":"m","object":"model"}]}"#);
         }
         let mut s = base.clone().with_head_delay(Duration::from_millis(100));
         for (i, c) in s.chunks.iter_mut().enumerate() {
@@ -315,6 +322,40 @@ fn prometheus_probe_count(port: u16) -> f64 {
         .sum()
 }
 
+/// One `vigil run` under measurement, in its own directory and on its own port.
+struct Daemon {
+    who: String,
+    proc: Proc,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(base: &Path, who: &str, exe: &Path, stand_in: u16, n: usize) -> Daemon {
+        let dir = base.join(format!("vigil-{}", free_port()));
+        std::fs::create_dir_all(&dir).expect("daemon dir");
+        let port = free_port();
+        let config = dir.join("vigil.toml");
+        std::fs::write(&config, vigil_config(&dir, stand_in, port, n)).expect("config written");
+        let log = dir.join("vigil.log");
+        let proc = Proc(
+            Command::new(exe)
+                .args(["run", "--config"])
+                .arg(&config)
+                .env(KEY_VAR, "sk-test-bench")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("vigil starts"),
+        );
+        Daemon { who: who.to_string(), proc, port, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.0.id()
+    }
+}
+
 struct Row {
     who: String,
     probes: f64,
@@ -346,21 +387,12 @@ fn orchestrate() {
     let _ = out.read_line(&mut line);
     let stand_in: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("stand-in port");
 
-    let http_port = free_port();
-    let config = dir.path().join("vigil.toml");
-    std::fs::write(&config, vigil_config(dir.path(), stand_in, http_port, n)).expect("config written");
-    let vigil_log = std::fs::File::create(dir.path().join("vigil.log")).expect("log file");
-    let vigil = Proc(
-        Command::new(vigil_exe)
-            .args(["run", "--config"])
-            .arg(&config)
-            .env(KEY_VAR, "sk-test-bench")
-            .stdout(Stdio::null())
-            .stderr(vigil_log)
-            .spawn()
-            .expect("vigil starts"),
-    );
-    let pid = vigil.0.id();
+    let mut daemons = vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), stand_in, n)];
+    if let Some(other) = std::env::var_os("VIGIL_BENCH_COMPARE_EXE") {
+        let other = PathBuf::from(other);
+        let name = other.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, stand_in, n));
+    }
     let side = start_side_by_side(dir.path(), stand_in, n);
 
     println!("vigil whole-daemon benchmark");
@@ -379,35 +411,39 @@ fn orchestrate() {
     println!("warm-up {} s (every target probed once), then {} s measured", warmup.as_secs(), measure.as_secs());
     std::thread::sleep(warmup);
 
-    let first = scrape(http_port).expect("vigil serves /metrics");
-    let cpu0 = proc_cpu(pid);
+    let first: Vec<Scrape> = daemons.iter().map(|d| scrape(d.port).expect("vigil serves /metrics")).collect();
+    let cpu0: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
     let side0 = side.as_ref().map(|s| {
         (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
     });
     let started = Instant::now();
-    let mut scrapes = vec![];
+    // Per daemon: each scrape and how long it took to serve.
+    let mut scrapes: Vec<Vec<(Scrape, Duration)>> = daemons.iter().map(|_| vec![]).collect();
     let mut next = started + SCRAPE_EVERY;
     while next <= started + measure {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        let t = Instant::now();
-        if let Some(s) = scrape(http_port) {
-            scrapes.push((s, t.elapsed()));
+        for (d, got) in daemons.iter().zip(&mut scrapes) {
+            let t = Instant::now();
+            if let Some(s) = scrape(d.port) {
+                got.push((s, t.elapsed()));
+            }
         }
         next += SCRAPE_EVERY;
     }
     std::thread::sleep((started + measure).saturating_duration_since(Instant::now()));
-    let cpu1 = proc_cpu(pid);
+    let cpu1: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
     let side1 = side.as_ref().map(|s| {
         (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
     });
-    let peak = status_mib(pid, "VmHWM:");
-    let last = scrapes.last().map(|(s, _)| s).unwrap_or(&first);
-    let probes = last.probes - first.probes;
     let load_end = loadavg();
 
     println!();
     println!("{:<34} {:>8} {:>9} {:>12} {:>11}", "process", "probes", "CPU-s", "CPU-s/1000", "peak MiB");
-    print_row(&Row { who: "vigil run (whole daemon)".into(), probes, cpu: cpu1 - cpu0, peak_rss: peak });
+    for (i, d) in daemons.iter().enumerate() {
+        let last = scrapes[i].last().map(|(s, _)| s).unwrap_or(&first[i]);
+        let probes = last.probes - first[i].probes;
+        print_row(&Row { who: d.who.clone(), probes, cpu: cpu1[i] - cpu0[i], peak_rss: status_mib(d.pid(), "VmHWM:") });
+    }
     if let (Some(s), Some((p0, b0, c0)), Some((p1, b1, c1))) = (&side, side0, side1) {
         // Each probe job scrape is one probe; Prometheus counts its scrapes per job interval.
         let side_probes = c1 - c0;
@@ -421,28 +457,29 @@ fn orchestrate() {
             peak_rss: pp + bp,
         });
     }
-    println!();
-    println!("scrapes in the window: {}", scrapes.len());
-    for (s, took) in &scrapes {
-        println!(
-            "  {:>9} bytes ({:>7} gzip), {:>6} series ({:.1} per target), served in {:.1} ms",
-            s.bytes,
-            s.gzip_bytes,
-            s.series,
-            s.series as f64 / n as f64,
-            took.as_secs_f64() * 1000.0
-        );
+    for (d, got) in daemons.iter().zip(&scrapes) {
+        println!();
+        println!("scrapes of {} in the window: {}", d.who, got.len());
+        for (s, took) in got {
+            println!(
+                "  {:>9} bytes ({:>7} gzip), {:>6} series ({:.1} per target), served in {:.1} ms",
+                s.bytes,
+                s.gzip_bytes,
+                s.series,
+                s.series as f64 / n as f64,
+                took.as_secs_f64() * 1000.0
+            );
+        }
     }
     println!("load average at end: {load_end}");
-    let failed = std::fs::read_to_string(dir.path().join("vigil.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("probe failed"))
-        .count();
-    println!("probe failures logged by vigil: {failed}");
+    for d in &daemons {
+        let failed =
+            std::fs::read_to_string(&d.log).unwrap_or_default().lines().filter(|l| l.contains("probe failed")).count();
+        println!("probe failures logged by {}: {failed}", d.who);
+    }
 
     drop(side);
-    drop(vigil);
+    drop(daemons);
     drop(server.stdin.take());
     let _ = server.wait();
 }

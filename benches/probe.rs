@@ -394,7 +394,7 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 enum Start {
     /// `Scheduler::run_round`: every probe in the same instant (`vigil probe`).
     AllAtOnce,
-    /// `Scheduler::plan_round`, the daemon's path: each target at its stable offset inside an
+    /// `Scheduler::run_one_round`, the daemon's path: each target at its stable offset inside an
     /// interval this long (compressed from the daemon's 60 s so the streams still all overlap).
     Scheduled(Duration),
 }
@@ -422,13 +422,15 @@ fn timing_run(
         Start::Scheduled(_) => client_rt.block_on(async {
             let (tx, mut rx) = tokio::sync::mpsc::channel(n);
             let shutdown = tokio_util::sync::CancellationToken::new();
-            sched.plan_round(tokio::time::Instant::now() + Duration::from_millis(20), &tx, &shutdown);
-            drop(tx);
-            let mut out = Vec::with_capacity(n);
-            while let Some(s) = rx.recv().await {
-                out.push(s);
-            }
-            out
+            let round = sched.run_one_round(tokio::time::Instant::now() + Duration::from_millis(20), tx, &shutdown);
+            let collect = async {
+                let mut out = Vec::with_capacity(n);
+                while let Some(s) = rx.recv().await {
+                    out.push(s);
+                }
+                out
+            };
+            tokio::join!(round, collect).1
         }),
     };
     let wall = t0.elapsed().as_secs_f64();

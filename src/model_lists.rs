@@ -16,6 +16,7 @@ use crate::alert::deprecation::{listed_models, openrouter_expirations, Deprecati
 use crate::bounded::read_capped;
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,9 @@ pub const SEEN_FILE: &str = "models-seen.json";
 /// The first read waits this long after start (or one `models_every`, if shorter), so the
 /// start-up's first probes go out alone.
 pub const FIRST_READ_AFTER: Duration = Duration::from_secs(60);
+
+/// Models lists read at the same time; a poll every few hours has no reason to hurry.
+const READS_AT_ONCE: usize = 4;
 /// Anthropic's API version header, as the probes send it.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -171,11 +175,19 @@ impl Poller {
         timeout: Duration,
     ) -> Self {
         let mut polled = Vec::new();
+        // One client for every provider without a TLS setting of its own: each client parses
+        // the whole root store, about 60 KB, which at 500 providers was most of the daemon's heap.
+        let mut shared_client: Option<Result<reqwest::Client, String>> = None;
         for p in providers
             .iter()
             .filter(|p| matches!(p.kind, ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::Gemini))
         {
-            match client_for(probe, p, timeout) {
+            let client = if p.tls.is_custom() {
+                client_for(probe, p, timeout)
+            } else {
+                shared_client.get_or_insert_with(|| client_for(probe, p, timeout)).clone()
+            };
+            match client {
                 Ok(c) => polled.push((p.clone(), c)),
                 Err(e) => tracing::warn!(provider = %p.name, error = %e, "models list not polled"),
             }
@@ -204,8 +216,11 @@ impl Poller {
     /// Reads every provider once (concurrently), publishes the notices and saves what was seen.
     pub async fn poll_once(&self, mut seen: Seen, now: DateTime<Utc>) -> Seen {
         let before = seen.clone();
-        let reads = self.providers.iter().map(|(p, client)| self.read(p, client));
-        let results = futures::future::join_all(reads).await;
+        // A few reads at a time: each holds a connection and up to MODELS_BODY_LIMIT of body, and
+        // all 500 of a large fleet at once made this poll the daemon's peak memory.
+        // Collected first: a lazy `map` inside the stream trips the compiler's `Send` check of the task.
+        let reads: Vec<_> = self.providers.iter().map(|(p, client)| self.read(p, client)).collect();
+        let results: Vec<_> = futures::stream::iter(reads).buffered(READS_AT_ONCE).collect().await;
         for ((p, _), result) in self.providers.iter().zip(results) {
             match result {
                 Ok(reading) => {
@@ -325,6 +340,8 @@ fn client_for(probe: &ProbeConfig, p: &ProviderConfig, timeout: Duration) -> Res
         .timeout(timeout)
         .connect_timeout(timeout)
         .user_agent(concat!("vigil/", env!("CARGO_PKG_VERSION"), " (models list poller)"))
+        // Hours pass between polls: an idle connection kept would only hold memory.
+        .pool_max_idle_per_host(0)
         .no_proxy();
     if let Some(u) = &probe.proxy.https {
         builder = builder.proxy(reqwest::Proxy::https(u.as_str()).map_err(|e| e.to_string())?.no_proxy(no_proxy()));
