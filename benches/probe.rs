@@ -7,7 +7,7 @@
 //! in a process that contains nothing else. `VIGIL_BENCH_SIZES=100,1000` picks other sizes.
 
 use secrecy::SecretString;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
@@ -111,20 +111,10 @@ fn probe_config(concurrency: usize) -> ProbeConfig {
 
 fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> ProviderConfig {
     ProviderConfig {
-        name,
-        kind,
-        base_url: base_url.parse().expect("valid url"),
         api_key_env: Some("BENCH_KEY".into()),
         api_key: Some(SecretString::from("sk-test-bench")),
         models: vec![model.into()],
-        routes: vec![],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: Vec::new(),
-        tls: Default::default(),
+        ..ProviderConfig::new(&name, kind, base_url.parse().expect("valid url"))
     }
 }
 

@@ -410,6 +410,29 @@ pub struct ProviderConfig {
     pub tls: crate::probe::trust::ProviderTls,
 }
 
+impl ProviderConfig {
+    /// A provider with no key, models, routes, prices, headers or TLS settings of its own: the
+    /// start of every provider built in code (the demo, tests, benches), which then set what they need.
+    pub fn new(name: &str, kind: ProviderKind, base_url: Url) -> Self {
+        ProviderConfig {
+            name: name.to_string(),
+            kind,
+            base_url,
+            api_key_env: None,
+            api_key: None,
+            models: Vec::new(),
+            routes: Vec::new(),
+            reasoning_models: Vec::new(),
+            balance: None,
+            price: None,
+            prices: BTreeMap::new(),
+            headers: BTreeMap::new(),
+            secret_headers: Vec::new(),
+            tls: Default::default(),
+        }
+    }
+}
+
 /// One `headers_env` entry: a request header whose value is a secret read from a variable.
 #[derive(Debug, Clone)]
 pub struct SecretHeader {

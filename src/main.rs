@@ -8,8 +8,37 @@ use tracing_subscriber::EnvFilter;
 /// statement notices, the cron scheduler's ticks, hyper) only when it warns.
 const DEFAULT_FILTER: &str = "warn,vigil=info";
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    limit_malloc_arenas();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    runtime.block_on(run());
+}
+
+/// glibc gives every thread that allocates (async workers, blocking-pool threads, one thread per
+/// SQLite connection) an arena of its own, up to eight per core, and keeps what is freed there:
+/// at 1,000 targets that is a third of the daemon's peak RSS for no speed (docs/BENCHMARKS.md).
+/// Two arenas, unless the operator chose a number with `MALLOC_ARENA_MAX`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator tunable, and runs before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
+/// Other allocators and C libraries size their arenas themselves.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
+async fn run() {
     let filter = EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let json = std::env::var("VIGIL_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

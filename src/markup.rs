@@ -27,6 +27,16 @@ pub fn escape(s: &str) -> String {
     Text(s).render().into_string()
 }
 
+/// A name that breaks out of any HTML context unless escaped, and how it must read once escaped;
+/// the status page and weekly report tests feed it through every field they show.
+#[cfg(test)]
+pub(crate) mod hostile {
+    /// Opens a tag, closes both attribute quotings and starts an entity.
+    pub const HOSTILE: &str = r#"<script>'x'&""#;
+    /// [`HOSTILE`] as [`super::Text`] renders it.
+    pub const ESCAPED: &str = "&lt;script&gt;&#39;x&#39;&amp;&quot;";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +49,6 @@ mod tests {
             maud::html! { p title=(Text("'")) { (Text("a'b")) } }.into_string(),
             r#"<p title="&#39;">a&#39;b</p>"#
         );
+        assert_eq!(escape(hostile::HOSTILE), hostile::ESCAPED);
     }
 }

@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::sample::Sample;
 use crate::store::link::{Query, Record};
 use crate::store::{BreakerRecord, Rollup, SampleQuery, Store, StoreError};
-use crate::target::Target;
+use crate::target::{Target, TargetKey};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -19,14 +19,9 @@ use std::sync::{Arc, RwLock};
 /// One target as `GET /v1/targets` explains it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetView {
-    /// Stable id.
-    pub target: String,
-    /// Provider.
-    pub provider: String,
-    /// Model.
-    pub model: String,
-    /// Pinned route.
-    pub route: Option<String>,
+    /// Which target: id, provider, model and route, spelled as every output spells them.
+    #[serde(flatten)]
+    pub key: TargetKey,
     /// Region.
     pub region: String,
     /// The most recent sample.
@@ -48,8 +43,8 @@ pub struct TargetView {
 pub struct Snapshot {
     /// The router export.
     pub thresholds: Option<Thresholds>,
-    /// Every target, explained.
-    pub targets: Vec<TargetView>,
+    /// Every target, explained (shared with the monitor, which rebuilds only the changed ones).
+    pub targets: Vec<Arc<TargetView>>,
     /// The latest sample of each target in the other regions sharing the store (status page).
     pub elsewhere: Arc<Vec<Sample>>,
     /// The latest credit reading of each watched provider, by provider (status page), as the
@@ -88,6 +83,35 @@ pub struct Monitor {
     flapping: crate::alert::FlappingSet,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
     persisted: HashMap<Target, BreakerRecord>,
+    /// What the last publish built, kept so the next rebuilds only what changed since.
+    built: Built,
+}
+
+/// The per-target parts of the last publish, in `Monitor::targets` order. A target's parts
+/// change only when a sample or breaker move reaches it, when the baseline window passes an
+/// hour, when the flapping set changes, or when stored state is loaded: at a 60 s interval a
+/// publish every 5 s finds a twelfth of the targets changed, and rebuilds only those.
+#[derive(Default)]
+struct Built {
+    stats: Vec<TargetStats>,
+    views: Vec<Arc<TargetView>>,
+    /// Targets changed since the last publish.
+    changed: std::collections::HashSet<Target>,
+    /// Everything must be rebuilt (nothing built yet, or state loaded).
+    all: bool,
+    /// The baseline window's hours at the last publish.
+    window: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The flapping targets at the last publish.
+    flapping: std::collections::BTreeSet<Target>,
+    /// The last publish set the gauges (a publish without metrics, as `vigil thresholds` does, did not).
+    gauges: bool,
+}
+
+impl Built {
+    /// Whether the parts of target `i` (`t`) can be reused as they are.
+    fn reusable(&self, i: usize, t: &Target) -> bool {
+        !self.all && i < self.views.len() && !self.changed.contains(t)
+    }
 }
 
 impl Monitor {
@@ -110,6 +134,7 @@ impl Monitor {
             provisional_min_samples: config.baseline.min_samples_p50,
             flapping: Default::default(),
             persisted: HashMap::new(),
+            built: Built { all: true, ..Built::default() },
         }
     }
 
@@ -121,6 +146,7 @@ impl Monitor {
         }
         self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
         self.load_last_samples(store).await?;
+        self.built.all = true;
         tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
         Ok(())
     }
@@ -136,6 +162,7 @@ impl Monitor {
         for skipped in &self.baselines.load_hour(rollups, now).skipped {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
+        self.built.all = true;
     }
 
     /// Restores stored breaker states (the last answer to [`Monitor::load_query`]).
@@ -154,6 +181,7 @@ impl Monitor {
             }
         }
         self.baselines.refresh(now);
+        self.built.all = true;
     }
 
     /// The question for hours that left the baseline window, if any.
@@ -164,6 +192,7 @@ impl Monitor {
     /// Subtracts the stored rollups of hours that left the window (the answer to [`Monitor::expiring_query`]).
     pub fn expire_with(&mut self, rollups: &[Rollup], until: DateTime<Utc>) {
         let report = self.baselines.expire(rollups, until);
+        self.built.all = true;
         tracing::debug!(rollups = report.loaded, %until, "expired hours left the baseline window");
     }
 
@@ -208,6 +237,7 @@ impl Monitor {
                     self.cost.insert(t.clone(), c);
                 }
                 self.last.insert(t.clone(), s);
+                self.built.changed.insert(t.clone());
             }
         }
         Ok(())
@@ -217,6 +247,7 @@ impl Monitor {
     pub fn rebuild(&mut self, samples: &[Sample], now: DateTime<Utc>) {
         self.baselines.rebuild_from_samples(samples);
         self.baselines.refresh(now);
+        self.built.all = true;
     }
 
     /// Feeds one sample; returns the breaker transition it caused, if any.
@@ -236,6 +267,7 @@ impl Monitor {
             self.cost.insert(sample.target.clone(), c);
         }
         self.last.insert(sample.target.clone(), sample.clone());
+        self.built.changed.insert(sample.target.clone());
         let settings = self.settings;
         let breaker = self.breakers.entry(sample.target.clone()).or_insert_with(|| Breaker::new(settings, now));
         breaker.observe(Probe::from(sample), p95, now)
@@ -243,13 +275,20 @@ impl Monitor {
 
     /// Moves open breakers whose wait is over to half-open.
     pub fn tick(&mut self, now: DateTime<Utc>) -> Vec<(Target, Transition)> {
-        self.breakers.iter_mut().filter_map(|(t, b)| b.tick(now).map(|tr| (t.clone(), tr))).collect()
+        let moved: Vec<(Target, Transition)> =
+            self.breakers.iter_mut().filter_map(|(t, b)| b.tick(now).map(|tr| (t.clone(), tr))).collect();
+        self.built.changed.extend(moved.iter().map(|(t, _)| t.clone()));
+        moved
     }
 
     /// Moves one target's breaker to half-open if its wait is over (before judging its probe;
     /// the other targets are moved by the periodic [`tick`](Self::tick)).
     pub fn tick_target(&mut self, target: &Target, now: DateTime<Utc>) -> Option<Transition> {
-        self.breakers.get_mut(target).and_then(|b| b.tick(now))
+        let moved = self.breakers.get_mut(target).and_then(|b| b.tick(now));
+        if moved.is_some() {
+            self.built.changed.insert(target.clone());
+        }
+        moved
     }
 
     /// The current breaker of a target.
@@ -262,71 +301,41 @@ impl Monitor {
         self.baselines.get(target, metric, now)
     }
 
-    /// Builds the router export and the target explanations, and updates the baseline and breaker gauges.
+    /// Builds the router export and the target explanations, and updates the baseline and breaker
+    /// gauges, rebuilding only the targets that changed since the last publish.
     pub fn publish(&mut self, now: DateTime<Utc>, metrics: Option<&Metrics>) -> Snapshot {
         self.baselines.refresh(now);
-        let mut stats = Vec::with_capacity(self.targets.len());
-        let mut views = Vec::with_capacity(self.targets.len());
+        let window = Some(self.baselines.window_hours(now));
+        let flapping = self.flapping.targets();
+        let mut built = std::mem::take(&mut self.built);
+        // Past an hour boundary every window moved; a first publish with metrics sets every gauge.
+        built.all |= built.window != window || (metrics.is_some() && !built.gauges);
+        built.window = window;
+        built.gauges = metrics.is_some();
+        built.changed.extend(flapping.symmetric_difference(&built.flapping).cloned());
+        built.flapping = flapping;
+        if built.all {
+            built.stats.clear();
+            built.views.clear();
+        }
         // Taken out and put back, so the loop can borrow the rest of the monitor without a clone.
         let targets = std::mem::take(&mut self.targets);
-        for t in &targets {
-            let b: BTreeMap<String, Baseline> =
-                Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(t, *m, now))).collect();
-            let (probes, errors) = self.baselines.window_counts(t);
-            let breaker = self.breakers.get(t).map(|b| b.explain());
-            let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
-            if let Some(m) = metrics {
-                for (name, metric) in [("ttfb", Metric::Ttfb), ("ttft", Metric::Ttft)] {
-                    let base = b.get(metric.as_str()).copied().unwrap_or_default();
-                    for (q, v) in [("0.5", base.p50), ("0.95", base.p95), ("0.99", base.p99)] {
-                        m.set_baseline(t, name, q, v.map(|ms| ms / 1000.0));
-                    }
-                }
-                m.set_circuit(t, state.gauge());
+        for (i, t) in targets.iter().enumerate() {
+            if built.reusable(i, t) {
+                continue;
             }
-            let ttfb = b.get("ttfb").copied().unwrap_or_default();
-            let ttft = b.get("ttft").copied().unwrap_or_default();
-            let mut bound = |base: &Baseline, metric: Metric| match base.p95 {
-                Some(_) => None,
-                None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(t, metric, q, now)),
-            };
-            let (ttfb_p95_bound, ttft_p95_bound) = (bound(&ttfb, Metric::Ttfb), bound(&ttft, Metric::Ttft));
-            stats.push(TargetStats {
-                target: t.clone(),
-                ttfb,
-                ttft,
-                tokens_per_s: b.get("tokens_per_s").copied().unwrap_or_default(),
-                probes: u64::try_from(probes).unwrap_or(0),
-                errors: u64::try_from(errors).unwrap_or(0),
-                breaker: state,
-                breaker_reason: breaker.as_ref().and_then(|e| e.reason.clone()),
-                next_half_open: breaker.as_ref().and_then(|e| e.next_half_open),
-                cost_per_probe_usd: self.cost.get(t).copied(),
-                ttfb_p95_bound,
-                ttft_p95_bound,
-                last: self.last.get(t).map(|s| export::LastProbe {
-                    failed: s.outcome.is_failure(),
-                    outcome: s.outcome.as_str().to_string(),
-                    ttfb_ms: s.ttfb_ms,
-                    ttft_ms: s.ttft_ms,
-                }),
-                flapping: self.flapping.is_flapping(t),
-            });
-            views.push(TargetView {
-                target: t.id(),
-                provider: t.provider.clone(),
-                model: t.model.clone(),
-                route: t.route.clone(),
-                region: t.region.clone(),
-                last_sample: self.last.get(t).cloned(),
-                baselines: b,
-                probes,
-                errors,
-                breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
-                flapping: self.flapping.is_flapping(t),
-            });
+            let (stats, view) = self.build_target(t, now, metrics);
+            if i < built.views.len() {
+                built.stats[i] = stats;
+                built.views[i] = Arc::new(view);
+            } else {
+                built.stats.push(stats);
+                built.views.push(Arc::new(view));
+            }
         }
         self.targets = targets;
+        built.all = false;
+        built.changed.clear();
         let params = ExportParams {
             region: self.region.clone(),
             generated_at: now,
@@ -343,19 +352,80 @@ impl Monitor {
             provisional_min_samples: self.provisional_min_samples,
             chains: self.chains.clone(),
         };
-        Snapshot {
-            thresholds: Some(export::build(&params, &stats)),
-            targets: views,
+        let snapshot = Snapshot {
+            thresholds: Some(export::build(&params, &built.stats)),
+            targets: built.views.clone(),
             elsewhere: Arc::default(),
             credits: Arc::default(),
             flapping: self.flapping.clone(),
             probe_plan: None,
+        };
+        self.built = built;
+        snapshot
+    }
+
+    /// One target's export statistics and explanation as of `now`; sets its gauges.
+    fn build_target(&mut self, t: &Target, now: DateTime<Utc>, metrics: Option<&Metrics>) -> (TargetStats, TargetView) {
+        let b: BTreeMap<String, Baseline> =
+            Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(t, *m, now))).collect();
+        let (probes, errors) = self.baselines.window_counts(t);
+        let breaker = self.breakers.get(t).map(|b| b.explain());
+        let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
+        if let Some(m) = metrics {
+            for (name, metric) in [("ttfb", Metric::Ttfb), ("ttft", Metric::Ttft)] {
+                let base = b.get(metric.as_str()).copied().unwrap_or_default();
+                for (q, v) in [("0.5", base.p50), ("0.95", base.p95), ("0.99", base.p99)] {
+                    m.set_baseline(t, name, q, v.map(|ms| ms / 1000.0));
+                }
+            }
+            m.set_circuit(t, state.gauge());
         }
+        let ttfb = b.get("ttfb").copied().unwrap_or_default();
+        let ttft = b.get("ttft").copied().unwrap_or_default();
+        let mut bound = |base: &Baseline, metric: Metric| match base.p95 {
+            Some(_) => None,
+            None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(t, metric, q, now)),
+        };
+        let (ttfb_p95_bound, ttft_p95_bound) = (bound(&ttfb, Metric::Ttfb), bound(&ttft, Metric::Ttft));
+        let flapping = self.flapping.is_flapping(t);
+        let stats = TargetStats {
+            target: t.clone(),
+            ttfb,
+            ttft,
+            tokens_per_s: b.get("tokens_per_s").copied().unwrap_or_default(),
+            probes: u64::try_from(probes).unwrap_or(0),
+            errors: u64::try_from(errors).unwrap_or(0),
+            breaker: state,
+            breaker_reason: breaker.as_ref().and_then(|e| e.reason.clone()),
+            next_half_open: breaker.as_ref().and_then(|e| e.next_half_open),
+            cost_per_probe_usd: self.cost.get(t).copied(),
+            ttfb_p95_bound,
+            ttft_p95_bound,
+            last: self.last.get(t).map(|s| export::LastProbe {
+                failed: s.outcome.is_failure(),
+                outcome: s.outcome.as_str().to_string(),
+                ttfb_ms: s.ttfb_ms,
+                ttft_ms: s.ttft_ms,
+            }),
+            flapping,
+        };
+        let view = TargetView {
+            key: TargetKey::from(t),
+            region: t.region.clone(),
+            last_sample: self.last.get(t).cloned(),
+            baselines: b,
+            probes,
+            errors,
+            breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
+            flapping,
+        };
+        (stats, view)
     }
 
     /// Reads which targets flap from the alert stage's published set (router export, `/v1/targets`).
     pub fn watch_flapping(&mut self, set: crate::alert::FlappingSet) {
         self.flapping = set;
+        self.built.all = true;
     }
 
     /// Subtracts the hours that left the window, read back from the store (a no-op within an hour).
@@ -363,6 +433,7 @@ impl Monitor {
         if let Some((from, until)) = self.baselines.expiring(now) {
             let rollups = store.rollups_between(Some(&self.region), from, Some(until)).await?;
             let report = self.baselines.expire(&rollups, until);
+            self.built.all = true;
             tracing::debug!(rollups = report.loaded, %from, %until, "expired hours left the baseline window");
         }
         Ok(())
@@ -421,7 +492,7 @@ mod tests {
         let mut m = monitor();
         m.observe(&probe("a", 0, Outcome::Ok, 200.0), at(0));
         let snap = m.publish(at(1), None);
-        let ids: Vec<&str> = snap.targets.iter().map(|v| v.model.as_str()).collect();
+        let ids: Vec<&str> = snap.targets.iter().map(|v| v.key.model.as_str()).collect();
         assert_eq!(ids, ["a", "b"], "in config order");
         let (a, b) = (&snap.targets[0], &snap.targets[1]);
         assert_eq!(a.last_sample.as_ref().and_then(|s| s.ttfb_ms), Some(200.0));
@@ -444,7 +515,7 @@ mod tests {
         }
         assert_eq!(moved.last().map(|t| t.to), Some(State::Open), "three failures in a row open it");
         let snap = m.publish(at(3), Some(&metrics));
-        let a = snap.targets.iter().find(|v| v.model == "a").expect("a");
+        let a = snap.targets.iter().find(|v| v.key.model == "a").expect("a");
         assert_eq!(a.breaker.state, State::Open);
         assert!(a.breaker.next_half_open.is_some(), "readers see when it is tried again");
         assert_eq!((a.probes, a.errors), (3, 3));
@@ -458,6 +529,39 @@ mod tests {
         assert_eq!(m.tick(later).len(), 1);
         let snap = m.publish(later, Some(&metrics));
         assert_eq!(snap.targets[0].breaker.state, State::HalfOpen);
+    }
+
+    #[test]
+    fn a_publish_rebuilds_what_changed_and_reuses_the_rest() {
+        let mut m = monitor();
+        let metrics = Metrics::new("eu").expect("metrics");
+        m.observe(&probe("a", 0, Outcome::Ok, 200.0), at(0));
+        m.observe(&probe("b", 0, Outcome::Ok, 300.0), at(0));
+        let first = m.publish(at(1), Some(&metrics));
+        // Only `a` is probed again: `b`'s explanation is the very same one, `a`'s is new.
+        m.observe(&probe("a", 5, Outcome::ServerError, 0.0), at(5));
+        let second = m.publish(at(6), Some(&metrics));
+        assert!(Arc::ptr_eq(&first.targets[1], &second.targets[1]), "unchanged b is reused");
+        assert!(!Arc::ptr_eq(&first.targets[0], &second.targets[0]), "a is rebuilt");
+        assert_eq!((second.targets[0].probes, second.targets[0].errors), (2, 1));
+        let row = |snap: &Snapshot, model: &str| {
+            let t = snap.thresholds.as_ref().expect("export");
+            t.targets.iter().find(|r| r.key.model == model).cloned().expect("row")
+        };
+        assert_ne!(row(&first, "a"), row(&second, "a"), "the export sees a's new probe");
+        assert_eq!(row(&first, "b"), row(&second, "b"), "and b as it was");
+        // The flapping set changing rebuilds the targets that joined or left it.
+        let set = crate::alert::FlappingSet::default();
+        m.watch_flapping(set.clone());
+        let third = m.publish(at(7), Some(&metrics));
+        set.set([target("b")]);
+        let fourth = m.publish(at(8), Some(&metrics));
+        assert!(fourth.targets[1].flapping && !fourth.targets[0].flapping);
+        assert!(Arc::ptr_eq(&third.targets[0], &fourth.targets[0]), "a did not change");
+        // Past the hour every window moved: everything is rebuilt.
+        let next_hour = m.publish(at(3600), Some(&metrics));
+        assert!(next_hour.targets.iter().zip(&fourth.targets).all(|(n, o)| !Arc::ptr_eq(n, o)));
+        assert_eq!(next_hour.targets[1].probes, 1, "b's probe is still in the 7-day window");
     }
 
     #[test]

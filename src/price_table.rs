@@ -154,25 +154,9 @@ pub fn price_of(
 mod tests {
     use super::*;
     use crate::config::ProviderKind;
-    use std::collections::BTreeMap;
 
     fn provider(base: &str) -> ProviderConfig {
-        ProviderConfig {
-            name: "p".into(),
-            kind: ProviderKind::Openai,
-            base_url: base.parse().expect("url"),
-            api_key_env: None,
-            api_key: None,
-            models: vec![],
-            routes: vec![],
-            reasoning_models: vec![],
-            balance: None,
-            price: None,
-            prices: BTreeMap::new(),
-            headers: BTreeMap::new(),
-            secret_headers: vec![],
-            tls: Default::default(),
-        }
+        ProviderConfig::new("p", ProviderKind::Openai, base.parse().expect("url"))
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::notifier::{DeliveryError, Notifier, NotifierError};
 use super::pagerduty::PagerDutyNotifier;
 use super::slack::SlackNotifier;
 use super::webhook::WebhookNotifier;
-use super::{Alert, AlertKind, AlertStatus, Notification, Severity};
+use super::{Alert, AlertKind, Notification, Severity};
 use crate::config::AlertsConfig;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -48,21 +48,12 @@ pub fn test_notification(region: &str, now: DateTime<Utc>, status_url: Option<St
     a.since = now;
     a.dedup_key = format!("vigil:{region}:alert-test:{}", now.timestamp());
     Notification {
-        key: format!("alert-test-{}", now.timestamp_millis()),
-        region: region.to_string(),
-        provider: "vigil".into(),
         incident: a.dedup_key.clone(),
         subject: "vigil".into(),
-        shared: false,
         opened_at: Some(now),
-        status: AlertStatus::Firing,
-        reminder: false,
-        update: false,
         test: true,
-        created_at: now,
         status_url,
-        seen: None,
-        alerts: vec![a],
+        ..Notification::firing(format!("alert-test-{}", now.timestamp_millis()), region, "vigil", vec![a], now)
     }
 }
 

@@ -48,21 +48,9 @@ mod tests {
     async fn accepts_every_notification_under_its_own_name() {
         let alert = Alert::new(AlertKind::Errors, "local", "demo-mixtral", None, "3 failed probes in a row".into());
         let n = Notification {
-            key: "k".into(),
-            region: "local".into(),
-            provider: "demo-mixtral".into(),
             incident: "vigil:demo-mixtral::".into(),
             subject: "demo-mixtral".into(),
-            shared: false,
-            opened_at: None,
-            status: AlertStatus::Firing,
-            reminder: false,
-            update: false,
-            test: false,
-            created_at: chrono::Utc::now(),
-            status_url: None,
-            seen: None,
-            alerts: vec![alert],
+            ..Notification::firing("k", "local", "demo-mixtral", vec![alert], chrono::Utc::now())
         };
         assert_eq!(LogNotifier.name(), "log");
         assert_eq!(LogNotifier.send(&n, Uuid::nil()).await, Ok(()));

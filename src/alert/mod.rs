@@ -332,6 +332,28 @@ pub struct Notification {
 }
 
 impl Notification {
+    /// A firing message about `alerts`, created `at`: not yet tied to an incident, not shared, not a
+    /// reminder, update or test, with no status link; callers set what differs by struct update.
+    pub fn firing(key: impl Into<String>, region: &str, provider: &str, alerts: Vec<Alert>, at: DateTime<Utc>) -> Self {
+        Notification {
+            key: key.into(),
+            region: region.to_string(),
+            provider: provider.to_string(),
+            incident: String::new(),
+            subject: String::new(),
+            shared: false,
+            opened_at: None,
+            status: AlertStatus::Firing,
+            reminder: false,
+            update: false,
+            test: false,
+            created_at: at,
+            status_url: None,
+            seen: None,
+            alerts,
+        }
+    }
+
     /// Most severe severity among the alerts.
     pub fn severity(&self) -> Severity {
         self.alerts.iter().map(|a| a.severity).min().unwrap_or(Severity::Info)

@@ -10,7 +10,6 @@ mod setup;
 pub mod standin;
 pub mod trouble;
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -69,20 +68,8 @@ pub async fn start_demo_at(seed: u64, elapsed: Duration) -> std::io::Result<Demo
 pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
     let url = |path: &str| Url::parse(&format!("{origin}{path}")).map_err(std::io::Error::other);
     let provider = |name: &str, kind: ProviderKind, base_url: Url| ProviderConfig {
-        name: name.to_string(),
-        kind,
-        base_url,
-        api_key_env: None,
         api_key: Some(SecretString::from(DEMO_KEY)),
-        models: Vec::new(),
-        routes: Vec::new(),
-        reasoning_models: Vec::new(),
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: Vec::new(),
-        tls: Default::default(),
+        ..ProviderConfig::new(name, kind, base_url)
     };
     let openrouter = |name: &str, model: &str| -> std::io::Result<ProviderConfig> {
         Ok(ProviderConfig {

@@ -165,8 +165,8 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
     let targets: Vec<serde_json::Value> = targets
         .into_iter()
         .map(|view| {
-            let probe = plan.as_ref().and_then(|p| p.get(&view.target).cloned());
-            let mut v = serde_json::to_value(view).unwrap_or(serde_json::Value::Null);
+            let probe = plan.as_ref().and_then(|p| p.get(&view.key.target).cloned());
+            let mut v = serde_json::to_value(&*view).unwrap_or(serde_json::Value::Null);
             if let (Some(obj), Some(probe)) = (v.as_object_mut(), probe) {
                 obj.insert("probe".into(), serde_json::to_value(probe).unwrap_or(serde_json::Value::Null));
             }

@@ -609,8 +609,7 @@ mod tests {
     use crate::http::status_page::Credit;
     use chrono::TimeZone;
 
-    const HOSTILE: &str = r#"<script>'x'&""#;
-    const ESCAPED: &str = "&lt;script&gt;&#39;x&#39;&amp;&quot;";
+    use crate::markup::hostile::{ESCAPED, HOSTILE};
 
     #[test]
     fn a_hostile_provider_name_is_escaped_everywhere_it_shows() {

@@ -67,18 +67,19 @@ impl StatusPage {
         };
         let mut index: HashMap<(String, String, Option<String>), usize> = HashMap::new();
         for v in &snap.targets {
-            index.insert((v.provider.clone(), v.model.clone(), v.route.clone()), data.rows.len());
+            let k = &v.key;
+            index.insert((k.provider.clone(), k.model.clone(), k.route.clone()), data.rows.len());
             data.rows.push(Row {
-                provider: v.provider.clone(),
-                model: v.model.clone(),
-                route: v.route.clone(),
+                provider: k.provider.clone(),
+                model: k.model.clone(),
+                route: k.route.clone(),
                 cells: vec![Some(Cell {
                     last: v.last_sample.as_ref().map(LastProbe::from),
                     ttfb: Some(v.baselines.get("ttfb").copied().unwrap_or_default()),
                     ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
                     breaker: Some(v.breaker.clone()),
                     flapping: v.flapping,
-                    probe: snap.probe_plan.as_ref().and_then(|p| p.get(&v.target).cloned()),
+                    probe: snap.probe_plan.as_ref().and_then(|p| p.get(&k.target).cloned()),
                 })],
                 trend: Vec::new(),
             });
@@ -603,10 +604,7 @@ mod tests {
             region: region.into(),
         };
         let view = |target: Target, sample: Option<Sample>| crate::monitor::TargetView {
-            target: target.id(),
-            provider: target.provider.clone(),
-            model: target.model.clone(),
-            route: target.route.clone(),
+            key: crate::target::TargetKey::from(&target),
             region: target.region.clone(),
             last_sample: sample,
             baselines: [("ttft".to_string(), Baseline { count: 7, ..Baseline::default() })].into(),
@@ -619,7 +617,7 @@ mod tests {
         seen.ttft_ms = Some(210.0);
         let snap = Snapshot {
             thresholds: None,
-            targets: vec![view(t("A", "eu"), Some(seen)), view(t("B", "eu"), None)],
+            targets: vec![Arc::new(view(t("A", "eu"), Some(seen))), Arc::new(view(t("B", "eu"), None))],
             elsewhere: Arc::new(vec![
                 Sample::new(t("A", "us"), now(), now()),
                 Sample::new(t("C", "ap"), now(), now()),

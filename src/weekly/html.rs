@@ -309,8 +309,7 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    const HOSTILE: &str = r#"<script>'x'&""#;
-    const ESCAPED: &str = "&lt;script&gt;&#39;x&#39;&amp;&quot;";
+    use crate::markup::hostile::{ESCAPED, HOSTILE};
 
     #[test]
     fn a_hostile_provider_name_is_escaped_everywhere_it_shows() {

@@ -54,21 +54,13 @@ fn notification(status: AlertStatus) -> Notification {
     latency.current = Some(1200.0);
     latency.baseline = Some(400.0);
     Notification {
-        key: "k1".into(),
-        region: "eu-west-1".into(),
-        provider: "openrouter".into(),
         incident: "vigil:openrouter:meta-llama/llama-3-70b-instruct:DeepInfra".into(),
         subject: "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra".into(),
         shared: true,
         opened_at: Some(now()),
         status,
-        reminder: false,
-        update: false,
-        test: false,
-        created_at: now(),
         status_url: Some("https://vigil.example.com/".into()),
-        seen: None,
-        alerts: vec![errors, latency],
+        ..Notification::firing("k1", "eu-west-1", "openrouter", vec![errors, latency], now())
     }
 }
 

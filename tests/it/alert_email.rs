@@ -10,7 +10,7 @@ use std::time::Duration;
 use uuid::Uuid;
 use vigil::alert::email::EmailNotifier;
 use vigil::alert::notifier::{DeliveryError, Notifier};
-use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
+use vigil::alert::{Alert, AlertKind, Notification};
 use vigil::config::EmailConfig;
 use vigil::target::Target;
 
@@ -31,21 +31,8 @@ fn notification() -> Notification {
     );
     a.since = now;
     Notification {
-        key: "k".into(),
-        region: "us-east-1".into(),
-        provider: "anthropic".into(),
-        incident: String::new(),
-        subject: String::new(),
-        shared: false,
-        opened_at: None,
-        update: false,
-        seen: None,
-        status: AlertStatus::Firing,
-        reminder: false,
-        test: false,
-        created_at: now,
         status_url: Some("https://vigil.example.com/".into()),
-        alerts: vec![a],
+        ..Notification::firing("k", "us-east-1", "anthropic", vec![a], now)
     }
 }
 

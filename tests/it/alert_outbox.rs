@@ -17,7 +17,7 @@ use vigil::alert::pagerduty::PagerDutyNotifier;
 use vigil::alert::rules::{AlertEngine, Baseline, Elsewhere, Probe, Round, RuleConfig};
 use vigil::alert::slack::SlackNotifier;
 use vigil::alert::webhook::WebhookNotifier;
-use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
+use vigil::alert::{Alert, AlertKind, Notification};
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
 use vigil::metrics::Metrics;
 use vigil::sample::{Outcome, Sample};
@@ -42,23 +42,7 @@ fn note(key: &str) -> Notification {
     let mut a =
         Alert::new(AlertKind::Errors, "eu-west-1", "openrouter", Some(&target()), "2 consecutive failed probes".into());
     a.since = t0();
-    Notification {
-        key: key.into(),
-        region: "eu-west-1".into(),
-        provider: "openrouter".into(),
-        incident: String::new(),
-        subject: String::new(),
-        shared: false,
-        opened_at: None,
-        update: false,
-        seen: None,
-        status: AlertStatus::Firing,
-        reminder: false,
-        test: false,
-        created_at: t0(),
-        status_url: None,
-        alerts: vec![a],
-    }
+    Notification::firing(key, "eu-west-1", "openrouter", vec![a], t0())
 }
 
 fn webhook(r: &Receiver, timeout: Duration) -> Arc<dyn Notifier> {

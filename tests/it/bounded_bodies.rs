@@ -4,7 +4,6 @@
 
 use chrono::Utc;
 use secrecy::SecretString;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -143,20 +142,10 @@ async fn a_balance_endpoint_answering_2_gb_is_an_error() {
 async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
     let addr = hostile_server(200, Framing::Chunked).await;
     let p = ProviderConfig {
-        name: "or".into(),
-        kind: ProviderKind::Openai,
-        base_url: format!("http://{addr}/api/v1").parse().expect("url"),
-        api_key_env: None,
         api_key: Some(SecretString::from("sk-test-price")),
         models: vec!["m".into()],
         routes: vec!["Host".into()],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: vec![],
-        tls: Default::default(),
+        ..ProviderConfig::new("or", ProviderKind::Openai, format!("http://{addr}/api/v1").parse().expect("url"))
     };
     let t = Target { provider: "or".into(), model: "m".into(), route: Some("Host".into()), region: "test-1".into() };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -2,33 +2,9 @@
 //! prints a config `--config` reads back and refuses what `run` refuses, logs carry no colour
 //! escapes off a terminal and are flat JSON when asked, and completions and the man page exist.
 
-use std::process::{Command, Output};
+use crate::support::cli::{output, vigil_in};
 use std::time::Duration;
 use vigil::demo::standin::{Script, StandIn};
-
-const KEY_VARS: [&str; 7] = [
-    "OPENROUTER_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GROQ_API_KEY",
-    "TOGETHER_API_KEY",
-    "DEEPINFRA_API_KEY",
-    "GEMINI_API_KEY",
-];
-
-/// The binary with no provider key, log settings or database from the caller's environment.
-fn vigil(dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    cmd.current_dir(dir);
-    for var in KEY_VARS.iter().chain(&["VIGIL_LOG", "VIGIL_LOG_FORMAT", "DATABASE_URL", "VIGIL_REGION"]) {
-        cmd.env_remove(var);
-    }
-    cmd
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("vigil runs")).await.expect("join")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -60,21 +36,21 @@ async fn probe_exits_1_when_a_target_fails_and_0_with_no_fail_or_when_all_pass()
     let (ok, down) = ok_and_down().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = two_targets(&ok, &down, dir.path());
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["probe", "--config"]).arg(&path).env("VIGIL_TEST_KEY", "sk-test-cli");
-    let failed = run(cmd).await;
+    let failed = output(cmd).await;
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
     assert!(text(&failed.stdout).contains("broken/m1"), "the table is still printed");
     assert!(text(&failed.stderr).contains("1 of 2 targets failed"), "{}", text(&failed.stderr));
 
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["probe", "--no-fail", "--config"]).arg(&path).env("VIGIL_TEST_KEY", "sk-test-cli");
-    let kept = run(cmd).await;
+    let kept = output(cmd).await;
     assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
 
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["probe", "--target", "fast/m1", "--config"]).arg(&path).env("VIGIL_TEST_KEY", "sk-test-cli");
-    let passed = run(cmd).await;
+    let passed = output(cmd).await;
     assert_eq!(passed.status.code(), Some(0), "{}", text(&passed.stderr));
 }
 
@@ -115,9 +91,9 @@ secret_env = "ROUTER_HOOK_SECRET"
         ("ROUTER_HOOK_SECRET", "hmac-secret"),
         ("VIGIL_PROBE_CONCURRENCY", "17"),
     ];
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["check-config", "--config"]).arg(&path).envs(env);
-    let first = run(cmd).await;
+    let first = output(cmd).await;
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
     let shown = text(&first.stdout);
     for secret in ["sk-or-v1-test-secret", "slack-secret-path", "hook-secret", "hmac-secret", "hunter2"] {
@@ -132,9 +108,9 @@ secret_env = "ROUTER_HOOK_SECRET"
 
     let again = dir.path().join("again.toml");
     std::fs::write(&again, &shown).expect("write");
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["check-config", "--config"]).arg(&again).envs(env);
-    let second = run(cmd).await;
+    let second = output(cmd).await;
     assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
     assert_eq!(text(&second.stdout), shown, "the printed config reads back to itself");
 }
@@ -153,9 +129,9 @@ async fn check_config_exits_2_wherever_run_does() {
     .expect("write");
     for (file, says) in [(&nothing, "nothing to probe"), (&bad_url, "storage.url")] {
         for command in ["check-config", "run"] {
-            let mut cmd = vigil(dir.path());
+            let mut cmd = vigil_in(dir.path());
             cmd.args([command, "--config"]).arg(file);
-            let out = run(cmd).await;
+            let out = output(cmd).await;
             assert_eq!(out.status.code(), Some(2), "{command} {}: {}", file.display(), text(&out.stderr));
             assert!(text(&out.stderr).contains(says), "{command}: {}", text(&out.stderr));
         }
@@ -166,9 +142,9 @@ async fn check_config_exits_2_wherever_run_does() {
 async fn logs_have_no_escapes_off_a_terminal_and_json_is_flat() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["check-config"]).stderr(log);
-    let out = run(cmd).await;
+    let out = output(cmd).await;
     assert_eq!(out.status.code(), Some(2));
     let plain = std::fs::read(dir.path().join("stderr.log")).expect("read log");
     assert!(!plain.is_empty());
@@ -178,9 +154,9 @@ async fn logs_have_no_escapes_off_a_terminal_and_json_is_flat() {
     assert_eq!(lines.len(), 1, "one start-up line for all providers:\n{}", text(&plain));
     assert!(lines[0].contains("openrouter (OPENROUTER_API_KEY unset)"), "{}", lines[0]);
 
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["check-config"]).env("VIGIL_LOG_FORMAT", "json");
-    let out = run(cmd).await;
+    let out = output(cmd).await;
     let mut parsed = 0;
     for line in text(&out.stderr).lines().filter(|l| l.starts_with('{')) {
         let v: serde_json::Value = serde_json::from_str(line).expect("each log line is JSON");
@@ -199,16 +175,16 @@ async fn logs_have_no_escapes_off_a_terminal_and_json_is_flat() {
 async fn completions_and_man_page_are_generated() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (shell, marker) in [("bash", "_vigil()"), ("zsh", "#compdef vigil"), ("fish", "complete -c vigil")] {
-        let mut cmd = vigil(dir.path());
+        let mut cmd = vigil_in(dir.path());
         cmd.args(["completions", shell]);
-        let out = run(cmd).await;
+        let out = output(cmd).await;
         assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out.stderr));
         let script = text(&out.stdout);
         assert!(script.contains(marker) && script.contains("check-config"), "{shell}:\n{script}");
     }
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.arg("man");
-    let out = run(cmd).await;
+    let out = output(cmd).await;
     assert_eq!(out.status.code(), Some(0));
     let page = text(&out.stdout);
     assert!(page.starts_with(".ie") || page.contains(".TH vigil"), "{page}");

@@ -2,34 +2,11 @@
 //! `report`, `baselines`, `thresholds`, the weekly summary (charts with readable axes, looked at
 //! in headless Chromium) and the running daemon's status page show real figures at once.
 
+use crate::support::cli::{output, vigil_in};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const KEY_VARS: [&str; 7] = [
-    "OPENROUTER_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GROQ_API_KEY",
-    "TOGETHER_API_KEY",
-    "DEEPINFRA_API_KEY",
-    "GEMINI_API_KEY",
-];
-
-/// The binary in `dir` with nothing from the caller's environment that would change the outcome.
-fn vigil(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    cmd.current_dir(dir);
-    for var in KEY_VARS.iter().chain(&["DATABASE_URL", "VIGIL_REGION", "VIGIL_LOG", "VIGIL_STORAGE_URL"]) {
-        cmd.env_remove(var);
-    }
-    cmd
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("vigil runs")).await.expect("join")
-}
 
 fn json(out: &Output) -> serde_json::Value {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -87,9 +64,9 @@ fn charts(html: &str) -> Vec<(u32, u32, Vec<u8>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_commands_with_demo_use_their_own_seeded_database() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["report", "--demo", "--json"]);
-    let report = json(&run(cmd).await);
+    let report = json(&output(cmd).await);
     let stderr_free = !dir.path().join("vigil.db").exists();
     assert!(stderr_free, "the real default database is never created by --demo");
     assert!(dir.path().join("vigil-data/vigil-demo.db").exists(), "the demo's own database");
@@ -101,25 +78,25 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
         assert!(r["samples"].as_u64().is_some_and(|n| n > 1_000), "{r}");
     }
 
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["baselines", "--demo", "--json"]);
-    let baselines = json(&run(cmd).await);
+    let baselines = json(&output(cmd).await);
     let ttfb: Vec<&serde_json::Value> =
         baselines.as_array().expect("array").iter().filter(|b| b["metric"] == "ttfb").collect();
     assert_eq!(ttfb.len(), demo_targets.len());
     assert!(ttfb.iter().all(|b| b["p95"].is_f64() && b["p99"].is_f64()), "P95 and P99 published: {ttfb:?}");
 
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["thresholds", "--demo"]);
-    let doc = json(&run(cmd).await);
+    let doc = json(&output(cmd).await);
     let targets = doc["targets"].as_array().expect("targets");
     assert_eq!(targets.len(), demo_targets.len());
     assert!(targets.iter().all(|t| t["failover_ttfb_ms"].is_f64()), "thresholds at once: {targets:?}");
 
     // The table says why a cell is empty instead of a bare dash.
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["baselines", "--demo"]);
-    let table = run(cmd).await;
+    let table = output(cmd).await;
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(!text.lines().any(|l| l.split_whitespace().any(|c| c == "-")), "{text}");
 
@@ -134,9 +111,9 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
     assert!(readings.len() >= 24 * 7, "hourly credit readings for the week: {}", readings.len());
 
     // The weekly summary: one chart per provider, with text (axis values and days) in each.
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["report", "--weekly", "--demo", "--out", "weekly.html"]);
-    let out = run(cmd).await;
+    let out = output(cmd).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(dir.path().join("weekly.html")).expect("weekly.html");
     let pictures = charts(&html);
@@ -171,7 +148,7 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("vigil.toml"), "[http]\nlisten = \"127.0.0.1:0\"\n").expect("config");
     let started = Instant::now();
-    let mut cmd = vigil(dir.path());
+    let mut cmd = vigil_in(dir.path());
     cmd.args(["run", "--demo"]).env("VIGIL_LOG_FORMAT", "json").stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("vigil starts");
     let stderr = child.stderr.take().expect("stderr");

@@ -3,54 +3,27 @@
 //! header) back leaks it nowhere: not in the SQLite file, `/v1/targets`, the status page,
 //! `/metrics`, an alert payload at a real receiver, or the logs.
 
-use crate::support::alert_receiver;
+use crate::support::{alert_receiver, probe_config};
 
 use alert_receiver::{Receiver, Reply};
 use chrono::Utc;
 use secrecy::SecretString;
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
+use vigil::config::{ProviderConfig, ProviderKind};
 use vigil::demo::standin::{Script, StandIn};
 use vigil::probe::{Planned, Prober, MAX_RETRY_AFTER_S};
 use vigil::sample::Outcome;
 use vigil::target::Target;
 
-fn probe_config() -> ProbeConfig {
-    ProbeConfig {
-        interval: Duration::from_secs(60),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(2),
-        ttft_timeout: Duration::from_secs(3),
-        max_tokens: 16,
-        concurrency: 8,
-        daily_budget_usd: 5.0,
-        max_body_bytes: 256 * 1024,
-        proxy: Default::default(),
-        ca_file: None,
-        ca_certs: Vec::new(),
-    }
-}
-
 fn plan(kind: ProviderKind, base_url: &str) -> Planned {
     let p = ProviderConfig {
-        name: "hostile".into(),
-        kind,
-        base_url: base_url.parse().expect("url"),
         api_key_env: Some("K".into()),
         api_key: Some(SecretString::from("sk-test-hostile-0123456789")),
         models: vec!["m".into()],
-        routes: vec![],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: vec![],
-        tls: Default::default(),
+        ..ProviderConfig::new("hostile", kind, base_url.parse().expect("url"))
     };
     Planned {
         target: Target { provider: p.name.clone(), model: "m".into(), route: None, region: "test-1".into() },
@@ -72,7 +45,7 @@ async fn absurd_retry_after_values_are_clamped_to_an_hour_or_dropped() {
     for (name, value, want) in cases {
         let script = Script::json(429, br#"{"error":{"message":"slow down"}}"#).with_header(name, value);
         let server = StandIn::start(move |_| script.clone()).await.expect("stand-in");
-        let s = Prober::new(probe_config(), &[])
+        let s = Prober::new(probe_config(8), &[])
             .probe(&plan(ProviderKind::Openai, &format!("{}/v1", server.base_url())), Utc::now())
             .await;
         assert_eq!(s.outcome, Outcome::RateLimited, "{name}: {value}");
@@ -80,7 +53,7 @@ async fn absurd_retry_after_values_are_clamped_to_an_hour_or_dropped() {
     }
     let gemini = br#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1e300s"}]}}"#;
     let server = StandIn::start(move |_| Script::json(429, gemini)).await.expect("stand-in");
-    let s = Prober::new(probe_config(), &[]).probe(&plan(ProviderKind::Gemini, &server.base_url()), Utc::now()).await;
+    let s = Prober::new(probe_config(8), &[]).probe(&plan(ProviderKind::Gemini, &server.base_url()), Utc::now()).await;
     assert_eq!(s.retry_after_s, Some(MAX_RETRY_AFTER_S));
 }
 
@@ -95,7 +68,7 @@ async fn absurd_costs_and_overlong_request_ids_are_not_kept() {
     );
     let script = Script::sse(body.as_bytes(), Duration::from_millis(1));
     let server = StandIn::start(move |_| script.clone()).await.expect("stand-in");
-    let s = Prober::new(probe_config(), &[])
+    let s = Prober::new(probe_config(8), &[])
         .probe(&plan(ProviderKind::Openai, &format!("{}/v1", server.base_url())), Utc::now())
         .await;
     assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);

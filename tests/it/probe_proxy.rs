@@ -81,20 +81,9 @@ fn config(proxy: ProxyConfig) -> ProbeConfig {
 
 fn plan(base_url: &str) -> Planned {
     let p = ProviderConfig {
-        name: "p".into(),
-        kind: ProviderKind::Openai,
-        base_url: base_url.parse().expect("url"),
-        api_key_env: None,
         api_key: Some(SecretString::from("sk-test-proxy")),
         models: vec!["m".into()],
-        routes: vec![],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: BTreeMap::new(),
-        headers: BTreeMap::new(),
-        secret_headers: vec![],
-        tls: Default::default(),
+        ..ProviderConfig::new("p", ProviderKind::Openai, base_url.parse().expect("url"))
     };
     Planned {
         target: Target { provider: "p".into(), model: "m".into(), route: None, region: "test".into() },

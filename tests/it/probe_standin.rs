@@ -1,10 +1,9 @@
 //! The probe against real HTTP servers on loopback that stream the recorded provider transcripts
 //! with scripted delays. Timings are checked against the stand-in server's own timestamps.
 
-use crate::support::fixture;
+use crate::support::{fixture, probe_config};
 use chrono::Utc;
 use secrecy::SecretString;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil::config::{Price, ProbeConfig, ProviderConfig, ProviderKind};
@@ -19,38 +18,12 @@ use vigil::target::Target;
 /// Generous on purpose: this checks that the right event is timed, not how fast the machine is.
 const SLACK_MS: f64 = 40.0;
 
-fn probe_config() -> ProbeConfig {
-    ProbeConfig {
-        interval: Duration::from_secs(60),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(2),
-        ttft_timeout: Duration::from_secs(3),
-        max_tokens: 16,
-        concurrency: 64,
-        daily_budget_usd: 5.0,
-        max_body_bytes: 256 * 1024,
-        proxy: Default::default(),
-        ca_file: None,
-        ca_certs: Vec::new(),
-    }
-}
-
 fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
     ProviderConfig {
-        name: name.into(),
-        kind,
-        base_url: base_url.parse().expect("url"),
         api_key_env: Some("TEST_KEY".into()),
         api_key: Some(SecretString::from("sk-test-probe")),
         models: vec![if kind == ProviderKind::Http { String::new() } else { "test-model".into() }],
-        routes: vec![],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: Vec::new(),
-        tls: Default::default(),
+        ..ProviderConfig::new(name, kind, base_url.parse().expect("url"))
     }
 }
 
@@ -67,7 +40,7 @@ fn plan(p: &ProviderConfig, route: Option<&str>) -> Planned {
 }
 
 async fn probe(p: &ProviderConfig) -> Sample {
-    Prober::new(probe_config(), &[]).probe(&plan(p, None), Utc::now()).await
+    Prober::new(probe_config(64), &[]).probe(&plan(p, None), Utc::now()).await
 }
 
 async fn serve(script: Script) -> StandIn {
@@ -138,7 +111,7 @@ async fn openrouter_route_is_pinned_and_processing_comments_are_not_tokens() {
     let server = serve(script).await;
     let mut p = provider("openrouter", ProviderKind::Openai, &format!("{}/api/v1", server.base_url()));
     p.routes = vec!["DeepInfra".into()];
-    let s = Prober::new(probe_config(), &[]).probe(&plan(&p, Some("DeepInfra")), Utc::now()).await;
+    let s = Prober::new(probe_config(64), &[]).probe(&plan(&p, Some("DeepInfra")), Utc::now()).await;
     assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
     let r = only_request(&server);
     let req = r.json().expect("json");
@@ -362,8 +335,11 @@ async fn interrupted_truncated_oversized_and_garbage_streams_are_stream_errors()
 
 #[tokio::test]
 async fn first_token_and_total_timeouts_are_recorded_at_their_limits() {
-    let cfg =
-        ProbeConfig { ttft_timeout: Duration::from_millis(300), timeout: Duration::from_millis(900), ..probe_config() };
+    let cfg = ProbeConfig {
+        ttft_timeout: Duration::from_millis(300),
+        timeout: Duration::from_millis(900),
+        ..probe_config(64)
+    };
     // Headers arrive, then nothing: the first-token limit fires.
     let hang = Script::sse(b"", Duration::ZERO).with_end(End::Hang);
     let server = serve(hang).await;
@@ -395,7 +371,7 @@ async fn a_hung_provider_does_not_delay_or_distort_the_others() {
         provider("fast-b", ProviderKind::Openai, &fast_b.base_url()),
     ];
     let cfg =
-        ProbeConfig { ttft_timeout: Duration::from_millis(800), timeout: Duration::from_secs(2), ..probe_config() };
+        ProbeConfig { ttft_timeout: Duration::from_millis(800), timeout: Duration::from_secs(2), ..probe_config(64) };
     let metrics = Arc::new(Metrics::new("test-1").expect("metrics"));
     let scheduler =
         Scheduler::new(Planned::all(&providers, "test-1"), Prober::new(cfg, &[]), Duration::from_secs(60), 8, metrics);
@@ -423,7 +399,7 @@ async fn a_round_starts_each_target_once_at_its_offset_in_offset_order() {
     let plans = Planned::all(&providers, "test-1");
     let offsets: std::collections::HashMap<String, Duration> =
         plans.iter().map(|p| (p.target.id(), vigil::scheduler::offset_for(&p.target.id(), interval))).collect();
-    let scheduler = Scheduler::new(plans, Prober::new(probe_config(), &[]), interval, 16, metrics);
+    let scheduler = Scheduler::new(plans, Prober::new(probe_config(64), &[]), interval, 16, metrics);
     let (tx, mut rx) = tokio::sync::mpsc::channel(32);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
@@ -486,7 +462,7 @@ async fn tls_phases_are_measured_on_a_fresh_connection() {
     let body = fixture("openai-chat-stream.sse");
     let (server, cert) = StandIn::start_tls(move |_| Script::sse(&body, Duration::ZERO)).await.expect("tls stand-in");
     let p = provider("tls", ProviderKind::Openai, &server.base_url());
-    let prober = Prober::new(probe_config(), &[cert]);
+    let prober = Prober::new(probe_config(64), &[cert]);
     for _ in 0..2 {
         let s = prober.probe(&plan(&p, None), Utc::now()).await;
         assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);

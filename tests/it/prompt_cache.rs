@@ -9,7 +9,6 @@
 
 use chrono::Utc;
 use secrecy::SecretString;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -135,20 +134,9 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
     }
 
     let provider = ProviderConfig {
-        name: "llama".into(),
-        kind: ProviderKind::Openai,
-        base_url: base.parse().expect("url"),
-        api_key_env: None,
         api_key: Some(SecretString::from("sk-test-llama")),
         models: vec!["tiny".into()],
-        routes: vec![],
-        reasoning_models: vec![],
-        balance: None,
-        price: None,
-        prices: Default::default(),
-        headers: BTreeMap::new(),
-        secret_headers: Vec::new(),
-        tls: Default::default(),
+        ..ProviderConfig::new("llama", ProviderKind::Openai, base.parse().expect("url"))
     };
     let plan = Planned {
         target: Target { provider: "llama".into(), model: "tiny".into(), route: None, region: "test".into() },

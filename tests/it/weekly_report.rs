@@ -98,23 +98,7 @@ fn notification(key: &str, region: &str, provider: &str, kinds: &[AlertKind], at
             a
         })
         .collect();
-    Notification {
-        key: key.into(),
-        region: region.into(),
-        provider: provider.into(),
-        incident: String::new(),
-        subject: String::new(),
-        shared: false,
-        opened_at: None,
-        update: false,
-        seen: None,
-        status: AlertStatus::Firing,
-        reminder: false,
-        test: false,
-        created_at: at,
-        status_url: None,
-        alerts,
-    }
+    Notification::firing(key, region, provider, alerts, at)
 }
 
 /// Breaker transitions, alerts (each on two channels) and balance readings, with ones that must

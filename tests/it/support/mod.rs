@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod alert_receiver;
+pub mod cli;
 pub mod daemon;
 pub mod promtool;
 pub mod smtp_server;
@@ -15,6 +16,23 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// The `[probe]` settings of the prober-level tests: short timeouts, `concurrency` probes at once.
+pub fn probe_config(concurrency: usize) -> vigil::config::ProbeConfig {
+    vigil::config::ProbeConfig {
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        ttft_timeout: Duration::from_secs(3),
+        max_tokens: 16,
+        concurrency,
+        daily_budget_usd: 5.0,
+        max_body_bytes: 256 * 1024,
+        proxy: Default::default(),
+        ca_file: None,
+        ca_certs: Vec::new(),
+    }
+}
 
 /// Held by the tests whose verdicts rest on measured latency (a heavy tail that must not page, a
 /// reorder within one probe interval): in one test binary they would otherwise run beside each
