@@ -316,7 +316,11 @@ impl Pipeline {
         if !items.is_empty() {
             self.link.store(Record::Outbox(items));
         }
-        self.link.store(Record::AlertState { region: a.region.clone(), state: a.engine.state_json() });
+        match a.engine.state_json() {
+            Ok(state) => self.link.store(Record::AlertState { region: a.region.clone(), state }),
+            // Unreachable for the engine's own types; kept from storage until the next evaluation.
+            Err(e) => tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation"),
+        }
         self.replan(now);
     }
 

@@ -317,8 +317,8 @@ impl AlertEngine {
     }
 
     /// An engine resuming from saved state; unreadable state starts fresh (and says why).
-    pub fn restore(cfg: RuleConfig, saved: Option<&serde_json::Value>) -> Self {
-        let state = match saved.map(|v| serde_json::from_value::<EngineState>(v.clone())) {
+    pub fn restore(cfg: RuleConfig, saved: Option<&crate::store::StateJson>) -> Self {
+        let state = match saved.map(|v| serde_json::from_str::<EngineState>(v.as_str())) {
             Some(Ok(s)) => s,
             Some(Err(e)) => {
                 tracing::warn!(region = %cfg.region, error = %e, "saved alert state unreadable; starting fresh");
@@ -348,8 +348,8 @@ impl AlertEngine {
     }
 
     /// State to persist with `Store::save_alert_state`.
-    pub fn state_json(&self) -> serde_json::Value {
-        serde_json::to_value(&self.state).unwrap_or(serde_json::Value::Null)
+    pub fn state_json(&self) -> Result<crate::store::StateJson, serde_json::Error> {
+        crate::store::StateJson::of(&self.state)
     }
 
     /// The thresholds in use.
@@ -1200,8 +1200,8 @@ mod tests {
         let mut e = AlertEngine::new(cfg());
         round(&mut e, &fleet(Outcome::ServerError, at(0)), at(0));
         assert_eq!(round(&mut e, &fleet(Outcome::ServerError, at(1)), at(1)).len(), 1);
-        let saved = serde_json::to_string(&e.state_json()).expect("state serializes");
-        let parsed: serde_json::Value = serde_json::from_str(&saved).expect("state is JSON");
+        let saved = e.state_json().expect("state serializes").as_str().to_string();
+        let parsed = crate::store::StateJson::from_text(saved).expect("state is JSON");
         let mut e = AlertEngine::restore(cfg(), Some(&parsed));
         assert!(round(&mut e, &fleet(Outcome::ServerError, at(2)), at(2)).is_empty());
         for m in 3..5 {

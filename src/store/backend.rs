@@ -163,14 +163,16 @@ impl<B: Backend> Store for B {
         read_count(self, sql::outbox_depth()).await
     }
 
-    async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError> {
+    async fn save_alert_state(&self, region: &str, state: &super::StateJson) -> Result<(), StoreError> {
         self.run(sql::save_alert_state(region, state, Utc::now())).await.map(|_| ())
     }
 
-    async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError> {
+    async fn load_alert_state(&self, region: &str) -> Result<Option<super::StateJson>, StoreError> {
         let text = read_text(self, sql::load_alert_state(region), "state").await?;
-        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}"))))
-            .transpose()
+        text.map(|t| {
+            super::StateJson::from_text(t).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}")))
+        })
+        .transpose()
     }
 
     async fn insert_balance(&self, reading: &BalanceReading) -> Result<(), StoreError> {

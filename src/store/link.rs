@@ -54,7 +54,7 @@ pub enum Record {
         /// Region.
         region: String,
         /// Engine state.
-        state: serde_json::Value,
+        state: crate::store::StateJson,
     },
     /// What this region sees of each target, for the other regions' scope (newest wins; not
     /// kept across a stop: it is stale by the next start).
@@ -247,7 +247,7 @@ pub struct Link {
 struct Pending {
     breakers: BTreeMap<String, BreakerRecord>,
     rollups: BTreeMap<(String, String, DateTime<Utc>), Rollup>,
-    alert_states: BTreeMap<String, serde_json::Value>,
+    alert_states: BTreeMap<String, crate::store::StateJson>,
     statuses: Option<Vec<TargetStatus>>,
 }
 
@@ -423,7 +423,7 @@ impl Link {
             }
         }
         if failed.is_none() {
-            let states: Vec<(String, serde_json::Value)> =
+            let states: Vec<(String, crate::store::StateJson)> =
                 self.pending.alert_states.iter().map(|(r, s)| (r.clone(), s.clone())).collect();
             for (region, state) in states {
                 let r = region.clone();

@@ -25,6 +25,36 @@ pub mod sqlite;
 pub mod writer;
 
 pub use spool::{Spool, SpoolError};
+
+/// A region's alert engine state as JSON text, written straight from the engine and never held
+/// as a `serde_json::Value` tree: at 1,000 targets that tree (and its copy on the way to storage)
+/// was the daemon's largest allocation, several times the size of the text.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct StateJson(Box<serde_json::value::RawValue>);
+
+impl StateJson {
+    /// Serializes `state` into JSON text.
+    pub fn of<T: serde::Serialize>(state: &T) -> Result<Self, serde_json::Error> {
+        serde_json::value::to_raw_value(state).map(StateJson)
+    }
+
+    /// Takes JSON text as stored, refusing text that is not JSON.
+    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(StateJson)
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for StateJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
 pub use writer::{Writer, WriterHealth};
 
 /// How long a query waits for a pooled connection before the store counts as unreachable.
@@ -507,9 +537,9 @@ pub trait Store: Send + Sync {
     async fn outbox_depth(&self) -> Result<i64, StoreError>;
 
     /// Saves the alert engine's state (firing alerts, last notification times) as one JSON document per region.
-    async fn save_alert_state(&self, region: &str, state: &serde_json::Value) -> Result<(), StoreError>;
+    async fn save_alert_state(&self, region: &str, state: &StateJson) -> Result<(), StoreError>;
     /// Loads it back (`None` on first start).
-    async fn load_alert_state(&self, region: &str) -> Result<Option<serde_json::Value>, StoreError>;
+    async fn load_alert_state(&self, region: &str) -> Result<Option<StateJson>, StoreError>;
 
     /// Stores a credit balance reading.
     async fn insert_balance(&self, reading: &BalanceReading) -> Result<(), StoreError>;

@@ -402,13 +402,13 @@ pub(crate) fn outbox_between(region: Option<&str>, since: DateTime<Utc>, until: 
 }
 
 /// Replaces a region's alert engine state, written at `at`.
-pub(crate) fn save_alert_state(region: &str, state: &serde_json::Value, at: DateTime<Utc>) -> Stmt {
+pub(crate) fn save_alert_state(region: &str, state: &super::StateJson, at: DateTime<Utc>) -> Stmt {
     Stmt::new(
         "INSERT INTO alert_state (region, state, updated_at) VALUES ($1, $2, $3) \
          ON CONFLICT (region) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
     )
     .arg(region)
-    .arg(Arg::Json(state.to_string()))
+    .arg(Arg::Json(state.as_str().to_string()))
     .arg(at)
 }
 
@@ -668,7 +668,7 @@ mod tests {
             mark_retry(Uuid::nil(), now, "e"),
             mark_abandoned(Uuid::nil(), now, "e"),
             outbox_between(None, now, now),
-            save_alert_state("eu", &serde_json::json!({}), now),
+            save_alert_state("eu", &super::super::StateJson::of(&serde_json::json!({})).expect("json"), now),
             load_alert_state("eu"),
             balances("p", now),
             target_statuses(now),

@@ -246,7 +246,7 @@ async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture
         let s = failing(&t, after(m * 60));
         let ns = engine.evaluate(&Round { probes: vec![probe(&s)], ..Round::default() }, after(m * 60));
         enqueue(fx.store.as_ref(), &ns, &ob.channels(), after(m * 60)).await.expect("enqueue");
-        fx.store.save_alert_state("eu-west-1", &engine.state_json()).await.expect("save");
+        fx.store.save_alert_state("eu-west-1", &engine.state_json().expect("state")).await.expect("save");
     }
     assert_eq!(ob.deliver_pending(after(120)).await.expect("step").delivered, 1);
     // Restart: the engine comes back from storage and does not fire the same alert again.
