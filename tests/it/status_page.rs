@@ -63,7 +63,7 @@ impl Daemon {
             .env_remove("VIGIL_API_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        for key in vigil_key_vars() {
+        for key in crate::support::cli::KEY_VARS {
             cmd.env_remove(key);
         }
         if let Some(token) = token {
@@ -119,19 +119,6 @@ fn terminate(child: &Child) {
     unsafe {
         libc::kill(pid, libc::SIGTERM);
     }
-}
-
-/// Provider key variables that would add real providers next to the demo ones.
-fn vigil_key_vars() -> [&'static str; 7] {
-    [
-        "OPENROUTER_API_KEY",
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "GROQ_API_KEY",
-        "TOGETHER_API_KEY",
-        "DEEPINFRA_API_KEY",
-        "GEMINI_API_KEY",
-    ]
 }
 
 /// The address in vigil's JSON log line `http listening`.
