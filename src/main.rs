@@ -22,7 +22,7 @@ fn main() {
 
 /// glibc gives every thread that allocates (async workers, blocking-pool threads, one thread per
 /// SQLite connection) an arena of its own, up to eight per core, and keeps what is freed there:
-/// at 1,000 targets that is a third of the daemon's peak RSS for no speed (docs/BENCHMARKS.md).
+/// at 1,000 targets that was about a fifth of the daemon's peak RSS, for no speed (docs/BENCHMARKS.md).
 /// Two arenas, unless the operator chose a number with `MALLOC_ARENA_MAX`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn limit_malloc_arenas() {

@@ -25,6 +25,7 @@ pub mod sqlite;
 pub mod writer;
 
 pub use spool::{Spool, SpoolError};
+pub use writer::{Writer, WriterHealth};
 
 /// A region's alert engine state as JSON text, written straight from the engine and never held
 /// as a `serde_json::Value` tree: at 1,000 targets that tree (and its copy on the way to storage)
@@ -55,7 +56,6 @@ impl PartialEq for StateJson {
         self.as_str() == other.as_str()
     }
 }
-pub use writer::{Writer, WriterHealth};
 
 /// How long a query waits for a pooled connection before the store counts as unreachable.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
