@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::monitor::{Monitor, SharedSnapshot};
 use crate::pipeline::{Pipeline, Stages};
 use crate::probe::{Planned, Prober};
-use crate::scheduler::{Scheduler, SchedulerError};
+use crate::scheduler::{ProbeThread, Scheduler, SchedulerError};
 use crate::store::link::{ContextPlan, Link, CALL_TIMEOUT};
 use crate::store::writer::WRITE_TIMEOUT;
 use crate::store::{self, Spool, Store, StoreError, Writer};
@@ -400,8 +400,9 @@ impl App {
         };
         tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
         running.0.store(true, Ordering::Release);
+        let probes = ProbeThread::start()?;
         let (result, died) = tokio::select! {
-            r = scheduler.run(tx, shutdown.clone()) => (r, None),
+            r = probes.run(scheduler, tx, shutdown.clone()) => (r, None),
             d = first_death(&mut tasks, &shutdown) => (Ok(()), Some(d)),
         };
         running.0.store(false, Ordering::Release);

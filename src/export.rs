@@ -289,6 +289,26 @@ pub fn p95_upper_rank(n: u64) -> Option<(u64, f64)> {
     if n == 0 {
         return None;
     }
+    // Remembered per `n`: every publish asks again for each young target, and the sum below is
+    // O(n) logarithms and exponentials.
+    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u64, (u64, f64)>>> =
+        std::sync::OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    if let Some(r) = known.lock().ok().and_then(|m| m.get(&n).copied()) {
+        return Some(r);
+    }
+    let r = upper_rank(n);
+    if let Ok(mut m) = known.lock() {
+        // Bounded: `n` is a window's sample count, a few thousand values at most in practice.
+        if m.len() < 65_536 {
+            m.insert(n, r);
+        }
+    }
+    Some(r)
+}
+
+/// [`p95_upper_rank`] computed, for `n > 0`.
+fn upper_rank(n: u64) -> (u64, f64) {
     // P[Binomial(n, 0.95) <= j], summed upwards in log space (n is at most a few thousand).
     let (p, q) = (0.95f64, 0.05f64);
     let nf = n as f64;
@@ -297,13 +317,13 @@ pub fn p95_upper_rank(n: u64) -> Option<(u64, f64)> {
     for j in 0..n {
         // P[Bin <= j] >= target: the (j+1)-th smallest bounds the P95.
         if cdf >= PROVISIONAL_CONFIDENCE {
-            return Some((j + 1, cdf.min(1.0)));
+            return (j + 1, cdf.min(1.0));
         }
         let jf = j as f64;
         log_pmf += ((nf - jf) / (jf + 1.0)).ln() + (p / q).ln();
         cdf += log_pmf.exp();
     }
-    Some((n, 1.0 - p.powf(nf)))
+    (n, 1.0 - p.powf(nf))
 }
 
 /// The provisional P95 bound from `n` values, reading the k-th smallest through `quantile`

@@ -70,6 +70,46 @@ impl Armed {
     }
 }
 
+/// The thread the daemon's scheduler and its probes run on: a single-threaded runtime of their
+/// own. A probe's clocks are then never held up by the pipeline's work on the daemon's workers,
+/// and each socket wake-up of a streamed probe (about fifteen per probe) wakes one thread, not
+/// also a second worker looking for work to steal: 8 % of the whole daemon's CPU at 1,000
+/// targets (docs/BENCHMARKS.md). One thread is plenty: a probe is mostly waiting.
+pub struct ProbeThread {
+    handle: tokio::runtime::Handle,
+    /// Dropping it ends the thread; probe tasks still there (after the drain) are dropped.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl ProbeThread {
+    /// Starts the thread.
+    pub fn start() -> Result<Self, SchedulerError> {
+        let failed = |e: std::io::Error| SchedulerError(format!("cannot start the probe thread: {e}"));
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(failed)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("vigil-probes".into())
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(failed)?;
+        Ok(ProbeThread { handle, _stop: stop })
+    }
+
+    /// Runs the scheduler's rounds ([`Scheduler::run`]) on this thread until `shutdown` and the
+    /// drain of the probes in flight.
+    pub async fn run(
+        &self,
+        scheduler: Scheduler,
+        tx: mpsc::Sender<Sample>,
+        shutdown: CancellationToken,
+    ) -> Result<(), SchedulerError> {
+        let rounds = self.handle.spawn(async move { scheduler.run(tx, shutdown).await });
+        rounds.await.unwrap_or_else(|e| Err(SchedulerError(format!("the scheduler task ended: {e}"))))
+    }
+}
+
 /// Plans rounds and runs probes; cheap to clone.
 #[derive(Clone)]
 pub struct Scheduler {

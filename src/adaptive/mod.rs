@@ -71,11 +71,15 @@ impl Planner {
     /// Takes a sample's cost into the target's expected cost per probe.
     pub fn observe_cost(&mut self, target: &Target, cost_usd: Option<f64>) {
         let Some(c) = cost_usd.filter(|c| c.is_finite() && *c >= 0.0) else { return };
+        // A target with a cost is planned; only a first cost needs the scan of every target.
+        if let Some(e) = self.cost.get_mut(target) {
+            *e += COST_SMOOTHING * (c - *e);
+            return;
+        }
         if !self.targets.contains(target) {
             self.targets.push(target.clone());
         }
-        let e = self.cost.entry(target.clone()).or_insert(c);
-        *e += COST_SMOOTHING * (c - *e);
+        self.cost.insert(target.clone(), c);
     }
 
     /// How many base-interval samples the next sample of `target` stands for in the baselines:
@@ -84,7 +88,10 @@ impl Planner {
     pub fn weight(&mut self, target: &Target) -> u32 {
         let id = target.id();
         let w = self.current().get(&id).map_or(1.0, TargetPlan::weight);
-        let carry = self.carry.entry(target.clone()).or_insert(0.0);
+        let carry = match self.carry.get_mut(target) {
+            Some(c) => c,
+            None => self.carry.entry(target.clone()).or_insert(0.0),
+        };
         *carry += w;
         let whole = (*carry + 1e-9).floor().clamp(0.0, 1_000_000.0);
         *carry -= whole;

@@ -869,16 +869,20 @@ impl AlertEngine {
     fn incidents(&mut self, now: DateTime<Utc>) -> Vec<Notification> {
         // Targets of this region per provider: a provider whose every target (two or more) is in
         // trouble at once is one provider incident.
-        let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-        for h in self.state.histories.values() {
-            if let Some(t) = h.target.as_ref().filter(|t| t.region == self.cfg.region) {
-                known.entry(t.provider.as_str()).or_default().insert(t.id());
-            }
-        }
         let mut troubled: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for f in self.state.facets.values() {
             if let Some(t) = &f.alert.target {
                 troubled.entry(f.alert.provider.as_str()).or_default().insert(t.clone());
+            }
+        }
+        // Only providers with a target in trouble are counted: on a quiet minute that is none,
+        // and spelling every target's id every minute was most of an evaluation.
+        let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for h in self.state.histories.values() {
+            if let Some(t) =
+                h.target.as_ref().filter(|t| t.region == self.cfg.region && troubled.contains_key(t.provider.as_str()))
+            {
+                known.entry(t.provider.as_str()).or_default().insert(t.id());
             }
         }
         let provider_wide: BTreeSet<String> = known

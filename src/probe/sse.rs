@@ -54,31 +54,38 @@ impl SseParser {
     }
 
     /// Consumes `bytes`, calling `on_event` for every event they complete.
-    pub fn feed(&mut self, bytes: &[u8], mut on_event: impl FnMut(SseEvent)) -> Result<(), SseError> {
-        for &b in bytes {
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEvent)) -> Result<(), SseError> {
+        // A line at a time, copied into a buffer that keeps its capacity: byte-by-byte pushes
+        // into a fresh buffer per line were about 4 % of the whole daemon's CPU.
+        while let Some(&first) = bytes.first() {
             // A CR may end a line on its own; a following LF belongs to it even across reads.
             if self.skip_lf {
                 self.skip_lf = false;
-                if b == b'\n' {
+                if first == b'\n' {
+                    bytes = &bytes[1..];
                     continue;
                 }
             }
-            match b {
-                b'\r' | b'\n' => {
-                    self.skip_lf = b == b'\r';
-                    if let Some(ev) = self.end_line()? {
-                        on_event(ev);
-                    }
-                }
-                _ => {
-                    let held = self.line.len() + self.data.len() + self.event.as_ref().map_or(0, String::len);
-                    if held >= self.max_event_bytes {
-                        return Err(SseError::TooLarge(self.max_event_bytes));
-                    }
-                    self.line.push(b);
-                }
+            let Some(end) = bytes.iter().position(|b| matches!(b, b'\r' | b'\n')) else {
+                return self.hold(bytes);
+            };
+            self.hold(&bytes[..end])?;
+            self.skip_lf = bytes[end] == b'\r';
+            bytes = &bytes[end + 1..];
+            if let Some(ev) = self.end_line()? {
+                on_event(ev);
             }
         }
+        Ok(())
+    }
+
+    /// Adds bytes to the current line, refusing an event that would outgrow the cap.
+    fn hold(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+        let held = self.line.len() + self.data.len() + self.event.as_ref().map_or(0, String::len);
+        if held + bytes.len() > self.max_event_bytes {
+            return Err(SseError::TooLarge(self.max_event_bytes));
+        }
+        self.line.extend_from_slice(bytes);
         Ok(())
     }
 
@@ -96,11 +103,17 @@ impl SseParser {
         if self.line.is_empty() {
             return Ok(self.dispatch());
         }
-        let line = std::mem::take(&mut self.line);
-        let line = std::str::from_utf8(&line).map_err(|_| SseError::NotUtf8)?;
+        let read = self.read_line();
+        self.line.clear();
+        read.map(|()| None)
+    }
+
+    /// Takes the field of the complete line in `self.line`.
+    fn read_line(&mut self) -> Result<(), SseError> {
+        let line = std::str::from_utf8(&self.line).map_err(|_| SseError::NotUtf8)?;
         if line.starts_with(':') {
             self.comments += 1;
-            return Ok(None);
+            return Ok(());
         }
         let (field, value) = match line.split_once(':') {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
@@ -117,7 +130,7 @@ impl SseParser {
             "event" => self.event = Some(value.to_string()),
             _ => {} // `id:`, `retry:` and unknown fields carry nothing the probe needs
         }
-        Ok(None)
+        Ok(())
     }
 
     fn dispatch(&mut self) -> Option<SseEvent> {

@@ -98,7 +98,7 @@ impl<B: Backend> Store for B {
     }
 
     async fn upsert_rollups(&self, rollups: &[Rollup]) -> Result<(), StoreError> {
-        self.run_all(rollups.iter().map(sql::upsert_rollup).collect()).await.map(|_| ())
+        self.run_all(sql::upsert_rollups(rollups)).await.map(|_| ())
     }
 
     async fn rollups_between(
@@ -184,11 +184,15 @@ impl<B: Backend> Store for B {
     }
 
     async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {
-        self.run_all(rows.iter().map(sql::publish_target_status).collect()).await.map(|_| ())
+        self.run_all(sql::publish_target_status(rows)).await.map(|_| ())
     }
 
-    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError> {
-        read(self, sql::target_statuses(since), rows::target_status_of).await
+    async fn target_statuses(
+        &self,
+        since: DateTime<Utc>,
+        except_region: Option<&str>,
+    ) -> Result<Vec<TargetStatus>, StoreError> {
+        read(self, sql::target_statuses(since, except_region), rows::target_status_of).await
     }
 
     async fn claim_incident(

@@ -235,6 +235,8 @@ pub enum StoreError {
 pub struct SampleQuery {
     /// Only this region (`None`: all regions).
     pub region: Option<String>,
+    /// Every region but this one: what other instances sharing the store saw.
+    pub except_region: Option<String>,
     /// Only this target's provider/model/route (its region field is ignored; use `region`).
     pub target: Option<Target>,
     /// `started_at >= since`.
@@ -548,8 +550,12 @@ pub trait Store: Send + Sync {
 
     /// Writes this instance's per-target status rows (one per region × target, replaced).
     async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError>;
-    /// Every region's status rows written at or after `since`.
-    async fn target_statuses(&self, since: DateTime<Utc>) -> Result<Vec<TargetStatus>, StoreError>;
+    /// Status rows written at or after `since`, of every region or of every region but `except_region`.
+    async fn target_statuses(
+        &self,
+        since: DateTime<Utc>,
+        except_region: Option<&str>,
+    ) -> Result<Vec<TargetStatus>, StoreError>;
     /// Claims (or renews) the lease on `incident` for `region` until `expires_at`: inserted when
     /// absent, taken over when expired at `now`, renewed when `region` holds it. Returns the owner.
     async fn claim_incident(

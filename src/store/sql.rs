@@ -138,6 +138,9 @@ fn push_sample_filters(st: &mut Stmt, q: &SampleQuery) {
     if let Some(region) = &q.region {
         st.push(" AND region = ").push_arg(region);
     }
+    if let Some(region) = &q.except_region {
+        st.push(" AND region <> ").push_arg(region);
+    }
     if let Some(t) = &q.target {
         push_target_filter(st, t);
     }
@@ -208,7 +211,12 @@ fn sample_args(args: &mut Vec<Arg>, s: &Sample) {
 /// `INSERT INTO table (columns) VALUES ($1, …), (…) ON CONFLICT (id) DO NOTHING` for `rows`
 /// rows of `per_row` values each, given in `args`.
 fn multi_row_insert(table: &str, columns: &str, rows: usize, per_row: usize, args: Vec<Arg>) -> Stmt {
-    let mut sql = String::with_capacity(64 + columns.len() + rows * per_row * 7);
+    multi_row(table, columns, rows, per_row, args, "ON CONFLICT (id) DO NOTHING")
+}
+
+/// `INSERT INTO table (columns) VALUES ($1, …), (…) {conflict}`.
+fn multi_row(table: &str, columns: &str, rows: usize, per_row: usize, args: Vec<Arg>, conflict: &str) -> Stmt {
+    let mut sql = String::with_capacity(64 + columns.len() + conflict.len() + rows * per_row * 7);
     let _ = write!(sql, "INSERT INTO {table} ({columns}) VALUES ");
     for row in 0..rows {
         sql.push_str(if row == 0 { "(" } else { ", (" });
@@ -218,8 +226,30 @@ fn multi_row_insert(table: &str, columns: &str, rows: usize, per_row: usize, arg
         }
         sql.push(')');
     }
-    sql.push_str(" ON CONFLICT (id) DO NOTHING");
+    sql.push(' ');
+    sql.push_str(conflict);
     Stmt { sql: sql.into(), args }
+}
+
+/// Rows per multi-row upsert: 8 values each stays far under both backends' parameter limits.
+pub(crate) const UPSERT_CHUNK: usize = 500;
+
+/// The last of each key, in first-seen order: one statement may not touch a row twice
+/// (PostgreSQL refuses), and of two writes to one key the later one is what sequential
+/// upserts would have left.
+fn last_per_key<'a, T, K: Eq + std::hash::Hash>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
+    let mut at: std::collections::HashMap<K, usize> = std::collections::HashMap::with_capacity(rows.len());
+    let mut out: Vec<&T> = Vec::with_capacity(rows.len());
+    for r in rows {
+        match at.entry(key(r)) {
+            std::collections::hash_map::Entry::Occupied(e) => out[*e.get()] = r,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(out.len());
+                out.push(r);
+            }
+        }
+    }
+    out
 }
 
 /// One multi-row insert of `samples`, skipping ids already stored (SQLite's path; PostgreSQL
@@ -237,21 +267,37 @@ pub(crate) fn purge_rollups_before(cutoff: DateTime<Utc>) -> Stmt {
     Stmt::new("DELETE FROM rollups WHERE hour < $1").arg(cutoff)
 }
 
-/// Inserts or replaces one hourly rollup.
-pub(crate) fn upsert_rollup(r: &Rollup) -> Stmt {
-    Stmt::new(
-        "INSERT INTO rollups (provider, model, route, region, metric, hour, count, histogram) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (region, provider, model, route, metric, hour) \
-         DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
-    )
-    .arg(&r.target.provider)
-    .arg(&r.target.model)
-    .arg(r.target.route_label())
-    .arg(&r.target.region)
-    .arg(&r.metric)
-    .arg(r.hour)
-    .arg(r.count)
-    .arg(Arg::Bytes(r.histogram.clone()))
+/// Inserts or replaces hourly rollups, [`UPSERT_CHUNK`] rows per statement: one round trip
+/// per chunk, not per rollup (a persist writes one per target and metric every minute).
+pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> Vec<Stmt> {
+    let unique = last_per_key(rollups, |r| (&r.target, r.metric.as_str(), r.hour));
+    unique
+        .chunks(UPSERT_CHUNK)
+        .map(|chunk| {
+            let mut args = Vec::with_capacity(chunk.len() * 8);
+            for r in chunk {
+                args.extend([
+                    Arg::from(&r.target.provider),
+                    Arg::from(&r.target.model),
+                    Arg::from(r.target.route_label()),
+                    Arg::from(&r.target.region),
+                    Arg::from(&r.metric),
+                    Arg::from(r.hour),
+                    Arg::from(r.count),
+                    Arg::Bytes(r.histogram.clone()),
+                ]);
+            }
+            multi_row(
+                "rollups",
+                "provider, model, route, region, metric, hour, count, histogram",
+                chunk.len(),
+                8,
+                args,
+                "ON CONFLICT (region, provider, model, route, metric, hour) \
+                 DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
+            )
+        })
+        .collect()
 }
 
 /// Rollups with `since <= hour < until`, of one region or all.
@@ -436,31 +482,51 @@ pub(crate) fn balances(provider: &str, since: DateTime<Utc>) -> Stmt {
     .arg(since)
 }
 
-/// Inserts or replaces one region × target status row.
-pub(crate) fn publish_target_status(r: &TargetStatus) -> Stmt {
-    Stmt::new(
-        "INSERT INTO target_status (region, provider, model, route, state, over_latency, breaker, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (region, provider, model, route) DO UPDATE SET \
-         state = excluded.state, over_latency = excluded.over_latency, breaker = excluded.breaker, \
-         updated_at = excluded.updated_at",
-    )
-    .arg(&r.target.region)
-    .arg(&r.target.provider)
-    .arg(&r.target.model)
-    .arg(r.target.route_label())
-    .arg(r.state.as_str())
-    .arg(r.over_latency)
-    .arg(r.breaker.as_str())
-    .arg(r.updated_at)
+/// Inserts or replaces region × target status rows, [`UPSERT_CHUNK`] per statement.
+pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> Vec<Stmt> {
+    let unique =
+        last_per_key(rows, |r| (&r.target.region, &r.target.provider, &r.target.model, r.target.route_label()));
+    unique
+        .chunks(UPSERT_CHUNK)
+        .map(|chunk| {
+            let mut args = Vec::with_capacity(chunk.len() * 8);
+            for r in chunk {
+                args.extend([
+                    Arg::from(&r.target.region),
+                    Arg::from(&r.target.provider),
+                    Arg::from(&r.target.model),
+                    Arg::from(r.target.route_label()),
+                    Arg::from(r.state.as_str()),
+                    Arg::from(r.over_latency),
+                    Arg::from(r.breaker.as_str()),
+                    Arg::from(r.updated_at),
+                ]);
+            }
+            multi_row(
+                "target_status",
+                "region, provider, model, route, state, over_latency, breaker, updated_at",
+                chunk.len(),
+                8,
+                args,
+                "ON CONFLICT (region, provider, model, route) DO UPDATE SET state = excluded.state, \
+                 over_latency = excluded.over_latency, breaker = excluded.breaker, updated_at = excluded.updated_at",
+            )
+        })
+        .collect()
 }
 
 /// Status rows written at or after `since`.
-pub(crate) fn target_statuses(since: DateTime<Utc>) -> Stmt {
-    Stmt::new(
+pub(crate) fn target_statuses(since: DateTime<Utc>, except_region: Option<&str>) -> Stmt {
+    let mut st = Stmt::new(
         "SELECT region, provider, model, route, state, over_latency, breaker, updated_at FROM target_status \
-         WHERE updated_at >= $1 ORDER BY region, provider, model, route",
-    )
-    .arg(since)
+         WHERE updated_at >= ",
+    );
+    st.push_arg(since);
+    if let Some(region) = except_region {
+        st.push(" AND region <> ").push_arg(region);
+    }
+    st.push(" ORDER BY region, provider, model, route");
+    st
 }
 
 /// Claims a lease in one statement: inserted when absent, taken over when expired at `now`,
@@ -632,6 +698,7 @@ mod tests {
     fn built_filters_number_their_placeholders_in_order() {
         let q = SampleQuery {
             region: Some("eu".into()),
+            except_region: Some("us".into()),
             target: Some(Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }),
             since: Some(Utc::now()),
             until: Some(Utc::now()),
@@ -639,8 +706,9 @@ mod tests {
         };
         let st = samples(&q);
         assert_eq!(highest_placeholder(&st.sql), st.args.len());
-        assert!(st.sql.ends_with("LIMIT $7"), "{}", st.sql);
-        assert_eq!(st.args[3], Arg::Text(Some(String::new())), "no route is stored as ''");
+        assert!(st.sql.ends_with("LIMIT $8"), "{}", st.sql);
+        assert!(st.sql.contains(" AND region <> $2"), "{}", st.sql);
+        assert_eq!(st.args[4], Arg::Text(Some(String::new())), "no route is stored as ''");
         let st = count_samples(&SampleQuery::default());
         assert_eq!((st.sql.as_ref(), st.args.len()), ("SELECT count(*) AS n FROM samples WHERE 1 = 1", 0));
     }
@@ -651,6 +719,24 @@ mod tests {
         assert_eq!(st.sql, "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6) ON CONFLICT (id) DO NOTHING");
         assert_eq!(SAMPLE_COLUMNS.split(',').count(), SAMPLE_VALUES);
         assert_eq!(CANARY_COLUMNS.split(',').count(), CANARY_VALUES);
+    }
+
+    #[test]
+    fn upserts_go_in_chunks_with_one_row_per_key() {
+        let hour = Utc::now();
+        let t = |i: usize| Target { provider: "p".into(), model: format!("m{i}"), route: None, region: "eu".into() };
+        let mut rollups: Vec<Rollup> = (0..UPSERT_CHUNK + 3)
+            .map(|i| Rollup { target: t(i), metric: "ttfb".into(), hour, count: 1, histogram: vec![] })
+            .collect();
+        rollups.push(Rollup { target: t(1), metric: "ttfb".into(), hour, count: 9, histogram: vec![] });
+        let stmts = upsert_rollups(&rollups);
+        assert_eq!(stmts.len(), 2, "{} rows in chunks of {UPSERT_CHUNK}", rollups.len());
+        assert_eq!(stmts.iter().map(|s| s.args.len() / 8).sum::<usize>(), UPSERT_CHUNK + 3, "the repeat folded");
+        assert_eq!(stmts[0].args[8 + 6], Arg::Int(Some(9)), "m1 keeps its place and takes the later count");
+        for st in stmts.iter().chain(&publish_target_status(&[])) {
+            assert_eq!(highest_placeholder(&st.sql), st.args.len());
+        }
+        assert!(publish_target_status(&[]).is_empty(), "nothing to write is no statement");
     }
 
     #[test]
@@ -671,7 +757,7 @@ mod tests {
             save_alert_state("eu", &super::super::StateJson::of(&serde_json::json!({})).expect("json"), now),
             load_alert_state("eu"),
             balances("p", now),
-            target_statuses(now),
+            target_statuses(now, Some("eu")),
             claim_incident("i", "eu", now, now),
             incident_owner("i"),
             release_incident("i", "eu"),

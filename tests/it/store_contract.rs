@@ -16,6 +16,7 @@ store_support::on_both_stores!(
     replaying_a_batch_never_duplicates,
     one_regions_queries_never_see_another_region,
     rollups_upsert_and_read_back,
+    upserts_larger_than_one_statement_keep_the_last_write_per_key,
     breaker_state_and_transitions_persist,
     outbox_items_move_through_their_lifecycle,
     alert_state_is_one_document_per_region,
@@ -51,12 +52,14 @@ async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture)
         row("ap", None, TargetHealth::Flapping, false, State::HalfOpen, 600),
     ];
     fx.store.publish_target_status(&rows).await.expect("publish");
-    let fresh = fx.store.target_statuses(now - Duration::seconds(60)).await.expect("read");
+    let fresh = fx.store.target_statuses(now - Duration::seconds(60), None).await.expect("read");
     assert_eq!(fresh, vec![rows[0].clone(), rows[1].clone()], "ordered by region, the stale row left out");
+    let others = fx.store.target_statuses(now - Duration::seconds(60), Some("eu")).await.expect("read");
+    assert_eq!(others, vec![rows[1].clone()], "what the other regions published, without eu's own");
     // A newer write replaces the region's row.
     let healed = row("us", None, TargetHealth::Ok, false, State::Closed, 0);
     fx.store.publish_target_status(std::slice::from_ref(&healed)).await.expect("replace");
-    let all = fx.store.target_statuses(now - Duration::hours(1)).await.expect("read");
+    let all = fx.store.target_statuses(now - Duration::hours(1), None).await.expect("read");
     assert_eq!(all.len(), 3);
     assert_eq!(all.iter().find(|r| r.target.region == "us"), Some(&healed));
     assert_eq!(all.iter().find(|r| r.target.region == "ap").map(|r| r.state), Some(TargetHealth::Flapping));
@@ -78,7 +81,7 @@ async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {
     // A newer vigil (or a hand edit) stored a state this one does not know: never read as closed.
     fx.exec("UPDATE target_status SET breaker = 'ajar'").await;
     fx.exec("UPDATE breaker_state SET state = 'ajar'").await;
-    let err = fx.store.target_statuses(now - Duration::hours(1)).await.expect_err("unknown state");
+    let err = fx.store.target_statuses(now - Duration::hours(1), None).await.expect_err("unknown state");
     assert!(err.to_string().contains("\"ajar\""), "{err}");
     let err = fx.store.load_breakers(None).await.expect_err("unknown state");
     assert!(err.to_string().contains("\"ajar\""), "{err}");
@@ -164,6 +167,9 @@ async fn one_regions_queries_never_see_another_region(fx: Fixture) {
     assert_eq!(fx.store.count_samples(&q_eu).await.expect("count eu"), 6);
     assert_eq!(fx.store.count_samples(&q_us).await.expect("count us"), 5);
     assert!(fx.store.samples(&q_us).await.expect("us").iter().all(|s| s.target == us));
+    let q_not_eu = SampleQuery { except_region: Some("eu-west-1".into()), ..Default::default() };
+    assert_eq!(fx.store.count_samples(&q_not_eu).await.expect("count all but eu"), 5);
+    assert!(fx.store.samples(&q_not_eu).await.expect("all but eu").iter().all(|s| s.target == us));
 
     let q_target = SampleQuery { target: Some(eu.clone()), ..q_eu.clone() };
     assert_eq!(fx.store.count_samples(&q_target).await.expect("count target"), 5);
@@ -202,6 +208,38 @@ async fn rollups_upsert_and_read_back(fx: Fixture) {
 
     assert_eq!(fx.store.purge_rollups_before(hour - Duration::days(1)).await.expect("purge"), 1);
     assert!(!fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").contains(&old));
+}
+
+/// Rollups and status rows go in multi-row statements of 500: a write of 1,200 crosses
+/// statements, and a key written twice in one call keeps its later value (as one upsert per
+/// row did; PostgreSQL refuses a statement that touches one row twice).
+async fn upserts_larger_than_one_statement_keep_the_last_write_per_key(fx: Fixture) {
+    let now = micros(Utc::now());
+    let hour = now.duration_trunc(Duration::hours(1)).expect("hour");
+    let t = |i: usize| target("groq", &format!("m{i:04}"), None, "eu");
+    let mut rollups: Vec<Rollup> = (0..1_200)
+        .map(|i| Rollup { target: t(i), metric: "ttfb".into(), hour, count: 1, histogram: vec![1] })
+        .collect();
+    rollups.push(Rollup { target: t(7), metric: "ttfb".into(), hour, count: 2, histogram: vec![2, 2] });
+    fx.store.upsert_rollups(&rollups).await.expect("upsert");
+    let back = fx.store.rollups_since(Some("eu"), hour).await.expect("read");
+    assert_eq!(back.len(), 1_200);
+    let seventh = back.iter().find(|r| r.target == t(7)).expect("m0007");
+    assert_eq!((seventh.count, seventh.histogram.as_slice()), (2, &[2u8, 2][..]), "the later write wins");
+
+    let status = |i: usize, state| TargetStatus {
+        target: t(i),
+        state,
+        over_latency: false,
+        breaker: State::Closed,
+        updated_at: now,
+    };
+    let mut rows: Vec<TargetStatus> = (0..1_200).map(|i| status(i, TargetHealth::Ok)).collect();
+    rows.push(status(1_100, TargetHealth::Down));
+    fx.store.publish_target_status(&rows).await.expect("publish");
+    let back = fx.store.target_statuses(now - Duration::seconds(1), None).await.expect("read");
+    assert_eq!(back.len(), 1_200);
+    assert_eq!(back.iter().find(|r| r.target == t(1_100)).map(|r| r.state), Some(TargetHealth::Down));
 }
 
 async fn breaker_state_and_transitions_persist(fx: Fixture) {
@@ -723,7 +761,7 @@ async fn every_table_is_pruned_by_its_own_clock_in_bounded_batches(fx: Fixture) 
 
     s.publish_target_status(&[status_at("ap", old), status_at("eu", fresh)]).await.expect("publish");
     assert_eq!(s.prune(Prune::TargetStatus, cutoff, 100).await.expect("prune"), 1);
-    assert_eq!(s.target_statuses(far).await.expect("read"), vec![status_at("eu", fresh)]);
+    assert_eq!(s.target_statuses(far, None).await.expect("read"), vec![status_at("eu", fresh)]);
 
     s.claim_incident("vigil:k1", "ap", old, old + Duration::seconds(65)).await.expect("claim");
     s.claim_incident("vigil:k2", "eu", now, now + Duration::seconds(65)).await.expect("claim");

@@ -1,21 +1,26 @@
 //! Every Prometheus metric vigil exports, defined once. Names and labels are a public contract
 //! (docs/METRICS.md); dashboards and alert rules depend on them.
 //!
-//! Per-target handles are looked up once per target and kept (see [`Handles`]): a sample then
-//! costs one map lookup, not a label hash and registry lock per series, and values that did not
-//! change (baselines, breaker state republished every second) are not written again.
+//! Per-target series are plain numbers in one map ([`targets`]), written straight into the
+//! exposition text: a sample costs one map lookup, and a scrape one pass over the targets. The
+//! few instance-level metrics (alerts, storage, lag, build, process, canary) stay in a
+//! `prometheus` registry.
+
+mod targets;
 
 use crate::sample::Outcome;
 use crate::sample::Sample;
 use crate::target::Target;
 use prometheus::core::Collector;
 use prometheus::{
-    Counter, CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use targets::{Hist, Series};
 
 /// Per-target labels, in this order everywhere.
 const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
@@ -67,73 +72,13 @@ impl Detail {
     }
 }
 
-/// A gauge that may be absent: created when first set, removed when its value goes away, and
-/// written only when the value changes.
-#[derive(Default)]
-struct Slot {
-    gauge: Option<Gauge>,
-    value: f64,
-}
-
-impl Slot {
-    fn set(&mut self, vec: &GaugeVec, labels: &[&str], v: f64) {
-        match &self.gauge {
-            Some(g) => {
-                if self.value.to_bits() != v.to_bits() {
-                    g.set(v);
-                }
-            }
-            None => {
-                let g = vec.with_label_values(labels);
-                g.set(v);
-                self.gauge = Some(g);
-            }
-        }
-        self.value = v;
-    }
-
-    fn clear(&mut self, vec: &GaugeVec, labels: &[&str]) {
-        if self.gauge.take().is_some() {
-            let _ = vec.remove_label_values(labels);
-        }
-    }
-}
-
-/// One target's series, looked up once.
-#[derive(Default)]
-struct Handles {
-    outcomes: Vec<(Outcome, IntCounter)>,
-    ttfb: Option<Histogram>,
-    ttft: Option<Histogram>,
-    duration: Option<Histogram>,
-    success: Option<Gauge>,
-    last_success: Option<Gauge>,
-    phases: [Slot; 7],
-    tokens: Slot,
-    last_status: Option<Gauge>,
-    cost: Option<Counter>,
-    baseline: [[Slot; 3]; 2],
-    circuit: Slot,
-    skipped: Option<IntCounter>,
-}
-
-/// The registry and every metric in it.
+/// The registry, the per-target series, and every other metric.
 pub struct Metrics {
+    /// Instance-level metrics (few series): alerts, storage, lag, build, process, canary.
     registry: Registry,
     detail: Detail,
-    ttfb: HistogramVec,
-    ttft: HistogramVec,
-    duration: HistogramVec,
-    phase: GaugeVec,
-    tokens_per_second: GaugeVec,
-    probes: IntCounterVec,
-    success: GaugeVec,
-    last_success: GaugeVec,
-    last_status: GaugeVec,
-    cost: CounterVec,
-    baseline: GaugeVec,
-    circuit: GaugeVec,
-    flapping: GaugeVec,
+    /// Upper bounds of the per-target latency histograms.
+    bounds: &'static [f64],
     credit: GaugeVec,
     alerts: IntCounterVec,
     delivery_failures: IntCounterVec,
@@ -141,7 +86,6 @@ pub struct Metrics {
     spooled: IntGaugeVec,
     outbox_depth: IntGaugeVec,
     lag: Histogram,
-    skipped: IntCounterVec,
     stored: IntCounter,
     panics: IntCounterVec,
     records_spooled: IntGaugeVec,
@@ -149,7 +93,10 @@ pub struct Metrics {
     region: String,
     adaptive: AdaptiveMetrics,
     canary: CanaryMetrics,
-    targets: Mutex<HashMap<Target, Handles>>,
+    /// Per-target series ([`targets`]), written straight into the exposition text.
+    targets: Mutex<BTreeMap<Target, Series>>,
+    /// Size of the last exposition, to allocate the next one at once.
+    last_len: AtomicUsize,
 }
 
 fn labels(t: &Target) -> [&str; 4] {
@@ -169,17 +116,6 @@ impl Metrics {
     /// Creates and registers every metric with the given per-target detail.
     pub fn with_detail(region: &str, detail: Detail) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        let buckets = match detail {
-            Detail::Compact | Detail::Histograms => LLM_BUCKETS.to_vec(),
-            Detail::Full => FULL_BUCKETS.to_vec(),
-        };
-        let hist = |name: &str, help: &str| {
-            HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.clone()), &TARGET_LABELS)
-        };
-        let with = |extra: &[&'static str]| -> Vec<&'static str> {
-            TARGET_LABELS.iter().copied().chain(extra.iter().copied()).collect()
-        };
-        let gauge = |name: &str, help: &str| GaugeVec::new(Opts::new(name, help), &TARGET_LABELS);
         let lag = HistogramVec::new(
             HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
                 .buckets(LAG_BUCKETS.to_vec()),
@@ -190,46 +126,10 @@ impl Metrics {
             &["region"],
         )?;
         let m = Metrics {
-            ttfb: hist("vigil_probe_ttfb_seconds", "Request sent to first response byte (status line).")?,
-            ttft: hist("vigil_probe_ttft_seconds", "Request sent to first content token.")?,
-            duration: hist("vigil_probe_duration_seconds", "Request sent to end of stream.")?,
-            phase: GaugeVec::new(
-                Opts::new(
-                    "vigil_probe_phase_seconds",
-                    "Phases of the last probe (dns, connect, proxy, tls, ttfb, ttft, total).",
-                ),
-                &with(&["phase"]),
-            )?,
-            tokens_per_second: gauge(
-                "vigil_probe_tokens_per_second",
-                "Generation speed after the first token, last probe.",
-            )?,
-            probes: IntCounterVec::new(
-                Opts::new("vigil_probes_total", "Probes run, by outcome."),
-                &with(&["outcome"]),
-            )?,
-            success: gauge("vigil_probe_success", "1 when the last probe succeeded (outcome ok), else 0.")?,
-            last_success: gauge(
-                "vigil_probe_last_success_timestamp_seconds",
-                "Start time of the last successful probe, in Unix seconds.",
-            )?,
-            last_status: gauge(
-                "vigil_probe_last_status",
-                "HTTP status of the last probe (0 when none arrived).",
-            )?,
-            cost: CounterVec::new(
-                Opts::new("vigil_probe_cost_usd_total", "What the probes cost, in USD."),
-                &TARGET_LABELS,
-            )?,
-            baseline: GaugeVec::new(
-                Opts::new("vigil_baseline_seconds", "Rolling-window percentiles of TTFB and TTFT (q: 0.5, 0.95, 0.99)."),
-                &with(&["metric", "q"]),
-            )?,
-            circuit: gauge("vigil_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.")?,
-            flapping: gauge(
-                "vigil_target_flapping",
-                "1 while the target flaps (alert changes are not paged), else 0.",
-            )?,
+            bounds: match detail {
+                Detail::Compact | Detail::Histograms => &LLM_BUCKETS,
+                Detail::Full => &FULL_BUCKETS,
+            },
             credit: GaugeVec::new(
                 Opts::new("vigil_credit_remaining_usd", "Provider credit left, in USD."),
                 &["provider", "region"],
@@ -258,13 +158,6 @@ impl Metrics {
                 &["region"],
             )?,
             lag: lag.with_label_values(&[region]),
-            skipped: IntCounterVec::new(
-                Opts::new(
-                    "vigil_probes_skipped_total",
-                    "Probes not started because the previous probe of the target was still running.",
-                ),
-                &TARGET_LABELS,
-            )?,
             stored: stored.with_label_values(&[region]),
             panics: IntCounterVec::new(
                 Opts::new(
@@ -292,7 +185,8 @@ impl Metrics {
             canary: CanaryMetrics::new()?,
             registry,
             detail,
-            targets: Mutex::new(HashMap::new()),
+            targets: Mutex::new(BTreeMap::new()),
+            last_len: AtomicUsize::new(0),
         };
         let build = GaugeVec::new(
             Opts::new("vigil_build_info", "Always 1; labels carry the version."),
@@ -308,19 +202,6 @@ impl Metrics {
             m.rejected.with_label_values(&[field, region]);
         }
         let collectors: Vec<Box<dyn Collector>> = vec![
-            Box::new(m.ttfb.clone()),
-            Box::new(m.ttft.clone()),
-            Box::new(m.duration.clone()),
-            Box::new(m.phase.clone()),
-            Box::new(m.tokens_per_second.clone()),
-            Box::new(m.probes.clone()),
-            Box::new(m.success.clone()),
-            Box::new(m.last_success.clone()),
-            Box::new(m.last_status.clone()),
-            Box::new(m.cost.clone()),
-            Box::new(m.baseline.clone()),
-            Box::new(m.circuit.clone()),
-            Box::new(m.flapping.clone()),
             Box::new(m.credit.clone()),
             Box::new(m.alerts.clone()),
             Box::new(m.delivery_failures.clone()),
@@ -328,7 +209,6 @@ impl Metrics {
             Box::new(m.spooled.clone()),
             Box::new(m.outbox_depth.clone()),
             Box::new(lag),
-            Box::new(m.skipped.clone()),
             Box::new(stored),
             Box::new(m.panics.clone()),
             Box::new(m.records_spooled.clone()),
@@ -350,18 +230,17 @@ impl Metrics {
         self.detail
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Target, Handles>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Target, Series>> {
         self.targets.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the target's handles, creating the entry the first time.
-    fn with_target<R>(&self, t: &Target, f: impl FnOnce(&mut Handles, &[&str; 4]) -> R) -> R {
+    /// Runs `f` on the target's series, creating the entry the first time.
+    fn with_target<R>(&self, t: &Target, f: impl FnOnce(&mut Series) -> R) -> R {
         let mut map = self.lock();
-        let l = labels(t);
-        if let Some(h) = map.get_mut(t) {
-            return f(h, &l);
+        if let Some(s) = map.get_mut(t) {
+            return f(s);
         }
-        f(map.entry(t.clone()).or_default(), &l)
+        f(map.entry(t.clone()).or_default())
     }
 
     /// Records one sample.
@@ -372,61 +251,46 @@ impl Metrics {
         }
         let full = self.detail == Detail::Full;
         let histograms = self.detail != Detail::Compact;
-        self.with_target(&s.target, |h, l| {
+        let bounds = self.bounds;
+        self.with_target(&s.target, |h| {
             let outcome = s.outcome;
-            match h.outcomes.iter().find(|(o, _)| *o == outcome) {
-                Some((_, c)) => c.inc(),
-                None => {
-                    let c = self.probes.with_label_values(&[l[0], l[1], l[2], l[3], outcome.as_str()]);
-                    c.inc();
-                    h.outcomes.push((outcome, c));
-                }
+            match h.outcomes.iter_mut().find(|(o, _)| *o == outcome) {
+                Some((_, n)) => *n += 1,
+                None => h.outcomes.push((outcome, 1)),
             }
             let ok = outcome == Outcome::Ok;
-            h.success.get_or_insert_with(|| self.success.with_label_values(l)).set(if ok { 1.0 } else { 0.0 });
+            h.success = Some(if ok { 1.0 } else { 0.0 });
             if ok {
-                let at = s.started_at.timestamp_millis() as f64 / 1000.0;
-                h.last_success.get_or_insert_with(|| self.last_success.with_label_values(l)).set(at);
+                h.last_success = Some(s.started_at.timestamp_millis() as f64 / 1000.0);
             }
             let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
+            let observe = |hist: &mut Option<Hist>, v: Option<f64>| {
+                if let Some(v) = secs(v) {
+                    hist.get_or_insert_with(|| Hist::new(bounds.len())).observe(bounds, v);
+                }
+            };
             if ok && histograms {
-                if let Some(v) = secs(s.ttfb_ms) {
-                    h.ttfb.get_or_insert_with(|| self.ttfb.with_label_values(l)).observe(v);
-                }
-                if let Some(v) = secs(s.ttft_ms) {
-                    h.ttft.get_or_insert_with(|| self.ttft.with_label_values(l)).observe(v);
-                }
+                observe(&mut h.ttfb, s.ttfb_ms);
+                observe(&mut h.ttft, s.ttft_ms);
                 if full {
-                    if let Some(v) = secs(s.total_ms) {
-                        h.duration.get_or_insert_with(|| self.duration.with_label_values(l)).observe(v);
-                    }
+                    observe(&mut h.duration, s.total_ms);
                 }
             }
             let values = [s.dns_ms, s.connect_ms, s.tls_ms, s.proxy_ms, s.ttfb_ms, s.ttft_ms, s.total_ms];
             for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
                 // With histograms the TTFB is in its histogram; without, its last value stands in.
                 let shown = full || (COMPACT_PHASES.contains(phase) && !(histograms && *phase == "ttfb"));
-                if !shown {
-                    continue;
-                }
-                let pl = [l[0], l[1], l[2], l[3], *phase];
-                match secs(v) {
-                    Some(v) => slot.set(&self.phase, &pl, v),
+                if shown {
                     // A phase that did not happen this time must not keep showing an old value.
-                    None => slot.clear(&self.phase, &pl),
+                    *slot = secs(v);
                 }
             }
             if full {
-                match s.tokens_per_s {
-                    Some(v) => h.tokens.set(&self.tokens_per_second, l, v),
-                    None => h.tokens.clear(&self.tokens_per_second, l),
-                }
-                h.last_status
-                    .get_or_insert_with(|| self.last_status.with_label_values(l))
-                    .set(f64::from(s.status.unwrap_or(0)));
+                h.tokens = s.tokens_per_s;
+                h.last_status = Some(f64::from(s.status.unwrap_or(0)));
             }
             if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
-                h.cost.get_or_insert_with(|| self.cost.with_label_values(l)).inc_by(c);
+                *h.cost.get_or_insert(0.0) += c;
             }
         });
     }
@@ -444,21 +308,21 @@ impl Metrics {
     /// Makes every target visible at zero before its first probe, so rate() and absent() behave.
     pub fn register_target(&self, t: &Target) {
         let full = self.detail == Detail::Full;
-        self.with_target(t, |h, l| {
+        self.with_target(t, |h| {
             // Only `ok` up front: other outcomes appear when first seen, keeping series per target low.
             if !h.outcomes.iter().any(|(o, _)| *o == Outcome::Ok) {
-                h.outcomes.push((Outcome::Ok, self.probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"])));
+                h.outcomes.push((Outcome::Ok, 0));
             }
             if full {
-                h.cost.get_or_insert_with(|| self.cost.with_label_values(l));
-                h.skipped.get_or_insert_with(|| self.skipped.with_label_values(l));
+                h.cost.get_or_insert(0.0);
+                h.skipped.get_or_insert(0);
             }
         });
     }
 
     /// Counts a probe skipped because the previous one of the target was still running.
     pub fn skipped(&self, t: &Target) {
-        self.with_target(t, |h, l| h.skipped.get_or_insert_with(|| self.skipped.with_label_values(l)).inc());
+        self.with_target(t, |h| *h.skipped.get_or_insert(0) += 1);
     }
 
     /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or
@@ -473,24 +337,17 @@ impl Metrics {
         ) else {
             return;
         };
-        self.with_target(t, |h, l| {
-            let values = [l[0], l[1], l[2], l[3], BASELINE_METRICS[mi], BASELINE_QUANTILES[qi]];
-            let slot = &mut h.baseline[mi][qi];
-            match seconds {
-                Some(v) => slot.set(&self.baseline, &values, v),
-                None => slot.clear(&self.baseline, &values),
-            }
-        });
+        self.with_target(t, |h| h.baseline[mi][qi] = seconds);
     }
 
     /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
     pub fn set_circuit(&self, t: &Target, state: i64) {
-        self.with_target(t, |h, l| h.circuit.set(&self.circuit, l, state as f64));
+        self.with_target(t, |h| h.circuit = Some(state as f64));
     }
 
     /// Sets whether a target is flapping.
     pub fn set_flapping(&self, t: &Target, flapping: bool) {
-        self.flapping.with_label_values(&labels(t)).set(if flapping { 1.0 } else { 0.0 });
+        self.with_target(t, |h| h.flapping = Some(if flapping { 1.0 } else { 0.0 }));
     }
 
     /// Sets a provider's remaining credit.
@@ -550,19 +407,28 @@ impl Metrics {
         let a = &self.adaptive;
         a.budget.with_label_values(&[&self.region]).set(plan.budget_usd);
         a.projected.with_label_values(&[&self.region]).set(plan.projected_usd);
+        let mut map = self.lock();
         for t in targets {
             if let Some(p) = plan.get(&t.id()) {
-                a.interval.with_label_values(&labels(t)).set(p.every.as_secs_f64());
+                let every = Some(p.every.as_secs_f64());
+                match map.get_mut(t) {
+                    Some(s) => s.interval = every,
+                    None => map.entry(t.clone()).or_default().interval = every,
+                }
             }
         }
     }
 
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
+        let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
+        targets::render(&mut text, &self.lock(), self.bounds);
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        text.push_str(&String::from_utf8_lossy(&buf));
+        self.last_len.store(text.len(), Ordering::Relaxed);
+        text
     }
 }
 
@@ -616,9 +482,9 @@ impl Metrics {
     }
 }
 
-/// Cost-aware adaptive probing (`crate::adaptive`): kept in its own block.
+/// Cost-aware adaptive probing (`crate::adaptive`): kept in its own block. Each target's
+/// interval is a per-target series ([`targets`]).
 struct AdaptiveMetrics {
-    interval: GaugeVec,
     projected: GaugeVec,
     budget: GaugeVec,
 }
@@ -626,10 +492,6 @@ struct AdaptiveMetrics {
 impl AdaptiveMetrics {
     fn new() -> Result<Self, prometheus::Error> {
         Ok(AdaptiveMetrics {
-            interval: GaugeVec::new(
-                Opts::new("vigil_probe_interval_seconds", "Time between two probes of the target in the current plan."),
-                &TARGET_LABELS,
-            )?,
             projected: GaugeVec::new(
                 Opts::new(
                     "vigil_probe_projected_spend_usd",
@@ -645,7 +507,6 @@ impl AdaptiveMetrics {
     }
 
     fn register(&self, registry: &Registry, region: &str) -> Result<(), prometheus::Error> {
-        registry.register(Box::new(self.interval.clone()))?;
         registry.register(Box::new(self.projected.clone()))?;
         registry.register(Box::new(self.budget.clone()))?;
         self.projected.with_label_values(&[region]).set(0.0);
