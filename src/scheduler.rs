@@ -73,8 +73,9 @@ impl Armed {
 /// The thread the daemon's scheduler and its probes run on: a single-threaded runtime of their
 /// own. A probe's clocks are then never held up by the pipeline's work on the daemon's workers,
 /// and each socket wake-up of a streamed probe (about fifteen per probe) wakes one thread, not
-/// also a second worker looking for work to steal: 8 % of the whole daemon's CPU at 1,000
-/// targets (docs/BENCHMARKS.md). One thread is plenty: a probe is mostly waiting.
+/// also a second worker looking for work to steal (with one worker instead of two the whole
+/// daemon used 7–8 % less CPU at 1,000 targets, docs/BENCHMARKS.md). One thread is plenty: a
+/// probe is mostly waiting.
 pub struct ProbeThread {
     handle: tokio::runtime::Handle,
     /// Dropping it ends the thread; probe tasks still there (after the drain) are dropped.

@@ -195,7 +195,7 @@ pub fn plan(settings: &PlanSettings, inputs: &[PlanInput], spent_usd: f64, now: 
     };
     let k_of = stretch_for(cap);
     let mut projected = spent + fixed;
-    let targets = inputs
+    let targets: Vec<TargetPlan> = inputs
         .iter()
         .map(|t| {
             let c = cost(t.cost_per_probe);
@@ -223,7 +223,6 @@ pub fn plan(settings: &PlanSettings, inputs: &[PlanInput], spent_usd: f64, now: 
             }
         })
         .collect();
-    let targets: Vec<TargetPlan> = targets;
     let mut index = HashMap::with_capacity(targets.len());
     for (i, t) in targets.iter().enumerate() {
         index.entry(t.target.clone()).or_insert(i);

@@ -270,32 +270,52 @@ pub(crate) fn purge_rollups_before(cutoff: DateTime<Utc>) -> Stmt {
 /// Inserts or replaces hourly rollups, [`UPSERT_CHUNK`] rows per statement: one round trip
 /// per chunk, not per rollup (a persist writes one per target and metric every minute).
 pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> Vec<Stmt> {
-    let unique = last_per_key(rollups, |r| (&r.target, r.metric.as_str(), r.hour));
-    unique
+    upserts(
+        rollups,
+        |r| (target_key(&r.target), r.metric.as_str(), r.hour),
+        "rollups",
+        "provider, model, route, region, metric, hour, count, histogram",
+        |r, args| {
+            args.extend([
+                Arg::from(&r.target.provider),
+                Arg::from(&r.target.model),
+                Arg::from(r.target.route_label()),
+                Arg::from(&r.target.region),
+                Arg::from(&r.metric),
+                Arg::from(r.hour),
+                Arg::from(r.count),
+                Arg::Bytes(r.histogram.clone()),
+            ])
+        },
+        "ON CONFLICT (region, provider, model, route, metric, hour) \
+         DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
+    )
+}
+
+/// A target as the tables key it (no route is stored as '').
+fn target_key(t: &Target) -> (&str, &str, &str, &str) {
+    (&t.region, &t.provider, &t.model, t.route_label())
+}
+
+/// Multi-row upserts of `rows` into `table`, [`UPSERT_CHUNK`] rows per statement, each row's
+/// values pushed by `values` in `columns` order; of rows with the same `key` only the last.
+fn upserts<'a, T, K: Eq + std::hash::Hash>(
+    rows: &'a [T],
+    key: impl Fn(&'a T) -> K,
+    table: &str,
+    columns: &str,
+    values: impl Fn(&T, &mut Vec<Arg>),
+    conflict: &str,
+) -> Vec<Stmt> {
+    let per_row = columns.split(',').count();
+    last_per_key(rows, key)
         .chunks(UPSERT_CHUNK)
         .map(|chunk| {
-            let mut args = Vec::with_capacity(chunk.len() * 8);
+            let mut args = Vec::with_capacity(chunk.len() * per_row);
             for r in chunk {
-                args.extend([
-                    Arg::from(&r.target.provider),
-                    Arg::from(&r.target.model),
-                    Arg::from(r.target.route_label()),
-                    Arg::from(&r.target.region),
-                    Arg::from(&r.metric),
-                    Arg::from(r.hour),
-                    Arg::from(r.count),
-                    Arg::Bytes(r.histogram.clone()),
-                ]);
+                values(r, &mut args);
             }
-            multi_row(
-                "rollups",
-                "provider, model, route, region, metric, hour, count, histogram",
-                chunk.len(),
-                8,
-                args,
-                "ON CONFLICT (region, provider, model, route, metric, hour) \
-                 DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
-            )
+            multi_row(table, columns, chunk.len(), per_row, args, conflict)
         })
         .collect()
 }
@@ -484,35 +504,26 @@ pub(crate) fn balances(provider: &str, since: DateTime<Utc>) -> Stmt {
 
 /// Inserts or replaces region × target status rows, [`UPSERT_CHUNK`] per statement.
 pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> Vec<Stmt> {
-    let unique =
-        last_per_key(rows, |r| (&r.target.region, &r.target.provider, &r.target.model, r.target.route_label()));
-    unique
-        .chunks(UPSERT_CHUNK)
-        .map(|chunk| {
-            let mut args = Vec::with_capacity(chunk.len() * 8);
-            for r in chunk {
-                args.extend([
-                    Arg::from(&r.target.region),
-                    Arg::from(&r.target.provider),
-                    Arg::from(&r.target.model),
-                    Arg::from(r.target.route_label()),
-                    Arg::from(r.state.as_str()),
-                    Arg::from(r.over_latency),
-                    Arg::from(r.breaker.as_str()),
-                    Arg::from(r.updated_at),
-                ]);
-            }
-            multi_row(
-                "target_status",
-                "region, provider, model, route, state, over_latency, breaker, updated_at",
-                chunk.len(),
-                8,
-                args,
-                "ON CONFLICT (region, provider, model, route) DO UPDATE SET state = excluded.state, \
-                 over_latency = excluded.over_latency, breaker = excluded.breaker, updated_at = excluded.updated_at",
-            )
-        })
-        .collect()
+    upserts(
+        rows,
+        |r| target_key(&r.target),
+        "target_status",
+        "region, provider, model, route, state, over_latency, breaker, updated_at",
+        |r, args| {
+            args.extend([
+                Arg::from(&r.target.region),
+                Arg::from(&r.target.provider),
+                Arg::from(&r.target.model),
+                Arg::from(r.target.route_label()),
+                Arg::from(r.state.as_str()),
+                Arg::from(r.over_latency),
+                Arg::from(r.breaker.as_str()),
+                Arg::from(r.updated_at),
+            ])
+        },
+        "ON CONFLICT (region, provider, model, route) DO UPDATE SET state = excluded.state, \
+         over_latency = excluded.over_latency, breaker = excluded.breaker, updated_at = excluded.updated_at",
+    )
 }
 
 /// Status rows written at or after `since`.
