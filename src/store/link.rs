@@ -44,11 +44,11 @@ pub enum Record {
     /// One breaker transition (history; appended).
     Transition(BreakerTransition),
     /// Notifications for the delivery worker.
-    Outbox(Vec<OutboxItem>),
+    Outbox(#[serde(with = "items")] Vec<OutboxItem>),
     /// A breaker's current state (newest wins).
     Breaker(BreakerRecord),
     /// Hourly rollups (newest per target × metric × hour wins).
-    Rollups(Vec<Rollup>),
+    Rollups(#[serde(with = "items")] Vec<Rollup>),
     /// The alert engine's state of a region (newest wins).
     AlertState {
         /// Region.
@@ -58,9 +58,35 @@ pub enum Record {
     },
     /// What this region sees of each target, for the other regions' scope (newest wins; not
     /// kept across a stop: it is stale by the next start).
-    TargetStatus(Vec<TargetStatus>),
+    TargetStatus(#[serde(with = "items")] Vec<TargetStatus>),
     /// Canary runs (appended; idempotent on their ids).
-    Canary(Vec<crate::canary::CanaryRun>),
+    Canary(#[serde(with = "items")] Vec<crate::canary::CanaryRun>),
+}
+
+/// A list record's spool line: `{"record": "rollups", "items": […]}`. A tagged line must be an
+/// object, and serde refuses to tag a bare list: before this, outbox items, rollups and canary
+/// runs that had to be spooled were logged as lost ("cannot serialize tagged newtype variant").
+mod items {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize)]
+    struct Out<'a, T> {
+        items: &'a [T],
+    }
+
+    #[derive(Deserialize)]
+    struct In<T> {
+        items: Vec<T>,
+    }
+
+    #[allow(clippy::ptr_arg)] // serde hands `with` functions the field's own type
+    pub fn serialize<S: Serializer, T: Serialize>(v: &Vec<T>, s: S) -> Result<S::Ok, S::Error> {
+        Out { items: v.as_slice() }.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        In::deserialize(d).map(|i| i.items)
+    }
 }
 
 /// A question the pipeline asks; answered later by a [`Reply`].
@@ -676,4 +702,60 @@ pub async fn latest_elsewhere(
     let mut out: Vec<Sample> = latest.into_values().collect();
     out.sort_by(|a, b| a.target.cmp(&b.target));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::State;
+    use crate::store::TargetHealth;
+    use crate::target::Target;
+
+    /// Every kind of record survives a spool line: the spool is how nothing is lost while the
+    /// database is down.
+    #[test]
+    fn every_record_round_trips_through_a_spool_line() {
+        let now = Utc::now();
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let records = vec![
+            Record::Rollups(vec![Rollup {
+                target: t.clone(),
+                metric: "ttft".into(),
+                hour: now,
+                count: 3,
+                histogram: vec![1, 2],
+            }]),
+            Record::Outbox(vec![OutboxItem {
+                id: uuid::Uuid::nil(),
+                region: "eu".into(),
+                channel: "slack".into(),
+                kind: "errors".into(),
+                dedup_key: "k".into(),
+                payload: serde_json::json!({"summary": "down"}),
+                created_at: now,
+                next_attempt_at: now,
+                attempts: 1,
+                last_error: None,
+            }]),
+            Record::TargetStatus(vec![TargetStatus {
+                target: t.clone(),
+                state: TargetHealth::Down,
+                over_latency: false,
+                breaker: State::Open,
+                updated_at: now,
+            }]),
+            Record::Canary(Vec::new()),
+            Record::AlertState {
+                region: "eu".into(),
+                state: crate::store::StateJson::of(&serde_json::json!({"a": 1})).expect("json"),
+            },
+        ];
+        for r in records {
+            let line = serde_json::to_string(&r).unwrap_or_else(|e| panic!("{r:?} does not spool: {e}"));
+            let back: Record = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line} does not read back: {e}"));
+            assert_eq!(back, r, "{line}");
+        }
+        let line = serde_json::to_string(&Record::Canary(Vec::new())).expect("spools");
+        assert_eq!(line, r#"{"record":"canary","items":[]}"#);
+    }
 }

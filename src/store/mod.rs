@@ -30,9 +30,18 @@ pub use writer::{Writer, WriterHealth};
 /// A region's alert engine state as JSON text, written straight from the engine and never held
 /// as a `serde_json::Value` tree: at 1,000 targets that tree (and its copy on the way to storage)
 /// was the daemon's largest allocation, several times the size of the text.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[serde(transparent)]
 pub struct StateJson(Box<serde_json::value::RawValue>);
+
+impl<'de> serde::Deserialize<'de> for StateJson {
+    /// Through a tree: only a replay of the record spool reads one this way, and there serde has
+    /// buffered the line (its tag comes first), from which raw text cannot be taken.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let tree = serde_json::Value::deserialize(d)?;
+        serde_json::value::to_raw_value(&tree).map(StateJson).map_err(serde::de::Error::custom)
+    }
+}
 
 impl StateJson {
     /// Serializes `state` into JSON text.
