@@ -17,16 +17,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    // On a worker, not on this thread: the daemon's scheduler starts a probe every 60 ms at
-    // 1,000 targets, and from outside the workers each start was a wake-up of this thread and
-    // then of a worker.
-    runtime.block_on(async {
-        if let Err(e) = tokio::spawn(run()).await {
-            if e.is_panic() {
-                std::panic::resume_unwind(e.into_panic());
-            }
-        }
-    });
+    runtime.block_on(run());
 }
 
 /// glibc gives every thread that allocates (async workers, blocking-pool threads, one thread per

@@ -112,8 +112,9 @@ pub struct ProbePlan {
     pub over_budget: bool,
     /// One entry per target, in input order.
     pub targets: Vec<TargetPlan>,
-    /// Target id → position in `targets`, built by [`plan`]: every sample asks for its target's
-    /// weight, and a scan of 1,000 ids per sample was a visible share of the daemon's CPU.
+    /// Target id → position in `targets`, built by [`plan`] (the only maker of a non-empty
+    /// plan): every sample asks for its target's weight, and a scan of 1,000 ids per sample was
+    /// a visible share of the daemon's CPU.
     #[serde(skip)]
     index: HashMap<String, usize>,
 }
@@ -121,10 +122,6 @@ pub struct ProbePlan {
 impl ProbePlan {
     /// The entry of `target`, if planned.
     pub fn get(&self, target: &str) -> Option<&TargetPlan> {
-        if self.index.is_empty() {
-            // A plan not made by `plan` (a default, or one built by hand) has no index.
-            return self.targets.iter().find(|t| t.target == target);
-        }
         self.index.get(target).and_then(|&i| self.targets.get(i))
     }
 }

@@ -1,7 +1,7 @@
 //! Every Prometheus metric vigil exports, defined once. Names and labels are a public contract
 //! (docs/METRICS.md); dashboards and alert rules depend on them.
 //!
-//! Per-target series are plain numbers in one map ([`targets`]), written straight into the
+//! Per-target series are plain numbers in one map (`targets`), written straight into the
 //! exposition text: a sample costs one map lookup, and a scrape one pass over the targets. The
 //! few instance-level metrics (alerts, storage, lag, build, process, canary) stay in a
 //! `prometheus` registry.
@@ -13,7 +13,7 @@ use crate::sample::Sample;
 use crate::target::Target;
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
 use serde::{Deserialize, Serialize};
@@ -34,11 +34,11 @@ const FULL_BUCKETS: [f64; 22] = [
 ];
 /// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
-/// Phases of `vigil_probe_phase_seconds`, in [`Handles::phases`] order.
+/// Phases of `vigil_probe_phase_seconds`, in [`Series::phases`] order.
 const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
 /// Phases exported unless `full` (the last TTFB, TTFT and total, which dashboards and rules use).
 const COMPACT_PHASES: [&str; 3] = ["ttfb", "ttft", "total"];
-/// Baseline metrics and quantiles, in [`Handles::baseline`] order.
+/// Baseline metrics and quantiles, in [`Series::baseline`] order.
 const BASELINE_METRICS: [&str; 2] = ["ttfb", "ttft"];
 const BASELINE_QUANTILES: [&str; 3] = ["0.5", "0.95", "0.99"];
 /// The baseline quantile exported by default: the one the breaker and the failover line use.
@@ -423,10 +423,8 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
         targets::render(&mut text, &self.lock(), self.bounds);
-        let mut buf = Vec::new();
-        // Encoding into a Vec cannot fail for the text format.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        text.push_str(&String::from_utf8_lossy(&buf));
+        // Encoding into a String cannot fail for the text format.
+        let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text);
         self.last_len.store(text.len(), Ordering::Relaxed);
         text
     }

@@ -1,9 +1,9 @@
 //! The pipeline's only road to storage besides the sample writer: every store call the decision
 //! stages need (breaker history and state, rollups, alert state, the outbox, reading other regions'
 //! samples and credit readings, reading baselines back) runs here, in its own task, with a short
-//! timeout. The pipeline sends [`Request`]s and picks up [`Reply`]s between samples; it never
-//! awaits the database, so a database that hangs or refuses cannot stop probes from being counted,
-//! judged and alerted on.
+//! timeout. The pipeline sends [`Record`]s and [`Query`]s and picks up [`Reply`]s between
+//! samples; it never awaits the database, so a database that hangs or refuses cannot stop probes
+//! from being counted, judged and alerted on.
 //!
 //! Nothing is lost while storage is down: breaker transitions and outbox items that cannot be
 //! written go to an fsync'd spool (`data_dir/spool-records`) at once and are replayed in order;
