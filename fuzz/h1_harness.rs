@@ -23,7 +23,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use vigil::probe::h1::{Exchange, MAX_HEAD};
+use vigil::probe::h1::{Arrivals, Exchange, MAX_HEAD};
 
 /// Peak heap one exchange may hold: the read buffer (at most `MAX_HEAD`), the parsed head's
 /// copies of header names and values (at most the head's size) and the header map itself.
@@ -222,6 +222,8 @@ struct Served<'a> {
     left: usize,
     eof_reads: u32,
 }
+
+impl Arrivals for Served<'_> {}
 
 impl AsyncRead for Served<'_> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {

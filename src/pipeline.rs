@@ -207,17 +207,17 @@ impl Pipeline {
             .filter(|s| s.state != crate::store::TargetHealth::Ok)
             .map(|s| s.target)
             .collect();
-        let open = engine.open_incidents();
+        // A set, so each target spells its two keys once whatever the number of open incidents.
+        let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
         let monitor = &self.monitor;
         let failing = &self.failing;
         let in_trouble = |t: &Target| {
             unwell.contains(t)
                 || failing.contains(t)
                 || monitor.breaker(t).is_some_and(|b| b.state() != crate::breaker::State::Closed)
-                || open.iter().any(|k| {
-                    *k == crate::alert::incident::target_key(&t.provider, &t.model, t.route.as_deref())
-                        || *k == crate::alert::incident::provider_key(&t.provider)
-                })
+                || (!open.is_empty()
+                    && (open.contains(&crate::alert::incident::target_key(&t.provider, &t.model, t.route.as_deref()))
+                        || open.contains(&crate::alert::incident::provider_key(&t.provider))))
         };
         let plan = planner.replan(spent, &in_trouble, now);
         self.metrics.set_probe_plan(&plan, planner.targets());

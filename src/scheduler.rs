@@ -1,4 +1,5 @@
-//! Rounds of probes: every target once per interval, at a stable offset inside the interval.
+//! Rounds of probes: every target once per interval, at a stable offset inside the interval,
+//! due on a tick of the probe thread's grid ([`grid`]).
 //!
 //! tokio-cron-scheduler ticks once per interval and each tick arms the round *after* the
 //! current one, so every probe is queued a full interval ahead and the scheduler's own tick
@@ -10,7 +11,7 @@
 //! target in trouble `burst` times per round, evenly spaced from its offset.
 
 use crate::metrics::Metrics;
-use crate::probe::{Planned, Prober};
+use crate::probe::{grid, Planned, Prober};
 use crate::sample::Sample;
 use chrono::Utc;
 use std::cmp::Reverse;
@@ -86,7 +87,9 @@ impl ProbeThread {
     /// Starts the thread.
     pub fn start() -> Result<Self, SchedulerError> {
         let failed = |e: std::io::Error| SchedulerError(format!("cannot start the probe thread: {e}"));
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(failed)?;
+        // Sockets and timers only: the process and signal drivers would be checked at every park.
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(failed)?;
         let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -130,12 +133,13 @@ pub struct Scheduler {
 }
 
 /// A stable offset in `[0, interval)` from the target id, so a fleet's probes spread evenly and
-/// each target keeps its slot across restarts.
+/// each target keeps its slot across restarts; whole ticks of the probe thread's grid
+/// ([`grid`]), so targets sharing a tick start on one wake-up.
 pub fn offset_for(id: &str, interval: Duration) -> Duration {
     // FNV-1a: unlike std's hasher, its output is fixed across Rust versions and builds.
     let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     let nanos = interval.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
-    Duration::from_nanos(hash % nanos)
+    grid::floor(Duration::from_nanos(hash % nanos))
 }
 
 impl Scheduler {
@@ -237,7 +241,9 @@ impl Scheduler {
         for (slot, s) in self.slots.iter().enumerate() {
             let offsets = crate::adaptive::plan::burst_offsets(s.offset, self.interval, positions);
             for (position, offset) in (0..positions).zip(offsets) {
-                armed.0.push(Reverse(Arm { due: round_start + offset, slot, round, position, positions }));
+                // On a tick even when the interval or a burst's spacing is not whole ticks.
+                let due = grid::at_or_after(round_start + offset);
+                armed.0.push(Reverse(Arm { due, slot, round, position, positions }));
             }
         }
     }
@@ -315,7 +321,7 @@ impl Scheduler {
 
     /// Runs rounds until `shutdown`, then waits for in-flight probes to finish.
     pub async fn run(&self, tx: mpsc::Sender<Sample>, shutdown: CancellationToken) -> Result<(), SchedulerError> {
-        let start = Instant::now();
+        let start = grid::at_or_after(Instant::now());
         let mut armed = Armed::default();
         self.arm_round(start, &mut armed);
         self.arm_round(start + self.interval, &mut armed);
@@ -369,8 +375,15 @@ mod tests {
         let a = offset_for("openrouter/m@DeepInfra", i);
         assert_eq!(a, offset_for("openrouter/m@DeepInfra", i));
         assert!(a < i);
-        let spread: std::collections::HashSet<u64> =
-            (0..1000).map(|n| offset_for(&format!("p/m{n}"), i).as_secs() / 6).collect();
+        let offsets: Vec<Duration> = (0..1000).map(|n| offset_for(&format!("p/m{n}"), i)).collect();
+        let spread: std::collections::HashSet<u64> = offsets.iter().map(|o| o.as_secs() / 6).collect();
         assert_eq!(spread.len(), 10, "1,000 targets fill every tenth of the interval");
+        assert!(offsets.iter().all(|o| grid::floor(*o) == *o), "every offset is whole ticks, so starts share wake-ups");
+        let mut per_tick: std::collections::HashMap<&Duration, usize> = std::collections::HashMap::new();
+        for o in &offsets {
+            *per_tick.entry(o).or_default() += 1;
+        }
+        let most = per_tick.values().max().copied().unwrap_or(0);
+        assert!(most <= 10, "no tick starts more than 1 % of the fleet at once: {most}");
     }
 }

@@ -17,7 +17,7 @@ use crate::store::{TargetHealth, TargetStatus};
 use crate::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Target identity across regions: (provider, model, route).
@@ -901,22 +901,28 @@ impl AlertEngine {
         }
         let cfg = &self.cfg;
         let maintenance = |p: &str| cfg.maintenance.iter().any(|w| w.provider == p && w.start <= now && now < w.end);
-        // Regions probing what an incident is about: this one plus the most any of its targets has elsewhere.
+        // Regions probing what an incident is about: this one plus the most any of its targets has
+        // elsewhere. Read once per evaluation, when an incident first asks: asking every target
+        // for every incident spelled each target's id once per open incident.
         let histories = &self.state.histories;
+        type Most<'a> = (HashMap<String, u32>, HashMap<&'a str, u32>);
+        let elsewhere: std::cell::OnceCell<Most<'_>> = std::cell::OnceCell::new();
         let probing = |alerts: &[Alert]| {
-            1 + histories
-                .values()
-                .filter(|h| {
-                    h.target.as_ref().is_some_and(|t| {
-                        alerts.iter().any(|a| {
-                            a.target.as_deref() == Some(t.id().as_str())
-                                || (a.target.is_none() && a.provider == t.provider)
-                        })
-                    })
-                })
-                .map(|h| h.regions_elsewhere)
-                .max()
-                .unwrap_or(0)
+            let (by_target, by_provider) = elsewhere.get_or_init(|| {
+                let (mut by_target, mut by_provider) = (HashMap::<String, u32>::new(), HashMap::<&str, u32>::new());
+                for (t, regions) in histories.values().filter_map(|h| Some((h.target.as_ref()?, h.regions_elsewhere))) {
+                    let most = by_provider.entry(t.provider.as_str()).or_default();
+                    *most = (*most).max(regions);
+                    let most = by_target.entry(t.id()).or_default();
+                    *most = (*most).max(regions);
+                }
+                (by_target, by_provider)
+            });
+            let regions = |a: &Alert| match &a.target {
+                Some(t) => by_target.get(t).copied(),
+                None => by_provider.get(a.provider.as_str()).copied(),
+            };
+            1 + alerts.iter().filter_map(regions).max().unwrap_or(0)
         };
         self.state.incidents.step(facets, now, cfg, &maintenance, &probing)
     }

@@ -4,8 +4,9 @@
 //! small read buffer that grows only while a response head or a chunk-size line does not fit,
 //! instead of a general client's per-connection buffers (hyper's are 8 KB each way, allocated up
 //! front, and its read buffer cannot shrink without capping the head size). Every socket read
-//! is stamped: the first one is the first response byte (TTFB), and each body piece is handed
-//! out with the instant of the read that brought it (TTFT, tokens per second).
+//! is stamped with the instant its bytes arrived ([`Arrivals`]): the first one is the first
+//! response byte (TTFB), and each body piece is handed out with the arrival of the read that
+//! brought it (TTFT, the end of the body, tokens per second).
 //!
 //! Framing only: timeouts, classification and stream parsing are the driver's (`probe/mod.rs`).
 
@@ -49,6 +50,21 @@ pub enum H1Error {
     IncompleteBody,
 }
 
+/// What the exchange asks of its connection besides bytes.
+pub trait Arrivals {
+    /// When the bytes of the last read reached this host, where the connection knows (the
+    /// kernel's receive stamp); `None` stamps a read with the instant it returned.
+    fn arrival(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Stop waking for every packet of the rest of the response, if that keeps the stamps
+    /// exact; returns whether the connection did.
+    fn park(&mut self) -> bool {
+        false
+    }
+}
+
 /// The final (non-1xx) response's status and headers.
 #[derive(Debug)]
 pub struct Head {
@@ -63,7 +79,7 @@ pub struct Head {
 pub struct Frame<'a> {
     /// Body bytes, framing removed.
     pub data: &'a [u8],
-    /// When the read that brought these bytes returned.
+    /// When the read that brought these bytes received them.
     pub at: Instant,
 }
 
@@ -155,7 +171,7 @@ pub struct Exchange<S> {
     last_read_at: Instant,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Arrivals> Exchange<S> {
     /// Starts an exchange on a connected stream.
     pub fn new(io: S) -> Self {
         Exchange {
@@ -176,9 +192,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         Ok(())
     }
 
-    /// When the first response byte was read off the socket, if it was.
+    /// When the first response byte arrived, if it did.
     pub fn first_byte_at(&self) -> Option<Instant> {
         self.first_byte_at
+    }
+
+    /// When the bytes of the last read arrived (the body's last byte once it is read).
+    pub fn last_read_at(&self) -> Instant {
+        self.last_read_at
+    }
+
+    /// Lets the connection stop waking for every packet ([`Arrivals::park`]).
+    pub fn park(&mut self) -> bool {
+        self.io.park()
     }
 
     /// Reads the response head, skipping 1xx informational responses.
@@ -308,9 +334,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         if n == 0 {
             return Ok(false);
         }
-        let now = Instant::now();
-        self.first_byte_at.get_or_insert(now);
-        self.last_read_at = now;
+        let at = self.io.arrival().unwrap_or_else(Instant::now);
+        self.first_byte_at.get_or_insert(at);
+        self.last_read_at = at;
         self.end += n;
         Ok(true)
     }
@@ -423,6 +449,10 @@ mod tests {
             Pieces { reads: reads.into_iter().filter(|p| !p.is_empty()).collect(), written: Vec::new() }
         }
     }
+
+    impl Arrivals for Pieces {}
+
+    impl Arrivals for tokio::io::DuplexStream {}
 
     impl AsyncRead for Pieces {
         fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {

@@ -2,19 +2,22 @@
 //! socket, the clocks, the timeouts and the classification.
 //!
 //! Each probe dials a fresh connection ([`timing`]) and runs one HTTP/1.1 exchange on it in its
-//! own task ([`h1`]), which stamps every socket read: the first response byte and each body
-//! piece carry the instant their bytes were read. A failed probe is returned as a [`Sample`]
-//! with its [`Outcome`].
+//! own task ([`h1`]); every socket read is stamped with the instant the kernel received its
+//! bytes ([`socket`]): the first response byte and each body piece carry it. Past its first
+//! token a stream's socket is read at the probe thread's ticks ([`grid`]), not per event. A
+//! failed probe is returned as a [`Sample`] with its [`Outcome`].
 
 pub(crate) mod anthropic;
 pub(crate) mod azure;
 pub mod classify;
 pub mod gemini;
+pub mod grid;
 pub mod h1;
 pub(crate) mod http;
 pub(crate) mod openai;
 pub mod proxy;
 pub mod scrub;
+pub(crate) mod socket;
 pub mod sse;
 pub(crate) mod timing;
 pub(crate) mod trust;
@@ -563,6 +566,7 @@ impl Prober {
         let mut parser = SseParser::new(limit);
         let mut received = 0usize;
         let mut done = false;
+        let mut parked = false;
         r.streamed = adapter.streams();
         loop {
             let waiting_first = r.streamed && r.ttft.is_none();
@@ -610,8 +614,14 @@ impl Prober {
                 r.total = Some(at.duration_since(sent));
                 return r.fail(Outcome::StreamError, e.to_string());
             }
+            // Past the first token only the stream's end, its tokens and errors matter: the
+            // socket can stop waking the thread per event (its reads keep their kernel stamps).
+            if r.ttft.is_some() && !parked {
+                parked = conn.park();
+            }
         }
-        let end = Instant::now();
+        // The arrival of the body's last byte: exact even when a parked read saw it a tick late.
+        let end = conn.last_read_at();
         r.total = Some(end.duration_since(sent));
         if r.streamed {
             match parser.finish() {

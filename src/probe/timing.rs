@@ -1,8 +1,10 @@
 //! A fresh connection opened phase by phase (DNS, TCP, TLS) on a monotonic clock.
 //!
 //! reqwest hides connection phases, so the probe dials itself and runs its HTTP/1.1 exchange
-//! ([`super::h1`]) on the stream; that layer stamps the response's reads.
+//! ([`super::h1`]) on the stream; the socket ([`super::socket`]) stamps the response's reads.
 
+use super::h1::Arrivals;
+use super::socket::ProbeSocket;
 use crate::sample::Outcome;
 use rustls::pki_types::ServerName;
 use std::io;
@@ -43,9 +45,35 @@ pub struct DialError {
 /// Either side of a dialled connection.
 pub enum Stream {
     /// Plain TCP.
-    Plain(TcpStream),
+    Plain(ProbeSocket),
     /// TLS over TCP.
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<ProbeSocket>>),
+}
+
+impl Stream {
+    fn socket(&self) -> &ProbeSocket {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    fn socket_mut(&mut self) -> &mut ProbeSocket {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_mut().0,
+        }
+    }
+}
+
+impl Arrivals for Stream {
+    fn arrival(&self) -> Option<Instant> {
+        self.socket().arrival()
+    }
+
+    fn park(&mut self) -> bool {
+        self.socket_mut().park()
+    }
 }
 
 /// The TLS client setup shared by all probes: system roots, built-in roots and `extra_roots`
@@ -154,8 +182,9 @@ pub async fn dial(
         phases.proxy = Some(t.elapsed());
     }
 
+    let socket = ProbeSocket::new(tcp);
     let Some(connector) = tls else {
-        return Ok((Stream::Plain(tcp), phases));
+        return Ok((Stream::Plain(socket), phases));
     };
     let name = ServerName::try_from(bare.to_string()).map_err(|e| DialError {
         outcome: Outcome::TlsError,
@@ -163,7 +192,7 @@ pub async fn dial(
         phases,
     })?;
     let t = Instant::now();
-    let stream = tokio::time::timeout_at(deadline, connector.connect(name, tcp))
+    let stream = tokio::time::timeout_at(deadline, connector.connect(name, socket))
         .await
         .map_err(|_| timeout(phases, "TLS handshake"))?
         .map_err(|e| DialError {
