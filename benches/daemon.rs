@@ -43,7 +43,10 @@ fn env_num(name: &str, default: u64) -> u64 {
 // ---------------------------------------------------------------------------------------------
 
 /// `/status/…` answers a plain 200 JSON, `…/models` a one-model list; every other path streams
-/// the fixture: headers after 100 ms, the first content token at 400 ms, then an event every 15 ms.
+/// the fixture: headers after 50–150 ms, the first content token 200–400 ms later, then an event
+/// every 10–20 ms, each drawn per request (on average 100 ms, 400 ms and 15 ms). Drawn, not fixed:
+/// with fixed delays every answer would land on the probe thread's 100 ms ticks with the starts
+/// and share their wake-ups, which no provider's latencies do.
 fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
     move |r: &RequestRecord| {
         if r.path_only().starts_with("/status") {
@@ -133,6 +136,27 @@ fn status_mib(pid: u32, field: &str) -> f64 {
             s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// Voluntary context switches (a thread going to sleep to be woken later) of every thread of a
+/// process, and of its `vigil-probes` thread alone.
+fn wake_ups(pid: u32) -> (u64, u64) {
+    let (mut all, mut probes) = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let switches = std::fs::read_to_string(path.join("status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        all += switches;
+        if std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim() == "vigil-probes") {
+            probes += switches;
+        }
+    }
+    (all, probes)
 }
 
 fn raise_nofile() {
@@ -350,6 +374,7 @@ struct Daemon {
     proc: Proc,
     port: u16,
     log: PathBuf,
+    db: PathBuf,
 }
 
 impl Daemon {
@@ -370,7 +395,7 @@ impl Daemon {
                 .spawn()
                 .expect("vigil starts"),
         );
-        Daemon { who: who.to_string(), proc, port, log }
+        Daemon { who: who.to_string(), proc, port, log, db: dir.join("vigil.db") }
     }
 
     fn pid(&self) -> u32 {
@@ -383,6 +408,33 @@ struct Row {
     probes: f64,
     cpu: f64,
     peak_rss: f64,
+}
+
+/// The means of what a daemon stored for the window's probes: side by side, two builds on the
+/// same stand-in must agree (the delays are drawn per request from the same ranges).
+fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
+    let read = async {
+        let store = vigil::store::open(&format!("sqlite://{}", db.display())).await.ok()?;
+        let q = vigil::store::SampleQuery { since: Some(since), ..Default::default() };
+        store.samples(&q).await.ok()
+    };
+    let Some(samples) = tokio::runtime::Runtime::new().ok().and_then(|rt| rt.block_on(read)) else {
+        println!("{who:<34} (samples not readable)");
+        return;
+    };
+    let mean = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let streams: Vec<_> = samples.iter().filter(|s| s.ttft_ms.is_some()).collect();
+    let of = |f: fn(&vigil::sample::Sample) -> Option<f64>| mean(streams.iter().filter_map(|s| f(s)).collect());
+    let plain = mean(samples.iter().filter(|s| s.ttft_ms.is_none()).filter_map(|s| s.total_ms).collect());
+    println!(
+        "{who:<34} {:>9} {:>10.2} {:>10.2} {:>14.2} {:>10.1} {:>10.2}",
+        streams.len(),
+        of(|s| s.ttfb_ms),
+        of(|s| s.ttft_ms),
+        of(|s| Some(s.total_ms? - s.ttft_ms?)),
+        of(|s| s.tokens_per_s),
+        plain
+    );
 }
 
 fn print_row(r: &Row) {
@@ -419,7 +471,7 @@ fn orchestrate() {
 
     println!("vigil whole-daemon benchmark");
     println!(
-        "{n} targets every 60 s ({} plain HTTP, {} streaming: headers at 100 ms, first token at 400 ms, 14 events); \
+        "{n} targets every 60 s ({} plain HTTP, {} streaming: headers at 50–150 ms, first token 200–400 ms later, 14 events 10–20 ms apart); \
          embedded SQLite; /metrics scraped every {} s with Accept-Encoding: gzip",
         n.div_ceil(2),
         n / 2,
@@ -435,10 +487,12 @@ fn orchestrate() {
 
     let first: Vec<Scrape> = daemons.iter().map(|d| scrape(d.port).expect("vigil serves /metrics")).collect();
     let cpu0: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
+    let wakes0: Vec<(u64, u64)> = daemons.iter().map(|d| wake_ups(d.pid())).collect();
     let side0 = side.as_ref().map(|s| {
         (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
     });
     let started = Instant::now();
+    let window_start = chrono::Utc::now();
     // Per daemon: each scrape and how long it took to serve.
     let mut scrapes: Vec<Vec<(Scrape, Duration)>> = daemons.iter().map(|_| vec![]).collect();
     let mut next = started + SCRAPE_EVERY;
@@ -454,6 +508,7 @@ fn orchestrate() {
     }
     std::thread::sleep((started + measure).saturating_duration_since(Instant::now()));
     let cpu1: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
+    let wakes1: Vec<(u64, u64)> = daemons.iter().map(|d| wake_ups(d.pid())).collect();
     let side1 = side.as_ref().map(|s| {
         (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
     });
@@ -498,6 +553,26 @@ fn orchestrate() {
         let failed =
             std::fs::read_to_string(&d.log).unwrap_or_default().lines().filter(|l| l.contains("probe failed")).count();
         println!("probe failures logged by {}: {failed}", d.who);
+    }
+    println!();
+    println!("what each daemon measured in the window (means; every request draws its delays from the same ranges):");
+    println!(
+        "{:<34} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10}",
+        "process", "streams", "TTFB ms", "TTFT ms", "total−TTFT ms", "tokens/s", "plain ms"
+    );
+    for d in &daemons {
+        print_timings(&d.who, &d.db, window_start);
+    }
+    println!();
+    println!("wake-ups (voluntary context switches) per second in the window:");
+    for (i, d) in daemons.iter().enumerate() {
+        let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / measure.as_secs_f64();
+        println!(
+            "{:<34} all threads {:>7.1}   vigil-probes thread {:>7.1}",
+            d.who,
+            per_s(wakes0[i].0, wakes1[i].0),
+            per_s(wakes0[i].1, wakes1[i].1)
+        );
     }
 
     drop(side);

@@ -30,9 +30,17 @@ const BLACKBOX: &str = "prometheus-blackbox-exporter";
 /// Thread name of the prober's runtime, so its CPU can be told apart from the in-process server's.
 const PROBE_THREAD: &str = "vigil-probe";
 const SERVER_THREAD: &str = "standin";
-/// Interval of the scheduled timing rows: shorter than every stream (≥ 360 ms), so all of a
-/// round's streams are open at once, as at 1,000 targets, yet connects are not all in one instant.
-const SPREAD: Duration = Duration::from_millis(250);
+/// Probes starting on each 100 ms tick of the probe thread's grid in the scheduled timing rows:
+/// the density of 10,000 targets every 60 s (ten times that of the daemon at 1,000 targets). The
+/// interval is `targets / STARTS_PER_TICK` ticks, and every stream is held open that long before
+/// its last event, so all of a round's streams are open at once, as in a compressed round, while
+/// connects come in the daemon's ticks, not all in one instant.
+const STARTS_PER_TICK: u32 = 17;
+
+/// The scheduled rows' interval for `n` targets (see [`STARTS_PER_TICK`]).
+fn spread(n: usize) -> Duration {
+    vigil::probe::grid::TICK * u32::try_from(n).unwrap_or(u32::MAX) / STARTS_PER_TICK
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -68,8 +76,9 @@ fn profile(i: u64) -> (Duration, Duration) {
 }
 
 /// The stand-in's answer: `/status/...` is a plain 200 JSON; `/t{i}/...` streams the fixture with
-/// target i's profile; `/f{i}/...` (the sequential floor) streams it with a short fixed profile.
-fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
+/// target i's profile, its last event `hold` later still; `/f{i}/...` (the sequential floor)
+/// streams it with a short fixed profile.
+fn handler(base: Script, hold: Duration) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
     move |r: &RequestRecord| {
         let path = r.path_only();
         if path.starts_with("/status") {
@@ -83,6 +92,9 @@ fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 's
         s.head_delay = head;
         for c in &mut s.chunks {
             c.delay = gap;
+        }
+        if let Some(last) = s.chunks.last_mut().filter(|_| seg.starts_with('t')) {
+            last.delay += hold;
         }
         s
     }
@@ -273,7 +285,7 @@ fn sizes() -> Vec<usize> {
 fn serve_child() {
     raise_nofile();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("server runtime");
-    let server = rt.block_on(StandIn::start(handler(base_script()))).expect("stand-in starts");
+    let server = rt.block_on(StandIn::start(handler(base_script(), Duration::ZERO))).expect("stand-in starts");
     println!("PORT {}", server.addr().port());
     let _ = std::io::stdout().flush();
     let mut sink = String::new();
@@ -397,7 +409,11 @@ fn timing_run(
     start: Start,
     label: String,
 ) -> TimingRow {
-    let server = server_rt.block_on(StandIn::start(handler(base_script()))).expect("stand-in starts");
+    let hold = match start {
+        Start::AllAtOnce => Duration::ZERO,
+        Start::Scheduled(spread) => spread,
+    };
+    let server = server_rt.block_on(StandIn::start(handler(base_script(), hold))).expect("stand-in starts");
     let providers = targets(kind, n, &server.base_url());
     let concurrency = if kind == "floor" { 1 } else { n };
     let interval = match start {
@@ -713,7 +729,10 @@ fn orchestrate() {
         .expect("server runtime");
     println!();
     println!("== 1. Timing error vs server truth (ms; measured − server interval; one process, stand-in on its own runtime thread) ==");
-    println!("   TTFB truth = head written − request read; TTFT truth = first content event written − request read;");
+    println!(
+        "   TTFB truth = head written − request arrived; TTFT truth = first content event written − request arrived;"
+    );
+    println!("   (request arrived = the kernel's receive stamp of the stand-in's read that completed the request)");
     println!("   Δint = (TTFT − TTFB) measured − (TTFT − TTFB) truth, i.e. the response side only; peak = streams open at once;");
     println!(
         "   CPU/1000 = CPU-s of the prober runtime's threads per 1,000 probes (in-process, server threads excluded);"
@@ -729,8 +748,8 @@ fn orchestrate() {
             &client_rt,
             "stream",
             n,
-            Start::Scheduled(SPREAD),
-            format!("{n} scheduled ({} ms)", SPREAD.as_millis()),
+            Start::Scheduled(spread(n)),
+            format!("{n} scheduled ({:.1} s)", spread(n).as_secs_f64()),
         ));
     }
     print_timing(&rows);

@@ -1,8 +1,9 @@
 //! A scriptable HTTP/1.1 stand-in provider on loopback.
 //!
 //! Responses are written by hand so a test controls the exact bytes of every write, the pause
-//! before each one, and how the body ends. The server records when each request was fully read and
-//! when each write was flushed: that is the "server truth" probe timings are checked against.
+//! before each one, and how the body ends. The server records when each request's last bytes
+//! arrived (the kernel's receive stamp, as the probe's own reads are stamped) and when each write
+//! was flushed: that is the "server truth" probe timings are checked against.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -15,6 +16,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
+
+use crate::probe::h1::Arrivals;
+use crate::probe::socket::ProbeSocket;
 
 /// Largest request head accepted before answering 431.
 const MAX_HEAD: usize = 64 * 1024;
@@ -308,7 +312,8 @@ pub struct RequestRecord {
     pub headers: Vec<(String, String)>,
     /// Body (by `Content-Length`).
     pub body: Bytes,
-    /// When the request was fully read.
+    /// When the request's last bytes reached the host (the kernel's receive stamp of the read
+    /// that completed it; where the kernel gives none, when that read returned).
     pub received_at: Instant,
     /// When the status line and headers were flushed to the socket.
     pub head_written_at: Option<Instant>,
@@ -423,6 +428,7 @@ impl StandIn {
         socket.set_reuseaddr(true)?;
         socket.bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
         let listener = socket.listen(BACKLOG)?;
+        let listening_since = Instant::now();
         let addr = listener.local_addr()?;
         let records: Records = Arc::default();
         let is_tls = tls.is_some();
@@ -445,7 +451,7 @@ impl StandIn {
                 let records = Arc::clone(&accept_records);
                 let tls = tls.clone();
                 connections.spawn(async move {
-                    if let Err(error) = serve_connection(stream, tls, handler, records).await {
+                    if let Err(error) = serve_connection(stream, listening_since, tls, handler, records).await {
                         tracing::debug!(%error, "stand-in connection ended with an error");
                     }
                 });
@@ -509,17 +515,29 @@ fn lock(records: &Records) -> MutexGuard<'_, RecordLog> {
 
 async fn serve_connection(
     stream: TcpStream,
+    listening_since: Instant,
     tls: Option<TlsAcceptor>,
     handler: Arc<Handler>,
     records: Records,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
+    // The probe's own socket, for its receive stamps: a request is "received" when its last
+    // bytes reached the host, not when this busy server got round to accepting the connection
+    // and reading them, so the truth a probe is checked against holds no server backlog.
+    // Never parked.
+    let stream = ProbeSocket::new(stream).stamps_since(listening_since);
     match tls {
         Some(acceptor) => {
             let stream = acceptor.accept(stream).await?;
             serve(stream, handler, records).await
         }
         None => serve(stream, handler, records).await,
+    }
+}
+
+impl Arrivals for tokio_rustls::server::TlsStream<ProbeSocket> {
+    fn arrival(&self) -> Option<Instant> {
+        self.get_ref().0.arrival()
     }
 }
 
@@ -544,7 +562,7 @@ impl BadRequest {
 
 async fn serve<S>(mut stream: S, handler: Arc<Handler>, records: Records) -> std::io::Result<()>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Arrivals,
 {
     let record = match read_request(&mut stream).await? {
         Some(Ok(record)) => record,
@@ -630,7 +648,7 @@ async fn write_head<S: AsyncWrite + Unpin>(stream: &mut S, script: &Script) -> s
 }
 
 /// Reads one request; `None` when the peer closed before sending a whole head.
-async fn read_request<S: AsyncRead + Unpin>(
+async fn read_request<S: AsyncRead + Unpin + Arrivals>(
     stream: &mut S,
 ) -> std::io::Result<Option<Result<RequestRecord, BadRequest>>> {
     let mut buf = BytesMut::with_capacity(4096);
@@ -682,7 +700,7 @@ async fn read_request<S: AsyncRead + Unpin>(
         path,
         headers,
         body: body.freeze(),
-        received_at: Instant::now(),
+        received_at: stream.arrival().unwrap_or_else(Instant::now),
         head_written_at: None,
         chunk_written_at: Vec::new(),
     })))

@@ -70,6 +70,14 @@ impl ProbeSocket {
         }
     }
 
+    /// Lets stamps go back to `floor` instead of the socket's creation: for a server's socket,
+    /// whose first bytes may have arrived while the connection waited to be accepted.
+    #[cfg(any(feature = "demo", test))]
+    pub fn stamps_since(mut self, floor: Instant) -> Self {
+        self.floor = self.floor.min(floor);
+        self
+    }
+
     /// When the bytes of the last read reached this host (the kernel's stamp, or the read's
     /// return where there is none); `None` before any byte.
     pub fn arrival(&self) -> Option<Instant> {
@@ -147,6 +155,16 @@ impl ProbeSocket {
                 self.unpark();
             }
         }
+    }
+}
+
+impl super::h1::Arrivals for ProbeSocket {
+    fn arrival(&self) -> Option<Instant> {
+        self.arrival
+    }
+
+    fn park(&mut self) -> bool {
+        ProbeSocket::park(self)
     }
 }
 
@@ -387,6 +405,33 @@ mod tests {
         // The peer's stamp is taken after its write returned, the kernel's inside it.
         let off = if at >= sent { at.duration_since(sent) } else { sent.duration_since(at) };
         assert!(off < Duration::from_millis(20), "arrival {off:?} away from the write, not 150 ms late");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_server_socket_stamps_bytes_that_came_before_it_was_accepted_only_if_told_it_may() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listening = Instant::now();
+        let addr = listener.local_addr().expect("addr");
+        let request = |addr| async move {
+            let mut client = TcpStream::connect(addr).await.expect("connect");
+            tokio::io::AsyncWriteExt::write_all(&mut client, b"GET / HTTP/1.1\r\n\r\n").await.expect("write");
+            (client, Instant::now())
+        };
+        let (_early, sent_early) = request(addr).await;
+        let (_plain, _) = request(addr).await;
+        // Both requests wait in the accept queue while the server is busy.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let accepted = Instant::now();
+        let mut told = ProbeSocket::new(listener.accept().await.expect("accept").0).stamps_since(listening);
+        let mut untold = ProbeSocket::new(listener.accept().await.expect("accept").0);
+        let mut buf = [0u8; 64];
+        assert!(told.read(&mut buf).await.expect("read") > 0);
+        assert!(untold.read(&mut buf).await.expect("read") > 0);
+        let at = told.arrival().expect("stamped");
+        let off = if at >= sent_early { at.duration_since(sent_early) } else { sent_early.duration_since(at) };
+        assert!(off < Duration::from_millis(20), "arrival {off:?} away from the write, not 100 ms later");
+        assert!(untold.arrival().expect("stamped") >= accepted, "without a floor, no stamp before the socket");
     }
 
     #[cfg(target_os = "linux")]
