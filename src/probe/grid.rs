@@ -3,7 +3,7 @@
 //!
 //! Waking costs the probe thread more than most of the work it wakes for (a context switch, an
 //! `epoll_wait`, timer upkeep: tens of µs on a virtual machine). At 1,000 targets the thread
-//! woke about 150 times a second, once per probe start and once per streamed event, and those
+//! woke about 140 times a second, once per probe start and once per streamed event, and those
 //! wake-ups were the largest share of the daemon's CPU (docs/BENCHMARKS.md). Probe timings do
 //! not depend on when the thread wakes: starts are due on a tick (and their lag is measured from
 //! it), and reads carry the instant the kernel received their bytes.
