@@ -24,7 +24,7 @@ const FLAPPING: u8 = 3;
 /// threshold is under a millisecond and a stall of the shared test machine would read as a
 /// slow probe of whichever target it hit; the faults this test stages are in the TTFT.
 fn stream(gap: Duration) -> Script {
-    Script { head_delay: Duration::from_millis(30), ..Script::sse(&adherent_stream(), gap) }
+    Script::sse(&adherent_stream(), gap).with_head_delay(Duration::from_millis(30))
 }
 
 /// (status, update, reminder, incident, kinds, seen regions) of every delivery.
