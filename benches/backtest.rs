@@ -7,11 +7,11 @@ use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::time::Instant;
-use vigil::alert::backtest::replay;
-use vigil::alert::rules::RuleConfig;
 use vigil::config::BaselineConfig;
-use vigil::sample::{Outcome, Sample};
-use vigil::target::Target;
+use vigil::decide::alert::backtest::replay;
+use vigil::decide::alert::settings::RuleConfig;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 fn week(targets: usize, end: DateTime<Utc>) -> Vec<Sample> {
     let mut rng = StdRng::seed_from_u64(3);

@@ -15,11 +15,11 @@ use rand::{RngExt, SeedableRng};
 use sqlx::{Connection, Executor, PgConnection, Row};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use vigil::baseline::{Baselines, Metric, ERRORS, HIGHEST, LOWEST, PROBES, SIGFIG};
 use vigil::config::BaselineConfig;
-use vigil::sample::Sample;
-use vigil::store::Rollup;
-use vigil::target::Target;
+use vigil::decide::baseline::{Baselines, Metric, ERRORS, HIGHEST, LOWEST, PROBES, SIGFIG};
+use vigil::vocab::records::Rollup;
+use vigil::vocab::sample::Sample;
+use vigil::vocab::target::Target;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -156,7 +156,7 @@ async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng:
     let mut oldest_picks = vec![0usize; n];
     let (loaded, load_cost) = measure(|| {
         let mut loaded = 0;
-        // An hour at a time, as Baselines::load_from reads the store.
+        // An hour at a time, as io::store::load_window reads the store.
         for h in 0..HOURS {
             let mut rollups = Vec::with_capacity(n * 5);
             for (i, oldest) in oldest_picks.iter_mut().enumerate() {
@@ -227,7 +227,7 @@ async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng:
 /// `Monitor::expire` does at each hour boundary.
 async fn read_back_one_hour(rollups: &[Rollup], hour: DateTime<Utc>) -> Option<f64> {
     let dir = tempfile::tempdir().ok()?;
-    let store = vigil::store::open(&format!("sqlite://{}", dir.path().join("bench.db").display())).await.ok()?;
+    let store = vigil::io::store::open(&format!("sqlite://{}", dir.path().join("bench.db").display())).await.ok()?;
     store.migrate().await.ok()?;
     store.upsert_rollups(rollups).await.ok()?;
     let start = Instant::now();

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use vigil::demo::standin::{RequestRecord, Script, StandIn};
+use vigil::run::demo::standin::{RequestRecord, Script, StandIn};
 
 const FIXTURE: &str = "openai-chat-stream.sse";
 /// The key variable the bench's providers name (the stand-in ignores it).
@@ -414,8 +414,8 @@ struct Row {
 /// same stand-in must agree (the delays are drawn per request from the same ranges).
 fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
     let read = async {
-        let store = vigil::store::open(&format!("sqlite://{}", db.display())).await.ok()?;
-        let q = vigil::store::SampleQuery { since: Some(since), ..Default::default() };
+        let store = vigil::io::store::open(&format!("sqlite://{}", db.display())).await.ok()?;
+        let q = vigil::io::store::SampleQuery { since: Some(since), ..Default::default() };
         store.samples(&q).await.ok()
     };
     let Some(samples) = tokio::runtime::Runtime::new().ok().and_then(|rt| rt.block_on(read)) else {
@@ -424,7 +424,7 @@ fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
     };
     let mean = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
     let streams: Vec<_> = samples.iter().filter(|s| s.ttft_ms.is_some()).collect();
-    let of = |f: fn(&vigil::sample::Sample) -> Option<f64>| mean(streams.iter().filter_map(|s| f(s)).collect());
+    let of = |f: fn(&vigil::vocab::sample::Sample) -> Option<f64>| mean(streams.iter().filter_map(|s| f(s)).collect());
     let plain = mean(samples.iter().filter(|s| s.ttft_ms.is_none()).filter_map(|s| s.total_ms).collect());
     println!(
         "{who:<34} {:>9} {:>10.2} {:>10.2} {:>14.2} {:>10.1} {:>10.2}",

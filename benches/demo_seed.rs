@@ -8,7 +8,7 @@ use chrono::Utc;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use vigil::config::Config;
-use vigil::demo::history;
+use vigil::run::demo::history;
 
 fn main() {
     let runs: usize = std::env::var("VIGIL_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
@@ -22,14 +22,14 @@ fn main() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::from_toml("", &BTreeMap::<String, String>::new()).expect("defaults");
         config.storage.data_dir = dir.path().to_path_buf();
-        assert!(vigil::demo::use_demo_database(&mut config), "the defaults name no storage URL");
+        assert!(vigil::run::demo::use_demo_database(&mut config), "the defaults name no storage URL");
         let sim = Instant::now();
         let simulated = history::simulate(&config, Utc::now(), history::SEED);
         let simulate_s = sim.elapsed().as_secs_f64();
         drop(simulated);
         let seeded = rt.block_on(async {
             let url = secrecy::ExposeSecret::expose_secret(&config.storage.url).to_string();
-            let store = vigil::store::open(&url).await.expect("open demo database");
+            let store = vigil::io::store::open(&url).await.expect("open demo database");
             store.migrate().await.expect("migrate");
             history::seed(store.as_ref(), &config, Utc::now()).await.expect("seed")
         });

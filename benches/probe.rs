@@ -13,11 +13,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use vigil::demo::standin::{RequestRecord, Script, StandIn};
-use vigil::metrics::Metrics;
-use vigil::probe::{Planned, Prober};
-use vigil::sample::{Outcome, Sample};
-use vigil::scheduler::Scheduler;
+use vigil::io::metrics::Metrics;
+use vigil::io::probe::{Planned, Prober};
+use vigil::run::demo::standin::{RequestRecord, Script, StandIn};
+use vigil::run::scheduler::Scheduler;
+use vigil::vocab::sample::{Outcome, Sample};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -39,7 +39,7 @@ const STARTS_PER_TICK: u32 = 17;
 
 /// The scheduled rows' interval for `n` targets (see [`STARTS_PER_TICK`]).
 fn spread(n: usize) -> Duration {
-    vigil::probe::grid::TICK * u32::try_from(n).unwrap_or(u32::MAX) / STARTS_PER_TICK
+    vigil::io::probe::grid::TICK * u32::try_from(n).unwrap_or(u32::MAX) / STARTS_PER_TICK
 }
 
 fn main() {

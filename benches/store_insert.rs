@@ -13,10 +13,10 @@ use chrono::{Duration, Utc};
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Instant;
-use vigil::sample::{Outcome, Sample};
-use vigil::store::postgres::{InsertPath, PgStore};
-use vigil::store::{self, Store};
-use vigil::target::Target;
+use vigil::io::store::postgres::{InsertPath, PgStore};
+use vigil::io::store::{self, AdminStore, SampleStore, Store};
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 /// Batch size before the `COPY` change, kept as a comparison row.
 const OLD_BATCH: usize = 500;

@@ -11,8 +11,8 @@
 //! - balance and price figures parsed from the body are finite.
 
 use std::time::Duration;
-use vigil::probe::scrub::{self, Secrets};
-use vigil::probe::{self, MAX_RETRY_AFTER_S};
+use vigil::io::probe::scrub::{self, Secrets};
+use vigil::io::probe::{self, MAX_RETRY_AFTER_S};
 
 /// The provider key the harness configures; inputs may contain it (the dictionary has it).
 pub const SECRET: &str = "sk-test-fuzz-secret-01234";
@@ -51,7 +51,7 @@ pub fn error_response(data: &[u8]) {
     let now = chrono::Utc::now();
     for v in headers.get_all(http::header::RETRY_AFTER) {
         if let Ok(v) = v.to_str() {
-            let d = vigil::alert::notifier::parse_retry_after(v, now);
+            let d = vigil::io::notify::notifier::parse_retry_after(v, now);
             assert!(d.is_none_or(|d| d <= Duration::from_secs(3600)), "receiver Retry-After gave {d:?}");
         }
     }
@@ -59,8 +59,9 @@ pub fn error_response(data: &[u8]) {
     let _ = probe::classify::classify_http_error(status, body);
     let message = probe::error_message(status, body);
     let secrets = Secrets::new([SECRET.to_string()]);
-    let target = vigil::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
-    let mut sample = vigil::sample::Sample::new(target, now, now);
+    let target =
+        vigil::vocab::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+    let mut sample = vigil::vocab::sample::Sample::new(target, now, now);
     sample.error = Some(message);
     sample.request_id = probe::header_request_id(&headers);
     sample.retry_after_s = wait.or(delay);
@@ -84,11 +85,11 @@ pub fn error_response(data: &[u8]) {
     assert!(sample.tokens_per_s.is_none_or(|v| v.is_finite() && v >= 0.0));
     assert!(in_range(sample.retry_after_s));
 
-    if let Ok(v) = vigil::balance::parse_credits(body) {
+    if let Ok(v) = vigil::io::feeds::balance::parse_credits(body) {
         assert!(v.is_finite(), "credits {v}");
     }
-    let _ = vigil::balance::parse_key(body);
-    if let Ok(prices) = vigil::pricing::parse_endpoints(body) {
+    let _ = vigil::io::feeds::balance::parse_key(body);
+    if let Ok(prices) = vigil::decide::pricing::parse_endpoints(body) {
         assert!(prices.iter().all(|p| p.input_per_mtok.is_finite() && p.output_per_mtok.is_finite()));
     }
 }

@@ -23,7 +23,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use vigil::probe::h1::{Arrivals, Exchange, MAX_HEAD};
+use vigil::io::probe::h1::{Arrivals, Exchange, MAX_HEAD};
 
 /// Peak heap one exchange may hold: the read buffer (at most `MAX_HEAD`), the parsed head's
 /// copies of header names and values (at most the head's size) and the header map itself.

@@ -4,8 +4,8 @@
 //! (1..=256 bytes), byte 2 seeds the sizes of the reads; the rest is the response body.
 
 use vigil::config::ProviderKind;
-use vigil::probe::sse::{SseError, SseEvent, SseParser};
-use vigil::probe::{adapter_for, Signals};
+use vigil::io::probe::sse::{SseError, SseEvent, SseParser};
+use vigil::io::probe::{adapter_for, Signals};
 
 /// A cap no fuzz input reaches, like the probe's body limit.
 const BIG_CAP: usize = 1 << 20;

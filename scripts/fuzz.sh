@@ -32,7 +32,7 @@ fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   log "installing cargo-fuzz"
-  cargo install cargo-fuzz --locked
+  cargo install cargo-fuzz --locked --debug
 fi
 
 # Seeds for `sse_stream`: every fixture stream and a few error bodies as `data:` events. The
@@ -136,6 +136,14 @@ seed_error_response() { # CORPUS
 # so AddressSanitizer is off by default (faster build and runs); VIGIL_FUZZ_SANITIZER=address turns it on.
 export CARGO_TARGET_DIR="${VIGIL_FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}/fuzz}"
 export RUSTC_BOOTSTRAP=1
+# VIGIL_FUZZ_BUILD=dev builds the targets unoptimised (fast to build, fewer runs a second; the
+# test command's 30 s smoke run uses it); the default is cargo-fuzz's optimised build.
+build_mode=()
+case "${VIGIL_FUZZ_BUILD:-release}" in
+  dev) build_mode=(--dev) ;;
+  release) ;;
+  *) echo "VIGIL_FUZZ_BUILD must be dev or release" >&2; exit 2 ;;
+esac
 
 failed=()
 ran=()
@@ -159,7 +167,7 @@ for i in "${!targets[@]}"; do
   status=0
   dict="$PWD/fuzz/$target.dict"
   # -timeout: one input running 10 s is a hang; libFuzzer's default would wait 20 minutes.
-  (cd fuzz && cargo fuzz run --sanitizer "${VIGIL_FUZZ_SANITIZER:-none}" "$target" -- \
+  (cd fuzz && cargo fuzz run "${build_mode[@]}" --sanitizer "${VIGIL_FUZZ_SANITIZER:-none}" "$target" -- \
     -max_total_time="$share" -dict="$dict" -max_len=8192 -timeout=10 -print_final_stats=1 ${flags[@]+"${flags[@]}"}) ||
     status=$?
 

@@ -1,14 +1,14 @@
 //! Command line: each subcommand is a thin call into the library.
 
-use crate::app::{App, AppOptions};
-use crate::baseline::Baselines;
 use crate::config::{Config, ConfigError, ProcessEnv};
-use crate::metrics::Metrics;
-use crate::monitor::Monitor;
-use crate::probe::{Planned, Prober};
-use crate::sample::Sample;
-use crate::scheduler::Scheduler;
-use crate::store::SampleQuery;
+use crate::decide::baseline::Baselines;
+use crate::io::metrics::Metrics;
+use crate::io::probe::{Planned, Prober};
+use crate::io::store::SampleQuery;
+use crate::run::app::{App, AppOptions};
+use crate::run::monitor::Monitor;
+use crate::run::scheduler::Scheduler;
+use crate::vocab::sample::Sample;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -184,7 +184,7 @@ pub enum AlertsCommand {
     },
 }
 
-pub use crate::router_formats::Format;
+pub use crate::decide::router_formats::Format;
 
 /// Bad command-line usage (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -196,8 +196,8 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     let usage = e.chain().any(|c| {
         c.downcast_ref::<ConfigError>().is_some()
             || c.downcast_ref::<UsageError>().is_some()
-            || matches!(c.downcast_ref::<crate::app::AppError>(), Some(crate::app::AppError::NothingToProbe))
-            || matches!(c.downcast_ref::<crate::store::StoreError>(), Some(crate::store::StoreError::BadUrl(_)))
+            || matches!(c.downcast_ref::<crate::run::app::AppError>(), Some(crate::run::app::AppError::NothingToProbe))
+            || matches!(c.downcast_ref::<crate::io::store::StoreError>(), Some(crate::io::store::StoreError::BadUrl(_)))
     });
     if usage {
         2
@@ -206,8 +206,8 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
-async fn open_migrated(c: &Config) -> anyhow::Result<Arc<dyn crate::store::Store>> {
-    let store = crate::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
+async fn open_migrated(c: &Config) -> anyhow::Result<Arc<dyn crate::io::store::Store>> {
+    let store = crate::io::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
     store.migrate().await.context("storage")?;
     Ok(store)
 }
@@ -227,10 +227,10 @@ pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result
 /// written by `vigil run --demo` exports its targets without a config naming them).
 pub async fn thresholds_document(
     c: &Config,
-    store: &dyn crate::store::Store,
+    store: &dyn crate::io::store::Store,
     now: chrono::DateTime<chrono::Utc>,
-) -> anyhow::Result<crate::export::Thresholds> {
-    let mut targets: Vec<crate::target::Target> =
+) -> anyhow::Result<crate::decide::export::Thresholds> {
+    let mut targets: Vec<crate::vocab::target::Target> =
         Planned::all(&c.providers, &c.region).into_iter().map(|p| p.target).collect();
     let since = Baselines::new(&c.baseline).window_start(now);
     let stored = store.rollups_since(Some(&c.region), since).await.context("reading rollups")?;
@@ -247,19 +247,19 @@ pub async fn thresholds_document(
 
 /// Parses the storage URL as opening it would, without connecting: a URL `run` would refuse
 /// with exit 2 is refused the same way.
-fn check_storage_url(url: &str) -> Result<(), crate::store::StoreError> {
+fn check_storage_url(url: &str) -> Result<(), crate::io::store::StoreError> {
     use std::str::FromStr;
     let parsed = if url.starts_with("sqlite:") {
         sqlx::sqlite::SqliteConnectOptions::from_str(url).map(drop)
     } else {
         sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
     };
-    parsed.map_err(|e| crate::store::StoreError::BadUrl(format!("{}: {e}", crate::config::redact_url(url))))
+    parsed.map_err(|e| crate::io::store::StoreError::BadUrl(format!("{}: {e}", crate::config::redact_url(url))))
 }
 
 async fn baselines(
     c: &Config,
-    store: Arc<dyn crate::store::Store>,
+    store: Arc<dyn crate::io::store::Store>,
     json: bool,
     rebuild: bool,
     all_regions: bool,
@@ -277,7 +277,7 @@ async fn baselines(
     }
     let mut b = Baselines::new(&c.baseline);
     let region = (!all_regions).then_some(c.region.as_str());
-    let report = b.load_from(store.as_ref(), region, now).await?;
+    let report = crate::io::store::load_window(store.as_ref(), &mut b, region, now).await?;
     for skipped in &report.skipped {
         tracing::warn!(error = %skipped, "unreadable rollup skipped");
     }
@@ -329,7 +329,7 @@ async fn baselines(
 
 async fn report(
     c: &Config,
-    store: Arc<dyn crate::store::Store>,
+    store: Arc<dyn crate::io::store::Store>,
     window: std::time::Duration,
     region: &str,
     json: bool,
@@ -341,11 +341,11 @@ async fn report(
         ..SampleQuery::default()
     };
     let samples = store.samples(&q).await?;
-    let mut targets: Vec<crate::target::Target> = samples.iter().map(|s| s.target.clone()).collect();
+    let mut targets: Vec<crate::vocab::target::Target> = samples.iter().map(|s| s.target.clone()).collect();
     targets.sort();
     targets.dedup();
-    let prices = crate::pricing::load(&c.providers, &targets, &c.storage.data_dir, chrono::Utc::now()).await;
-    let m = crate::report::matrix(&samples, &|t| prices.price(t));
+    let prices = crate::io::feeds::prices::load(&c.providers, &targets, &c.storage.data_dir, chrono::Utc::now()).await;
+    let m = crate::decide::report::matrix(&samples, &|t| prices.price(t));
     if json {
         println!("{}", m.to_json());
     } else {
@@ -358,14 +358,14 @@ async fn report(
 }
 
 async fn weekly_report(
-    store: Arc<dyn crate::store::Store>,
+    store: Arc<dyn crate::io::store::Store>,
     region: &str,
     out: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let region = (region != "all").then_some(region);
-    let report = crate::weekly::build(store.as_ref(), region, chrono::Utc::now()).await?;
-    let pictures = crate::weekly::chart::pictures(&report)?;
-    let html = crate::weekly::html::document(&report, &pictures, crate::weekly::html::ImageSource::DataUri);
+    let report = crate::io::weekly::build(store.as_ref(), region, chrono::Utc::now()).await?;
+    let pictures = crate::io::weekly::chart::pictures(&report)?;
+    let html = crate::io::weekly::html::document(&report, &pictures, crate::io::weekly::html::ImageSource::DataUri);
     match out {
         Some(path) => {
             write_atomically(path, html.as_bytes()).with_context(|| format!("--out {}", path.display()))?;
@@ -387,23 +387,25 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 
 /// The config of a reading command: with `demo`, the demo's own database and its providers,
 /// served on loopback while the command runs (the report reads their published prices).
-async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Config, Option<crate::demo::Demo>)> {
+async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Config, Option<crate::run::demo::Demo>)> {
     let mut config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
     log_providers(&config, demo);
     if !demo {
         return Ok((config, None));
     }
-    let _ = crate::demo::use_demo_database(&mut config);
-    let running = crate::demo::start_demo(crate::demo::history::SEED).await.context("--demo")?;
+    let _ = crate::run::demo::use_demo_database(&mut config);
+    let running = crate::run::demo::start_demo(crate::run::demo::history::SEED).await.context("--demo")?;
     config.providers.extend(running.providers.iter().cloned());
     Ok((config, Some(running)))
 }
 
 /// Opens and migrates the store; the demo's is seeded with a simulated week when empty.
-async fn open_reading(c: &Config, demo: bool) -> anyhow::Result<Arc<dyn crate::store::Store>> {
+async fn open_reading(c: &Config, demo: bool) -> anyhow::Result<Arc<dyn crate::io::store::Store>> {
     let store = open_migrated(c).await?;
     if demo {
-        crate::demo::history::seed_if_empty(store.as_ref(), c, chrono::Utc::now()).await.context("demo history")?;
+        crate::run::demo::history::seed_if_empty(store.as_ref(), c, chrono::Utc::now())
+            .await
+            .context("demo history")?;
     }
     Ok(store)
 }
@@ -431,7 +433,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             // Kept alive until the round is done: the simulated providers answer from it.
             let running = match demo {
                 true => {
-                    let d = crate::demo::start_demo(rand::random()).await.context("--demo")?;
+                    let d = crate::run::demo::start_demo(rand::random()).await.context("--demo")?;
                     c.providers.extend(d.providers.iter().cloned());
                     Some(d)
                 }
@@ -445,7 +447,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let signer = match (sign, &c.http.signing_key) {
                 (false, _) => None,
-                (true, Some(seed)) => crate::signing::ExportSigner::from_seed(seed),
+                (true, Some(seed)) => crate::decide::signing::ExportSigner::from_seed(seed),
                 (true, None) => anyhow::bail!(UsageError(
                     "--sign needs http.signing_key_env (or http.signing_key_file) naming where the key is".into()
                 )),
@@ -453,31 +455,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_reading(&c, demo).await?;
             let doc = thresholds_document(&c, store.as_ref(), chrono::Utc::now()).await?;
             let doc = doc
-                .filtered(&crate::export::Filter { model, provider, chain })
+                .filtered(&crate::decide::export::Filter { model, provider, chain })
                 .map_err(|e| UsageError(format!("--chain: {e}")))?;
-            let bytes = crate::router_formats::render(&doc, format)?;
+            let bytes = crate::decide::router_formats::render(&doc, format)?;
             let signature = signer.as_ref().map(|s| (s.sign(&bytes), s.public_key()));
-            match out {
-                Some(path) => {
-                    write_atomically(&path, &bytes).with_context(|| format!("--out {}", path.display()))?;
-                    if let Some((sig, key)) = signature {
-                        let mut sig_path = path.clone().into_os_string();
-                        sig_path.push(".sig");
-                        write_atomically(std::path::Path::new(&sig_path), format!("{sig}\n").as_bytes())
-                            .context("writing the signature")?;
-                        eprintln!("signed with public key {key}");
-                    }
-                    Ok(())
-                }
-                None => {
-                    std::io::Write::write_all(&mut std::io::stdout(), &bytes)?;
-                    if let Some((sig, key)) = signature {
-                        eprintln!("{}: {sig}", crate::signing::SIGNATURE_HEADER);
-                        eprintln!("{}: {key}", crate::signing::KEY_HEADER);
-                    }
-                    Ok(())
-                }
-            }
+            emit_export(&bytes, signature, out)
         }
         Command::Baselines { config, json, rebuild, all_regions, demo } => {
             let (c, _running) = load_reading(config.as_ref(), demo).await?;
@@ -497,65 +479,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(window) => report(&c, store, window, &region, json).await,
             }
         }
-        Command::AlertTest { config, channel } => {
-            let c = load(config.as_ref())?;
-            let channels = crate::alert::channels::build_notifiers(&c.alerts, crate::alert::notifier::DEFAULT_TIMEOUT)
-                .map_err(|e| anyhow::anyhow!("{}: {}", e.channel, e.message))?;
-            let results =
-                crate::alert::channels::alert_test(&channels, channel.as_deref(), &c.region, chrono::Utc::now()).await;
-            if results.is_empty() {
-                let names: Vec<&str> = channels.iter().map(|n| n.name()).collect();
-                anyhow::bail!(UsageError(match channel {
-                    Some(ch) => format!("--channel {ch}: no such channel (configured: {})", names.join(", ")),
-                    None => "no alert channel is configured ([[alerts.slack]], [[alerts.email]], …)".into(),
-                }));
-            }
-            let mut failed = 0;
-            for (name, r) in &results {
-                match r {
-                    Ok(()) => println!("{name}: accepted"),
-                    Err(e) => {
-                        failed += 1;
-                        println!("{name}: FAILED: {e}");
-                    }
-                }
-            }
-            if failed > 0 {
-                anyhow::bail!("{failed} of {} channels did not accept the test notification", results.len());
-            }
-            Ok(())
-        }
+        Command::AlertTest { config, channel } => alert_test(config, channel).await,
         Command::Alerts { command: AlertsCommand::Backtest { config, window, region, set, json } } => {
-            let c = load(config.as_ref())?;
-            let window = crate::config::parse_duration("--window", &window)?;
-            let mut rules = crate::alert::rules::RuleConfig::from_config(&c);
-            for s in &set {
-                crate::alert::backtest::set(&mut rules, s).map_err(UsageError)?;
-            }
-            let region = region.unwrap_or_else(|| c.region.clone());
-            let store = open_migrated(&c).await?;
-            let started = std::time::Instant::now();
-            let report = crate::alert::backtest::from_store(
-                store.as_ref(),
-                rules,
-                &c.baseline,
-                c.probe.interval,
-                (region != "all").then_some(region.as_str()),
-                window,
-                chrono::Utc::now(),
-            )
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render_table());
-            }
-            eprintln!("replayed {} samples in {:.2} s", report.samples, started.elapsed().as_secs_f64());
-            Ok(())
+            backtest(config, &window, region, &set, json).await
         }
         Command::Migrate { config } => {
             let c = load(config.as_ref())?;
-            let store = crate::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
+            let store = crate::io::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
             store.migrate().await.context("vigil migrate")?;
             println!(
                 "schema up to date ({})",
@@ -566,9 +496,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig { config } => {
             let c = load(config.as_ref())?;
             // What `run` refuses with exit 2 is refused here too, after the config is shown.
-            print!("{}", c.redacted_toml());
+            print!("{}", c.redacted_toml_with(&price_notes(&c)));
             if Planned::all(&c.providers, &c.region).is_empty() {
-                anyhow::bail!(crate::app::AppError::NothingToProbe);
+                anyhow::bail!(crate::run::app::AppError::NothingToProbe);
             }
             check_storage_url(secrecy::ExposeSecret::expose_secret(&c.storage.url))?;
             Ok(())
@@ -641,8 +571,8 @@ async fn watch_signals(path: Option<PathBuf>, shutdown: CancellationToken, stop:
                 let _ = stop.send(Stop::Exit);
                 shutdown.cancel();
                 // The drain is bounded by STOP_WITHIN; this is the guard against a bug in it.
-                tokio::time::sleep(crate::app::STOP_WITHIN * 2).await;
-                tracing::error!(bound = ?crate::app::STOP_WITHIN, "stop overran its bound twice over; exiting now");
+                tokio::time::sleep(crate::run::app::STOP_WITHIN * 2).await;
+                tracing::error!(bound = ?crate::run::app::STOP_WITHIN, "stop overran its bound twice over; exiting now");
                 std::process::exit(1);
             }
         }
@@ -695,7 +625,7 @@ pub struct ProbeFailed {
 async fn probe_once(config: Config, target: Option<String>, json: bool, no_fail: bool) -> anyhow::Result<()> {
     let plans = Planned::all(&config.providers, &config.region);
     if plans.is_empty() {
-        anyhow::bail!(crate::app::AppError::NothingToProbe);
+        anyhow::bail!(crate::run::app::AppError::NothingToProbe);
     }
     if let Some(t) = &target {
         if !plans.iter().any(|p| &p.target.id() == t) {
@@ -779,4 +709,141 @@ fn table(samples: &[Sample]) -> String {
         );
     }
     out
+}
+
+/// Reads the window ending at `until` from `store` (samples of `region`, or every region when
+/// `None`; their breaker transitions; the baseline rollups of the window before) and replays it.
+async fn backtest_from_store(
+    store: &dyn crate::io::store::Store,
+    rules: crate::decide::alert::settings::RuleConfig,
+    baseline: &crate::config::BaselineConfig,
+    interval: std::time::Duration,
+    region: Option<&str>,
+    window: std::time::Duration,
+    until: chrono::DateTime<chrono::Utc>,
+) -> Result<crate::decide::alert::backtest::BacktestReport, crate::io::store::StoreError> {
+    let span = |d: std::time::Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(7));
+    let since = until - span(window);
+    let q = crate::io::store::SampleQuery {
+        region: region.map(str::to_string),
+        since: Some(since),
+        ..crate::io::store::SampleQuery::default()
+    };
+    let samples = store.samples(&q).await?;
+    let transitions = store.transitions_between(region, since, until).await?;
+    let prior = store.rollups_between(region, since - span(baseline.window), Some(since)).await?;
+    Ok(crate::decide::alert::backtest::replay(rules, baseline, interval, &prior, &samples, &transitions))
+}
+
+/// Writes an export to `out` (atomically, with its signature beside it in `OUT.sig`) or to
+/// stdout (the signature and public key on stderr).
+fn emit_export(bytes: &[u8], signature: Option<(String, String)>, out: Option<PathBuf>) -> anyhow::Result<()> {
+    match out {
+        Some(path) => {
+            write_atomically(&path, bytes).with_context(|| format!("--out {}", path.display()))?;
+            if let Some((sig, key)) = signature {
+                let mut sig_path = path.clone().into_os_string();
+                sig_path.push(".sig");
+                write_atomically(std::path::Path::new(&sig_path), format!("{sig}\n").as_bytes())
+                    .context("writing the signature")?;
+                eprintln!("signed with public key {key}");
+            }
+            Ok(())
+        }
+        None => {
+            std::io::Write::write_all(&mut std::io::stdout(), bytes)?;
+            if let Some((sig, key)) = signature {
+                eprintln!("{}: {sig}", crate::decide::signing::SIGNATURE_HEADER);
+                eprintln!("{}: {key}", crate::decide::signing::KEY_HEADER);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `vigil alert-test`: one test notification through every configured channel (or one).
+async fn alert_test(config: Option<PathBuf>, channel: Option<String>) -> anyhow::Result<()> {
+    let c = load(config.as_ref())?;
+    let channels =
+        crate::io::notify::channels::build_notifiers(&c.alerts, crate::io::notify::notifier::DEFAULT_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.channel, e.message))?;
+    let results =
+        crate::io::notify::channels::alert_test(&channels, channel.as_deref(), &c.region, chrono::Utc::now()).await;
+    if results.is_empty() {
+        let names: Vec<&str> = channels.iter().map(|n| n.name()).collect();
+        anyhow::bail!(UsageError(match channel {
+            Some(ch) => format!("--channel {ch}: no such channel (configured: {})", names.join(", ")),
+            None => "no alert channel is configured ([[alerts.slack]], [[alerts.email]], …)".into(),
+        }));
+    }
+    let mut failed = 0;
+    for (name, r) in &results {
+        match r {
+            Ok(()) => println!("{name}: accepted"),
+            Err(e) => {
+                failed += 1;
+                println!("{name}: FAILED: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} channels did not accept the test notification", results.len());
+    }
+    Ok(())
+}
+
+/// `vigil alerts backtest`: replays the stored window through the alert rules (with `--set`
+/// overrides) and prints what would have paged.
+async fn backtest(
+    config: Option<PathBuf>,
+    window: &str,
+    region: Option<String>,
+    set: &[String],
+    json: bool,
+) -> anyhow::Result<()> {
+    let c = load(config.as_ref())?;
+    let window = crate::config::parse_duration("--window", window)?;
+    let mut rules = crate::decide::alert::settings::RuleConfig::from_config(&c);
+    for s in set {
+        crate::decide::alert::backtest::set(&mut rules, s).map_err(UsageError)?;
+    }
+    let region = region.unwrap_or_else(|| c.region.clone());
+    let store = open_migrated(&c).await?;
+    let started = std::time::Instant::now();
+    let report = backtest_from_store(
+        store.as_ref(),
+        rules,
+        &c.baseline,
+        c.probe.interval,
+        (region != "all").then_some(region.as_str()),
+        window,
+        chrono::Utc::now(),
+    )
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render_table());
+    }
+    eprintln!("replayed {} samples in {:.2} s", report.samples, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `check-config`'s price lines: each configured model's price and where it comes from.
+pub fn price_notes(c: &Config) -> Vec<String> {
+    let mut notes = Vec::new();
+    for p in &c.providers {
+        for m in &p.models {
+            if let Some((price, source)) = crate::decide::price_table::price_of(p, m, None, None) {
+                notes.push(format!(
+                    "price {}/{m}: ${} in, ${} out per 1M tokens ({})",
+                    p.name,
+                    price.input_per_mtok,
+                    price.output_per_mtok,
+                    source.label()
+                ));
+            }
+        }
+    }
+    notes
 }

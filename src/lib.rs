@@ -1,69 +1,32 @@
 //! vigil: synthetic health probes for LLM API providers.
 //!
-//! Layout — data flows one way:
-//! [`config`] is parsed once into a validated `Config`. The [`scheduler`] starts each target's
-//! probe at a stable offset inside every interval; [`probe`] opens a fresh, timed connection,
-//! lets the provider's adapter build the request and read the stream ([`probe::sse`]), and
-//! returns a [`sample::Sample`] — a failed probe is data, not an error.
-//! Samples go down one channel to the pipeline, the one place the order lives:
-//! store (or spool), then metrics, baselines, breaker and alerts; every other store call goes
-//! through the storage link ([`store::link`]) so the pipeline never waits on a database, and the
-//! watchdog keeps the daemon whole or stopped. [`http`] serves `/metrics`,
-//! health, the router export and the status page from snapshots; [`demo`] runs simulated
-//! providers on loopback for `--demo` and for tests. The comparison report and [`weekly`] only
-//! read the store: the matrix, and the weekly summary (HTML with PNG charts, emailed on a schedule).
+//! # Decks
 //!
-//! # Public surface
+//! The crate is built in five decks, and a module imports only from its own deck or one below
+//! (docs/ARCHITECTURE.md, "Decks"; `tests/it/decks.rs` keeps it so):
 //!
-//! The binary needs only [`cli`]. The rest of what is public is what the integration tests,
-//! the benches and the fuzz harnesses drive directly:
-//! - start-up and serving: [`app`] (`App::build`), [`http`] (router, server, readiness),
-//!   [`monitor`] (the snapshot the HTTP layer reads), [`metrics`];
-//! - the vocabulary: [`config`], [`target`], [`sample`], [`baseline`], [`breaker`], [`canary`];
-//! - the parts tested against real peers: [`probe`] and [`scheduler`], [`store`] (both
-//!   backends, link, spool, retention), [`alert`] (rules, outbox, channels), [`balance`],
-//!   [`pricing`], [`price_table`], [`provider_status`], [`model_lists`], [`adaptive`],
-//!   [`weekly`], and the stand-in providers of [`demo`].
+//! 1. [`vocab`]: the shared words (target, sample, breaker state, stored records, notices,
+//!    readiness);
+//! 2. [`config`]: TOML + environment → a validated `Config`, one file per section;
+//! 3. [`decide`]: pure engines (baselines, breaker, alert rules, export, adaptive plan, canary
+//!    statistic, prices) with injected time;
+//! 4. [`io`]: adapters (probe, store, HTTP, metrics, notification channels, feeds, weekly report);
+//! 5. [`run`]: the daemon's tasks (app wiring, pipeline, monitor, scheduler, watchdog), and
+//!    [`cli`] above them all.
 //!
-//! Everything else (the pipeline, the router export and its formats, chains, the report
-//! matrix, signing, bounded body reads, secret files, the watchdog) is internal: reached only
-//! through the daemon, the CLI or the HTTP API.
+//! Data flows one way: the scheduler starts each probe, the prober returns a
+//! [`Sample`] (a failed probe is data, not an error), and the pipeline hands it to the store,
+//! metrics, baselines, breaker and alerts in that order; readers see published snapshots.
 
-pub mod adaptive;
-pub mod alert;
-pub mod app;
-pub mod balance;
-pub mod baseline;
-mod bounded;
-pub mod breaker;
-pub mod canary;
-mod chain;
 pub mod cli;
 pub mod config;
-#[cfg(feature = "demo")]
-pub mod demo;
-/// Without the `demo` feature: the same entry points, refusing to start.
-#[cfg(not(feature = "demo"))]
-#[path = "demo/off.rs"]
-pub mod demo;
-mod export;
-pub mod http;
-pub mod markup;
-pub mod metrics;
-pub mod model_lists;
-pub mod monitor;
-mod pipeline;
-pub mod price_table;
-pub mod pricing;
-pub mod probe;
-pub mod provider_status;
-mod report;
-mod router_formats;
-pub mod sample;
-pub mod scheduler;
-mod secret_file;
-mod signing;
-pub mod store;
-pub mod target;
-mod watchdog;
-pub mod weekly;
+pub mod decide;
+pub mod io;
+pub mod run;
+pub mod vocab;
+
+pub use config::{Config, ProviderConfig};
+pub use io::store::{Store, StoreError};
+pub use vocab::breaker::State as BreakerState;
+pub use vocab::sample::{Outcome, Sample};
+pub use vocab::target::{Target, TargetKey};

@@ -1,17 +1,18 @@
 //! A simulated UTC day of cost-aware adaptive probing (time injected, no sleeping): targets with
 //! mixed prices under a daily budget the fixed schedule would overrun, and a one-target incident.
 //! The day runs the planner and the scheduler's own decision of which probe is due
-//! (`vigil::adaptive::plan::{plan, due, burst_offsets}`, as the pipeline and `Scheduler` use
+//! (`vigil::decide::adaptive::plan::{plan, due, burst_offsets}`, as the pipeline and `Scheduler` use
 //! them), and real circuit breakers judge the probes. Proven: the day's spend stays within the
 //! budget (the fixed schedule's does not), the incident target is probed at the incident interval
 //! until it recovers, and the incident is detected (breaker open) no later than with fixed intervals.
 
 use chrono::{DateTime, TimeZone, Utc};
 use std::time::Duration;
-use vigil::adaptive::plan::{burst_offsets, due, phase_for, plan, PlanInput, PlanSettings};
-use vigil::breaker::{Breaker, BreakerSettings, Probe, State};
-use vigil::sample::Outcome;
-use vigil::scheduler::offset_for;
+use vigil::decide::adaptive::plan::{burst_offsets, due, phase_for, plan, PlanInput, PlanSettings};
+use vigil::decide::breaker::{Breaker, BreakerSettings, Probe};
+use vigil::run::scheduler::offset_for;
+use vigil::vocab::breaker::State;
+use vigil::vocab::sample::Outcome;
 
 const BASE: Duration = Duration::from_secs(60);
 
@@ -135,7 +136,7 @@ fn run_day(adaptive: bool) -> Day {
                 retry_after_s: None,
             };
             if let Some(tr) =
-                t.breaker.observe(probe, vigil::baseline::LatencyP95 { ttfb: Some(250.0), ttft: None }, at)
+                t.breaker.observe(probe, vigil::decide::baseline::LatencyP95 { ttfb: Some(250.0), ttft: None }, at)
             {
                 if tr.to == State::Open {
                     t.opened.push(at);

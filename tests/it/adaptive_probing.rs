@@ -8,7 +8,7 @@ use crate::support::daemon::{spawn_app, table, DaemonConfig, Provider};
 use crate::support::poll_until;
 
 use std::time::Duration;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 fn probes_of(metrics: &str, provider: &str) -> f64 {
     metrics

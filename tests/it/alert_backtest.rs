@@ -6,8 +6,8 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::process::Command;
-use vigil::sample::{Outcome, Sample};
-use vigil::target::Target;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 const MINUTES: i64 = 7 * 24 * 60;
 
@@ -67,7 +67,7 @@ fn backtest(config: &std::path::Path, extra: &[&str]) -> serde_json::Value {
 async fn a_stored_week_replays_to_its_known_incidents() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/vigil.db", dir.path().display());
-    let store = vigil::store::open(&url).await.expect("store");
+    let store = vigil::io::store::open(&url).await.expect("store");
     store.migrate().await.expect("migrate");
     let end = Utc::now().duration_trunc(Duration::minutes(1)).expect("minute");
     for chunk in week(end).chunks(10_000) {

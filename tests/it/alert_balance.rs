@@ -6,7 +6,7 @@ use crate::support::fixture_text;
 use receiver::{Receiver, Reply};
 use secrecy::SecretString;
 use std::time::Duration;
-use vigil::balance::{BalanceCheck, BalanceClient, BalanceError};
+use vigil::io::feeds::balance::{BalanceCheck, BalanceClient, BalanceError};
 
 fn client(r: &Receiver) -> BalanceClient {
     BalanceClient::new(

@@ -10,14 +10,14 @@ use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
-use vigil::alert::channels::alert_test;
-use vigil::alert::notifier::{DeliveryError, Notifier};
-use vigil::alert::pagerduty::PagerDutyNotifier;
-use vigil::alert::slack::SlackNotifier;
-use vigil::alert::webhook::{verify_signature, WebhookNotifier};
-use vigil::alert::{Alert, AlertKind, AlertStatus, Notification, Scope};
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
-use vigil::target::Target;
+use vigil::decide::alert::{Alert, AlertKind, AlertStatus, Notification, Scope};
+use vigil::io::notify::channels::alert_test;
+use vigil::io::notify::notifier::{DeliveryError, Notifier};
+use vigil::io::notify::pagerduty::PagerDutyNotifier;
+use vigil::io::notify::slack::SlackNotifier;
+use vigil::io::notify::webhook::{verify_signature, WebhookNotifier};
+use vigil::vocab::target::Target;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -8,11 +8,11 @@ use secrecy::SecretString;
 use smtp_server::SmtpServer;
 use std::time::Duration;
 use uuid::Uuid;
-use vigil::alert::email::EmailNotifier;
-use vigil::alert::notifier::{DeliveryError, Notifier};
-use vigil::alert::{Alert, AlertKind, Notification};
 use vigil::config::EmailConfig;
-use vigil::target::Target;
+use vigil::decide::alert::{Alert, AlertKind, Notification};
+use vigil::io::notify::email::EmailNotifier;
+use vigil::io::notify::notifier::{DeliveryError, Notifier};
+use vigil::vocab::target::Target;
 
 fn notification() -> Notification {
     let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc);

@@ -11,18 +11,19 @@ use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
 use store_support::Fixture;
-use vigil::alert::notifier::Notifier;
-use vigil::alert::outbox::{enqueue, item_id, Outbox, OutboxConfig};
-use vigil::alert::pagerduty::PagerDutyNotifier;
-use vigil::alert::rules::{AlertEngine, Baseline, Elsewhere, Probe, Round, RuleConfig};
-use vigil::alert::slack::SlackNotifier;
-use vigil::alert::webhook::WebhookNotifier;
-use vigil::alert::{Alert, AlertKind, Notification};
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
-use vigil::metrics::Metrics;
-use vigil::sample::{Outcome, Sample};
-use vigil::store::Store;
-use vigil::target::Target;
+use vigil::decide::alert::rules::{AlertEngine, BaselineP95, Elsewhere, Round, RoundProbe};
+use vigil::decide::alert::settings::RuleConfig;
+use vigil::decide::alert::{Alert, AlertKind, Notification};
+use vigil::io::metrics::Metrics;
+use vigil::io::notify::notifier::Notifier;
+use vigil::io::notify::outbox::{enqueue, item_id, Outbox, OutboxConfig};
+use vigil::io::notify::pagerduty::PagerDutyNotifier;
+use vigil::io::notify::slack::SlackNotifier;
+use vigil::io::notify::webhook::WebhookNotifier;
+use vigil::io::store::Store;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
@@ -75,7 +76,7 @@ fn outbox(store: &Arc<dyn Store>, channels: Vec<Arc<dyn Notifier>>, deadline: Du
 /// An outbox and the metrics it counts into.
 fn counted(store: &Arc<dyn Store>, channels: Vec<Arc<dyn Notifier>>, deadline: Duration) -> (Outbox, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new("eu-west-1").expect("metrics"));
-    (Outbox::new(Arc::clone(store), channels, OutboxConfig::with_deadline(deadline), metrics.clone()), metrics)
+    (Outbox::new(store.clone(), channels, OutboxConfig::with_deadline(deadline), metrics.clone()), metrics)
 }
 
 /// The value of one exported series (`name{labels}` as rendered), if it is exported.
@@ -212,7 +213,7 @@ async fn a_restart_loses_nothing_and_sends_nothing_twice(fx: Fixture) {
         assert_eq!(first.deliver_pending(t0()).await.expect("step").retried, 1);
     }
     // A new process: a fresh connection to the same database and a new worker.
-    let reopened = vigil::store::open(&fx.url).await.expect("reopen store");
+    let reopened = vigil::io::store::open(&fx.url).await.expect("reopen store");
     let second = outbox(&reopened, vec![webhook(&w, Duration::from_secs(5))], Duration::from_secs(86400));
     assert_eq!(reopened.outbox_depth().await.expect("depth"), 1, "the undelivered alert survived");
     assert_eq!(second.deliver_pending(after(HOUR)).await.expect("step").delivered, 1);
@@ -225,8 +226,8 @@ async fn a_restart_loses_nothing_and_sends_nothing_twice(fx: Fixture) {
     assert_eq!(k[0], k[1]);
 }
 
-fn probe(s: &Sample) -> Probe<'_> {
-    Probe { sample: s, baseline: Baseline::default(), elsewhere: Elsewhere::default() }
+fn probe(s: &Sample) -> RoundProbe<'_> {
+    RoundProbe { sample: s, baseline: BaselineP95::default(), elsewhere: Elsewhere::default() }
 }
 
 fn failing(t: &Target, when: DateTime<Utc>) -> Sample {
@@ -274,7 +275,7 @@ fn shared_outbox(fx: &Fixture, w: &Receiver, region: &str) -> Outbox {
         ..OutboxConfig::with_deadline(Duration::from_secs(86400))
     };
     let metrics = Arc::new(Metrics::new(region).expect("metrics"));
-    Outbox::new(Arc::clone(&fx.store), vec![webhook(w, Duration::from_secs(5))], cfg, metrics)
+    Outbox::new(fx.store.clone(), vec![webhook(w, Duration::from_secs(5))], cfg, metrics)
 }
 
 /// (status, title) of every webhook delivery.

@@ -11,7 +11,7 @@ use crate::support::store as store_support;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 const NORMAL: u8 = 0;
 const SLOW: u8 = 1;

@@ -7,7 +7,7 @@ use crate::support::{eventually, fixture, settle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 /// Webhook deliveries of notifications (status, alert kinds), in arrival order; an update in
 /// place of an open incident reads as status `update`.

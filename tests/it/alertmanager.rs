@@ -9,13 +9,14 @@ use secrecy::SecretString;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use uuid::Uuid;
-use vigil::alert::alertmanager::AlertmanagerNotifier;
-use vigil::alert::notifier::Notifier;
-use vigil::alert::rules::{AlertEngine, Baseline, Elsewhere, Probe, Round, RuleConfig};
-use vigil::alert::Notification;
 use vigil::config::AlertmanagerConfig;
-use vigil::sample::{Outcome, Sample};
-use vigil::target::Target;
+use vigil::decide::alert::rules::{AlertEngine, BaselineP95, Elsewhere, Round, RoundProbe};
+use vigil::decide::alert::settings::RuleConfig;
+use vigil::decide::alert::Notification;
+use vigil::io::notify::alertmanager::AlertmanagerNotifier;
+use vigil::io::notify::notifier::Notifier;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 struct Alertmanager {
     child: Child,
@@ -104,7 +105,7 @@ fn incident() -> (Notification, Notification) {
     {
         let mut s = Sample::new(t.clone(), at(i as i64), at(i as i64));
         s.outcome = *outcome;
-        let p = Probe { sample: &s, baseline: Baseline::default(), elsewhere: Elsewhere::default() };
+        let p = RoundProbe { sample: &s, baseline: BaselineP95::default(), elsewhere: Elsewhere::default() };
         out.extend(e.evaluate(&Round { probes: vec![p], ..Round::default() }, at(i as i64)));
     }
     assert_eq!(out.len(), 2, "{out:?}");

@@ -5,10 +5,10 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use vigil::baseline::{Baseline, Baselines, Metric};
 use vigil::config::BaselineConfig;
-use vigil::sample::{Outcome, Sample};
-use vigil::target::Target;
+use vigil::decide::baseline::{Baseline, Baselines, Metric};
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 const MINUTES_PER_WEEK: i64 = 7 * 24 * 60;
 
@@ -182,7 +182,7 @@ fn the_week_survives_persist_and_load_through_v2_bytes() {
 async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("vigil.db").display());
-    let store = vigil::store::open(&url).await.expect("sqlite opens");
+    let store = vigil::io::store::open(&url).await.expect("sqlite opens");
     store.migrate().await.expect("migrations run");
 
     let mut rng = StdRng::seed_from_u64(9);
@@ -244,7 +244,7 @@ async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples(
 
     // A restart loads the same window from the store and agrees.
     let mut restarted = Baselines::new(&config());
-    let report = restarted.load_from(store.as_ref(), None, now).await.expect("window loads");
+    let report = vigil::io::store::load_window(store.as_ref(), &mut restarted, None, now).await.expect("window loads");
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
     restarted.refresh(now);
     for t in &targets {

@@ -8,12 +8,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use vigil::alert::channels::test_notification;
-use vigil::alert::notifier::{DeliveryError, Notifier};
-use vigil::alert::webhook::WebhookNotifier;
-use vigil::balance::BalanceClient;
 use vigil::config::{ProviderConfig, ProviderKind, WebhookConfig};
-use vigil::target::Target;
+use vigil::io::feeds::balance::BalanceClient;
+use vigil::io::notify::channels::test_notification;
+use vigil::io::notify::notifier::{DeliveryError, Notifier};
+use vigil::io::notify::webhook::WebhookNotifier;
+use vigil::vocab::target::Target;
 
 /// What the hostile server sends: 2 GB, never all in memory on its side either.
 const HUGE: u64 = 2 * 1024 * 1024 * 1024;
@@ -151,7 +151,7 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
     let dir = tempfile::tempdir().expect("tempdir");
     let book = bounded(
         "prices",
-        vigil::pricing::load(std::slice::from_ref(&p), std::slice::from_ref(&t), dir.path(), Utc::now()),
+        vigil::io::feeds::prices::load(std::slice::from_ref(&p), std::slice::from_ref(&t), dir.path(), Utc::now()),
     )
     .await;
     assert_eq!(book.price(&t), None);

@@ -154,13 +154,13 @@ fn demo_only_crates_are_optional_behind_the_default_demo_feature() {
     for krate in ["rcgen", "rand_distr"] {
         assert_eq!(deps[krate]["optional"].as_bool(), Some(true), "{krate} is optional");
         assert!(demo.contains(&format!("dep:{krate}").as_str()), "feature demo enables {krate}");
-        // Only src/demo/ may name it, or the build without the feature breaks.
+        // Only src/run/demo/ may name it, or the build without the feature breaks.
         for file in walk(&repo().join("src")) {
             let in_demo = file.components().any(|c| c.as_os_str() == "demo");
             let text = std::fs::read_to_string(&file).unwrap_or_default();
             assert!(
                 in_demo || !text.contains(&format!("{krate}::")),
-                "{} uses {krate} outside src/demo/",
+                "{} uses {krate} outside src/run/demo/",
                 file.display()
             );
         }

@@ -10,12 +10,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vigil::alert::rules::{AlertEngine, Round, RuleConfig};
-use vigil::alert::{AlertKind, AlertStatus, Notification};
-use vigil::canary::{prompt, runner, CanaryRun};
 use vigil::config::Config;
-use vigil::demo::standin::{ChatIdentity, Script, StandIn};
-use vigil::probe::{Planned, Prober};
+use vigil::decide::alert::rules::{AlertEngine, Round};
+use vigil::decide::alert::settings::RuleConfig;
+use vigil::decide::alert::{AlertKind, AlertStatus, Notification};
+use vigil::decide::canary::prompt;
+use vigil::io::probe::{Planned, Prober};
+use vigil::run::canary_runner;
+use vigil::run::demo::standin::{ChatIdentity, Script, StandIn};
+use vigil::vocab::canary::CanaryRun;
 
 const KEY: &str = "sk-test-canary";
 
@@ -94,17 +97,17 @@ async fn standin(
 async fn simulate(config: &Config, runs: u64) -> (Vec<CanaryRun>, Vec<Notification>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store =
-        vigil::store::open(&format!("sqlite://{}", dir.path().join("vigil.db").display())).await.expect("store");
+        vigil::io::store::open(&format!("sqlite://{}", dir.path().join("vigil.db").display())).await.expect("store");
     store.migrate().await.expect("migrate");
     let prober = Prober::new(config.probe.clone(), &[]);
     let plans = Planned::all(&config.providers, &config.region);
     let plan = plans.first().expect("one target");
-    let request = runner::request(&config.canary);
+    let request = canary_runner::request(&config.canary);
     let mut engine = AlertEngine::new(RuleConfig::from_config(config));
     let (mut all, mut notes) = (Vec::new(), Vec::new());
     for i in 0..runs {
         let at = t0() + chrono::Duration::minutes(15 * i as i64);
-        let mut run = runner::run_once(&prober, plan, &request, at).await;
+        let mut run = canary_runner::run_once(&prober, plan, &request, at).await;
         // Injected time: the run is dated on the simulated clock the statistic reads.
         run.sample.started_at = at;
         run.sample.scheduled_at = at;
@@ -144,7 +147,7 @@ async fn a_quietly_swapped_model_fires_model_changed_exactly_once_with_what_and_
     let config = config(&s.base_url(), "").expect("valid");
     let (runs, notes) = simulate(&config, 80).await;
 
-    assert!(runs.iter().all(|r| r.sample.outcome == vigil::sample::Outcome::Ok), "every run answered");
+    assert!(runs.iter().all(|r| r.sample.outcome == vigil::vocab::sample::Outcome::Ok), "every run answered");
     assert_eq!(runs[0].correct, 6);
     assert_eq!(runs[0].identity.model.as_deref(), Some("test-model-2025-06-01"));
     assert_eq!(runs[0].identity.system_fingerprint.as_deref(), Some("fp_a1"));
@@ -156,7 +159,7 @@ async fn a_quietly_swapped_model_fires_model_changed_exactly_once_with_what_and_
     let fired = model_changed(&notes, AlertStatus::Firing);
     assert_eq!(fired.len(), 1, "one change, one page: {:#?}", notes.iter().map(|n| n.title()).collect::<Vec<_>>());
     let alert = fired[0].alerts.iter().find(|a| a.kind == AlertKind::ModelChanged).expect("the facet");
-    assert_eq!(alert.severity, vigil::alert::Severity::Warning);
+    assert_eq!(alert.severity, vigil::decide::alert::Severity::Warning);
     assert!(alert.summary.contains("exact-match score 100% →"), "{}", alert.summary);
     assert!(alert.summary.contains("since 2026-12-01 05:00 UTC"), "since the first swapped answer: {}", alert.summary);
     let opened = fired[0].created_at;
@@ -284,7 +287,7 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
     assert!(text.lines().any(|l| l.starts_with("vigil_canary_score{") && l.ends_with(" 1")), "{text}");
     assert_eq!(series("vigil_canary_runs_total{"), 2, "{text}");
     assert_eq!(series("vigil_canary_last_run_timestamp_seconds{"), 2, "{text}");
-    let counted = |m: &vigil::metrics::Metrics| -> f64 {
+    let counted = |m: &vigil::io::metrics::Metrics| -> f64 {
         m.render()
             .lines()
             .filter(|l| l.starts_with("vigil_probes_total{"))
@@ -295,15 +298,15 @@ async fn the_daemon_runs_the_canary_apart_from_the_regular_probes() {
 
     daemon.stop_within(Duration::from_secs(12)).await;
 
-    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
+    let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
     let canary = store.canary_runs(None, t0() - chrono::Duration::days(1), 100).await.expect("canary runs");
     assert_eq!(canary.len(), 2, "one run per target in the first minute, stored");
     let probes = counted(&metrics);
-    let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
+    let stored = store.count_samples(&vigil::io::store::SampleQuery::default()).await.expect("count");
     assert!(probes >= 4.0, "two rounds of regular probes ran: {probes}");
     assert_eq!(stored as f64, probes, "samples are the regular probes only; canary runs are not counted as probes");
     let ids: Vec<uuid::Uuid> = canary.iter().map(|r| r.sample.id).collect();
-    let samples = store.samples(&vigil::store::SampleQuery::default()).await.expect("samples");
+    let samples = store.samples(&vigil::io::store::SampleQuery::default()).await.expect("samples");
     assert!(samples.iter().all(|s| !ids.contains(&s.id)), "no canary run in samples");
     let canary_requests =
         s.requests().iter().filter(|r| r.json().is_some_and(|b| b["messages"][0]["content"] == prompt::SYSTEM)).count();

@@ -4,7 +4,7 @@
 
 use crate::support::cli::{output, vigil_in};
 use std::time::Duration;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -6,8 +6,8 @@ use crate::support::{fixture, promtool, settle};
 
 use std::process::Command;
 use std::time::Duration;
-use vigil::app::AppOptions;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::app::AppOptions;
+use vigil::run::demo::standin::{Script, StandIn};
 
 fn vigil() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
@@ -97,8 +97,8 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
         .filter(|l| l.starts_with("vigil_probes_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
-    let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
+    let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
+    let stored = store.count_samples(&vigil::io::store::SampleQuery::default()).await.expect("count");
     assert!(probes >= 6.0, "two rounds of three targets at least, got {probes}");
     assert_eq!(stored as f64, probes, "stored samples equal vigil_probes_total");
 }
@@ -260,14 +260,18 @@ fn demo_ok(metrics: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
-    use vigil::store::{BreakerTransition, Rollup};
+    use vigil::vocab::records::{BreakerTransition, Rollup};
     let data = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/vigil.db", data.path().display());
-    let store = vigil::store::open(&url).await.expect("open");
+    let store = vigil::io::store::open(&url).await.expect("open");
     store.migrate().await.expect("migrate");
     let now = chrono::Utc::now();
-    let t =
-        vigil::target::Target { provider: "none".into(), model: String::new(), route: None, region: "local".into() };
+    let t = vigil::vocab::target::Target {
+        provider: "none".into(),
+        model: String::new(),
+        route: None,
+        region: "local".into(),
+    };
     let rollup = |days: i64| Rollup {
         target: t.clone(),
         metric: "ttfb".into(),
@@ -277,8 +281,8 @@ async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
     };
     let transition = |days: i64| BreakerTransition {
         target: t.clone(),
-        from_state: vigil::breaker::State::Closed,
-        to_state: vigil::breaker::State::Open,
+        from_state: vigil::vocab::breaker::State::Closed,
+        to_state: vigil::vocab::breaker::State::Open,
         at: now - chrono::Duration::days(days),
         reason: format!("{days} days ago"),
     };

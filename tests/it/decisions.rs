@@ -8,10 +8,10 @@ use crate::support::{fixture, settle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vigil::breaker::State;
 use vigil::config::Config;
-use vigil::demo::standin::{Script, StandIn};
-use vigil::store::SampleQuery;
+use vigil::io::store::SampleQuery;
+use vigil::run::demo::standin::{Script, StandIn};
+use vigil::vocab::breaker::State;
 
 const TOKEN: &str = "test-token-123";
 
@@ -110,7 +110,7 @@ async fn breaker_opens_on_errors_survives_restart_and_closes_on_recovery() {
     wait_for(&app, "closed").await;
     app.stop().await;
 
-    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
+    let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", data.path().display())).await.expect("store");
     let mut history = store.transitions("eu-test-1", None, 100).await.expect("transitions");
     history.reverse();
     let path: Vec<(State, State)> = history.iter().map(|t| (t.from_state, t.to_state)).collect();

@@ -71,7 +71,7 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
     assert!(stderr_free, "the real default database is never created by --demo");
     assert!(dir.path().join("vigil-data/vigil-demo.db").exists(), "the demo's own database");
     let rows = report["rows"].as_array().expect("rows");
-    let demo_targets = vigil::demo::history::demo_targets("local");
+    let demo_targets = vigil::run::demo::history::demo_targets("local");
     assert_eq!(rows.len(), demo_targets.len());
     for r in rows.iter().filter(|r| r["provider"] != "demo-status") {
         assert!(r["ttft_p95_ms"].as_f64().is_some_and(|v| v > 50.0), "a week of P95: {r}");
@@ -102,11 +102,14 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
 
     // Breaker history: the past incidents opened breakers that closed again.
     let url = format!("sqlite://{}/vigil-data/vigil-demo.db", dir.path().display());
-    let store = vigil::store::open(&url).await.expect("open the demo database");
+    let store = vigil::io::store::open(&url).await.expect("open the demo database");
     let now = chrono::Utc::now();
     let transitions =
         store.transitions_between(Some("local"), now - chrono::Duration::days(8), now).await.expect("transitions");
-    assert!(transitions.iter().filter(|t| t.to_state == vigil::breaker::State::Open).count() >= 3, "{transitions:?}");
+    assert!(
+        transitions.iter().filter(|t| t.to_state == vigil::vocab::breaker::State::Open).count() >= 3,
+        "{transitions:?}"
+    );
     let readings = store.balances("demo-llama", now - chrono::Duration::days(8)).await.expect("credit readings");
     assert!(readings.len() >= 24 * 7, "hourly credit readings for the week: {}", readings.len());
 
@@ -175,7 +178,7 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     let p95_shown = |page: &str| {
         page.match_indices("P95 ").filter(|(i, _)| page[i + 4..].starts_with(|c: char| c.is_ascii_digit())).count()
     };
-    let streaming = vigil::demo::history::demo_targets("local").len() - 1;
+    let streaming = vigil::run::demo::history::demo_targets("local").len() - 1;
     let fetch =
         || async { http.get(format!("http://{addr}/")).send().await.expect("status page").text().await.expect("body") };
     let ready = |page: &String| page.contains("<polyline") && p95_shown(page) >= 2 * streaming;
@@ -193,7 +196,7 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_misbehaving_host_pages_the_log_channel() {
-    use vigil::app::{App, AppOptions};
+    use vigil::run::app::AppOptions;
     let data = tempfile::tempdir().expect("tempdir");
     let text = format!(
         "[storage]\ndata_dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n",
@@ -202,12 +205,10 @@ async fn the_misbehaving_host_pages_the_log_channel() {
     let config =
         vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::<String, String>::new()).expect("config");
     // Straight into the hourly failure of the schedule (minute 8), instead of waiting for it.
-    let opts = AppOptions { demo: true, demo_elapsed: vigil::demo::trouble::FAIL_FROM, ..AppOptions::default() };
-    let app = App::build(config, opts).await.expect("demo app builds");
+    let opts = AppOptions { demo: true, demo_elapsed: vigil::run::demo::trouble::FAIL_FROM, ..AppOptions::default() };
+    let daemon = crate::support::daemon::spawn_app_with(config, opts).await;
     assert!(data.path().join("vigil-demo.db").exists(), "its own database in the data dir");
-    let base = format!("http://{}", app.local_addr().expect("bound"));
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let base = daemon.base.clone();
     let http = reqwest::Client::new();
     let fired = |m: &str| {
         m.lines().any(|l| {
@@ -227,7 +228,5 @@ async fn the_misbehaving_host_pages_the_log_channel() {
             && l.contains(r#"route="Anyscale""#)),
         "{metrics}"
     );
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    daemon.stop_within(Duration::from_secs(15)).await;
 }

@@ -8,9 +8,9 @@ use rand::SeedableRng;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use vigil::config::ProviderKind;
-use vigil::demo::profiles::{self, per_token_price, Profile, Wire, PROFILES};
-use vigil::demo::standin::split_sse_events;
-use vigil::demo::{start_demo, Script};
+use vigil::run::demo::profiles::{self, per_token_price, Profile, Wire, PROFILES};
+use vigil::run::demo::standin::split_sse_events;
+use vigil::run::demo::{start_demo, Script};
 
 /// One parsed SSE event: comment-only, or its `event:` name and `data:` payload, with the delay
 /// since the previous write (the head delay for the first).
@@ -480,7 +480,7 @@ async fn key_document_drains_and_endpoints_list_prices() {
     assert_eq!(response.status(), 403);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], 403);
-    let poller = vigil::balance::BalanceClient::new(
+    let poller = vigil::io::feeds::balance::BalanceClient::new(
         "demo-llama",
         format!("{base}/api/v1").parse().expect("url"),
         secrecy::SecretString::from("sk-test-demo"),

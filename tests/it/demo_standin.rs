@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use vigil::demo::standin::split_sse_events;
-use vigil::demo::{End, Script, StandIn};
+use vigil::run::demo::standin::split_sse_events;
+use vigil::run::demo::{End, Script, StandIn};
 
 const GUARD: Duration = Duration::from_secs(10);
 

@@ -13,10 +13,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vigil::config::{ProviderConfig, ProviderKind};
-use vigil::demo::standin::{Script, StandIn};
-use vigil::probe::{Planned, Prober, MAX_RETRY_AFTER_S};
-use vigil::sample::Outcome;
-use vigil::target::Target;
+use vigil::io::probe::{Planned, Prober, MAX_RETRY_AFTER_S};
+use vigil::run::demo::standin::{Script, StandIn};
+use vigil::vocab::sample::Outcome;
+use vigil::vocab::target::Target;
 
 fn plan(kind: ProviderKind, base_url: &str) -> Planned {
     let p = ProviderConfig {
@@ -76,9 +76,9 @@ async fn absurd_costs_and_overlong_request_ids_are_not_kept() {
     assert_eq!(s.output_tokens, None, "an absurd token count is dropped");
     assert_eq!(s.input_tokens, Some(10));
     let kept = s.request_id.clone().expect("request id kept, cut");
-    assert!(kept.len() <= vigil::probe::scrub::MAX_REQUEST_ID_BYTES + 3, "{} bytes", kept.len());
+    assert!(kept.len() <= vigil::io::probe::scrub::MAX_REQUEST_ID_BYTES + 3, "{} bytes", kept.len());
     // What was dropped is counted once the sample reaches the metrics.
-    let metrics = vigil::metrics::Metrics::new("r").expect("metrics");
+    let metrics = vigil::io::metrics::Metrics::new("r").expect("metrics");
     metrics.observe(&s);
     let text = metrics.render();
     for field in ["cost_usd", "output_tokens"] {
@@ -220,8 +220,8 @@ url_env = "VIGIL_ECHO_HOOK"
             assert_eq!(contains_secret(&String::from_utf8_lossy(&bytes)), None, "secret stored in {name}");
         }
     }
-    let store = vigil::store::open(&format!("sqlite://{}", db.display())).await.expect("store");
-    let stored = store.count_samples(&vigil::store::SampleQuery::default()).await.expect("count");
+    let store = vigil::io::store::open(&format!("sqlite://{}", db.display())).await.expect("store");
+    let stored = store.count_samples(&vigil::io::store::SampleQuery::default()).await.expect("count");
     assert!(stored >= 1, "the refused probes were stored");
     let log = log.lock().expect("log").join("\n");
     assert!(log.contains("auth_error") || log.contains("401"), "the log saw the probes:\n{log}");

@@ -1,4 +1,4 @@
-//! The HTTP server defends itself (src/http/server.rs): half-sent and idle connections are
+//! The HTTP server defends itself (src/io/http/server.rs): half-sent and idle connections are
 //! closed, the connection cap drops the oldest idle connection first, shutdown does not wait on
 //! a half-sent request; and the real binary under a low open-file limit keeps probing while
 //! hundreds of idle and half-sent connections hammer its HTTP port.
@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use vigil::demo::standin::{Script, StandIn};
-use vigil::http::server::{serve, ServerLimits};
+use vigil::io::http::server::{serve, ServerLimits};
+use vigil::run::demo::standin::{Script, StandIn};
 
 const HALF_SENT: &[u8] = b"GET /slow HTTP/1.1\r\nHost: vigil\r\nX-Partial: ";
 

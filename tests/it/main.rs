@@ -24,6 +24,7 @@ mod cli_honest;
 mod config_bounds;
 mod daemon;
 mod decisions;
+mod decks;
 mod demo_first_hour;
 mod demo_profiles;
 mod demo_standin;

@@ -5,10 +5,11 @@ use crate::support::promtool;
 
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeMap;
-use vigil::metrics::{Detail, Metrics};
-use vigil::sample::Outcome;
-use vigil::sample::Sample;
-use vigil::target::Target;
+use vigil::config::Detail;
+use vigil::io::metrics::Metrics;
+use vigil::vocab::sample::Outcome;
+use vigil::vocab::sample::Sample;
+use vigil::vocab::target::Target;
 
 const TARGETS: usize = 1000;
 

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vigil::alert::deprecation::DeprecationSource;
 use vigil::config::Config;
-use vigil::demo::standin::{RequestRecord, Script, StandIn};
-use vigil::model_lists::{Poller, Seen, SharedModelNotices};
+use vigil::io::feeds::model_lists::{ModelsPoller, SeenModels, SharedModelNotices};
+use vigil::run::demo::standin::{RequestRecord, Script, StandIn};
+use vigil::vocab::notice::DeprecationSource;
 
 /// An OpenAI chat stream whose answer obeys the probe's system prompt.
 fn adherent_stream() -> Vec<u8> {
@@ -129,7 +129,7 @@ async fn every_source_of_a_retirement_reaches_the_webhook_as_model_deprecated() 
     let read = lister.requests().into_iter().find(|r| r.path_only() == "/v1/models").expect("a models read");
     assert_eq!(read.header("authorization"), Some("Bearer sk-test-lists"));
     assert!(router.requests().iter().any(|r| r.path_only() == "/api/v1/models"));
-    assert!(data.path().join(vigil::model_lists::SEEN_FILE).exists(), "what was listed is remembered");
+    assert!(data.path().join(vigil::io::feeds::model_lists::SEEN_FILE).exists(), "what was listed is remembered");
 }
 
 fn provider_config(kind: &str, base: &str, model: &str) -> vigil::config::ProviderConfig {
@@ -141,7 +141,12 @@ fn provider_config(kind: &str, base: &str, model: &str) -> vigil::config::Provid
 }
 
 /// Polls `p` once more and returns what the shared notices say about `model`.
-async fn poll(poller: &Poller, seen: &mut Seen, shared: &SharedModelNotices, model: &str) -> Vec<DeprecationSource> {
+async fn poll(
+    poller: &ModelsPoller,
+    seen: &mut SeenModels,
+    shared: &SharedModelNotices,
+    model: &str,
+) -> Vec<DeprecationSource> {
     *seen = poller.poll_once(seen.clone(), chrono::Utc::now()).await;
     let notices = shared.read().expect("lock");
     notices.of("p", model).iter().map(|n| n.source.clone()).collect()
@@ -181,8 +186,8 @@ async fn anthropic_and_gemini_models_are_asked_one_by_one_with_their_own_key_hea
         let dir = tempfile::tempdir().expect("temp dir");
         let shared = SharedModelNotices::default();
         let probe = Config::from_toml("", &BTreeMap::new()).expect("defaults").probe;
-        let poller = Poller::new(&[p], &probe, Some(Duration::from_secs(60)), dir.path(), shared.clone());
-        let mut seen = Seen::default();
+        let poller = ModelsPoller::new(&[p], &probe, Some(Duration::from_secs(60)), dir.path(), shared.clone());
+        let mut seen = SeenModels::default();
         assert!(poll(&poller, &mut seen, &shared, model).await.is_empty(), "{kind}: listed");
         assert!(poll(&poller, &mut seen, &shared, model).await.is_empty(), "{kind}: a 503 says nothing");
         assert_eq!(
@@ -215,7 +220,7 @@ async fn bad_answers_keep_the_last_findings_and_never_raise_a_notice() {
     let dir = tempfile::tempdir().expect("temp dir");
     let shared = SharedModelNotices::default();
     let probe = Config::from_toml("", &BTreeMap::new()).expect("defaults").probe;
-    let poller = Poller::with_timeout(
+    let poller = ModelsPoller::with_timeout(
         &[p],
         &probe,
         Some(Duration::from_secs(60)),
@@ -223,7 +228,7 @@ async fn bad_answers_keep_the_last_findings_and_never_raise_a_notice() {
         shared.clone(),
         Duration::from_millis(300),
     );
-    let mut seen = Seen::default();
+    let mut seen = SeenModels::default();
     assert!(poll(&poller, &mut seen, &shared, "gpt-4o-mini").await.is_empty(), "listed");
     let missing = vec![DeprecationSource::MissingFromModels];
     assert_eq!(poll(&poller, &mut seen, &shared, "gpt-4o-mini").await, missing, "no longer listed");

@@ -2,10 +2,10 @@
 //! models API, cached in the data directory, and used (or skipped) when the API is unreachable.
 
 use chrono::{Duration, Utc};
-use vigil::demo::profiles::{self, Wire};
-use vigil::demo::start_demo;
-use vigil::pricing::{self, CACHE_FILE};
-use vigil::target::Target;
+use vigil::io::feeds::prices::{self, CACHE_FILE};
+use vigil::run::demo::profiles::{self, Wire};
+use vigil::run::demo::start_demo;
+use vigil::vocab::target::Target;
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
@@ -16,7 +16,7 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
     let demo = start_demo(5).await.expect("demo starts");
     let providers = demo.providers.clone();
     let llama = providers.iter().find(|p| p.name == "demo-llama").expect("demo-llama").clone();
-    assert!(pricing::is_openrouter(&llama) && llama.price.is_none());
+    assert!(vigil::decide::pricing::is_openrouter(&llama) && llama.price.is_none());
     let targets: Vec<Target> = llama
         .routes
         .iter()
@@ -31,7 +31,7 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
     let data = tempfile::tempdir().expect("temp dir");
     let now = Utc::now();
 
-    let book = pricing::load(&providers, &targets, data.path(), now).await;
+    let book = prices::load(&providers, &targets, data.path(), now).await;
     assert!(book.notes.is_empty(), "{:?}", book.notes);
     for t in &targets {
         let route = t.route.as_deref().expect("route");
@@ -44,19 +44,19 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
     let fetched = demo.standin.requests().len();
 
     // Within a day the cache answers; the API is not asked again.
-    let cached = pricing::load(&providers, &targets, data.path(), now + Duration::hours(1)).await;
+    let cached = prices::load(&providers, &targets, data.path(), now + Duration::hours(1)).await;
     assert_eq!(cached.price(&targets[0]), book.price(&targets[0]));
     assert_eq!(demo.standin.requests().len(), fetched, "no request while the cache is fresh");
 
     // Offline and stale: the last known prices, with a note saying so.
     demo.standin.shutdown().await;
-    let stale = pricing::load(&providers, &targets, data.path(), now + Duration::days(2)).await;
+    let stale = prices::load(&providers, &targets, data.path(), now + Duration::days(2)).await;
     assert_eq!(stale.price(&targets[0]), book.price(&targets[0]));
     assert!(stale.notes.iter().any(|n| n.contains("using cached prices")), "{:?}", stale.notes);
 
     // Offline with no cache: no price and a note, never an error.
     let empty = tempfile::tempdir().expect("temp dir");
-    let none = pricing::load(&providers, &targets, empty.path(), now).await;
+    let none = prices::load(&providers, &targets, empty.path(), now).await;
     assert_eq!(none.price(&targets[0]), None);
     assert!(none.notes.iter().any(|n| n.contains("no published prices")), "{:?}", none.notes);
 }
@@ -65,7 +65,7 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
 async fn configured_prices_win_and_other_providers_are_not_asked() {
     let demo = start_demo(6).await.expect("demo starts");
     let anthropic = demo.providers.iter().find(|p| p.name == "demo-anthropic").expect("demo-anthropic").clone();
-    assert!(!pricing::is_openrouter(&anthropic));
+    assert!(!vigil::decide::pricing::is_openrouter(&anthropic));
     let t = Target {
         provider: anthropic.name.clone(),
         model: anthropic.models[0].clone(),
@@ -73,7 +73,7 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
         region: "eu".into(),
     };
     let data = tempfile::tempdir().expect("temp dir");
-    let book = pricing::load(std::slice::from_ref(&anthropic), std::slice::from_ref(&t), data.path(), Utc::now()).await;
+    let book = prices::load(std::slice::from_ref(&anthropic), std::slice::from_ref(&t), data.path(), Utc::now()).await;
     assert_eq!(book.price(&t), anthropic.price, "the configured price");
     assert!(demo.standin.requests().is_empty(), "no models API request for a priced, non-OpenRouter provider");
     assert!(!data.path().join(CACHE_FILE).exists());
@@ -86,17 +86,17 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
 async fn samples_report_and_check_config_use_the_same_prices() {
     use std::collections::BTreeMap;
     use vigil::config::{Config, Price, ProbeConfig};
-    use vigil::demo::standin::{Script, StandIn};
-    use vigil::probe::{Planned, Prober};
+    use vigil::io::probe::{Planned, Prober};
+    use vigil::run::demo::standin::{Script, StandIn};
 
     let env: BTreeMap<String, String> = [("OPENAI_API_KEY".to_string(), "sk-test-report".to_string())].into();
     let c = Config::from_toml("", &env).expect("built-in config");
     let t = Target { provider: "openai".into(), model: "gpt-4o-mini".into(), route: None, region: "eu".into() };
     let data = tempfile::tempdir().expect("temp dir");
-    let book = pricing::load(&c.providers, std::slice::from_ref(&t), data.path(), Utc::now()).await;
+    let book = prices::load(&c.providers, std::slice::from_ref(&t), data.path(), Utc::now()).await;
     let price = book.price(&t).expect("built-in price for the default model");
     assert!(close(price.input_per_mtok, 0.15) && close(price.output_per_mtok, 0.60), "{price:?}");
-    let shown = c.redacted_toml();
+    let shown = c.redacted_toml_with(&vigil::cli::price_notes(&c));
     assert!(shown.contains("built-in, 2026-12-01 from https://openai.com/api/pricing/"), "{shown}");
     assert!(!shown.contains("sk-test-report"), "secrets stay redacted");
 
@@ -118,7 +118,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
     };
     let cfg = ProbeConfig { timeout: std::time::Duration::from_secs(5), ..c.probe.clone() };
     let prober = Prober::new(cfg, &[]);
-    let published = vec![pricing::EndpointPrice {
+    let published = vec![vigil::decide::pricing::EndpointPrice {
         provider_name: "Host".into(),
         tag: None,
         input_per_mtok: 1.0,
@@ -126,11 +126,12 @@ async fn samples_report_and_check_config_use_the_same_prices() {
     }];
     prober.published_prices().write().expect("lock").insert(("aggregator".into(), "m".into()), published.clone());
     let s = prober.probe(&plan, Utc::now()).await;
-    assert_eq!(s.outcome, vigil::sample::Outcome::Ok, "{:?}", s.error);
+    assert_eq!(s.outcome, vigil::vocab::sample::Outcome::Ok, "{:?}", s.error);
     let (input, output) = (s.input_tokens.expect("input"), s.output_tokens.expect("output"));
     let want = Price { input_per_mtok: 1.0, output_per_mtok: 2.0 }.cost(input, output);
     assert_eq!(s.cost_usd, Some(want), "usage × the published price of the pinned route");
-    let report_price = vigil::price_table::price_of(&provider, "m", Some("Host"), Some(&published)).expect("price").0;
+    let report_price =
+        vigil::decide::price_table::price_of(&provider, "m", Some("Host"), Some(&published)).expect("price").0;
     assert_eq!(report_price.cost(input, output), want, "the report charges the same");
 }
 
@@ -148,22 +149,18 @@ async fn run_daemon(
     text: &str,
     env: &std::collections::BTreeMap<String, String>,
     mut done: impl FnMut() -> bool,
-) -> std::sync::Arc<dyn vigil::store::Store> {
+) -> std::sync::Arc<dyn vigil::io::store::Store> {
     let config = vigil::config::Config::from_toml(text, env).expect("valid config");
     let url = secrecy::ExposeSecret::expose_secret(&config.storage.url).to_string();
-    let app = vigil::app::App::build(config, vigil::app::AppOptions::default()).await.expect("app builds");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let daemon = crate::support::daemon::spawn_app(config).await;
     crate::support::settle(std::time::Duration::from_secs(20), || std::future::ready(done()), |d| *d).await;
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
-    vigil::store::open(&url).await.expect("store opens")
+    daemon.stop().await;
+    vigil::io::store::open(&url).await.expect("store opens")
 }
 
 /// Every stored sample, oldest first.
-async fn stored(store: &dyn vigil::store::Store) -> Vec<vigil::sample::Sample> {
-    let mut all = store.samples(&vigil::store::SampleQuery::default()).await.expect("samples read");
+async fn stored(store: &dyn vigil::io::store::Store) -> Vec<vigil::vocab::sample::Sample> {
+    let mut all = store.samples(&vigil::io::store::SampleQuery::default()).await.expect("samples read");
     all.sort_by_key(|s| s.started_at);
     all
 }
@@ -176,7 +173,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use vigil::config::Price;
-    use vigil::demo::standin::{Script, StandIn};
+    use vigil::run::demo::standin::{Script, StandIn};
 
     let stream = crate::support::fixture("openai-chat-stream-usage.sse");
     let endpoints = br#"{"data":{"id":"vendor/m","endpoints":[
@@ -207,7 +204,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
         ),
     );
     let env: std::collections::BTreeMap<String, String> = [("K".to_string(), "sk-test-prices".to_string())].into();
-    let want = |s: &vigil::sample::Sample| {
+    let want = |s: &vigil::vocab::sample::Sample| {
         Price { input_per_mtok: 1.0, output_per_mtok: 2.0 }
             .cost(s.input_tokens.unwrap_or(0), s.output_tokens.unwrap_or(0))
     };
@@ -227,7 +224,7 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     .await;
     let first = after_fetch.expect("the published prices were fetched");
     let samples = stored(store.as_ref()).await;
-    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
+    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::vocab::sample::Outcome::Ok).collect();
     // Probes that began after the fetch answered are charged the pinned route's price.
     let late: Vec<_> = ok.iter().skip(first + 1).collect();
     assert!(late.len() >= 2, "{} samples, fetch after {first}", ok.len());
@@ -243,7 +240,8 @@ async fn the_daemon_charges_openrouter_samples_at_the_published_price_and_starts
     let store =
         run_daemon(&text, &env, || server.requests().iter().filter(|r| r.method == "POST").count() >= before + 3).await;
     let samples = stored(store.as_ref()).await;
-    let second_run: Vec<_> = samples[before..].iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
+    let second_run: Vec<_> =
+        samples[before..].iter().filter(|s| s.outcome == vigil::vocab::sample::Outcome::Ok).collect();
     assert!(second_run.len() >= 2, "{second_run:?}");
     for s in second_run {
         assert_eq!(s.cost_usd, Some(want(s)), "priced from the cache while the endpoint fails");
@@ -292,7 +290,7 @@ async fn connect_proxy(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
     use vigil::config::Price;
-    use vigil::demo::standin::{Script, StandIn};
+    use vigil::run::demo::standin::{Script, StandIn};
 
     let certified = rcgen::generate_simple_self_signed(vec!["api.openai.com".to_string()]).expect("certificate");
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
@@ -356,7 +354,7 @@ async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
     );
 
     let samples = stored(store.as_ref()).await;
-    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::sample::Outcome::Ok).collect();
+    let ok: Vec<_> = samples.iter().filter(|s| s.outcome == vigil::vocab::sample::Outcome::Ok).collect();
     assert!(!ok.is_empty(), "{samples:?}");
     let builtin = Price { input_per_mtok: 0.15, output_per_mtok: 0.60 };
     let per_probe = builtin.cost(14, 8);
@@ -374,6 +372,6 @@ async fn built_in_prices_make_samples_budget_alert_and_report_agree() {
     // `vigil report` prices the target the same way.
     let config = vigil::config::Config::from_toml(&text, &env).expect("config");
     let target = ok[0].target.clone();
-    let book = pricing::load(&config.providers, std::slice::from_ref(&target), dir.path(), Utc::now()).await;
+    let book = prices::load(&config.providers, std::slice::from_ref(&target), dir.path(), Utc::now()).await;
     assert_eq!(book.price(&target), Some(builtin), "the report's price for {target}");
 }

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use vigil::config::proxy::ProxyConfig;
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use vigil::demo::standin::{Script, StandIn};
-use vigil::probe::proxy::ProxyConfig;
-use vigil::probe::{Planned, Prober};
-use vigil::sample::Outcome;
-use vigil::target::Target;
+use vigil::io::probe::{Planned, Prober};
+use vigil::run::demo::standin::{Script, StandIn};
+use vigil::vocab::sample::Outcome;
+use vigil::vocab::target::Target;
 
 /// The proxy process, stopped when the test ends however it ends.
 struct Tinyproxy {

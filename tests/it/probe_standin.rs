@@ -7,12 +7,12 @@ use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil::config::{Price, ProbeConfig, ProviderConfig, ProviderKind};
-use vigil::demo::standin::{End, RequestRecord, Script, StandIn};
-use vigil::metrics::Metrics;
-use vigil::probe::{Planned, Prober};
-use vigil::sample::{Outcome, Sample};
-use vigil::scheduler::Scheduler;
-use vigil::target::Target;
+use vigil::io::metrics::Metrics;
+use vigil::io::probe::{Planned, Prober};
+use vigil::run::demo::standin::{End, RequestRecord, Script, StandIn};
+use vigil::run::scheduler::Scheduler;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 /// Slack allowed between what the probe measured and what the server did on loopback.
 /// Generous on purpose: this checks that the right event is timed, not how fast the machine is.
@@ -60,9 +60,9 @@ fn assert_close(what: &str, measured: Option<f64>, truth: f64) {
 /// The system prompt is the fixed instruction behind this probe's random nonce.
 fn assert_nonce_prompt(v: &serde_json::Value) {
     let text = v.as_str().expect("system prompt text");
-    let (nonce, rest) = text.split_at(vigil::probe::NONCE_LEN);
+    let (nonce, rest) = text.split_at(vigil::io::probe::NONCE_LEN);
     assert!(nonce.chars().all(|c| c.is_ascii_hexdigit()), "{text}");
-    assert_eq!(rest, format!(". {}", vigil::probe::SYSTEM_PROMPT));
+    assert_eq!(rest, format!(". {}", vigil::io::probe::SYSTEM_PROMPT));
 }
 
 fn only_request(s: &StandIn) -> RequestRecord {
@@ -398,7 +398,7 @@ async fn a_round_starts_each_target_once_at_its_offset_in_offset_order() {
     let metrics = Arc::new(Metrics::new("test-1").expect("metrics"));
     let plans = Planned::all(&providers, "test-1");
     let offsets: std::collections::HashMap<String, Duration> =
-        plans.iter().map(|p| (p.target.id(), vigil::scheduler::offset_for(&p.target.id(), interval))).collect();
+        plans.iter().map(|p| (p.target.id(), vigil::run::scheduler::offset_for(&p.target.id(), interval))).collect();
     let scheduler = Scheduler::new(plans, Prober::new(probe_config(64), &[]), interval, 16, metrics);
     let (tx, mut rx) = tokio::sync::mpsc::channel(32);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -546,10 +546,10 @@ async fn every_probe_prompt_starts_with_a_fresh_nonce() {
         assert_eq!(prompts.len(), 3);
         for pair in prompts.windows(2) {
             let common = pair[0].bytes().zip(pair[1].bytes()).take_while(|(a, b)| a == b).count();
-            assert!(common < vigil::probe::NONCE_LEN, "{kind:?}: {pair:?} share a prefix of {common} bytes");
+            assert!(common < vigil::io::probe::NONCE_LEN, "{kind:?}: {pair:?} share a prefix of {common} bytes");
         }
         for prompt in &prompts {
-            assert!(prompt.ends_with(vigil::probe::SYSTEM_PROMPT), "{kind:?}: the instruction is intact: {prompt}");
+            assert!(prompt.ends_with(vigil::io::probe::SYSTEM_PROMPT), "{kind:?}: the instruction is intact: {prompt}");
         }
     }
 }
@@ -563,14 +563,15 @@ async fn deprecation_and_sunset_headers_reach_the_model_deprecated_rule() {
     let p = provider("openai", ProviderKind::Openai, &server.base_url());
     let s = probe(&p).await;
     assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
-    use vigil::alert::deprecation::{evaluate, DeprecationSource, DEFAULT_WARN_DAYS};
+    use vigil::decide::alert::deprecation::evaluate;
+    use vigil::vocab::notice::{DeprecationSource, DEFAULT_WARN_DAYS};
     let sources: Vec<_> = s.deprecation.iter().map(|n| n.source.clone()).collect();
     assert_eq!(sources, vec![DeprecationSource::DeprecationHeader, DeprecationSource::SunsetHeader]);
     let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").expect("date").with_timezone(&Utc);
     let notices: Vec<_> = s.deprecation.iter().map(|n| (s.target.clone(), n.clone())).collect();
     let alerts = evaluate("test-1", &notices, now, DEFAULT_WARN_DAYS);
     assert_eq!(alerts.len(), 1);
-    assert_eq!(alerts[0].kind, vigil::alert::AlertKind::ModelDeprecated);
+    assert_eq!(alerts[0].kind, vigil::decide::alert::AlertKind::ModelDeprecated);
     assert_eq!(
         alerts[0].summary,
         "test-model deprecated since 2026-11-20, says the provider's Deprecation response header"

@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use vigil::probe::{Planned, Prober, SYSTEM_PROMPT, USER_PROMPT};
-use vigil::sample::Outcome;
-use vigil::target::Target;
+use vigil::io::probe::{Planned, Prober, SYSTEM_PROMPT, USER_PROMPT};
+use vigil::vocab::sample::Outcome;
+use vigil::vocab::target::Target;
 
 /// Probes per series (the first is the cold one).
 const ROUNDS: usize = 5;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use vigil::config::Config;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 fn statuspage(name: &str) -> Vec<u8> {
     crate::support::fixture(&format!("statuspage/{name}"))

@@ -7,13 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 use url::Url;
-use vigil::app::{App, AppOptions};
 use vigil::config::{Config, StatusPageSource, StatusPagesConfig};
-use vigil::demo::standin::{Script, StandIn};
-use vigil::provider_status::poller::Poller;
-use vigil::provider_status::{annotation_for, SharedProviderStatus};
+use vigil::io::feeds::provider_status::poller::StatusPagePoller;
+use vigil::run::demo::standin::{Script, StandIn};
+use vigil::vocab::provider_status::{annotation_for, SharedProviderStatus};
 
 fn source(provider: &str, base: &str, path: &str) -> StatusPageSource {
     StatusPageSource {
@@ -55,10 +53,10 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
         alert_components: vec![],
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
+    let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
     store.migrate().await.expect("migrate");
     let shared = SharedProviderStatus::default();
-    let poller = Poller::with_timeout(&config, shared.clone(), store.clone(), Duration::from_millis(500));
+    let poller = StatusPagePoller::with_timeout(&config, shared.clone(), store.clone(), Duration::from_millis(500));
 
     // Storage keeps microseconds.
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
@@ -144,10 +142,8 @@ status_page_url = "{}/hang"
     let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), "sk-test-status".to_string())].into();
     let config = Config::from_toml(&text, &env).expect("valid config");
     assert_eq!(config.status_pages.pages.len(), 1);
-    let app = App::build(config, AppOptions::default()).await.expect("app builds");
-    let addr = app.local_addr().expect("bound");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let daemon = crate::support::daemon::spawn_app(config).await;
+    let addr = daemon.addr;
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
     let probes = || async {
@@ -183,18 +179,17 @@ status_page_url = "{}/hang"
     assert!(page.contains("Providers' status pages"), "the status page has the section");
     assert!(page.contains("unreadable"), "and says the page could not be read");
 
-    shutdown.cancel();
-    let stopped = tokio::time::timeout(Duration::from_secs(15), running).await;
-    assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly while a status page read hangs: {stopped:?}");
+    // It stops cleanly while a status page read hangs.
+    daemon.stop_within(Duration::from_secs(15)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
-    use vigil::provider_status::ProviderIncident;
-    use vigil::store::BreakerTransition;
-    use vigil::target::Target;
+    use vigil::vocab::provider_status::ProviderIncident;
+    use vigil::vocab::records::BreakerTransition;
+    use vigil::vocab::target::Target;
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = vigil::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
+    let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
     store.migrate().await.expect("migrate");
     let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T09:00:00Z").expect("t").to_utc();
     let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).expect("t").to_utc();
@@ -230,20 +225,20 @@ async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
         store
             .append_transition(&BreakerTransition {
                 target: target(region),
-                from_state: vigil::breaker::State::Closed,
-                to_state: vigil::breaker::State::Open,
+                from_state: vigil::vocab::breaker::State::Closed,
+                to_state: vigil::vocab::breaker::State::Open,
                 at: at(when),
                 reason: "3 consecutive failures".into(),
             })
             .await
             .expect("transition");
     }
-    let report = vigil::weekly::build(store.as_ref(), Some("us"), now).await.expect("report");
+    let report = vigil::io::weekly::build(store.as_ref(), Some("us"), now).await.expect("report");
     assert_eq!(report.provider_incidents.len(), 1);
     let p = &report.provider_incidents[0];
     assert_eq!((p.provider.as_str(), p.incidents, p.seen_first, p.seen_after), ("openai", 3, 1, 1));
     assert_eq!(p.max_lead_s, Some(30 * 60), "the eu breaker opened 30 min before the announcement");
-    let html = vigil::weekly::html::document(&report, &[], vigil::weekly::html::ImageSource::DataUri);
+    let html = vigil::io::weekly::html::document(&report, &[], vigil::io::weekly::html::ImageSource::DataUri);
     assert!(html.contains("Providers' own incidents"), "the summary has the section");
     assert!(html.contains("30 min"), "the lead is shown");
 }

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use vigil::config::Config;
-use vigil::demo::standin::{Script, StandIn};
-use vigil::monitor::{Monitor, SharedSnapshot};
-use vigil::sample::{Outcome, Sample};
-use vigil::target::Target;
+use vigil::decide::snapshot::SharedSnapshot;
+use vigil::run::demo::standin::{Script, StandIn};
+use vigil::run::monitor::Monitor;
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 const TOKEN: &str = "sk-test-router-token";
 /// base64 of the bytes 0..32: a test-only Ed25519 seed.
@@ -175,11 +176,11 @@ fn sample(target: &Target, at: DateTime<Utc>, outcome: Outcome, ttft: f64) -> Sa
 
 /// Feeds a store and a monitor the daemon's way: samples stored and observed, state persisted.
 /// Young targets on purpose: one with a stable P95, one provisional, one open breaker.
-async fn fill(config: &Config, now: DateTime<Utc>) -> (Arc<dyn vigil::store::Store>, Monitor) {
-    let store = vigil::store::open(secrecy::ExposeSecret::expose_secret(&config.storage.url)).await.expect("store");
+async fn fill(config: &Config, now: DateTime<Utc>) -> (Arc<dyn vigil::io::store::Store>, Monitor) {
+    let store = vigil::io::store::open(secrecy::ExposeSecret::expose_secret(&config.storage.url)).await.expect("store");
     store.migrate().await.expect("migrate");
     let targets: Vec<Target> =
-        vigil::probe::Planned::all(&config.providers, &config.region).into_iter().map(|p| p.target).collect();
+        vigil::io::probe::Planned::all(&config.providers, &config.region).into_iter().map(|p| p.target).collect();
     let mut monitor = Monitor::new(config, targets.clone(), now);
     let mut samples = Vec::new();
     for (i, t) in targets.iter().enumerate() {
@@ -201,21 +202,21 @@ async fn fill(config: &Config, now: DateTime<Utc>) -> (Arc<dyn vigil::store::Sto
 }
 
 async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
-    let state = vigil::http::HttpState {
-        metrics: Arc::new(vigil::metrics::Metrics::new(&config.region).expect("metrics")),
+    let state = vigil::io::http::HttpState {
+        metrics: Arc::new(vigil::io::metrics::Metrics::new(&config.region).expect("metrics")),
         checks: vec![],
         writer: None,
         link: None,
         snapshot,
         api_token: config.http.api_token.clone(),
         status: None,
-        feed: Arc::new(vigil::http::api::Feed::from_config(config)),
+        feed: Arc::new(vigil::io::http::api::Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
         provider_status: Default::default(),
         canary: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, vigil::http::router(state)).await });
+    tokio::spawn(async move { axum::serve(listener, vigil::io::http::router(state)).await });
     format!("http://{addr}")
 }
 
@@ -513,10 +514,10 @@ impl Drop for Daemon {
 /// stored and rolled up the daemon's way, so every P95 is stable from the first round.
 async fn seed_history(config: &Config) {
     let now = Utc::now();
-    let store = vigil::store::open(secrecy::ExposeSecret::expose_secret(&config.storage.url)).await.expect("store");
+    let store = vigil::io::store::open(secrecy::ExposeSecret::expose_secret(&config.storage.url)).await.expect("store");
     store.migrate().await.expect("migrate");
     let targets: Vec<Target> =
-        vigil::probe::Planned::all(&config.providers, &config.region).into_iter().map(|p| p.target).collect();
+        vigil::io::probe::Planned::all(&config.providers, &config.region).into_iter().map(|p| p.target).collect();
     let mut monitor = Monitor::new(config, targets.clone(), now);
     let mut samples = Vec::new();
     for t in &targets {

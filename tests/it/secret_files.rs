@@ -4,7 +4,7 @@
 use crate::support::fixture;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use vigil::demo::standin::{Script, StandIn};
+use vigil::run::demo::standin::{Script, StandIn};
 
 const API_KEY: &str = "sk-test-from-a-file-7f3a";
 const TOKEN: &str = "token-from-a-file-91c2";

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use store_support::PgTestDb;
-use vigil::demo::profiles::{self, GEMINI_MODEL};
-use vigil::probe::Planned;
-use vigil::store::Rollup;
-use vigil::target::Target;
+use vigil::io::probe::Planned;
+use vigil::run::demo::profiles::{self, GEMINI_MODEL};
+use vigil::vocab::records::Rollup;
+use vigil::vocab::target::Target;
 
 const HERE: &str = "eu-west-1";
 const THERE: &str = "us-east-1";
@@ -132,7 +132,7 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
 
 /// The demo's targets as a region's instance probes them.
 fn demo_targets(region: &str) -> Vec<Target> {
-    let providers = vigil::demo::demo_providers("http://127.0.0.1:1").expect("demo providers");
+    let providers = vigil::run::demo::demo_providers("http://127.0.0.1:1").expect("demo providers");
     Planned::all(&providers, region).into_iter().map(|p| p.target).collect()
 }
 
@@ -232,7 +232,7 @@ async fn status_page_of_a_live_demo_renders_in_chromium_and_its_metrics_pass_pro
         return;
     }
     let db = PgTestDb::create().await;
-    let store = vigil::store::open(&db.url).await.expect("open postgres");
+    let store = vigil::io::store::open(&db.url).await.expect("open postgres");
     store.migrate().await.expect("migrate");
     let here = demo_targets(HERE);
     let seeded: Vec<Target> = here.iter().filter(|t| t.model != GEMINI_MODEL && !t.model.is_empty()).cloned().collect();

@@ -4,12 +4,13 @@ use crate::support::store as store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
-use vigil::breaker::State;
-use vigil::sample::Outcome;
-use vigil::store::{
-    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Prune, Rollup, SampleQuery, Sighting, StateJson,
-    Store, StoreError, TargetHealth, TargetStatus,
+use vigil::io::store::{Prune, SampleQuery, Store, StoreError};
+use vigil::vocab::breaker::State;
+use vigil::vocab::records::{
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, StateJson, TargetHealth,
+    TargetStatus,
 };
+use vigil::vocab::sample::Outcome;
 
 store_support::on_both_stores!(
     every_sample_field_round_trips,
@@ -186,7 +187,7 @@ async fn rollups_upsert_and_read_back(fx: Fixture) {
     let hour = Utc::now().duration_trunc(Duration::hours(1)).expect("hour");
     let eu = target("anthropic", "claude-3-haiku", None, "eu");
     let us = target("anthropic", "claude-3-haiku", None, "us");
-    let r = |t: &vigil::target::Target, h, count, bytes: &[u8]| Rollup {
+    let r = |t: &vigil::vocab::target::Target, h, count, bytes: &[u8]| Rollup {
         target: t.clone(),
         metric: "ttft".into(),
         hour: h,
@@ -247,7 +248,7 @@ async fn breaker_state_and_transitions_persist(fx: Fixture) {
     let a = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
     let b = target("openrouter", "mixtral-8x22b", Some("Together"), "eu");
     let us = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "us");
-    let rec = |t: &vigil::target::Target, state: &str| BreakerRecord {
+    let rec = |t: &vigil::vocab::target::Target, state: &str| BreakerRecord {
         target: t.clone(),
         state: state.parse().expect("breaker state"),
         since: now,
@@ -260,7 +261,7 @@ async fn breaker_state_and_transitions_persist(fx: Fixture) {
     assert_eq!(fx.store.load_breakers(Some("eu")).await.expect("eu"), vec![rec(&a, "open"), rec(&b, "half_open")]);
     assert_eq!(fx.store.load_breakers(None).await.expect("all").len(), 3);
 
-    let tr = |t: &vigil::target::Target, from: &str, to: &str, secs| BreakerTransition {
+    let tr = |t: &vigil::vocab::target::Target, from: &str, to: &str, secs| BreakerTransition {
         target: t.clone(),
         from_state: from.parse().expect("breaker state"),
         to_state: to.parse().expect("breaker state"),
@@ -330,9 +331,9 @@ async fn transitions_and_outbox_items_read_back_by_time_window(fx: Fixture) {
     let t0 = micros(Utc::now()) - Duration::days(3);
     let eu = target("openai", "gpt-4o-mini", None, "eu-west-1");
     let us = target("openai", "gpt-4o-mini", None, "us-east-1");
-    let tr = |t: &vigil::target::Target, to: &str, hours| BreakerTransition {
+    let tr = |t: &vigil::vocab::target::Target, to: &str, hours| BreakerTransition {
         target: t.clone(),
-        from_state: vigil::breaker::State::Closed,
+        from_state: vigil::vocab::breaker::State::Closed,
         to_state: to.parse().expect("breaker state"),
         at: t0 + Duration::hours(hours),
         reason: "3 failed probes in 120s".into(),
@@ -542,7 +543,7 @@ async fn awkward_text_and_null_heavy_rows_round_trip(fx: Fixture) {
 
 /// PostgreSQL's `samples_*` partitions, comma-separated in name order.
 async fn provider_incidents_and_components_upsert_and_read_back(fx: Fixture) {
-    use vigil::provider_status::{ProviderComponent, ProviderIncident};
+    use vigil::vocab::provider_status::{ProviderComponent, ProviderIncident};
     let now = micros(Utc::now());
     let incident = |provider: &str, id: &str, created: chrono::DateTime<Utc>| ProviderIncident {
         provider: provider.into(),
@@ -612,7 +613,7 @@ async fn sqlite_open_creates_the_file_and_its_directory_in_wal_mode() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("nested").join("data").join("vigil.db");
     let url = format!("sqlite://{}", path.display());
-    let store = vigil::store::open(&url).await.expect("open creates the file");
+    let store = vigil::io::store::open(&url).await.expect("open creates the file");
     store.migrate().await.expect("migrate");
     assert!(path.is_file());
     let mut c = sqlx::SqliteConnection::connect(&url).await.expect("connect");
@@ -634,7 +635,7 @@ async fn postgres_drops_nul_characters_that_text_cannot_hold() {
 
 #[tokio::test]
 async fn an_unknown_url_scheme_is_refused_with_the_expected_forms() {
-    let err = vigil::store::open("mysql://localhost/vigil").await.err().expect("mysql is not supported");
+    let err = vigil::io::store::open("mysql://localhost/vigil").await.err().expect("mysql is not supported");
     assert!(matches!(err, StoreError::BadUrl(_)), "got {err:?}");
     assert!(err.to_string().contains("expected sqlite://PATH or postgres://"), "{err}");
 }
@@ -652,8 +653,8 @@ fn rollup_at(hour: chrono::DateTime<Utc>, region: &str) -> Rollup {
 fn transition_at(at: chrono::DateTime<Utc>) -> BreakerTransition {
     BreakerTransition {
         target: target("groq", "llama-3.1-8b-instant", None, "eu"),
-        from_state: vigil::breaker::State::Closed,
-        to_state: vigil::breaker::State::Open,
+        from_state: vigil::vocab::breaker::State::Closed,
+        to_state: vigil::vocab::breaker::State::Open,
         at,
         reason: "3 failed probes in 120s: server_error, server_error, timeout".into(),
     }
@@ -693,8 +694,8 @@ fn provider_incident(
     created: chrono::DateTime<Utc>,
     updated: Option<chrono::DateTime<Utc>>,
     resolved: Option<chrono::DateTime<Utc>>,
-) -> vigil::provider_status::ProviderIncident {
-    vigil::provider_status::ProviderIncident {
+) -> vigil::vocab::provider_status::ProviderIncident {
+    vigil::vocab::provider_status::ProviderIncident {
         provider: "openai".into(),
         id: id.into(),
         name: format!("Elevated errors ({id})"),
@@ -708,8 +709,8 @@ fn provider_incident(
     }
 }
 
-fn component_at(id: &str, at: chrono::DateTime<Utc>) -> vigil::provider_status::ProviderComponent {
-    vigil::provider_status::ProviderComponent {
+fn component_at(id: &str, at: chrono::DateTime<Utc>) -> vigil::vocab::provider_status::ProviderComponent {
+    vigil::vocab::provider_status::ProviderComponent {
         provider: "openai".into(),
         id: id.into(),
         name: format!("Component {id}"),
@@ -806,7 +807,7 @@ async fn every_table_is_pruned_by_its_own_clock_in_bounded_batches(fx: Fixture) 
 }
 
 async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: Fixture) {
-    use vigil::store::retention::{run_once, Policy};
+    use vigil::io::store::retention::{run_once, Policy};
     let config = vigil::config::Config::from_toml(
         "[storage.retention]\nbatch_size = 100\nbreaker_transitions_days = 20\n",
         &std::collections::BTreeMap::<String, String>::new(),
@@ -860,20 +861,24 @@ async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: 
     assert_eq!(again.removed.iter().map(|(_, n)| n).sum::<u64>(), 0, "a second run finds nothing: {again:?}");
 }
 
-fn canary_run(t: vigil::target::Target, at: chrono::DateTime<Utc>, correct: u32) -> vigil::canary::CanaryRun {
-    vigil::canary::CanaryRun {
+fn canary_run(
+    t: vigil::vocab::target::Target,
+    at: chrono::DateTime<Utc>,
+    correct: u32,
+) -> vigil::vocab::canary::CanaryRun {
+    vigil::vocab::canary::CanaryRun {
         sample: full_sample(t, at),
         prompt_version: 1,
         correct,
         total: 6,
         answers_fingerprint: format!("{correct:016x}"),
         answers: vec!["391".into(), "944".into(), "9".into(), "3".into(), "YRANAC".into(), "it's \"2,3\"\n".into()],
-        identity: vigil::canary::ModelIdentity {
+        identity: vigil::vocab::canary::ModelIdentity {
             model: Some("gpt-4o-2024-08-06".into()),
             system_fingerprint: Some("fp_0123".into()),
             upstream: Some("DeepInfra".into()),
         },
-        logprobs: Some(vigil::canary::Logprobs { tokens: 12, sum: -0.375 }),
+        logprobs: Some(vigil::vocab::canary::Logprobs { tokens: 12, sum: -0.375 }),
     }
 }
 

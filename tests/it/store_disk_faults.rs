@@ -15,10 +15,10 @@ use store_support::{full_sample, target};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use vigil::http::ReadyCheck;
-use vigil::sample::Sample;
-use vigil::store::sqlite::SqliteStore;
-use vigil::store::{self, IntegrityCheck, SampleQuery, Spool, Store, StoreError, Writer};
+use vigil::io::store::sqlite::SqliteStore;
+use vigil::io::store::{self, AdminStore, IntegrityCheck, SampleQuery, SampleStore, Spool, Store, StoreError, Writer};
+use vigil::vocab::ready::ReadyCheck;
+use vigil::vocab::sample::Sample;
 
 /// Liveness bound for background progress; generous so a loaded machine never flakes.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -297,18 +297,16 @@ async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
         dir.path().display()
     );
     let config = vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("config");
-    let (opened, migrated) = vigil::app::open_store(&config).await.expect("start-up goes on");
+    let (opened, migrated) = vigil::run::app::open_store(&config).await.expect("start-up goes on");
     assert!(!migrated);
     assert!(opened.integrity().is_err());
     drop(opened);
 
     // And the running daemon says so on /readyz.
-    let app = vigil::app::App::build(config, vigil::app::AppOptions { demo: true, ..Default::default() })
-        .await
-        .expect("the daemon builds on a corrupt file");
-    let base = format!("http://{}", app.local_addr().expect("bound"));
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    // The daemon builds on a corrupt file.
+    let options = vigil::run::app::AppOptions { demo: true, ..Default::default() };
+    let daemon = crate::support::daemon::spawn_app_with(config, options).await;
+    let base = daemon.base.clone();
     let mut last = String::new();
     until(PATIENCE, "readyz names the corruption", async || {
         let Ok(r) = reqwest::get(format!("{base}/readyz")).await else { return false };
@@ -318,7 +316,5 @@ async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
     })
     .await;
     println!("{last}");
-    shutdown.cancel();
-    let done = tokio::time::timeout(PATIENCE, task).await;
-    assert!(matches!(done, Ok(Ok(Ok(())))), "clean stop: {done:?}");
+    daemon.stop_within(PATIENCE).await;
 }

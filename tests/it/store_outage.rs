@@ -12,8 +12,8 @@ use store_support::{bare_sample, full_sample, target, Fixture, PgTestDb, TcpProx
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use vigil::sample::{Outcome, Sample};
-use vigil::store::{self, SampleQuery, Spool, Store, StoreError, Writer, WriterHealth};
+use vigil::io::store::{self, SampleQuery, Spool, Store, StoreError, Writer, WriterHealth};
+use vigil::vocab::sample::{Outcome, Sample};
 
 /// Liveness bound for background progress; generous so a loaded machine never flakes.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -295,9 +295,9 @@ async fn an_unreachable_postgres_is_reported_as_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_in_order() {
-    use vigil::store::link::{Link, Record};
-    use vigil::store::spool::SpoolOf;
-    use vigil::store::BreakerTransition;
+    use vigil::io::store::link::{Link, Record};
+    use vigil::io::store::spool::SpoolOf;
+    use vigil::vocab::records::BreakerTransition;
     let db = PgTestDb::create().await;
     let direct = store::open(&db.url).await.expect("open");
     direct.migrate().await.expect("migrate");

@@ -4,8 +4,8 @@ use crate::support::store as store_support;
 
 use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, target, PgTestDb};
-use vigil::sample::Outcome;
-use vigil::store::{self, SampleQuery};
+use vigil::io::store::{self, SampleQuery};
+use vigil::vocab::sample::Outcome;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regional_instances_write_concurrently_into_new_day_partitions() {

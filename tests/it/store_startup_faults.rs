@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use store_support::server_url;
 use tcp_proxy::{Mode, TcpProxy};
-use tokio_util::sync::CancellationToken;
-use vigil::app::{App, AppOptions};
 use vigil::config::Config;
-use vigil::store::{self, Store, StoreError};
+use vigil::io::store::{self, Store, StoreError};
+use vigil::run::app::AppOptions;
 
 /// Short, so a test waits little on a host that never answers.
 const ACQUIRE: Duration = Duration::from_secs(1);
@@ -169,9 +168,9 @@ async fn an_unparsable_url_is_a_configuration_error() {
     let err = store::open("postgres://vigil:sk-test-secret@[::1/vigil").await.err().expect("cannot parse");
     assert!(matches!(err, StoreError::BadUrl(_)), "got {err:?}");
     assert!(!err.to_string().contains("sk-test-secret"), "{err}");
-    let err = anyhow::Error::from(vigil::app::AppError::Store(err));
+    let err = anyhow::Error::from(vigil::run::app::AppError::Store(err));
     assert_eq!(vigil::cli::exit_code(&err), 2);
-    let unreachable = anyhow::Error::from(vigil::app::AppError::Store(StoreError::Unavailable("down".into())));
+    let unreachable = anyhow::Error::from(vigil::run::app::AppError::Store(StoreError::Unavailable("down".into())));
     assert_eq!(vigil::cli::exit_code(&unreachable), 1);
 }
 
@@ -209,12 +208,10 @@ timeout = "900ms"
         data = data.path().display()
     );
     let config = Config::from_toml(&text, &BTreeMap::new()).expect("valid config");
-    let app = App::build(config, AppOptions { demo: true, ..AppOptions::default() })
-        .await
-        .expect("the daemon builds while its database refuses connections");
-    let base = format!("http://{}", app.local_addr().expect("bound"));
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    // The daemon builds while its database refuses connections.
+    let daemon =
+        crate::support::daemon::spawn_app_with(config, AppOptions { demo: true, ..AppOptions::default() }).await;
+    let base = daemon.base.clone();
 
     let http = reqwest::Client::new();
     let readyz = || async {
@@ -236,9 +233,7 @@ timeout = "900ms"
         stored.await.is_some_and(|n| n > 0)
     };
     crate::support::until(PATIENCE, "migrated and stored after connections were allowed", stored).await;
-    shutdown.cancel();
-    let done = tokio::time::timeout(PATIENCE, task).await;
-    assert!(matches!(done, Ok(Ok(Ok(())))), "clean stop: {done:?}");
+    daemon.stop_within(PATIENCE).await;
 }
 
 /// The proxy the outage tests rely on does what each mode says, against a loopback echo server.

@@ -11,8 +11,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use store_support::PgTestDb;
 use tcp_proxy::{Mode, TcpProxy};
-use vigil::demo::standin::{Script, StandIn};
-use vigil::store::SampleQuery;
+use vigil::io::store::SampleQuery;
+use vigil::run::demo::standin::{Script, StandIn};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
@@ -127,7 +127,7 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     std::fs::write(&config, text).expect("config");
     let log = data.path().join("vigil.log");
     let vigil = Daemon::start(&config, port, &log).await;
-    let store = vigil::store::open(&db.url).await.expect("store");
+    let store = vigil::io::store::open(&db.url).await.expect("store");
     let count = || async { store.count_samples(&SampleQuery::default()).await.unwrap_or(0) };
     settle(Duration::from_secs(10), count, |n| *n >= 3).await;
     assert!(store.count_samples(&SampleQuery::default()).await.expect("count") >= 3, "{}", vigil.log());

@@ -15,14 +15,16 @@ use std::process::Command;
 use std::sync::Arc;
 use store_support::Fixture;
 use tokio_util::sync::CancellationToken;
-use vigil::alert::outbox::items_for;
-use vigil::alert::{Alert, AlertKind, AlertStatus, Notification};
 use vigil::config::Config;
-use vigil::sample::{Outcome, Sample};
-use vigil::store::{BalanceReading, BreakerTransition, SampleQuery, Store};
-use vigil::target::Target;
-use vigil::weekly::html::ImageSource;
-use vigil::weekly::{self, job, mail};
+use vigil::decide::alert::{Alert, AlertKind, AlertStatus, Notification};
+use vigil::io::notify::outbox::items_for;
+use vigil::io::store::{SampleQuery, Store};
+use vigil::io::weekly::html::ImageSource;
+use vigil::io::weekly::{self, mail};
+use vigil::run::weekly_job;
+use vigil::vocab::records::{BalanceReading, BreakerTransition};
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 const EU: &str = "eu-west-1";
 const US: &str = "us-east-1";
@@ -345,7 +347,11 @@ fn config(fx: &Fixture, smtp_url: Option<&str>, extra: &str) -> Config {
 }
 
 fn recipients(config: &Config) -> Vec<Arc<mail::Recipient>> {
-    mail::recipients(config, std::time::Duration::from_secs(5)).expect("recipients").into_iter().map(Arc::new).collect()
+    mail::recipients(&config.alerts.email, &config.report.weekly_to, std::time::Duration::from_secs(5))
+        .expect("recipients")
+        .into_iter()
+        .map(Arc::new)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,15 +413,15 @@ async fn a_failed_send_is_retried_and_arrives_once_the_server_is_up() {
     let cfg = config(&fx, Some(&format!("smtp://127.0.0.1:{port}?tls=none")), "");
     let report = weekly::build(fx.store.as_ref(), Some(EU), now()).await.expect("report");
     let email = mail::compose(&report).expect("compose");
-    let policy = job::retry_policy(std::time::Duration::from_secs(3600));
+    let policy = weekly_job::retry_policy(std::time::Duration::from_secs(3600));
     let t0 = Utc::now();
-    let mut delivery = job::Delivery::new(email, &recipients(&cfg), policy, t0);
+    let mut delivery = weekly_job::Delivery::new(email, &recipients(&cfg), policy, t0);
 
     let first = delivery.step(t0).await;
     assert_eq!(first.retrying, ["email"], "nobody listens yet: {first:?}");
     let next = delivery.next_attempt().expect("a retry is planned");
     assert!(next > t0 && next <= t0 + Duration::seconds(60), "first retry within the base backoff: {next}");
-    assert_eq!(delivery.step(t0).await, job::StepReport::default(), "nothing is due before the retry time");
+    assert_eq!(delivery.step(t0).await, weekly_job::StepReport::default(), "nothing is due before the retry time");
 
     let server = SmtpServer::start_on(port);
     let second = delivery.step(next).await;
@@ -434,10 +440,10 @@ async fn a_rejected_summary_is_given_up_not_retried() {
     let cfg = config(&fx, Some(&server.url()), "");
     let report = weekly::build(fx.store.as_ref(), Some(EU), now()).await.expect("an empty week still reports");
     assert!(report.rows.is_empty());
-    let mut delivery = job::Delivery::new(
+    let mut delivery = weekly_job::Delivery::new(
         mail::compose(&report).expect("compose"),
         &recipients(&cfg),
-        job::retry_policy(std::time::Duration::from_secs(60)),
+        weekly_job::retry_policy(std::time::Duration::from_secs(60)),
         Utc::now(),
     );
     let step = delivery.step(Utc::now()).await;
@@ -457,7 +463,7 @@ async fn the_daemon_job_sends_its_regions_summary_on_the_cron_schedule() {
     // Every second, so the test need not wait for a Monday.
     let cfg = config(&fx, Some(&server.url()), "[report]\nweekly = \"* * * * * *\"");
     let stop = CancellationToken::new();
-    let job = tokio::spawn(job::run(fx.store.clone(), cfg, stop.clone()));
+    let job = tokio::spawn(weekly_job::run(fx.store.clone(), cfg, stop.clone()));
     let m = server.message(0).await;
     stop.cancel();
     job.await.expect("the job stops on shutdown");
@@ -471,8 +477,8 @@ async fn the_daemon_job_sends_its_regions_summary_on_the_cron_schedule() {
 async fn without_an_email_channel_the_job_does_nothing_and_returns() {
     let fx = Fixture::sqlite().await;
     let never = CancellationToken::new();
-    job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"* * * * * *\""), never.clone()).await;
-    job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"off\""), never).await;
+    weekly_job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"* * * * * *\""), never.clone()).await;
+    weekly_job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"off\""), never).await;
 }
 
 fn vigil(dir: &std::path::Path, db: &str) -> Command {

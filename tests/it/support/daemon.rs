@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toml::{Table, Value};
-use vigil::app::{App, AppError, AppOptions};
 use vigil::config::Config;
-use vigil::metrics::Metrics;
+use vigil::io::metrics::Metrics;
+use vigil::run::app::{App, AppError, AppOptions};
 
 /// The variable every test provider reads its key from.
 pub const KEY_ENV: &str = "VIGIL_TEST_KEY";

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use vigil::sample::{Outcome, Sample};
-use vigil::store::{self, Store};
-use vigil::target::Target;
+use vigil::io::store::{self, Store};
+use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::target::Target;
 
 /// Runs each named `async fn(Fixture)` on both backends, as `sqlite::<name>` and `postgres::<name>`.
 #[allow(unused_macros)]

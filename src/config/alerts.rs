@@ -1,0 +1,431 @@
+//! `[alerts]`: the rules' thresholds, the notification channels and the maintenance windows.
+//! Every channel's target is a secret (webhook URLs embed tokens, SMTP URLs passwords), so each
+//! is read from a variable or a file at load and a missing one fails the start, naming its key.
+
+use crate::config::env::secret_from;
+use crate::config::parse::{count_in, duration_in, parse_duration, DAY, SECOND};
+use crate::config::{invalid, ConfigError, Env};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use url::Url;
+
+/// `[alerts]`.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// Re-send a firing alert no more often than this.
+    pub renotify: Duration,
+    /// Failed probes in a row that fire `errors`.
+    pub error_probes: u32,
+    /// Probes a condition must stay clear before the alert resolves.
+    pub resolve_after: u32,
+    /// A probe is slow above this × the target's baseline P95 (`latency_factor`, 1.5).
+    pub latency_factor: f64,
+    /// latency_degraded needs `latency_k` slow probes among the last `latency_n` ok ones (3 of 5).
+    pub latency_k: usize,
+    /// See `latency_k`.
+    pub latency_n: usize,
+    /// Probes the flap detector looks at (20).
+    pub flap_window: usize,
+    /// Weighted state-change rate above which a target is flapping (0.4).
+    pub flap_high: f64,
+    /// …and under which it calms down (0.2).
+    pub flap_low: f64,
+    /// Give up delivering after this long (and record it).
+    pub delivery_deadline: Duration,
+    /// Link put in messages (status page).
+    pub status_url: Option<String>,
+    /// Slack incoming webhooks.
+    pub slack: Vec<SlackConfig>,
+    /// SMTP recipients.
+    pub email: Vec<EmailConfig>,
+    /// PagerDuty Events v2 integrations.
+    pub pagerduty: Vec<PagerDutyConfig>,
+    /// Generic signed webhooks.
+    pub webhook: Vec<WebhookConfig>,
+    /// Alertmanager v2 APIs.
+    pub alertmanager: Vec<AlertmanagerConfig>,
+    /// Per-provider maintenance windows: alerts are recorded but not notified.
+    pub maintenance: Vec<MaintenanceWindow>,
+}
+
+/// `[[alerts.maintenance]] provider, start, end` (RFC 3339).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaintenanceWindow {
+    /// Provider name.
+    pub provider: String,
+    /// Window start (inclusive).
+    pub start: chrono::DateTime<chrono::Utc>,
+    /// Window end (exclusive).
+    pub end: chrono::DateTime<chrono::Utc>,
+}
+
+/// `[[alerts.slack]]`.
+#[derive(Debug, Clone)]
+pub struct SlackConfig {
+    /// Channel name used in logs, metrics and `alert-test --channel`.
+    pub name: String,
+    /// Webhook URL (a secret).
+    pub webhook_url: SecretString,
+}
+
+/// `[[alerts.email]]`.
+#[derive(Debug, Clone)]
+pub struct EmailConfig {
+    /// Channel name.
+    pub name: String,
+    /// `smtp://user:pass@host:587` (STARTTLS), `smtps://…:465` or `smtp://host:25?tls=none`.
+    pub smtp_url: SecretString,
+    /// Sender.
+    pub from: String,
+    /// Recipients.
+    pub to: Vec<String>,
+}
+
+/// `[[alerts.pagerduty]]`.
+#[derive(Debug, Clone)]
+pub struct PagerDutyConfig {
+    /// Channel name.
+    pub name: String,
+    /// Integration key (a secret).
+    pub routing_key: SecretString,
+    /// Events API URL.
+    pub events_url: Url,
+}
+
+/// `[[alerts.webhook]]`.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Channel name.
+    pub name: String,
+    /// Receiver URL (a secret: it often embeds a token).
+    pub url: SecretString,
+    /// HMAC-SHA256 key for `X-Vigil-Signature`.
+    pub secret: Option<SecretString>,
+}
+
+/// `[[alerts.alertmanager]]`: incidents posted to an Alertmanager's v2 API.
+#[derive(Debug, Clone)]
+pub struct AlertmanagerConfig {
+    /// Channel name.
+    pub name: String,
+    /// Alertmanager base URL (`http://alertmanager:9093`; a secret, it may embed credentials).
+    pub url: SecretString,
+    /// Re-post firing incidents this often (well under Alertmanager's `resolve_timeout`).
+    pub repost_every: Duration,
+    /// `endsAt` of a firing post lies this far ahead: if vigil stops posting, Alertmanager resolves then.
+    pub ends_after: Duration,
+}
+
+/// `[alerts]` as written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawAlerts {
+    renotify: String,
+    error_probes: u32,
+    resolve_after: u32,
+    latency_factor: f64,
+    latency_k: usize,
+    latency_n: usize,
+    flap_window: usize,
+    flap_high: f64,
+    flap_low: f64,
+    delivery_deadline: String,
+    status_url: String,
+    #[serde(skip_serializing)]
+    slack: Vec<RawSlack>,
+    #[serde(skip_serializing)]
+    email: Vec<RawEmail>,
+    #[serde(skip_serializing)]
+    pagerduty: Vec<RawPagerDuty>,
+    #[serde(skip_serializing)]
+    webhook: Vec<RawWebhook>,
+    #[serde(skip_serializing)]
+    alertmanager: Vec<RawAlertmanager>,
+    #[serde(skip_serializing)]
+    maintenance: Vec<RawMaintenance>,
+    /// Read by the status pages' validation.
+    pub(super) provider_incident: bool,
+    /// Read by the status pages' validation.
+    pub(super) provider_incident_components: Vec<String>,
+}
+
+impl Default for RawAlerts {
+    fn default() -> Self {
+        RawAlerts {
+            renotify: "1h".into(),
+            error_probes: 2,
+            resolve_after: 3,
+            latency_factor: 1.5,
+            latency_k: 3,
+            latency_n: 5,
+            flap_window: 20,
+            flap_high: 0.4,
+            flap_low: 0.2,
+            delivery_deadline: "24h".into(),
+            status_url: String::new(),
+            slack: vec![],
+            email: vec![],
+            pagerduty: vec![],
+            webhook: vec![],
+            alertmanager: vec![],
+            maintenance: vec![],
+            provider_incident: false,
+            provider_incident_components: vec![],
+        }
+    }
+}
+
+/// `[[alerts.slack]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlack {
+    name: Option<String>,
+    webhook_url_env: Option<String>,
+    webhook_url_file: Option<String>,
+}
+
+/// `[[alerts.email]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmail {
+    name: Option<String>,
+    smtp_url_env: Option<String>,
+    smtp_url_file: Option<String>,
+    from: String,
+    to: Vec<String>,
+}
+
+/// `[[alerts.pagerduty]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPagerDuty {
+    name: Option<String>,
+    routing_key_env: Option<String>,
+    routing_key_file: Option<String>,
+    events_url: Option<String>,
+}
+
+/// `[[alerts.maintenance]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMaintenance {
+    provider: String,
+    start: String,
+    end: String,
+}
+
+/// `[[alerts.webhook]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    name: Option<String>,
+    url_env: Option<String>,
+    url_file: Option<String>,
+    secret_env: Option<String>,
+    secret_file: Option<String>,
+}
+
+/// `[[alerts.alertmanager]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertmanager {
+    name: Option<String>,
+    url_env: Option<String>,
+    url_file: Option<String>,
+    repost_every: Option<String>,
+    ends_after: Option<String>,
+}
+
+/// `[alerts]`, validated: channels first (their secrets read from `env`), then the windows,
+/// then the rules' thresholds, each error naming its key.
+pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig, ConfigError> {
+    let slack = slack(std::mem::take(&mut raw.slack), env)?;
+    let email = email(std::mem::take(&mut raw.email), env)?;
+    let pagerduty = pagerduty(std::mem::take(&mut raw.pagerduty), env)?;
+    let webhook = webhook(std::mem::take(&mut raw.webhook), env)?;
+    let alertmanager = alertmanager(std::mem::take(&mut raw.alertmanager), env)?;
+    let maintenance = maintenance(std::mem::take(&mut raw.maintenance))?;
+    check_rules(&raw)?;
+    Ok(AlertsConfig {
+        renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
+        error_probes: count_in("alerts.error_probes", raw.error_probes, 1, 1000)?,
+        resolve_after: count_in("alerts.resolve_after", raw.resolve_after, 1, 1000)?,
+        latency_factor: raw.latency_factor,
+        latency_k: raw.latency_k,
+        latency_n: raw.latency_n,
+        flap_window: raw.flap_window,
+        flap_high: raw.flap_high,
+        flap_low: raw.flap_low,
+        delivery_deadline: duration_in("alerts.delivery_deadline", &raw.delivery_deadline, SECOND, 30 * DAY)?,
+        status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
+        slack,
+        email,
+        pagerduty,
+        webhook,
+        alertmanager,
+        maintenance,
+    })
+}
+
+/// Every maintenance window names a configured provider (`known`, skipped ones included).
+pub(super) fn check_maintenance_providers(raw: &RawAlerts, known: &[&str]) -> Result<(), ConfigError> {
+    for (i, m) in raw.maintenance.iter().enumerate() {
+        if !known.contains(&m.provider.as_str()) {
+            return Err(invalid(
+                format!("alerts.maintenance[{i}].provider"),
+                format!("{:?} is not a configured provider (known: {})", m.provider, known.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The channel's own name, else its kind (`slack`, then `slack-1`, `slack-2`, …).
+fn channel_name(n: Option<String>, kind: &str, i: usize) -> String {
+    n.unwrap_or_else(|| if i == 0 { kind.to_string() } else { format!("{kind}-{i}") })
+}
+
+/// `[[alerts.slack]]`: each webhook URL read from its variable or file.
+fn slack(raw: Vec<RawSlack>, env: &dyn Env) -> Result<Vec<SlackConfig>, ConfigError> {
+    let mut slack = Vec::new();
+    for (i, s) in raw.into_iter().enumerate() {
+        let webhook_url = secret_from(
+            env,
+            &format!("alerts.slack[{i}].webhook_url"),
+            s.webhook_url_env.as_deref(),
+            s.webhook_url_file.as_deref(),
+        )?;
+        slack.push(SlackConfig { name: channel_name(s.name, "slack", i), webhook_url });
+    }
+    Ok(slack)
+}
+
+/// `[[alerts.email]]`: each SMTP URL read from its variable or file; at least one recipient.
+fn email(raw: Vec<RawEmail>, env: &dyn Env) -> Result<Vec<EmailConfig>, ConfigError> {
+    let mut email = Vec::new();
+    for (i, e) in raw.into_iter().enumerate() {
+        let smtp_url = secret_from(
+            env,
+            &format!("alerts.email[{i}].smtp_url"),
+            e.smtp_url_env.as_deref(),
+            e.smtp_url_file.as_deref(),
+        )?;
+        if e.to.is_empty() {
+            return Err(invalid(format!("alerts.email[{i}].to"), "needs at least one recipient"));
+        }
+        email.push(EmailConfig { name: channel_name(e.name, "email", i), smtp_url, from: e.from, to: e.to });
+    }
+    Ok(email)
+}
+
+/// `[[alerts.pagerduty]]`: each routing key read from its variable or file; the Events API URL.
+fn pagerduty(raw: Vec<RawPagerDuty>, env: &dyn Env) -> Result<Vec<PagerDutyConfig>, ConfigError> {
+    let mut pagerduty = Vec::new();
+    for (i, p) in raw.into_iter().enumerate() {
+        let routing_key = secret_from(
+            env,
+            &format!("alerts.pagerduty[{i}].routing_key"),
+            p.routing_key_env.as_deref(),
+            p.routing_key_file.as_deref(),
+        )?;
+        let url = p.events_url.unwrap_or_else(|| "https://events.pagerduty.com/v2/enqueue".into());
+        let events_url =
+            Url::parse(&url).map_err(|e| invalid(format!("alerts.pagerduty[{i}].events_url"), e.to_string()))?;
+        pagerduty.push(PagerDutyConfig { name: channel_name(p.name, "pagerduty", i), routing_key, events_url });
+    }
+    Ok(pagerduty)
+}
+
+/// `[[alerts.webhook]]`: each URL and optional signing secret read from its variable or file.
+fn webhook(raw: Vec<RawWebhook>, env: &dyn Env) -> Result<Vec<WebhookConfig>, ConfigError> {
+    let mut webhook = Vec::new();
+    for (i, w) in raw.into_iter().enumerate() {
+        let url = secret_from(env, &format!("alerts.webhook[{i}].url"), w.url_env.as_deref(), w.url_file.as_deref())?;
+        let secret = match (&w.secret_env, &w.secret_file) {
+            (None, None) => None,
+            (var, file) => {
+                Some(secret_from(env, &format!("alerts.webhook[{i}].secret"), var.as_deref(), file.as_deref())?)
+            }
+        };
+        webhook.push(WebhookConfig { name: channel_name(w.name, "webhook", i), url, secret });
+    }
+    Ok(webhook)
+}
+
+/// `[[alerts.alertmanager]]`: each URL read and parsed; `endsAt` must outlast a re-post.
+fn alertmanager(raw: Vec<RawAlertmanager>, env: &dyn Env) -> Result<Vec<AlertmanagerConfig>, ConfigError> {
+    let mut alertmanager = Vec::new();
+    for (i, a) in raw.into_iter().enumerate() {
+        let url =
+            secret_from(env, &format!("alerts.alertmanager[{i}].url"), a.url_env.as_deref(), a.url_file.as_deref())?;
+        Url::parse(url.expose_secret())
+            .map_err(|e| invalid(format!("alerts.alertmanager[{i}].url_env"), format!("not a URL: {e}")))?;
+        let dur = |field: &str, v: Option<String>, default: &str| {
+            parse_duration(&format!("alerts.alertmanager[{i}].{field}"), v.as_deref().unwrap_or(default))
+        };
+        let repost_every = dur("repost_every", a.repost_every, "1m")?;
+        let ends_after = dur("ends_after", a.ends_after, "5m")?;
+        if ends_after <= repost_every {
+            return Err(invalid(format!("alerts.alertmanager[{i}].ends_after"), "must be longer than repost_every"));
+        }
+        let name = channel_name(a.name, "alertmanager", i);
+        alertmanager.push(AlertmanagerConfig { name, url, repost_every, ends_after });
+    }
+    Ok(alertmanager)
+}
+
+/// `[[alerts.maintenance]]`: RFC 3339 windows that end after they start.
+fn maintenance(raw: Vec<RawMaintenance>) -> Result<Vec<MaintenanceWindow>, ConfigError> {
+    let mut maintenance = Vec::new();
+    for (i, m) in raw.into_iter().enumerate() {
+        let time = |field: &str, v: &str| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| invalid(format!("alerts.maintenance[{i}].{field}"), format!("{v:?} is not RFC 3339: {e}")))
+        };
+        let (start, end) = (time("start", &m.start)?, time("end", &m.end)?);
+        if end <= start {
+            return Err(invalid(format!("alerts.maintenance[{i}].end"), "must be after start"));
+        }
+        maintenance.push(MaintenanceWindow { provider: m.provider, start, end });
+    }
+    Ok(maintenance)
+}
+
+/// The latency and flap detectors' thresholds must make sense together.
+fn check_rules(raw: &RawAlerts) -> Result<(), ConfigError> {
+    if !(raw.latency_factor.is_finite() && raw.latency_factor > 0.0) {
+        return Err(invalid("alerts.latency_factor", "must be a positive number"));
+    }
+    if raw.latency_k == 0 || raw.latency_n < raw.latency_k || raw.latency_n > 100 {
+        return Err(invalid("alerts.latency_n", "needs 1 <= alerts.latency_k <= alerts.latency_n <= 100"));
+    }
+    if !(2..=200).contains(&raw.flap_window) {
+        return Err(invalid("alerts.flap_window", "must be between 2 and 200 probes"));
+    }
+    if !(raw.flap_low >= 0.0 && raw.flap_low < raw.flap_high && raw.flap_high <= 1.2) {
+        return Err(invalid("alerts.flap_high", "needs 0 <= alerts.flap_low < alerts.flap_high <= 1.2"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::test_util::{env, err};
+    use crate::config::Config;
+
+    #[test]
+    fn maintenance_windows_parse_and_bad_ones_name_the_key() {
+        let text = "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"2026-12-01T02:00:00Z\"\nend = \"2026-12-01T04:00:00+00:00\"";
+        let c = Config::from_toml(text, &env(&[])).expect("valid");
+        assert_eq!(c.alerts.maintenance.len(), 1);
+        assert_eq!(c.alerts.maintenance[0].provider, "openrouter");
+        assert_eq!((c.alerts.maintenance[0].end - c.alerts.maintenance[0].start).num_hours(), 2);
+        let backwards = "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"2026-12-01T04:00:00Z\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert_eq!(err(backwards, &[]), "alerts.maintenance[0].end: must be after start");
+        let garbled =
+            "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
+        assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
+    }
+}

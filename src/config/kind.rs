@@ -1,0 +1,34 @@
+//! The provider kinds: one protocol family, and so one adapter, each. Apart from the provider
+//! list because the built-in defaults name them too.
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol family of a provider; one adapter each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI chat completions (OpenRouter, OpenAI, Groq, Together, DeepInfra, vLLM, Ollama).
+    Openai,
+    /// Anthropic Messages API.
+    Anthropic,
+    /// Azure OpenAI: `base_url` is the resource (`https://NAME.openai.azure.com`, optionally
+    /// `?api-version=…`), models are deployment names, the key goes in `api-key`.
+    Azure,
+    /// Gemini `streamGenerateContent?alt=sse`.
+    Gemini,
+    /// Plain GET expecting 2xx.
+    Http,
+}
+
+impl ProviderKind {
+    /// The config name (`openai`, `anthropic`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Azure => "azure",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Http => "http",
+        }
+    }
+}

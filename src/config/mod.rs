@@ -1,0 +1,319 @@
+//! Configuration: TOML file + `VIGIL_*` environment overrides → a validated [`Config`], once, at load.
+//!
+//! Every scalar of the file can be overridden by an environment variable named after its path
+//! (`probe.interval` → `VIGIL_PROBE_INTERVAL`, `region` → `VIGIL_REGION`); `DATABASE_URL` also
+//! sets `storage.url`. Secrets never live in the file: it names the variable that holds them.
+//!
+//! Each section lives in its own file with its raw (file) shape, its validated shape and its
+//! `validate`; this file ties them together and re-exports every public item.
+
+mod alerts;
+mod baseline;
+mod breaker;
+mod builtins;
+mod canary;
+pub mod chain;
+mod deprecation;
+mod env;
+mod headers;
+mod http;
+mod kind;
+mod metrics;
+mod parse;
+mod probe;
+mod providers;
+pub mod proxy;
+mod redact;
+mod report;
+mod retention;
+pub(crate) mod secret_file;
+pub(crate) mod signing_key;
+mod status_pages;
+mod storage;
+pub mod tls;
+mod toml_doc;
+
+pub use self::alerts::{
+    AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
+};
+pub use self::baseline::BaselineConfig;
+pub use self::breaker::BreakerConfig;
+pub use self::builtins::builtin_defaults;
+pub use self::canary::{CanaryConfig, DetectorConfig};
+pub use self::deprecation::DeprecationConfig;
+pub use self::env::{Env, ProcessEnv};
+pub use self::headers::{secret_header_name, SecretHeader};
+pub use self::http::HttpConfig;
+pub use self::kind::ProviderKind;
+pub use self::metrics::{Detail, MetricsConfig};
+pub use self::parse::{duration_in, parse_duration};
+pub use self::probe::{AdaptiveConfig, ProbeConfig};
+pub use self::providers::{BalanceConfig, Price, ProviderConfig};
+pub use self::redact::redact_url;
+pub use self::report::{parse_cron, ReportConfig, DEFAULT_WEEKLY};
+pub use self::retention::RetentionConfig;
+pub use self::status_pages::{StatusPageSource, StatusPagesConfig};
+pub use self::storage::StorageConfig;
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+
+/// A configuration problem, always naming the key (or variable) at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// File that failed.
+        path: String,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A key is missing, unknown, of the wrong type or has a bad value.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Key path, e.g. `provider[2].base_url`.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// A [`ConfigError::Invalid`] naming `key`.
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), message: message.into() }
+}
+
+/// Validated configuration; runtime state never lives here.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Region label of this instance.
+    pub region: String,
+    /// Where samples go.
+    pub storage: StorageConfig,
+    /// HTTP listener.
+    pub http: HttpConfig,
+    /// Probe cadence and limits.
+    pub probe: ProbeConfig,
+    /// Rolling baselines.
+    pub baseline: BaselineConfig,
+    /// Circuit breaker rules.
+    pub breaker: BreakerConfig,
+    /// Providers with their keys present (skipped ones are logged at load).
+    pub providers: Vec<ProviderConfig>,
+    /// Providers skipped because their key variable is unset: (name, variable).
+    pub skipped: Vec<(String, String)>,
+    /// Alert rules and channels.
+    pub alerts: AlertsConfig,
+    /// Scheduled reports.
+    pub report: ReportConfig,
+    /// Failover chains published in the router export (`[[chain]]`).
+    pub chains: Vec<crate::config::chain::ChainConfig>,
+    /// The document as read, `VIGIL_*` overrides applied (for `check-config`). It names secret
+    /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`.
+    pub source: toml::Table,
+    /// Retirement warnings.
+    pub deprecation: DeprecationConfig,
+    /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
+    pub status_pages: StatusPagesConfig,
+    /// Cost-aware adaptive probing (`probe.max_interval`, `probe.incident_interval`).
+    pub adaptive: AdaptiveConfig,
+    /// What `/metrics` exports (`[metrics]`).
+    pub metrics: MetricsConfig,
+    /// `[probe.canary]`: the silent model-change canary.
+    pub canary: CanaryConfig,
+}
+
+/// The whole file as written; its defaults are also the template of every `VIGIL_*` override.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawConfig {
+    region: String,
+    storage: storage::RawStorage,
+    http: http::RawHttp,
+    probe: probe::RawProbe,
+    baseline: baseline::RawBaseline,
+    breaker: breaker::RawBreaker,
+    #[serde(skip_serializing)]
+    provider: Option<Vec<providers::RawProvider>>,
+    alerts: alerts::RawAlerts,
+    report: report::RawReport,
+    #[serde(skip_serializing)]
+    chain: Vec<crate::config::chain::RawChain>,
+    deprecation: deprecation::RawDeprecation,
+    metrics: metrics::RawMetrics,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            region: "local".into(),
+            storage: Default::default(),
+            http: Default::default(),
+            probe: Default::default(),
+            baseline: Default::default(),
+            breaker: Default::default(),
+            provider: None,
+            alerts: Default::default(),
+            report: Default::default(),
+            chain: vec![],
+            deprecation: Default::default(),
+            metrics: Default::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The one credit-watch list: every provider with a `balance` (validated at load to be one
+    /// whose credit can be polled). The poller, the `credit_low` rule and the status page read it.
+    pub fn credit_watch(&self) -> impl Iterator<Item = (&ProviderConfig, &BalanceConfig)> {
+        self.providers.iter().filter_map(|p| p.balance.as_ref().map(|b| (p, b)))
+    }
+
+    /// Loads `path`, or `vigil.toml` in the working directory when it exists, else built-in defaults.
+    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
+            None => match std::fs::read_to_string("vigil.toml") {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(source) => return Err(ConfigError::Read { path: "vigil.toml".into(), source }),
+            },
+        };
+        Config::from_toml(&text, env)
+    }
+
+    /// Parses and validates a TOML document with environment overrides applied.
+    pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
+            invalid("config", format!("{}{span}", e.message()))
+        })?;
+        env::apply_overrides(&mut doc, env)?;
+        let source = doc.clone();
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+            let key = e.path().to_string();
+            invalid(if key == "." { "config".into() } else { key }, e.into_inner().message().to_string())
+        })?;
+        let mut config = validate(raw, env)?;
+        config.source = source;
+        Ok(config)
+    }
+}
+
+/// The whole file validated, section by section in the order the file is documented; the first
+/// problem found is the error.
+fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+    validate_region(&raw.region)?;
+    let storage = storage::validate(&raw.storage, &raw.baseline)?;
+    let http = http::validate(raw.http, env)?;
+    let (probe, adaptive) = probe::validate(&raw.probe, env)?;
+    let baseline = baseline::validate(&raw.baseline)?;
+    let breaker = breaker::validate(&raw.breaker)?;
+    let resolved = providers::validate(raw.provider, env)?;
+    alerts::check_maintenance_providers(&raw.alerts, &resolved.names())?;
+    let status_pages = status_pages::validate(&raw.probe.status_page_every, &raw.alerts, resolved.pages)?;
+    let alerts = alerts::validate(raw.alerts, env)?;
+    let report = report::validate(raw.report, &alerts)?;
+    let chains = crate::config::chain::validate(raw.chain, &resolved.providers, &resolved.skipped)?;
+    let deprecation = deprecation::validate(&raw.deprecation)?;
+    let metrics = metrics::validate(&raw.metrics)?;
+    let canary = canary::validate(&raw.probe.canary)?;
+    Ok(Config {
+        region: raw.region,
+        storage,
+        http,
+        probe,
+        baseline,
+        breaker,
+        providers: resolved.providers,
+        skipped: resolved.skipped,
+        alerts,
+        report,
+        chains,
+        status_pages,
+        adaptive,
+        source: toml::Table::new(),
+        deprecation,
+        metrics,
+        canary,
+    })
+}
+
+/// `region`: a short printable label.
+fn validate_region(region: &str) -> Result<(), ConfigError> {
+    if region.trim().is_empty() {
+        return Err(invalid("region", "must not be empty"));
+    }
+    parse::no_controls("region", region)?;
+    if region.len() > 64 {
+        return Err(invalid("region", "must be at most 64 bytes"));
+    }
+    Ok(())
+}
+
+/// Helpers the sections' unit tests share.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::config::Config;
+    use std::collections::BTreeMap;
+
+    /// An environment holding `pairs`.
+    pub(crate) fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The error for `text` with the environment `e`; panics when the config is accepted.
+    pub(crate) fn err(text: &str, e: &[(&str, &str)]) -> String {
+        match Config::from_toml(text, &env(e)) {
+            Ok(_) => panic!("config should be rejected:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// The error for `text`, which must start with `key: ` and must not be a panic.
+    pub(crate) fn err_at(text: &str, e: &[(&str, &str)], key: &str) -> String {
+        let msg = err(text, e);
+        assert!(msg.starts_with(&format!("{key}: ")), "expected an error naming {key}, got: {msg}");
+        msg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::test_util::err;
+
+    #[test]
+    fn errors_name_the_key_path() {
+        let text = r#"
+[[provider]]
+name = "a"
+kind = "http"
+base_url = "https://a.example"
+[[provider]]
+name = "b"
+kind = "http"
+base_url = "https://b.example"
+[[provider]]
+name = "c"
+kind = "http"
+base_url = "not-a-url"
+"#;
+        assert_eq!(err(text, &[]), "provider[2].base_url: relative URL without a base");
+        assert_eq!(err("[probe]\ninterval = \"soon\"", &[]).split(':').next(), Some("probe.interval"));
+        {
+            let e = err("[probe]\nintervall = \"5s\"", &[]);
+            assert!(e.starts_with("probe.intervall: unknown field `intervall`"), "{e}");
+        }
+        assert!(err("[probe]\nconcurrency = \"many\"", &[]).starts_with("probe.concurrency:"));
+        assert_eq!(
+            err("", &[("VIGIL_PROBE_CONCURRENCY", "lots")]),
+            "VIGIL_PROBE_CONCURRENCY: \"lots\" is not an integer"
+        );
+        assert!(err("[[alerts.slack]]\nwebhook_url_env = \"NOPE\"", &[])
+            .starts_with("alerts.slack[0].webhook_url_env: environment variable NOPE"));
+        assert!(err("[http]\nlisten = \"here\"", &[]).starts_with("http.listen:"));
+    }
+}

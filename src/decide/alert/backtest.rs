@@ -1,0 +1,348 @@
+//! `vigil alerts backtest`: replays stored samples (and breaker transitions) through the same
+//! [`AlertEngine`] the daemon runs, with time injected, one round per probe interval, baselines
+//! grown by the daemon's own [`Baselines`] from the rollups before the window (read once per
+//! target and hour: one sample barely moves a week's P95); and reports the
+//! incidents that would have opened, how long each lasted and how long after the first bad
+//! probe it opened (time to detect). Pure: the caller reads storage.
+
+use super::rules::AlertEngine;
+use super::rules::BaselineP95;
+use super::rules::BreakerChange;
+use super::rules::Round;
+use super::rules::RoundProbe;
+use super::settings::RuleConfig;
+use super::AlertStatus;
+use super::Notification;
+use crate::config::BaselineConfig;
+use crate::decide::baseline::{exceeds_failover, Baselines, LatencyP95, Metric};
+use crate::vocab::records::{BreakerTransition, Rollup};
+use crate::vocab::sample::Sample;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// Sets one rule threshold by its `[alerts]` key (`--set alerts.latency_k=2`).
+pub fn set(cfg: &mut RuleConfig, assignment: &str) -> Result<(), String> {
+    let (key, value) = assignment.split_once('=').ok_or_else(|| format!("--set {assignment}: expected KEY=VALUE"))?;
+    let key = key.trim().strip_prefix("alerts.").unwrap_or(key.trim());
+    let value = value.trim();
+    let bad = |what: &str| format!("--set alerts.{key}={value}: {what}");
+    let int = || value.parse::<usize>().map_err(|_| bad("expected a whole number"));
+    let num =
+        || value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| bad("expected a number"));
+    match key {
+        "latency_factor" => cfg.latency_factor = num()?,
+        "latency_k" => cfg.latency_k = int()?.max(1),
+        "latency_n" => cfg.latency_n = int()?.max(1),
+        "error_probes" => cfg.error_probes = int()?.max(1) as u32,
+        "resolve_after" => cfg.resolve_after = int()?.max(1) as u32,
+        "flap_window" => cfg.flap_window = int()?.max(2),
+        "flap_high" => cfg.flap_high = num()?,
+        "flap_low" => cfg.flap_low = num()?,
+        "renotify" => cfg.renotify = crate::config::parse_duration("--set alerts.renotify", value).map_err(|e| e.to_string())?,
+        _ => return Err(bad("unknown key (latency_factor, latency_k, latency_n, error_probes, resolve_after, flap_window, flap_high, flap_low, renotify)")),
+    }
+    if cfg.latency_n < cfg.latency_k {
+        return Err(bad("needs alerts.latency_k <= alerts.latency_n"));
+    }
+    if cfg.flap_low >= cfg.flap_high {
+        return Err(bad("needs alerts.flap_low < alerts.flap_high"));
+    }
+    Ok(())
+}
+
+/// One incident the replay opened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Incident {
+    /// Incident key (the PagerDuty dedup key).
+    pub incident: String,
+    /// What it is about (target id, provider, or `region R`).
+    pub subject: String,
+    /// Every kind it carried while open, sorted.
+    pub kinds: Vec<String>,
+    /// When it would have paged.
+    pub opened_at: DateTime<Utc>,
+    /// When it would have resolved; `None` if still open at the end of the window.
+    pub resolved_at: Option<DateTime<Utc>>,
+    /// Open for this long (to the end of the window when still open).
+    pub duration_s: i64,
+    /// Opened this long after the first bad probe (failure or over the latency threshold) of its targets.
+    pub time_to_detect_s: Option<i64>,
+    /// Messages it sent: the page, updates, reminders and the resolve.
+    pub notifications: u32,
+}
+
+/// Per subject × kind: how many incidents carried the kind, and for how long in total.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindSummary {
+    /// Target id, provider, or `region R`.
+    pub subject: String,
+    /// Alert kind.
+    pub kind: String,
+    /// Incidents that carried it.
+    pub incidents: u32,
+    /// Their summed duration.
+    pub total_s: i64,
+    /// Mean time to detect, where known.
+    pub mean_time_to_detect_s: Option<f64>,
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BacktestReport {
+    /// First round's start.
+    pub from: Option<DateTime<Utc>>,
+    /// Last round's end.
+    pub until: Option<DateTime<Utc>>,
+    /// Samples replayed.
+    pub samples: usize,
+    /// Rounds evaluated.
+    pub rounds: usize,
+    /// Pages: incidents opened.
+    pub pages: usize,
+    /// Every message (pages, updates, reminders, resolves).
+    pub notifications: usize,
+    /// The incidents, in opening order.
+    pub incidents: Vec<Incident>,
+    /// Per subject × kind.
+    pub by_kind: Vec<KindSummary>,
+}
+
+impl BacktestReport {
+    /// The report as a table for people.
+    pub fn render_table(&self) -> String {
+        let mut out = format!(
+            "{} samples, {} rounds: {} pages ({} messages)\n\n",
+            self.samples, self.rounds, self.pages, self.notifications
+        );
+        out.push_str(&format!(
+            "{:<56} {:<20} {:>9} {:>11} {:>9}\n",
+            "SUBJECT", "KIND", "INCIDENTS", "TOTAL", "MEAN TTD"
+        ));
+        for k in &self.by_kind {
+            out.push_str(&format!(
+                "{:<56} {:<20} {:>9} {:>10}s {:>9}\n",
+                k.subject,
+                k.kind,
+                k.incidents,
+                k.total_s,
+                k.mean_time_to_detect_s.map(|v| format!("{v:.0}s")).unwrap_or_else(|| "-".into())
+            ));
+        }
+        out.push_str(&format!("\n{:<56} {:<25} {:>9} {:>6}  KINDS\n", "INCIDENT", "OPENED", "DURATION", "TTD"));
+        for i in &self.incidents {
+            out.push_str(&format!(
+                "{:<56} {:<25} {:>8}s {:>6}  {}{}\n",
+                i.subject,
+                i.opened_at.format("%Y-%m-%d %H:%M:%SZ"),
+                i.duration_s,
+                i.time_to_detect_s.map(|v| format!("{v}s")).unwrap_or_else(|| "-".into()),
+                i.kinds.join(","),
+                if i.resolved_at.is_none() { " (still open)" } else { "" }
+            ));
+        }
+        out
+    }
+}
+
+/// Replays `samples` (any order) with `transitions` through an engine built from `rules`, one
+/// round per `interval`, baselines seeded from `prior` rollups (the hours before the window).
+pub fn replay(
+    rules: RuleConfig,
+    baseline: &BaselineConfig,
+    interval: Duration,
+    prior: &[Rollup],
+    samples: &[Sample],
+    transitions: &[BreakerTransition],
+) -> BacktestReport {
+    let mut order: Vec<&Sample> = samples.iter().collect();
+    order.sort_by_key(|s| s.started_at);
+    let factor = rules.latency_factor;
+    let mut engine = AlertEngine::new(rules);
+    let mut report = BacktestReport {
+        from: None,
+        until: None,
+        samples: samples.len(),
+        rounds: 0,
+        pages: 0,
+        notifications: 0,
+        incidents: Vec::new(),
+        by_kind: Vec::new(),
+    };
+    let Some(first) = order.first().map(|s| s.started_at) else { return report };
+    let step =
+        chrono::Duration::from_std(interval.max(Duration::from_secs(1))).unwrap_or(chrono::Duration::seconds(60));
+    let mut b = Baselines::new(baseline);
+    b.load(prior, first);
+    let mut trans: Vec<&BreakerTransition> = transitions.iter().collect();
+    trans.sort_by_key(|t| t.at);
+    let mut trans = trans.into_iter().peekable();
+    let mut tracker = Tracker::default();
+    // A baseline moves by one sample in thousands: recompute it once per target and hour.
+    let mut cached: HashMap<crate::vocab::target::Target, (i64, BaselineP95)> = HashMap::new();
+    let mut i = 0;
+    let mut round_start = first;
+    report.from = Some(first);
+    while i < order.len() {
+        let round_end = round_start + step;
+        let mut batch: Vec<(&Sample, BaselineP95)> = Vec::new();
+        while i < order.len() && order[i].started_at < round_end {
+            let s = order[i];
+            b.record(s);
+            let hour = s.started_at.timestamp().div_euclid(3600);
+            let base = match cached.get(&s.target) {
+                Some((h, base)) if *h == hour => *base,
+                _ => {
+                    let base = BaselineP95 {
+                        ttfb_p95_ms: b.get(&s.target, Metric::Ttfb, s.started_at).p95,
+                        ttft_p95_ms: b.get(&s.target, Metric::Ttft, s.started_at).p95,
+                    };
+                    cached.insert(s.target.clone(), (hour, base));
+                    base
+                }
+            };
+            tracker.observe(s, base, factor);
+            batch.push((s, base));
+            i += 1;
+        }
+        let mut changes = Vec::new();
+        while let Some(t) = trans.next_if(|t| t.at < round_end) {
+            changes.push(BreakerChange {
+                target: t.target.clone(),
+                from: t.from_state,
+                to: t.to_state,
+                reason: t.reason.clone(),
+            });
+        }
+        if !batch.is_empty() || !changes.is_empty() {
+            let probes = batch
+                .iter()
+                .map(|(s, base)| RoundProbe { sample: s, baseline: *base, elsewhere: Default::default() })
+                .collect();
+            let notes = engine
+                .evaluate(&Round { probes, breaker: changes, credits: Vec::new(), canaries: Vec::new() }, round_end);
+            report.rounds += 1;
+            tracker.take(&notes, round_end, &mut report);
+        }
+        report.until = Some(round_end);
+        // Jump over gaps (the daemon was down) instead of evaluating empty rounds one by one.
+        round_start = match order.get(i) {
+            Some(next) if next.started_at >= round_end + step => {
+                let skipped = (next.started_at - round_end).num_milliseconds() / step.num_milliseconds().max(1);
+                round_end + step * skipped as i32
+            }
+            _ => round_end,
+        };
+    }
+    let until = report.until.unwrap_or(first);
+    for idx in tracker.open.values() {
+        if let Some(inc) = report.incidents.get_mut(*idx) {
+            inc.duration_s = (until - inc.opened_at).num_seconds();
+        }
+    }
+    report.by_kind = summarize(&report.incidents);
+    report
+}
+
+/// Follows incidents through the notifications and bad streaks through the samples.
+#[derive(Default)]
+struct Tracker {
+    /// Incident key → index in `report.incidents`.
+    open: HashMap<String, usize>,
+    /// Target id → start of its current run of bad probes.
+    bad_since: HashMap<String, DateTime<Utc>>,
+    /// Provider → target ids seen.
+    targets: HashMap<String, Vec<String>>,
+}
+
+impl Tracker {
+    fn observe(&mut self, s: &Sample, base: BaselineP95, factor: f64) {
+        // The engine's own predicate, at the latency factor the rules use.
+        let p95 = LatencyP95 { ttfb: base.ttfb_p95_ms, ttft: base.ttft_p95_ms };
+        let bad = s.outcome.is_failure() || exceeds_failover(s.ttfb_ms, s.ttft_ms, p95, factor);
+        let id = s.target.id();
+        let known = self.targets.entry(s.target.provider.clone()).or_default();
+        if !known.contains(&id) {
+            known.push(id.clone());
+        }
+        if bad {
+            self.bad_since.entry(id).or_insert(s.started_at);
+        } else {
+            self.bad_since.remove(&id);
+        }
+    }
+
+    fn detect(&self, n: &Notification, opened: DateTime<Utc>) -> Option<i64> {
+        let mut ids: Vec<String> = n.alerts.iter().filter_map(|a| a.target.clone()).collect();
+        if ids.is_empty() && !n.provider.is_empty() {
+            ids = self.targets.get(&n.provider).cloned().unwrap_or_default();
+        }
+        ids.iter().filter_map(|id| self.bad_since.get(id)).min().map(|since| (opened - *since).num_seconds())
+    }
+
+    fn take(&mut self, notes: &[Notification], now: DateTime<Utc>, report: &mut BacktestReport) {
+        for n in notes {
+            report.notifications += 1;
+            let key = n.incident_key();
+            let kinds = n.alerts.iter().map(|a| a.kind.as_str().to_string());
+            match (n.status, self.open.get(&key).copied()) {
+                (AlertStatus::Firing, None) => {
+                    report.pages += 1;
+                    let mut k: Vec<String> = kinds.collect();
+                    k.sort();
+                    k.dedup();
+                    report.incidents.push(Incident {
+                        incident: key.clone(),
+                        subject: n.subject.clone(),
+                        kinds: k,
+                        opened_at: now,
+                        resolved_at: None,
+                        duration_s: 0,
+                        time_to_detect_s: self.detect(n, now),
+                        notifications: 1,
+                    });
+                    self.open.insert(key, report.incidents.len() - 1);
+                }
+                (AlertStatus::Firing, Some(idx)) => {
+                    if let Some(inc) = report.incidents.get_mut(idx) {
+                        inc.notifications += 1;
+                        inc.kinds.extend(kinds);
+                        inc.kinds.sort();
+                        inc.kinds.dedup();
+                    }
+                }
+                (AlertStatus::Resolved, Some(idx)) => {
+                    self.open.remove(&key);
+                    if let Some(inc) = report.incidents.get_mut(idx) {
+                        inc.notifications += 1;
+                        inc.resolved_at = Some(now);
+                        inc.duration_s = (now - inc.opened_at).num_seconds();
+                    }
+                }
+                (AlertStatus::Resolved, None) => {}
+            }
+        }
+    }
+}
+
+fn summarize(incidents: &[Incident]) -> Vec<KindSummary> {
+    let mut m: BTreeMap<(String, String), (u32, i64, Vec<i64>)> = BTreeMap::new();
+    for i in incidents {
+        for k in &i.kinds {
+            let e = m.entry((i.subject.clone(), k.clone())).or_default();
+            e.0 += 1;
+            e.1 += i.duration_s;
+            e.2.extend(i.time_to_detect_s);
+        }
+    }
+    m.into_iter()
+        .map(|((subject, kind), (n, total, ttd))| KindSummary {
+            subject,
+            kind,
+            incidents: n,
+            total_s: total,
+            mean_time_to_detect_s: (!ttd.is_empty()).then(|| ttd.iter().sum::<i64>() as f64 / ttd.len() as f64),
+        })
+        .collect()
+}

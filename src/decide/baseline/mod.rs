@@ -1,0 +1,749 @@
+//! Rolling baselines: hourly HdrHistogram rollups per target × metric, merged over the window.
+//!
+//! Values are bucketed exactly as an `hdrhistogram::Histogram<u64>` with bounds 1 µs..10 min and
+//! 3 significant digits buckets them, but held sparsely (bucket index → count): a dense histogram
+//! of that range is 172 KB, and a week of hourly ones per target would not fit in memory.
+//! Each series holds its recent hours one by one plus one merged histogram of the rest of the
+//! window; a refresh folds in an hour once it is stored, and the hour leaving the window is read
+//! back from storage and subtracted, so nothing rescans raw samples or re-merges the window and
+//! memory does not grow with its length. Persisted rollups are hdrhistogram V2 bytes.
+//!
+//! Files: [`codec`] (sparse histograms and their V2 bytes), [`window`] (an hour window of one
+//! series), [`failover`] (the metrics and the failover predicate); this file holds the
+//! [`Baselines`] API over them.
+
+mod codec;
+mod failover;
+mod window;
+
+pub use codec::{rollup_quantile, HIGHEST, LOWEST, SIGFIG};
+pub use failover::{exceeds_failover, failover_threshold, worst_excess, Excess, LatencyP95, Metric};
+
+use crate::config::BaselineConfig;
+use crate::vocab::records::Rollup;
+use crate::vocab::sample::{Outcome, Sample};
+use crate::vocab::target::Target;
+use chrono::{DateTime, Utc};
+use codec::{
+    decode_v2, encode_v2, index_for, quantiles, sparse_merge, sparse_total, to_recorded, Packed, Sparse, SCALE,
+};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use thiserror::Error;
+use window::{hour_of, hour_start, min_opt, Counts, Held, Hist, Series, Tally, HOLD};
+
+/// Baseline failures: only persisted rollups can be malformed.
+#[derive(Debug, Error)]
+pub enum BaselineError {
+    /// The rollup names a metric this version does not know.
+    #[error("rollup {target} {hour}: unknown metric {metric:?}")]
+    UnknownMetric {
+        /// Target id.
+        target: String,
+        /// Hour of the rollup.
+        hour: DateTime<Utc>,
+        /// The metric name found.
+        metric: String,
+    },
+    /// The histogram bytes are not a readable V2 histogram.
+    #[error("rollup {target} {metric} {hour}: bad histogram: {message}")]
+    Decode {
+        /// Target id.
+        target: String,
+        /// Metric name.
+        metric: String,
+        /// Hour of the rollup.
+        hour: DateTime<Utc>,
+        /// What was wrong.
+        message: String,
+    },
+    /// Serializing a rollup failed.
+    #[error("serializing rollup: {0}")]
+    Encode(String),
+}
+
+/// Percentiles of one metric of one target over the window; a quantile is `None` below its minimum count.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Values in the window (always reported).
+    pub count: u64,
+    /// Median, in ms (tok/s for `tokens_per_s`).
+    pub p50: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+}
+
+/// Outcome of [`Baselines::load`]: rollups taken and rollups skipped as unreadable.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Rollups loaded.
+    pub loaded: usize,
+    /// Unreadable rollups, with why (they are skipped so one bad row cannot block a start).
+    pub skipped: Vec<BaselineError>,
+}
+
+/// Rollup metric name of an hour's probe count (stored without a histogram).
+pub const PROBES: &str = "probes";
+/// Rollup metric name of an hour's failed-probe count (stored without a histogram).
+pub const ERRORS: &str = "errors";
+
+/// Rolling P50/P95/P99 of `ttfb`, `ttft` and `tokens_per_s`, and probe/error counts, per target
+/// (region included) over the window.
+///
+/// Memory is one folded histogram per series plus the held hours, not a histogram per hour of the
+/// window: at an hour boundary the hour leaving the window is read back from storage and
+/// subtracted ([`expiring`](Self::expiring), [`expire`](Self::expire)). Until that read succeeds
+/// (storage down) the window simply reaches further back.
+#[derive(Debug)]
+pub struct Baselines {
+    window_hours: i64,
+    min: [u64; 3],
+    series: HashMap<Target, Series>,
+    /// Hours at or after this stay held; it only moves forward.
+    hold_from: i64,
+    /// Oldest hour that may be in a fold; `None` while nothing is folded.
+    folded_from: Option<i64>,
+    /// Samples too late for their hour (already folded), left out of the baselines.
+    late: u64,
+}
+
+impl Baselines {
+    /// Empty baselines following `[baseline]`.
+    pub fn new(config: &BaselineConfig) -> Self {
+        let window_hours = (config.window.as_secs().div_ceil(3600)).max(1) as i64;
+        Baselines {
+            window_hours,
+            min: [config.min_samples_p50, config.min_samples_p95, config.min_samples_p99],
+            series: HashMap::new(),
+            hold_from: i64::MIN,
+            folded_from: None,
+            late: 0,
+        }
+    }
+
+    /// Start of the oldest hour in the window ending at `now`: load rollups from here.
+    pub fn window_start(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        hour_start(self.oldest(now))
+    }
+
+    fn oldest(&self, now: DateTime<Utc>) -> i64 {
+        hour_of(now) - self.window_hours + 1
+    }
+
+    /// Moves `hold_from` to `now` and returns (hold_from, oldest hour of the window).
+    fn bounds(&mut self, now: DateTime<Utc>) -> (i64, i64) {
+        self.hold_from = self.hold_from.max(hour_of(now) - HOLD);
+        (self.hold_from, self.oldest(now))
+    }
+
+    /// Samples left out because their hour was already folded (they stay in storage; `--rebuild` counts them).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn late_samples(&self) -> u64 {
+        self.late
+    }
+
+    /// Counts a sample and adds its `ttfb`, `ttft` and `tokens_per_s` to its hour (histograms take `ok` samples only).
+    pub fn record(&mut self, sample: &Sample) {
+        self.record_weighted(sample, 1);
+    }
+
+    /// As [`Baselines::record`], with the sample's values counted `weight` times in the
+    /// histograms (adaptive probing: a sample of a target probed every three base intervals
+    /// stands for three; 0 keeps it out of the percentiles). Probe and error counts stay real.
+    pub fn record_weighted(&mut self, sample: &Sample, weight: u32) {
+        let hour = hour_of(sample.started_at);
+        let create = hour >= self.hold_from;
+        let series = match self.series.get_mut(&sample.target) {
+            Some(s) => s,
+            None => self.series.entry(sample.target.clone()).or_default(),
+        };
+        let Some(h) = series.counts.held_mut(hour, create) else {
+            self.late += 1;
+            tracing::debug!(target = %sample.target, started_at = %sample.started_at, "sample too late for its hour's baseline");
+            return;
+        };
+        h.tally.probes += 1;
+        h.tally.errors += i64::from(sample.outcome.is_failure());
+        h.version = h.version.wrapping_add(1);
+        if sample.outcome != Outcome::Ok || weight == 0 {
+            return;
+        }
+        for metric in Metric::ALL {
+            let Some(index) = metric.value(sample).and_then(to_recorded).map(index_for) else { continue };
+            let slot = metric.slot();
+            // Never re-open a folded hour: its stored rollup would be overwritten by the newcomer alone.
+            if let Some(h) = series.metrics[slot].held_mut(hour, create) {
+                h.tally.packed = h.tally.packed.merged(&[(index, weight)], false);
+                h.tally.count += u64::from(weight);
+                h.version = h.version.wrapping_add(1);
+                series.invalidate(slot);
+            }
+        }
+    }
+
+    /// Moves every series' window to `now` and recomputes what changed; returns series recomputed.
+    pub fn refresh(&mut self, now: DateTime<Utc>) -> usize {
+        self.fold(now);
+        let mut recomputed = 0;
+        for series in self.series.values_mut() {
+            for slot in 0..3 {
+                if series.cached[slot].is_none() {
+                    series.cached[slot] = Some(series.compute(slot, self.min));
+                    recomputed += 1;
+                }
+            }
+        }
+        recomputed
+    }
+
+    /// Moves every window to `now` without recomputing percentiles.
+    fn fold(&mut self, now: DateTime<Utc>) {
+        let (hold_from, oldest) = self.bounds(now);
+        let mut first = None;
+        for series in self.series.values_mut() {
+            first = min_opt(first, series.advance(hold_from, oldest));
+        }
+        self.folded_from = min_opt(self.folded_from, first);
+        self.series.retain(|_, s| !s.is_empty());
+    }
+
+    /// Hours folded into the baselines that have left the window ending at `now`: read their
+    /// rollups back (`[from, until)`) and pass them to [`expire`](Self::expire).
+    pub fn expiring(&self, now: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let oldest = self.oldest(now);
+        self.folded_from.filter(|from| *from < oldest).map(|from| (hour_start(from), hour_start(oldest)))
+    }
+
+    /// Subtracts the stored rollups of hours before `until` (from [`expiring`](Self::expiring)) from the folds.
+    pub fn expire(&mut self, rollups: &[Rollup], until: DateTime<Utc>) -> LoadReport {
+        let until_hour = hour_of(until);
+        let from = self.folded_from.unwrap_or(i64::MIN);
+        let mut report = LoadReport::default();
+        for r in rollups.iter().filter(|r| (from..until_hour).contains(&hour_of(r.hour))) {
+            let Some(series) = self.series.get_mut(&r.target) else { continue };
+            let hour = hour_of(r.hour);
+            // An hour still held was never folded (its store copy may be partial): dropping it is enough.
+            match decode(r, &mut report) {
+                Some(Decoded::Counts(c)) if !series.counts.holds(hour) => series.counts.folded.subtract(&c),
+                Some(Decoded::Hist(slot, h)) if !series.metrics[slot].holds(hour) => {
+                    series.metrics[slot].folded.subtract(&h);
+                    series.invalidate(slot);
+                }
+                _ => continue,
+            }
+            report.loaded += 1;
+        }
+        for series in self.series.values_mut() {
+            series.advance(i64::MIN, until_hour);
+        }
+        self.folded_from = Some(until_hour);
+        report
+    }
+
+    /// The baseline of one target's metric over the window ending at `now` (zero count when unknown).
+    pub fn get(&mut self, target: &Target, metric: Metric, now: DateTime<Utc>) -> Baseline {
+        let (hold_from, oldest) = self.bounds(now);
+        let Some(series) = self.series.get_mut(target) else {
+            return Baseline::default();
+        };
+        let folded = series.advance(hold_from, oldest);
+        self.folded_from = min_opt(self.folded_from, folded);
+        let slot = metric.slot();
+        if let Some(b) = series.cached[slot] {
+            return b;
+        }
+        let b = series.compute(slot, self.min);
+        series.cached[slot] = Some(b);
+        b
+    }
+
+    /// The nearest-rank quantile `q` of one target's metric over the window ending at `now`, whatever
+    /// the count (`None` without values). For provisional bounds only: the published percentiles of
+    /// [`get`](Self::get) keep their minimum counts.
+    pub fn quantile_any(&mut self, target: &Target, metric: Metric, q: f64, now: DateTime<Utc>) -> Option<f64> {
+        let (hold_from, oldest) = self.bounds(now);
+        let series = self.series.get_mut(target)?;
+        let folded = series.advance(hold_from, oldest);
+        self.folded_from = min_opt(self.folded_from, folded);
+        let slot = metric.slot();
+        if let Some((bits, v)) = series.any[slot] {
+            if bits == q.to_bits() {
+                return v;
+            }
+        }
+        let w = &series.metrics[slot];
+        let count = w.total(|h| h.count);
+        let v = if count == 0 || !(0.0..=1.0).contains(&q) {
+            None
+        } else {
+            let recent =
+                w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+            let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
+            Some(values[0] as f64 / SCALE)
+        };
+        series.any[slot] = Some((q.to_bits(), v));
+        v
+    }
+
+    /// Probes and failed probes of a target in the window (as of the last refresh).
+    pub fn window_counts(&self, target: &Target) -> (i64, i64) {
+        self.series.get(target).map_or((0, 0), |s| {
+            let c = &s.counts;
+            let sum = |f: fn(&Counts) -> i64| f(&c.folded) + c.held.iter().map(|h| f(&h.tally)).sum::<i64>();
+            (sum(|c| c.probes), sum(|c| c.errors))
+        })
+    }
+
+    /// Baselines as of the last [`refresh`](Self::refresh), for read-only snapshots (HTTP, metrics, export).
+    pub fn snapshot(&self) -> Vec<(Target, Metric, Baseline)> {
+        let mut out: Vec<_> = self
+            .series
+            .iter()
+            .filter(|(_, s)| s.metrics.iter().any(|w| !w.is_empty()))
+            .flat_map(|(t, s)| Metric::ALL.map(|m| (t.clone(), m, s.cached[m.slot()].unwrap_or_default())))
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
+    /// Targets with data.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.series.keys()
+    }
+
+    /// Held hours changed since the last [`mark_persisted`](Self::mark_persisted), as rollups
+    /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
+    pub fn dirty_rollups(&self) -> Result<Vec<Rollup>, BaselineError> {
+        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG)
+            .map_err(|e| BaselineError::Encode(e.to_string()))?;
+        let mut out = Vec::new();
+        let rollup = |target: &Target, metric: &str, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
+            target: target.clone(),
+            metric: metric.to_string(),
+            hour: hour_start(hour),
+            count,
+            histogram,
+        };
+        for (target, series) in &self.series {
+            for metric in Metric::ALL {
+                for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
+                    let bytes = encode_v2(&mut scratch, &h.tally.packed.unpack())?;
+                    let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
+                    out.push(rollup(target, metric.as_str(), h.hour, count, bytes));
+                }
+            }
+            for h in series.counts.held.iter().filter(|h| h.version != h.persisted) {
+                out.push(rollup(target, PROBES, h.hour, h.tally.probes, Vec::new()));
+                out.push(rollup(target, ERRORS, h.hour, h.tally.errors, Vec::new()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks rollups as stored; an hour that changed since they were taken stays dirty.
+    pub fn mark_persisted(&mut self, rollups: &[Rollup]) {
+        for r in rollups {
+            let Some(series) = self.series.get_mut(&r.target) else { continue };
+            let hour = hour_of(r.hour);
+            let matches_hist = |h: &Held<Hist>| i64::try_from(h.tally.count).ok() == Some(r.count);
+            match r.metric.as_str() {
+                PROBES => {
+                    if let Some(h) = series.counts.held_mut(hour, false) {
+                        if h.tally.probes == r.count {
+                            h.persisted = h.version;
+                        }
+                    }
+                }
+                ERRORS => {}
+                name => {
+                    let Ok(metric) = name.parse::<Metric>() else { continue };
+                    if let Some(h) = series.metrics[metric.slot()].held_mut(hour, false) {
+                        if matches_hist(h) {
+                            h.persisted = h.version;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Loads stored rollups of the window ending at `now` (see [`Window::load`](window::Window::load)); unreadable ones
+    /// are skipped and reported. Loading the same hour twice counts it twice: load once per start.
+    pub fn load(&mut self, rollups: &[Rollup], now: DateTime<Utc>) -> LoadReport {
+        let (hold_from, oldest) = self.bounds(now);
+        let mut report = LoadReport::default();
+        let mut first = None;
+        for r in rollups {
+            let hour = hour_of(r.hour);
+            if hour < oldest {
+                continue;
+            }
+            let Some(decoded) = decode(r, &mut report) else { continue };
+            let series = match self.series.get_mut(&r.target) {
+                Some(s) => s,
+                None => self.series.entry(r.target.clone()).or_default(),
+            };
+            match decoded {
+                Decoded::Counts(c) => series.counts.load(hour, &c, hold_from),
+                Decoded::Hist(slot, h) => {
+                    series.metrics[slot].load(hour, &h, hold_from);
+                    series.invalidate(slot);
+                }
+            }
+            if hour < hold_from {
+                first = min_opt(first, Some(hour));
+            }
+            report.loaded += 1;
+        }
+        self.folded_from = min_opt(self.folded_from, first);
+        report
+    }
+
+    /// The hours a start loads: `[first hour of the window, end of the current hour)`.
+    pub fn window_hours(&self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        (hour_start(self.oldest(now)), hour_start(hour_of(now) + 1))
+    }
+
+    /// Loads one hour of stored rollups (of [`window_hours`](Self::window_hours), oldest first)
+    /// and folds what left the held hours, so a load read an hour at a time stays small.
+    pub fn load_hour(&mut self, rollups: &[Rollup], now: DateTime<Utc>) -> LoadReport {
+        let report = self.load(rollups, now);
+        self.fold(now);
+        report
+    }
+
+    /// Forgets everything and rebuilds from raw samples (`vigil baselines --rebuild`); every hour
+    /// becomes dirty and stays held until persisted.
+    pub fn rebuild_from_samples(&mut self, samples: &[Sample]) {
+        self.series.clear();
+        self.folded_from = None;
+        self.hold_from = i64::MIN;
+        for s in samples {
+            self.record(s);
+        }
+    }
+}
+
+/// A rollup read back: a metric's histogram or an hour's counts.
+enum Decoded {
+    Hist(usize, Hist),
+    Counts(Counts),
+}
+
+fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
+    match r.metric.as_str() {
+        PROBES => return Some(Decoded::Counts(Counts { probes: r.count, errors: 0 })),
+        ERRORS => return Some(Decoded::Counts(Counts { probes: 0, errors: r.count })),
+        _ => {}
+    }
+    let Ok(metric) = r.metric.parse::<Metric>() else {
+        report.skipped.push(BaselineError::UnknownMetric {
+            target: r.target.id(),
+            hour: r.hour,
+            metric: r.metric.clone(),
+        });
+        return None;
+    };
+    match decode_v2(&r.histogram) {
+        Ok(hist) => {
+            let count = sparse_total(&hist);
+            Some(Decoded::Hist(metric.slot(), Hist { packed: Packed::pack(hist), count }))
+        }
+        Err(message) => {
+            report.skipped.push(BaselineError::Decode {
+                target: r.target.id(),
+                metric: r.metric.clone(),
+                hour: r.hour,
+                message,
+            });
+            None
+        }
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{Duration, TimeZone};
+    use std::time::Duration as StdDuration;
+
+    fn config(min: u64) -> BaselineConfig {
+        BaselineConfig {
+            window: StdDuration::from_secs(7 * 86400),
+            failover_factor: 2.0,
+            min_samples_p50: min,
+            min_samples_p95: min,
+            min_samples_p99: min,
+        }
+    }
+
+    fn target(route: &str) -> Target {
+        Target { provider: "openrouter".into(), model: "m".into(), route: Some(route.into()), region: "eu".into() }
+    }
+
+    fn sample(t: &Target, at: DateTime<Utc>, ttfb: f64, outcome: Outcome) -> Sample {
+        let mut s = Sample::new(t.clone(), at, at);
+        s.ttfb_ms = Some(ttfb);
+        s.ttft_ms = Some(ttfb * 1.5);
+        s.tokens_per_s = Some(60.0);
+        s.outcome = outcome;
+        s
+    }
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).single().expect("valid time")
+    }
+
+    #[test]
+    fn only_ok_samples_count_and_quantiles_stay_null_below_minimum() {
+        let mut b = Baselines::new(&config(10));
+        let t = target("A");
+        for i in 0..9 {
+            b.record(&sample(&t, t0() + Duration::minutes(i), 100.0 + i as f64, Outcome::Ok));
+        }
+        b.record(&sample(&t, t0(), 9999.0, Outcome::ServerError));
+        let now = t0() + Duration::minutes(30);
+        assert_eq!(b.get(&t, Metric::Ttfb, now), Baseline { count: 9, p50: None, p95: None, p99: None });
+        b.record(&sample(&t, t0() + Duration::minutes(10), 109.0, Outcome::Ok));
+        let got = b.get(&t, Metric::Ttfb, now);
+        assert_eq!(got.count, 10);
+        assert_eq!(got.p50, Some(104.063), "5th of 100..109 ms, reported at its bucket's top (µs resolution 1/1024)");
+        assert_eq!(b.get(&t, Metric::TokensPerS, now).p99, Some(60.031));
+        assert_eq!(b.get(&target("unknown"), Metric::Ttft, now), Baseline::default());
+    }
+
+    #[test]
+    fn a_weighted_sample_counts_as_often_as_its_interval_stands_for() {
+        // Every minute a 100 ms sample; every third minute also a 400 ms one that stands for
+        // three minutes (a target stretched to three intervals).
+        let (mut weighted, mut unweighted, mut repeated) =
+            (Baselines::new(&config(1)), Baselines::new(&config(1)), Baselines::new(&config(1)));
+        let t = target("A");
+        for m in 0..60 {
+            let at = t0() + Duration::minutes(m);
+            for b in [&mut weighted, &mut unweighted, &mut repeated] {
+                b.record(&sample(&t, at, 100.0, Outcome::Ok));
+            }
+            if m % 3 == 0 {
+                let slow = sample(&t, at, 400.0, Outcome::Ok);
+                weighted.record_weighted(&slow, 3);
+                unweighted.record(&slow);
+                for _ in 0..3 {
+                    repeated.record(&slow);
+                }
+            }
+        }
+        let now = t0() + Duration::minutes(90);
+        let w = weighted.get(&t, Metric::Ttfb, now);
+        assert_eq!(w, repeated.get(&t, Metric::Ttfb, now), "weight 3 = the same value three times");
+        assert_eq!((w.count, unweighted.get(&t, Metric::Ttfb, now).count), (120, 80));
+        let p75 = |b: &mut Baselines| b.quantile_any(&t, Metric::Ttfb, 0.75, now);
+        assert!(p75(&mut weighted).is_some_and(|p| p > 390.0), "half the weight is slow: {:?}", p75(&mut weighted));
+        assert!(p75(&mut unweighted).is_some_and(|p| p < 110.0), "unweighted, a quarter: {:?}", p75(&mut unweighted));
+        weighted.record_weighted(&sample(&t, now, 9000.0, Outcome::Ok), 0);
+        assert_eq!(weighted.get(&t, Metric::Ttfb, now).count, 120, "weight 0 stays out of the percentiles");
+        assert_eq!(weighted.window_counts(&t).0, 81, "but counts as a probe");
+    }
+
+    #[test]
+    fn window_slides_hour_by_hour_and_old_hours_drop_out() {
+        let mut b = Baselines::new(&BaselineConfig { window: StdDuration::from_secs(3 * 3600), ..config(1) });
+        let t = target("A");
+        for hour in 0..3 {
+            b.record(&sample(&t, t0() + Duration::hours(hour), 100.0 * (hour + 1) as f64, Outcome::Ok));
+        }
+        let at = |h: i64| t0() + Duration::hours(h) + Duration::minutes(5);
+        assert_eq!(b.get(&t, Metric::Ttfb, at(2)).count, 3);
+        assert_eq!(b.get(&t, Metric::Ttfb, at(3)).count, 2);
+        b.refresh(at(4));
+        let late = b.get(&t, Metric::Ttfb, at(4));
+        assert_eq!(late.count, 1);
+        assert_eq!(late.p50, Some(300.031));
+        b.refresh(at(5));
+        assert_eq!(b.targets().count(), 0, "a target with no hour left in the window is forgotten");
+    }
+
+    #[test]
+    fn a_late_sample_for_a_closed_hour_is_counted_once() {
+        let mut b = Baselines::new(&config(1));
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        let now = t0() + Duration::hours(2);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1);
+        b.record(&sample(&t, t0() + Duration::minutes(59), 200.0, Outcome::Ok));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2);
+        b.refresh(now + Duration::hours(1));
+        assert_eq!(b.get(&t, Metric::Ttfb, now + Duration::hours(1)).count, 2);
+    }
+
+    /// Persists every dirty hour into `store` (upsert by target, metric and hour), as `Monitor::persist` does.
+    fn persist(b: &mut Baselines, store: &mut Vec<Rollup>) {
+        let dirty = b.dirty_rollups().expect("serialize");
+        for r in &dirty {
+            store.retain(|s| (&s.target, &s.metric, s.hour) != (&r.target, &r.metric, r.hour));
+            store.push(r.clone());
+        }
+        b.mark_persisted(&dirty);
+    }
+
+    #[test]
+    fn stored_hours_fold_and_a_sample_too_late_for_a_folded_hour_is_left_out() {
+        let mut b = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        let t = target("A");
+        b.record(&sample(&t, t0() + Duration::minutes(10), 100.0, Outcome::Ok));
+        persist(&mut b, &mut store);
+        let now = t0() + Duration::hours(3);
+        b.refresh(now);
+        assert!(b.series[&t].metrics[0].held.is_empty(), "a stored hour older than the hold is folded");
+        b.record(&sample(&t, t0() + Duration::minutes(20), 150.0, Outcome::Ok));
+        assert_eq!(b.late_samples(), 1);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1, "the late sample is left out");
+        assert_eq!(b.window_counts(&t), (1, 0));
+        b.record(&sample(&t, t0() + Duration::hours(2) + Duration::minutes(59), 200.0, Outcome::Ok));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2, "the previous hour still takes samples");
+    }
+
+    #[test]
+    fn a_folded_histogram_hour_is_never_reopened_by_a_late_sample() {
+        let mut b = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        persist(&mut b, &mut store);
+        // A failed probe of the same hour after the persist: only the counts are dirty again.
+        b.record(&sample(&t, t0() + Duration::minutes(30), 0.0, Outcome::ServerError));
+        b.refresh(t0() + Duration::hours(2));
+        assert!(b.series[&t].metrics[0].held.is_empty(), "the stored histogram hour is folded");
+        assert_eq!(b.series[&t].counts.held.len(), 1, "its unstored counts are still held");
+        b.record(&sample(&t, t0() + Duration::minutes(40), 300.0, Outcome::Ok));
+        let dirty = b.dirty_rollups().expect("serialize");
+        assert!(dirty.iter().all(|r| r.metric == PROBES || r.metric == ERRORS), "{dirty:?}");
+        assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(2)).count, 1);
+        assert_eq!(b.window_counts(&t), (3, 1));
+    }
+
+    #[test]
+    fn an_unstored_hour_stays_held_until_it_is_persisted() {
+        let mut b = Baselines::new(&config(1));
+        let t = target("A");
+        b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
+        b.refresh(t0() + Duration::hours(5));
+        assert_eq!(b.series[&t].metrics[0].held.len(), 1, "storage never took it: kept so it can be");
+        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5);
+        let mut store = Vec::new();
+        persist(&mut b, &mut store);
+        b.refresh(t0() + Duration::hours(5));
+        assert!(b.series[&t].metrics[0].held.is_empty());
+        assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(5)).count, 1);
+    }
+
+    #[test]
+    fn a_late_load_adds_to_held_hours_and_leaves_them_dirty() {
+        let t = target("A");
+        let mut before = Baselines::new(&config(1));
+        let mut store = Vec::new();
+        for m in 0..3 {
+            before.record(&sample(&t, t0() + Duration::minutes(m), 100.0, Outcome::Ok));
+        }
+        persist(&mut before, &mut store);
+        // Restarted while storage was down: two more samples of the same hour before the load.
+        let now = t0() + Duration::minutes(30);
+        let mut b = Baselines::new(&config(1));
+        for m in 3..5 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 120.0, Outcome::ServerError));
+        }
+        b.load(&store, now);
+        assert_eq!(b.window_counts(&t), (5, 2));
+        let dirty = b.dirty_rollups().expect("serialize");
+        let probes = dirty.iter().find(|r| r.metric == PROBES).expect("counts are dirty");
+        assert_eq!(probes.count, 5, "the next persist writes the whole hour, not only the new part");
+    }
+
+    #[test]
+    fn hours_leaving_the_window_are_subtracted_once_read_back() {
+        let mut b = Baselines::new(&BaselineConfig { window: StdDuration::from_secs(3 * 3600), ..config(1) });
+        let mut store = Vec::new();
+        let t = target("A");
+        for hour in 0..4 {
+            for m in 0..=hour {
+                b.record(&sample(&t, t0() + Duration::hours(hour) + Duration::minutes(m), 100.0, Outcome::Ok));
+            }
+            persist(&mut b, &mut store);
+            b.refresh(t0() + Duration::hours(hour) + Duration::minutes(59));
+        }
+        let now = t0() + Duration::hours(3) + Duration::minutes(59);
+        let (from, until) = b.expiring(now).expect("hour 0 has left the window");
+        assert_eq!((from, until), (t0(), t0() + Duration::hours(1)));
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 1 + 2 + 3 + 4, "until read back the window reaches further");
+        let expiring: Vec<Rollup> = store.iter().filter(|r| r.hour >= from && r.hour < until).cloned().collect();
+        b.expire(&expiring, until);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 2 + 3 + 4);
+        assert_eq!(b.window_counts(&t), (9, 0));
+        assert!(b.expiring(now).is_none());
+        b.expire(&expiring, until);
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 9, "a repeated expiry subtracts nothing more");
+    }
+
+    #[test]
+    fn dirty_rollups_persist_and_load_back_to_the_same_baselines() {
+        let mut b = Baselines::new(&config(5));
+        let t = target("A");
+        for m in 0..200 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
+        }
+        let rollups = b.dirty_rollups().expect("serialize");
+        assert_eq!(rollups.len(), 4 * 5, "four hours × (three metrics, probes, errors)");
+        assert_eq!(rollups.iter().filter(|r| r.metric == "ttfb").map(|r| r.count).sum::<i64>(), 200);
+        b.mark_persisted(&rollups);
+        assert!(b.dirty_rollups().expect("serialize").is_empty());
+        b.record(&sample(&t, t0() + Duration::minutes(201), 80.0, Outcome::Ok));
+        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5, "only the touched hour is dirty again");
+
+        let now = t0() + Duration::minutes(199);
+        let mut restarted = Baselines::new(&config(5));
+        let report = restarted.load(&rollups, now);
+        assert_eq!((report.loaded, report.skipped.len()), (20, 0));
+        b.rebuild_from_samples(&[]);
+        for m in 0..200 {
+            b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
+        }
+        for metric in Metric::ALL {
+            assert_eq!(restarted.get(&t, metric, now), b.get(&t, metric, now), "{metric}");
+        }
+    }
+
+    #[test]
+    fn unreadable_rollups_are_skipped_with_a_reason() {
+        let mut b = Baselines::new(&config(1));
+        let bad = Rollup { target: target("A"), metric: "ttfb".into(), hour: t0(), count: 1, histogram: vec![1, 2] };
+        let unknown = Rollup { metric: "latency".into(), ..bad.clone() };
+        let report = b.load(&[bad, unknown], t0());
+        assert_eq!(report.loaded, 0);
+        let messages: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
+        assert!(messages[0].contains("bad histogram"), "{messages:?}");
+        assert!(messages[1].contains("unknown metric \"latency\""), "{messages:?}");
+    }
+
+    #[test]
+    fn quantile_any_answers_below_the_minimum_counts_without_changing_them() {
+        let config = crate::config::Config::from_toml("", &std::collections::BTreeMap::new()).expect("defaults");
+        let mut b = Baselines::new(&config.baseline);
+        let target = Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("time");
+        for v in 1..=10 {
+            let mut s = Sample::new(target.clone(), now, now);
+            s.outcome = Outcome::Ok;
+            s.ttft_ms = Some(f64::from(v) * 100.0);
+            b.record(&s);
+        }
+        assert_eq!(b.get(&target, Metric::Ttft, now).p95, None, "10 samples publish no P95");
+        let max = b.quantile_any(&target, Metric::Ttft, 0.95, now).expect("a value");
+        assert!((999.0..=1001.0).contains(&max), "{max}");
+        let median = b.quantile_any(&target, Metric::Ttft, 0.5, now).expect("a value");
+        assert!((499.0..=501.0).contains(&median), "{median}");
+        assert_eq!(b.quantile_any(&target, Metric::Ttfb, 0.5, now), None, "no TTFB values");
+    }
+}

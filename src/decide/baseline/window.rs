@@ -1,0 +1,210 @@
+//! Hour windows of one series: the recent hours held one by one, the rest of the window folded
+//! into one tally, and how an hour moves from held to folded to gone.
+
+use super::codec::quantiles;
+use super::codec::sparse_merge;
+use super::codec::Packed;
+use super::codec::Sparse;
+use super::codec::SCALE;
+use super::Baseline;
+use chrono::{DateTime, TimeZone, Utc};
+use std::collections::VecDeque;
+
+pub(super) fn hour_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(3600)
+}
+
+pub(super) fn hour_start(hour: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(hour * 3600, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The current hour and this many before it stay held one by one, so a probe that finishes
+/// after the hour turned still lands in the hour it started in.
+pub(super) const HOLD: i64 = 1;
+
+/// What one hour of one series adds up: a histogram, or probe and error counts.
+pub(super) trait Tally: Default + Clone {
+    fn add(&mut self, other: &Self);
+    fn subtract(&mut self, other: &Self);
+    fn is_empty(&self) -> bool;
+}
+
+/// A histogram with its total.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Hist {
+    pub(super) packed: Packed,
+    pub(super) count: u64,
+}
+
+impl Tally for Hist {
+    fn add(&mut self, other: &Self) {
+        self.packed = self.packed.merged(&other.packed.unpack(), false);
+        self.count += other.count;
+    }
+    fn subtract(&mut self, other: &Self) {
+        self.packed = self.packed.merged(&other.packed.unpack(), true);
+        self.count = self.count.saturating_sub(other.count);
+    }
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Probes and failed probes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Counts {
+    pub(super) probes: i64,
+    pub(super) errors: i64,
+}
+
+impl Tally for Counts {
+    fn add(&mut self, other: &Self) {
+        self.probes += other.probes;
+        self.errors += other.errors;
+    }
+    fn subtract(&mut self, other: &Self) {
+        self.probes = (self.probes - other.probes).max(0);
+        self.errors = (self.errors - other.errors).max(0);
+    }
+    fn is_empty(&self) -> bool {
+        self.probes == 0 && self.errors == 0
+    }
+}
+
+/// An hour held on its own; `version` counts changes and `persisted` the version the store has.
+#[derive(Debug, Clone)]
+pub(super) struct Held<T> {
+    pub(super) hour: i64,
+    pub(super) tally: T,
+    pub(super) version: u32,
+    pub(super) persisted: u32,
+}
+
+/// One series over the window: recent hours held one by one, every other hour of the window
+/// folded into one tally. Only the held hours and the fold live in memory; an hour leaving the
+/// window is read back from storage to be subtracted (see [`Baselines::expire`](super::Baselines::expire)).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Window<T> {
+    pub(super) held: VecDeque<Held<T>>,
+    pub(super) folded: T,
+}
+
+impl<T: Tally> Window<T> {
+    /// The held hour `hour`, created when `create` (a sample for an hour already folded is refused).
+    pub(super) fn held_mut(&mut self, hour: i64, create: bool) -> Option<&mut Held<T>> {
+        let pos = self.held.iter().rposition(|h| h.hour <= hour);
+        let slot = match pos {
+            Some(p) if self.held[p].hour == hour => p,
+            _ if !create => return None,
+            _ => {
+                let at = pos.map_or(0, |p| p + 1);
+                self.held.insert(at, Held { hour, tally: T::default(), version: 0, persisted: 0 });
+                at
+            }
+        };
+        Some(&mut self.held[slot])
+    }
+
+    /// Drops held hours older than `oldest` (never folded: nothing to subtract) and folds stored
+    /// hours older than `hold_from`. Returns whether anything changed and the oldest hour folded.
+    pub(super) fn advance(&mut self, hold_from: i64, oldest: i64) -> (bool, Option<i64>) {
+        let mut changed = false;
+        let mut first_folded = None;
+        while let Some(h) = self.held.front() {
+            if h.hour < oldest {
+                self.held.pop_front();
+                changed = true;
+            } else if h.hour < hold_from && h.version == h.persisted {
+                if let Some(h) = self.held.pop_front() {
+                    self.folded.add(&h.tally);
+                    first_folded = first_folded.or(Some(h.hour));
+                    changed = true;
+                }
+            } else {
+                break;
+            }
+        }
+        (changed, first_folded)
+    }
+
+    /// Takes a stored hour: merged into a held hour (the store had what came before a restart),
+    /// held when recent, else folded.
+    pub(super) fn load(&mut self, hour: i64, tally: &T, hold_from: i64) {
+        if let Some(h) = self.held_mut(hour, hour >= hold_from) {
+            h.tally.add(tally);
+            // The store has only its part: the held hour stays dirty when it had more.
+            let dirty = h.version != h.persisted;
+            h.version = h.version.wrapping_add(1);
+            h.persisted = if dirty { h.persisted } else { h.version };
+        } else {
+            self.folded.add(tally);
+        }
+    }
+
+    pub(super) fn holds(&self, hour: i64) -> bool {
+        self.held.iter().any(|h| h.hour == hour)
+    }
+
+    pub(super) fn total(&self, mut f: impl FnMut(&T) -> u64) -> u64 {
+        f(&self.folded) + self.held.iter().map(|h| f(&h.tally)).sum::<u64>()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.folded.is_empty()
+    }
+}
+
+/// One target's windows: a histogram per metric and the probe/error counts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Series {
+    pub(super) metrics: [Window<Hist>; 3],
+    pub(super) counts: Window<Counts>,
+    pub(super) cached: [Option<Baseline>; 3],
+    /// The last [`Baselines::quantile_any`](super::Baselines::quantile_any) answer per metric (q's bits, value), dropped with `cached`:
+    /// the router export asks for it every second for every target still short of a P95.
+    pub(super) any: [Option<(u64, Option<f64>)>; 3],
+}
+
+impl Series {
+    /// Drops the cached percentiles of one metric after its values changed.
+    pub(super) fn invalidate(&mut self, slot: usize) {
+        self.cached[slot] = None;
+        self.any[slot] = None;
+    }
+
+    pub(super) fn compute(&self, slot: usize, min: [u64; 3]) -> Baseline {
+        let w = &self.metrics[slot];
+        let recent = w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
+        let count = w.total(|h| h.count);
+        if count == 0 {
+            return Baseline::default();
+        }
+        let values = quantiles(w.folded.packed.iter(), &recent, count, [0.5, 0.95, 0.99]);
+        let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
+        Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
+    }
+
+    pub(super) fn advance(&mut self, hold_from: i64, oldest: i64) -> Option<i64> {
+        let mut first = None;
+        for (slot, w) in self.metrics.iter_mut().enumerate() {
+            let (changed, folded) = w.advance(hold_from, oldest);
+            if changed {
+                self.cached[slot] = None;
+                self.any[slot] = None;
+            }
+            first = min_opt(first, folded);
+        }
+        min_opt(first, self.counts.advance(hold_from, oldest).1)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.counts.is_empty() && self.metrics.iter().all(Window::is_empty)
+    }
+}
+
+pub(super) fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

@@ -1,0 +1,711 @@
+//! Circuit breaker per target: a pure state machine fed probes, a baseline P95 and an injected `now`.
+//!
+//! `closed` → `open` after `consecutive_failures` failed probes in a row whose first and last lie
+//! within `failure_window`, or after `latency_trips` probes in a row over the failover threshold
+//! ([`crate::decide::baseline::exceeds_failover`]: TTFB or TTFT above `failover_factor` × that metric's
+//! P95, only where the P95 is known). `open` → `half_open` once `open_for` has
+//! passed (on [`Breaker::tick`] or the next [`Breaker::observe`]); in `half_open` the next probe
+//! decides: good → `closed`, failed or slow → `open` again.
+//!
+//! Rate limits: the first `rate_limited` probe of an episode that carries a `Retry-After` starts a
+//! grace period of that length; it and every 429 arriving before the grace period ends are *excused*:
+//! they neither count as failures nor break a streak, because the provider told us to back off and
+//! we probed anyway. A 429 after the grace period, or one with no advertised wait, counts as a
+//! failure (the provider is still refusing us). Any other probe ends the episode.
+//! Any good probe resets the failure streak, so alternating good/bad probes never open a breaker
+//! that needs two or more failures in a row.
+
+use crate::config::{BaselineConfig, BreakerConfig};
+use crate::decide::baseline::{worst_excess, Excess, LatencyP95};
+use crate::vocab::breaker::State;
+use crate::vocab::records::{BreakerRecord, BreakerTransition};
+use crate::vocab::sample::{Outcome, Sample};
+use crate::vocab::target::Target;
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use uuid::Uuid;
+
+/// A stored breaker record this version cannot read.
+#[derive(Debug, Error)]
+pub enum BreakerError {
+    /// The detail JSON does not have the expected shape.
+    #[error("breaker {target}: bad detail: {message}")]
+    BadDetail {
+        /// Target id.
+        target: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// Breaker rules, taken from `[breaker]` and `[baseline].failover_factor`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerSettings {
+    /// Failed probes in a row that open it (0 disables).
+    pub consecutive_failures: u32,
+    /// The first and last of those lie within this span.
+    pub failure_window: Duration,
+    /// Slow probes in a row that open it (0 disables).
+    pub latency_trips: u32,
+    /// A probe is slow when its TTFB exceeds this × baseline P95.
+    pub failover_factor: f64,
+    /// Time open before the half-open probe.
+    pub open_for: Duration,
+}
+
+impl BreakerSettings {
+    /// Settings from the validated config.
+    pub fn from_config(breaker: &BreakerConfig, baseline: &BaselineConfig) -> Self {
+        let dur = |d: std::time::Duration| Duration::from_std(d).unwrap_or(Duration::MAX);
+        BreakerSettings {
+            consecutive_failures: breaker.consecutive_failures,
+            failure_window: dur(breaker.failure_window),
+            latency_trips: breaker.latency_trips,
+            failover_factor: baseline.failover_factor,
+            open_for: dur(breaker.open_for),
+        }
+    }
+}
+
+/// Longest `Retry-After` grace the breaker honours: a provider (or anything in between) may
+/// advertise any number, and one absurd header must neither overflow time arithmetic nor hold a
+/// breaker closed for years.
+pub const MAX_RETRY_AFTER_S: f64 = 3600.0;
+
+/// `at + d`, saturating at the latest representable time instead of panicking on overflow.
+fn later(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    at.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// What the breaker needs of a sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// Sample id.
+    pub id: Uuid,
+    /// When the probe started.
+    pub at: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Its TTFB, when a response arrived.
+    pub ttfb_ms: Option<f64>,
+    /// Its TTFT, when content arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Seconds the provider asked us to wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<f64>,
+}
+
+impl From<&Sample> for Probe {
+    fn from(s: &Sample) -> Self {
+        Probe {
+            id: s.id,
+            at: s.started_at,
+            outcome: s.outcome,
+            ttfb_ms: s.ttfb_ms,
+            ttft_ms: s.ttft_ms,
+            retry_after_s: s.retry_after_s,
+        }
+    }
+}
+
+/// One state change and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transition {
+    /// State before.
+    pub from: State,
+    /// State after.
+    pub to: State,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Why, for humans.
+    pub reason: String,
+    /// The probes that decided it.
+    pub probes: Vec<Probe>,
+}
+
+impl Transition {
+    /// The history record for the store.
+    pub fn to_record(&self, target: &Target) -> BreakerTransition {
+        BreakerTransition {
+            target: target.clone(),
+            from_state: self.from,
+            to_state: self.to,
+            at: self.at,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+/// Why the breaker is in its state: for `/v1/targets`, the status page and the stored record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// Current state.
+    pub state: State,
+    /// Since when.
+    pub since: DateTime<Utc>,
+    /// Why it entered it (`None` for a breaker that never moved).
+    pub reason: Option<String>,
+    /// The probes that tripped (or last decided) it.
+    pub tripped_by: Vec<Probe>,
+    /// When the next half-open probe is due (open breakers only).
+    pub next_half_open: Option<DateTime<Utc>>,
+}
+
+/// Counters kept in the record's detail so a restart resumes mid-streak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Detail {
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    tripped_by: Vec<Probe>,
+    #[serde(default)]
+    next_half_open: Option<DateTime<Utc>>,
+    #[serde(default)]
+    failures: Vec<Probe>,
+    #[serde(default)]
+    slow: Vec<Probe>,
+    #[serde(default)]
+    rate_limited_until: Option<DateTime<Utc>>,
+}
+
+/// How one probe is judged.
+enum Verdict {
+    Good,
+    Failed,
+    Slow(Excess),
+    Excused,
+}
+
+/// The breaker of one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breaker {
+    settings: BreakerSettings,
+    state: State,
+    since: DateTime<Utc>,
+    detail: Detail,
+}
+
+/// The probe's value of the metric that made a probe slow.
+fn latency(p: &Probe, e: Excess) -> Option<f64> {
+    match e.metric {
+        crate::decide::baseline::Metric::Ttft => p.ttft_ms,
+        _ => p.ttfb_ms,
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.0} ms"))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}s", d.num_seconds())
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(settings: BreakerSettings, now: DateTime<Utc>) -> Self {
+        Breaker { settings, state: State::Closed, since: now, detail: Detail::default() }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// When it entered the current state.
+    pub fn since(&self) -> DateTime<Utc> {
+        self.since
+    }
+
+    /// Why it is in its state, what tripped it and when it will next probe half-open.
+    pub fn explain(&self) -> Explanation {
+        Explanation {
+            state: self.state,
+            since: self.since,
+            reason: self.detail.reason.clone(),
+            tripped_by: self.detail.tripped_by.clone(),
+            next_half_open: self.detail.next_half_open,
+        }
+    }
+
+    /// Moves an open breaker to half-open once `open_for` has passed.
+    pub fn tick(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        let due = self.detail.next_half_open?;
+        if self.state != State::Open || now < due {
+            return None;
+        }
+        let reason = format!("open for {}; the next probe decides", secs(self.settings.open_for));
+        Some(self.enter(State::HalfOpen, now, reason, Vec::new()))
+    }
+
+    /// Feeds one probe; returns the state change it caused, if any.
+    ///
+    /// When an open breaker's wait has passed and no [`tick`](Self::tick) moved it yet, this probe is the
+    /// half-open probe: the returned transition then goes from `open` straight to its verdict, and its
+    /// reason says so (call `tick` first to record the `half_open` step on its own).
+    pub fn observe(&mut self, probe: Probe, p95: LatencyP95, now: DateTime<Utc>) -> Option<Transition> {
+        let implicit = self.tick(now);
+        let verdict = self.judge(&probe, p95);
+        let decided = match self.state {
+            State::Closed => self.observe_closed(probe, verdict, now),
+            State::HalfOpen => self.observe_half_open(probe, verdict, now),
+            State::Open => None,
+        };
+        match (implicit, decided) {
+            (Some(first), Some(mut second)) => {
+                second.from = first.from;
+                second.reason = format!("open for {}, then {}", secs(self.settings.open_for), second.reason);
+                Some(second)
+            }
+            (first, second) => second.or(first),
+        }
+    }
+
+    fn judge(&mut self, probe: &Probe, p95: LatencyP95) -> Verdict {
+        if probe.outcome == Outcome::RateLimited {
+            let until = self.detail.rate_limited_until;
+            let waiting = until.is_some_and(|u| probe.at < u);
+            let advertised = probe.retry_after_s.filter(|s| s.is_finite() && *s > 0.0);
+            // One grace period per episode: later 429s neither extend nor renew it, or a limiter that
+            // always says "retry in 5 min" to a probe every minute could never open the breaker.
+            if let (None, Some(wait)) = (until, advertised) {
+                let grace = Duration::milliseconds((wait.min(MAX_RETRY_AFTER_S) * 1000.0) as i64);
+                self.detail.rate_limited_until = Some(later(probe.at, grace));
+                return Verdict::Excused;
+            }
+            return if waiting { Verdict::Excused } else { Verdict::Failed };
+        }
+        self.detail.rate_limited_until = None;
+        if probe.outcome.is_failure() {
+            return Verdict::Failed;
+        }
+        match worst_excess(probe.ttfb_ms, probe.ttft_ms, p95, self.settings.failover_factor) {
+            Some(e) if e.exceeded() => Verdict::Slow(e),
+            _ => Verdict::Good,
+        }
+    }
+
+    fn observe_closed(&mut self, probe: Probe, verdict: Verdict, now: DateTime<Utc>) -> Option<Transition> {
+        match verdict {
+            Verdict::Excused => None,
+            Verdict::Good => {
+                self.detail.failures.clear();
+                self.detail.slow.clear();
+                None
+            }
+            Verdict::Failed => {
+                self.detail.slow.clear();
+                let window_start = probe.at - self.settings.failure_window;
+                self.detail.failures.retain(|p| p.at >= window_start);
+                self.detail.failures.push(probe);
+                let n = self.settings.consecutive_failures as usize;
+                if n == 0 || self.detail.failures.len() < n {
+                    return None;
+                }
+                let probes = std::mem::take(&mut self.detail.failures);
+                let outcomes: Vec<&str> = probes.iter().map(|p| p.outcome.as_str()).collect();
+                let reason = format!(
+                    "{} failed probes within {}: {}",
+                    probes.len(),
+                    secs(self.settings.failure_window),
+                    outcomes.join(", ")
+                );
+                Some(self.trip(now, reason, probes))
+            }
+            Verdict::Slow(e) => {
+                self.detail.failures.clear();
+                self.detail.slow.push(probe);
+                let n = self.settings.latency_trips as usize;
+                if n == 0 || self.detail.slow.len() < n {
+                    return None;
+                }
+                let probes = std::mem::take(&mut self.detail.slow);
+                let values: Vec<String> = probes.iter().map(|p| ms(latency(p, e))).collect();
+                let reason = format!(
+                    "{} consecutive probes with {} above {}×P95 ({}): {}",
+                    probes.len(),
+                    e.metric.label(),
+                    self.settings.failover_factor,
+                    ms(Some(e.threshold)),
+                    values.join(", ")
+                );
+                Some(self.trip(now, reason, probes))
+            }
+        }
+    }
+
+    fn observe_half_open(&mut self, probe: Probe, verdict: Verdict, now: DateTime<Utc>) -> Option<Transition> {
+        match verdict {
+            Verdict::Excused => None,
+            Verdict::Good => {
+                let reason = format!("half-open probe succeeded (ttfb {})", ms(probe.ttfb_ms));
+                Some(self.enter(State::Closed, now, reason, vec![probe]))
+            }
+            Verdict::Failed => {
+                let reason = format!("half-open probe failed: {}", probe.outcome);
+                Some(self.trip(now, reason, vec![probe]))
+            }
+            Verdict::Slow(e) => {
+                let reason = format!(
+                    "half-open probe slow: {} {} > {}",
+                    e.metric.label().to_lowercase(),
+                    ms(Some(e.value)),
+                    ms(Some(e.threshold))
+                );
+                Some(self.trip(now, reason, vec![probe]))
+            }
+        }
+    }
+
+    fn trip(&mut self, now: DateTime<Utc>, reason: String, probes: Vec<Probe>) -> Transition {
+        let t = self.enter(State::Open, now, reason, probes);
+        self.detail.next_half_open = Some(later(now, self.settings.open_for));
+        t
+    }
+
+    fn enter(&mut self, to: State, now: DateTime<Utc>, reason: String, probes: Vec<Probe>) -> Transition {
+        let from = self.state;
+        self.state = to;
+        self.since = now;
+        self.detail.failures.clear();
+        self.detail.slow.clear();
+        self.detail.next_half_open = None;
+        self.detail.reason = Some(reason.clone());
+        if !probes.is_empty() {
+            self.detail.tripped_by = probes.clone();
+        }
+        if to == State::Closed {
+            self.detail.tripped_by.clear();
+        }
+        Transition { from, to, at: now, reason, probes }
+    }
+
+    /// The record to persist for `target`.
+    pub fn to_record(&self, target: &Target) -> BreakerRecord {
+        BreakerRecord {
+            target: target.clone(),
+            state: self.state,
+            since: self.since,
+            detail: serde_json::to_value(&self.detail).unwrap_or(serde_json::Value::Null),
+        }
+    }
+
+    /// Rebuilds a breaker from its stored record (after a restart it resumes where it was).
+    pub fn from_record(settings: BreakerSettings, record: &BreakerRecord) -> Result<Self, BreakerError> {
+        let state = record.state;
+        let detail = if record.detail.is_null() {
+            Detail::default()
+        } else {
+            serde_json::from_value(record.detail.clone())
+                .map_err(|e| BreakerError::BadDetail { target: record.target.id(), message: e.to_string() })?
+        };
+        Ok(Breaker { settings, state, since: record.since, detail })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn settings() -> BreakerSettings {
+        BreakerSettings {
+            consecutive_failures: 3,
+            failure_window: Duration::seconds(120),
+            latency_trips: 2,
+            failover_factor: 2.0,
+            open_for: Duration::minutes(5),
+        }
+    }
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid time") + Duration::seconds(secs)
+    }
+
+    fn probe(at: i64, outcome: Outcome, ttfb: f64) -> Probe {
+        Probe { id: Uuid::now_v7(), at: t(at), outcome, ttfb_ms: Some(ttfb), ttft_ms: None, retry_after_s: None }
+    }
+
+    fn p95(ttfb: f64) -> LatencyP95 {
+        LatencyP95 { ttfb: Some(ttfb), ttft: None }
+    }
+
+    #[test]
+    fn a_slow_first_token_trips_like_a_slow_first_byte() {
+        let mut b = Breaker::new(settings(), t(0));
+        let base = LatencyP95 { ttfb: Some(100.0), ttft: Some(400.0) };
+        let queued = |at: i64| Probe { ttft_ms: Some(1_500.0), ..probe(at, Outcome::Ok, 90.0) };
+        assert_eq!(b.observe(queued(0), base, t(0)), None);
+        let tr = b.observe(queued(60), base, t(60)).expect("two probes over 2×P95 of TTFT trip");
+        assert_eq!(tr.to, State::Open);
+        assert!(tr.reason.contains("TTFT above 2×P95 (800 ms)"), "{}", tr.reason);
+        let mut fine = Breaker::new(settings(), t(0));
+        let quick = |at: i64| Probe { ttft_ms: Some(700.0), ..probe(at, Outcome::Ok, 90.0) };
+        for at in [0, 60, 120] {
+            assert_eq!(fine.observe(quick(at), base, t(at)), None, "under both thresholds");
+        }
+    }
+
+    fn ok(at: i64) -> Probe {
+        probe(at, Outcome::Ok, 200.0)
+    }
+
+    fn fail(at: i64, outcome: Outcome) -> Probe {
+        probe(at, outcome, 50.0)
+    }
+
+    fn opened() -> Breaker {
+        let mut b = Breaker::new(settings(), t(0));
+        for (i, o) in [Outcome::ServerError, Outcome::ServerError, Outcome::Timeout].into_iter().enumerate() {
+            b.observe(fail(60 * i as i64, o), LatencyP95::default(), t(60 * i as i64));
+        }
+        assert_eq!(b.state(), State::Open);
+        b
+    }
+
+    #[test]
+    fn closed_opens_after_consecutive_failures_within_the_window() {
+        let mut b = Breaker::new(settings(), t(0));
+        assert_eq!(b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0)), None);
+        assert_eq!(b.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60)), None);
+        let tr = b.observe(fail(120, Outcome::Timeout), LatencyP95::default(), t(120)).expect("third failure opens it");
+        assert_eq!((tr.from, tr.to, tr.at), (State::Closed, State::Open, t(120)));
+        assert_eq!(tr.reason, "3 failed probes within 120s: server_error, server_error, timeout");
+        let why = b.explain();
+        assert_eq!(why.state, State::Open);
+        assert_eq!(why.since, t(120));
+        assert_eq!(why.next_half_open, Some(t(420)));
+        assert_eq!(why.tripped_by.iter().map(|p| p.at).collect::<Vec<_>>(), vec![t(0), t(60), t(120)]);
+        assert_eq!(why.tripped_by[2].outcome, Outcome::Timeout);
+    }
+
+    #[test]
+    fn failures_spread_wider_than_the_window_do_not_open_it() {
+        let mut b = Breaker::new(settings(), t(0));
+        for at in [0, 70, 140, 210, 280] {
+            assert_eq!(b.observe(fail(at, Outcome::ServerError), LatencyP95::default(), t(at)), None, "at {at}s");
+        }
+        assert_eq!(b.state(), State::Closed);
+    }
+
+    #[test]
+    fn a_good_probe_resets_the_failure_streak() {
+        let mut b = Breaker::new(settings(), t(0));
+        b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        b.observe(fail(10, Outcome::ServerError), LatencyP95::default(), t(10));
+        b.observe(ok(20), p95(250.0), t(20));
+        b.observe(fail(30, Outcome::ServerError), LatencyP95::default(), t(30));
+        assert_eq!(b.observe(fail(40, Outcome::ServerError), LatencyP95::default(), t(40)), None);
+        assert!(b.observe(fail(50, Outcome::ServerError), LatencyP95::default(), t(50)).is_some());
+    }
+
+    #[test]
+    fn consecutive_slow_probes_open_it_only_when_p95_is_known() {
+        let mut b = Breaker::new(settings(), t(0));
+        assert_eq!(b.observe(probe(0, Outcome::Ok, 900.0), LatencyP95::default(), t(0)), None);
+        assert_eq!(
+            b.observe(probe(60, Outcome::Ok, 900.0), LatencyP95::default(), t(60)),
+            None,
+            "no P95, no latency trip"
+        );
+        assert_eq!(b.observe(probe(120, Outcome::Ok, 700.0), p95(310.0), t(120)), None);
+        let tr = b.observe(probe(180, Outcome::Ok, 810.0), p95(310.0), t(180)).expect("second slow probe trips");
+        assert_eq!(tr.to, State::Open);
+        assert_eq!(tr.reason, "2 consecutive probes with TTFB above 2×P95 (620 ms): 700 ms, 810 ms");
+    }
+
+    #[test]
+    fn a_fast_probe_between_slow_ones_keeps_it_closed() {
+        let mut b = Breaker::new(settings(), t(0));
+        for (i, ttfb) in [700.0, 300.0, 700.0, 300.0, 700.0].into_iter().enumerate() {
+            let at = 60 * i as i64;
+            assert_eq!(b.observe(probe(at, Outcome::Ok, ttfb), p95(310.0), t(at)), None);
+        }
+    }
+
+    #[test]
+    fn open_turns_half_open_after_open_for_on_tick() {
+        let mut b = opened();
+        assert_eq!(b.tick(t(419)), None, "not before open_for has passed");
+        assert_eq!(
+            b.observe(fail(400, Outcome::ServerError), LatencyP95::default(), t(400)),
+            None,
+            "probes while open change nothing"
+        );
+        let tr = b.tick(t(420)).expect("half-open at since + open_for");
+        assert_eq!((tr.from, tr.to), (State::Open, State::HalfOpen));
+        assert_eq!(tr.reason, "open for 300s; the next probe decides");
+        assert_eq!(b.explain().next_half_open, None);
+        assert_eq!(b.tick(t(500)), None);
+    }
+
+    #[test]
+    fn half_open_closes_on_a_good_probe() {
+        let mut b = opened();
+        b.tick(t(420));
+        let tr = b.observe(ok(430), p95(310.0), t(430)).expect("good probe closes it");
+        assert_eq!((tr.from, tr.to), (State::HalfOpen, State::Closed));
+        assert_eq!(tr.reason, "half-open probe succeeded (ttfb 200 ms)");
+        assert!(b.explain().tripped_by.is_empty());
+    }
+
+    #[test]
+    fn half_open_reopens_on_a_failed_or_slow_probe() {
+        let mut b = opened();
+        b.tick(t(420));
+        let tr = b.observe(fail(430, Outcome::ConnectError), LatencyP95::default(), t(430)).expect("failure reopens");
+        assert_eq!((tr.from, tr.to), (State::HalfOpen, State::Open));
+        assert_eq!(tr.reason, "half-open probe failed: connect_error");
+        assert_eq!(b.explain().next_half_open, Some(t(730)));
+
+        b.tick(t(730));
+        let tr = b.observe(probe(740, Outcome::Ok, 999.0), p95(310.0), t(740)).expect("slow reopens");
+        assert_eq!(tr.to, State::Open);
+        assert_eq!(tr.reason, "half-open probe slow: ttfb 999 ms > 620 ms");
+    }
+
+    #[test]
+    fn a_probe_after_open_for_without_tick_is_the_half_open_probe() {
+        let mut b = opened();
+        let tr = b.observe(ok(425), LatencyP95::default(), t(425)).expect("decides");
+        assert_eq!((tr.from, tr.to), (State::Open, State::Closed));
+        assert_eq!(tr.reason, "open for 300s, then half-open probe succeeded (ttfb 200 ms)");
+    }
+
+    #[test]
+    fn flapping_never_opens_it() {
+        for needed in [2, 3, 5] {
+            let mut b = Breaker::new(BreakerSettings { consecutive_failures: needed, ..settings() }, t(0));
+            for i in 0..200 {
+                let at = 10 * i;
+                let p = if i % 2 == 0 { fail(at, Outcome::ServerError) } else { ok(at) };
+                assert_eq!(b.observe(p, p95(300.0), t(at)), None, "probe {i} with {needed} needed");
+            }
+            assert_eq!(b.state(), State::Closed);
+        }
+    }
+
+    #[test]
+    fn rate_limits_count_only_after_the_advertised_wait() {
+        let mut b = Breaker::new(settings(), t(0));
+        let limited = |at: i64, wait: Option<f64>| Probe { retry_after_s: wait, ..fail(at, Outcome::RateLimited) };
+        // A 429 asking for 300 s, then probes every 60 s inside that wait: none counts.
+        for at in [0, 60, 120, 180, 240] {
+            assert_eq!(
+                b.observe(limited(at, Some(300.0)), LatencyP95::default(), t(at)),
+                None,
+                "429 at {at}s is within the wait"
+            );
+        }
+        assert_eq!(b.state(), State::Closed);
+        // Still refused after the wait ran out: these count.
+        assert_eq!(b.observe(limited(300, Some(30.0)), LatencyP95::default(), t(300)), None);
+        assert_eq!(b.observe(limited(360, Some(30.0)), LatencyP95::default(), t(360)), None);
+        let tr =
+            b.observe(limited(420, Some(30.0)), LatencyP95::default(), t(420)).expect("third counted 429 opens it");
+        assert_eq!(tr.reason, "3 failed probes within 120s: rate_limited, rate_limited, rate_limited");
+    }
+
+    #[test]
+    fn an_absurd_retry_after_is_capped_and_never_overflows() {
+        for wait in [9_999_999_999_999.0, 1e300, f64::MAX, 4e15] {
+            let mut b = Breaker::new(settings(), t(0));
+            let limited = |at: i64| Probe { retry_after_s: Some(wait), ..fail(at, Outcome::RateLimited) };
+            assert_eq!(b.observe(limited(0), LatencyP95::default(), t(0)), None, "{wait}: the first 429 is excused");
+            // The grace ends after MAX_RETRY_AFTER_S, not in a million years: 429s then count.
+            let after = MAX_RETRY_AFTER_S as i64;
+            b.observe(limited(after), LatencyP95::default(), t(after));
+            b.observe(limited(after + 30), LatencyP95::default(), t(after + 30));
+            assert!(
+                b.observe(limited(after + 60), LatencyP95::default(), t(after + 60)).is_some(),
+                "{wait}: opens after the cap"
+            );
+        }
+    }
+
+    #[test]
+    fn an_open_time_beyond_the_calendar_saturates_instead_of_panicking() {
+        let s = BreakerSettings { open_for: Duration::MAX, ..settings() };
+        let mut b = Breaker::new(s, t(0));
+        for at in [0, 30] {
+            b.observe(fail(at, Outcome::ServerError), LatencyP95::default(), t(at));
+        }
+        assert!(b.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60)).is_some());
+        assert_eq!(b.tick(t(120)), None, "still open: the wait saturated at the end of time");
+    }
+
+    #[test]
+    fn a_rate_limit_without_retry_after_counts_at_once() {
+        let mut b = Breaker::new(settings(), t(0));
+        for at in [0, 30] {
+            b.observe(fail(at, Outcome::RateLimited), LatencyP95::default(), t(at));
+        }
+        assert!(b.observe(fail(60, Outcome::RateLimited), LatencyP95::default(), t(60)).is_some());
+    }
+
+    #[test]
+    fn a_good_probe_ends_a_rate_limit_episode() {
+        let mut b = Breaker::new(settings(), t(0));
+        let limited = |at: i64| Probe { retry_after_s: Some(20.0), ..fail(at, Outcome::RateLimited) };
+        assert_eq!(b.observe(limited(0), LatencyP95::default(), t(0)), None);
+        b.observe(ok(60), LatencyP95::default(), t(60));
+        // A fresh episode: its announcing 429 is excused again, later ones count.
+        for at in [120, 180, 240] {
+            b.observe(limited(at), LatencyP95::default(), t(at));
+        }
+        assert_eq!(b.state(), State::Closed, "one excused, two counted");
+        assert!(b.observe(limited(300), LatencyP95::default(), t(300)).is_some());
+    }
+
+    #[test]
+    fn a_restart_resumes_the_same_state() {
+        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let mut mid_streak = Breaker::new(settings(), t(0));
+        mid_streak.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        mid_streak.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60));
+        let record = mid_streak.to_record(&target);
+        assert_eq!(record.state, State::Closed);
+        let mut restored = Breaker::from_record(settings(), &record).expect("readable record");
+        assert_eq!(restored, mid_streak);
+        assert!(
+            restored.observe(fail(90, Outcome::Timeout), LatencyP95::default(), t(90)).is_some(),
+            "the streak survived"
+        );
+
+        let open = opened();
+        let record = open.to_record(&target);
+        assert_eq!((record.state.as_str(), record.since), ("open", t(120)));
+        let restored = Breaker::from_record(settings(), &record).expect("readable record");
+        assert_eq!(restored.explain(), open.explain());
+        assert_eq!(restored.explain().next_half_open, Some(t(420)));
+
+        // An unknown state name never reaches a record: the stored row fails to decode.
+        assert_eq!("ajar".parse::<State>(), Err("unknown breaker state \"ajar\"".to_string()));
+        let bad = BreakerRecord { detail: serde_json::json!({"failures": "three"}), ..record };
+        let err = Breaker::from_record(settings(), &bad).expect_err("bad detail");
+        assert!(err.to_string().starts_with("breaker groq/llama: bad detail"), "{err}");
+    }
+
+    #[test]
+    fn transitions_become_history_records() {
+        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let mut b = Breaker::new(settings(), t(0));
+        b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
+        b.observe(fail(1, Outcome::ServerError), LatencyP95::default(), t(1));
+        let tr = b.observe(fail(2, Outcome::ServerError), LatencyP95::default(), t(2)).expect("opens");
+        let rec = tr.to_record(&target);
+        assert_eq!((rec.from_state.as_str(), rec.to_state.as_str(), rec.at), ("closed", "open", t(2)));
+        assert_eq!(rec.reason, "3 failed probes within 120s: server_error, server_error, server_error");
+    }
+
+    #[test]
+    fn state_names_and_gauge_values_follow_the_spec() {
+        let all = [State::Closed, State::HalfOpen, State::Open];
+        assert_eq!(all.map(State::as_str), ["closed", "half_open", "open"]);
+        assert_eq!(all.map(State::gauge), [0, 1, 2]);
+        assert_eq!(all.map(|s| s.as_str().parse::<State>()), all.map(Ok));
+        assert_eq!(serde_json::to_string(&State::HalfOpen).expect("json"), "\"half_open\"");
+    }
+}

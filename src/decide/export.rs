@@ -1,0 +1,989 @@
+//! The router export (`GET /v1/thresholds`, `vigil thresholds`): thresholds and failover rank per
+//! target, and per `[[chain]]` the order to use now.
+//!
+//! A pure function of its inputs: baselines, error counts, breaker states, the last probe and probe
+//! costs go in, the document comes out. `rank` orders the targets serving the same model in this
+//! region, best first: closed before half_open before open, then lower error rate, then lower P95
+//! TTFT (unknown last), then lower cost (unknown last). A chain keeps its configured order for
+//! healthy targets, moves demoted ones (half_open, flapping, last probe failed or over its own
+//! failover deadline) behind them, and drops open ones, each with the reason.
+//!
+//! Before a P95 has its minimum sample count, the failover deadline rests on a provisional P95:
+//! the order statistic that bounds the true P95 from above with 95 % confidence (distribution-free:
+//! the k-th smallest of n values exceeds the P95 with probability P[Binomial(n, 0.95) < k]), or the
+//! largest value seen while n is too small for that bound (n < 59); the confidence reached is
+//! published with it. No deadline is published below the P50 minimum count (30 by default).
+
+use crate::config::chain::{ChainConfig, SkippedMember};
+use crate::decide::baseline::{failover_threshold, Baseline};
+use crate::vocab::breaker::State;
+use crate::vocab::target::{Target, TargetKey};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use std::cmp::Ordering;
+use std::time::Duration;
+
+/// Schema version of the document (2: chains, breaker parameters, provisional deadlines, `half_open`).
+pub const SCHEMA_VERSION: u32 = 2;
+/// The document expires after this many probe intervals.
+pub const EXPIRES_AFTER_INTERVALS: u32 = 3;
+/// Confidence that a provisional P95 is at or above the true P95.
+pub const PROVISIONAL_CONFIDENCE: f64 = 0.95;
+
+/// The breaker rules, as a router needs them to act like vigil's own breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BreakerParams {
+    /// Failed requests in a row that open it…
+    pub consecutive_failures: u32,
+    /// …when the first and last lie within this many seconds.
+    pub failure_window_s: u64,
+    /// Requests in a row over the failover deadline that open it.
+    pub latency_trips: u32,
+    /// Seconds open before one trial request (half_open).
+    pub open_for_s: u64,
+    /// Failover deadline = factor × P95.
+    pub failover_factor: f64,
+}
+
+/// Document-wide inputs.
+#[derive(Debug, Clone)]
+pub struct ExportParams {
+    /// Region of this instance.
+    pub region: String,
+    /// When the document is generated.
+    pub generated_at: DateTime<Utc>,
+    /// Probe interval (`expires_at` = `generated_at` + 3 × interval).
+    pub probe_interval: Duration,
+    /// Baseline window.
+    pub window: Duration,
+    /// Router threshold = factor × P95.
+    pub failover_factor: f64,
+    /// Breaker rules published for routers.
+    pub breaker: BreakerParams,
+    /// Fewest samples for a provisional deadline (`baseline.min_samples_p50`).
+    pub provisional_min_samples: u64,
+    /// Configured failover chains.
+    pub chains: Vec<ChainConfig>,
+}
+
+/// An upper confidence bound on a P95 from fewer samples than a stable P95 needs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct P95Bound {
+    /// The bound, in the metric's unit (ms).
+    pub value: f64,
+    /// Samples it rests on.
+    pub samples: u64,
+    /// Probability that the true P95 is at or below `value`.
+    pub confidence: f64,
+}
+
+/// The last probe of a target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastProbe {
+    /// Whether it failed.
+    pub failed: bool,
+    /// Its outcome name (`server_error`, …).
+    pub outcome: String,
+    /// Its TTFB.
+    pub ttfb_ms: Option<f64>,
+    /// Its TTFT.
+    pub ttft_ms: Option<f64>,
+}
+
+/// Everything known about one target over the window.
+#[derive(Debug, Clone)]
+pub struct TargetStats {
+    /// The target (its region is reported).
+    pub target: Target,
+    /// TTFB baseline.
+    pub ttfb: Baseline,
+    /// TTFT baseline.
+    pub ttft: Baseline,
+    /// Tokens/s baseline.
+    pub tokens_per_s: Baseline,
+    /// Probes in the window, every outcome.
+    pub probes: u64,
+    /// Failed probes in the window.
+    pub errors: u64,
+    /// Breaker state now.
+    pub breaker: State,
+    /// Why the breaker is in its state, when it moved.
+    pub breaker_reason: Option<String>,
+    /// When an open breaker will let one probe through.
+    pub next_half_open: Option<DateTime<Utc>>,
+    /// What one probe costs, when known.
+    pub cost_per_probe_usd: Option<f64>,
+    /// Upper bound on the TTFB P95 while the P95 is not yet published.
+    pub ttfb_p95_bound: Option<P95Bound>,
+    /// Upper bound on the TTFT P95 while the P95 is not yet published.
+    pub ttft_p95_bound: Option<P95Bound>,
+    /// The most recent probe.
+    pub last: Option<LastProbe>,
+    /// The target flaps (alternating good and failed probes); demoted in chains.
+    pub flapping: bool,
+}
+
+/// P50/P95/P99 in the document.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+}
+
+/// Median only (tokens/s).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Median {
+    /// Median.
+    pub p50: Option<f64>,
+}
+
+/// What a provisional deadline rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProvisionalBasis {
+    /// Samples behind the bounds (the fewer of TTFB's and TTFT's).
+    pub samples: u64,
+    /// Probability the true P95 is at or below the bound (the lower of the two).
+    pub confidence: f64,
+    /// Upper bound on the TTFB P95 used for `failover_ttfb_ms` (when provisional).
+    pub ttfb_p95_upper_ms: Option<f64>,
+    /// Upper bound on the TTFT P95 used for `failover_ttft_ms` (when provisional).
+    pub ttft_p95_upper_ms: Option<f64>,
+}
+
+/// One target in the document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetThresholds {
+    /// Which target: `target`, `provider`, `model`, `route`.
+    #[serde(flatten)]
+    pub key: TargetKey,
+    /// Region measured from.
+    pub region: String,
+    /// Probes in the window (every outcome).
+    pub samples: u64,
+    /// TTFB percentiles, ms.
+    pub ttfb_ms: Percentiles,
+    /// TTFT percentiles, ms.
+    pub ttft_ms: Percentiles,
+    /// Generation speed.
+    pub tokens_per_s: Median,
+    /// Failed probes / probes over the window (null with no probes).
+    pub error_rate: Option<f64>,
+    /// factor × TTFB P95 (or its provisional bound); null below the minimum sample count.
+    pub failover_ttfb_ms: Option<f64>,
+    /// factor × TTFT P95 (or its provisional bound); null below the minimum sample count.
+    pub failover_ttft_ms: Option<f64>,
+    /// Whether a deadline rests on a provisional P95 bound.
+    pub provisional: bool,
+    /// The bounds behind provisional deadlines (null when none is provisional).
+    pub provisional_basis: Option<ProvisionalBasis>,
+    /// Breaker state.
+    pub breaker: State,
+    /// Alternating good and failed probes.
+    pub flapping: bool,
+    /// Failover order among targets serving the same model here, 1 = best.
+    pub rank: u32,
+}
+
+/// Where a target stands in a chain now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainStatus {
+    /// In configured order.
+    Healthy,
+    /// Usable, but behind every healthy target.
+    Demoted,
+    /// Breaker open: skip it.
+    Dropped,
+}
+
+/// One target of a chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainEntry {
+    /// Which target: `target`, `provider`, `model`, `route` (the chain's region is on [`ChainOrder`]).
+    #[serde(flatten)]
+    pub key: TargetKey,
+    /// 1-based place in the configured order (routes of one member follow their `rank`).
+    pub position: u32,
+    /// healthy, demoted or dropped.
+    pub status: ChainStatus,
+    /// Breaker state.
+    pub breaker: State,
+    /// Alternating good and failed probes.
+    pub flapping: bool,
+    /// Why it is demoted or dropped (null when healthy).
+    pub reason: Option<String>,
+    /// Abandon the request without a first byte by then.
+    pub failover_ttfb_ms: Option<f64>,
+    /// Abandon the request without a first token by then.
+    pub failover_ttft_ms: Option<f64>,
+    /// Whether a deadline is provisional.
+    pub provisional: bool,
+}
+
+/// One chain: the order to use now in this region.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainOrder {
+    /// Chain name.
+    pub name: String,
+    /// Region this order is for.
+    pub region: String,
+    /// Healthy targets in configured order, then demoted ones: try them in this order.
+    pub order: Vec<ChainEntry>,
+    /// Targets whose breaker is open: skip them.
+    pub dropped: Vec<ChainEntry>,
+    /// Configured members with nothing to publish here (provider without key, no data yet).
+    pub skipped: Vec<SkippedMember>,
+}
+
+/// The thresholds document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// 2 for this shape.
+    pub schema_version: u32,
+    /// When generated.
+    #[serde(serialize_with = "rfc3339_secs")]
+    pub generated_at: DateTime<Utc>,
+    /// When a router should stop trusting it.
+    #[serde(serialize_with = "rfc3339_secs")]
+    pub expires_at: DateTime<Utc>,
+    /// Region of this instance.
+    pub region: String,
+    /// Baseline window, `7d` style.
+    pub window: String,
+    /// Router threshold = factor × P95.
+    pub failover_factor: f64,
+    /// Probe interval in seconds (how often the document can change).
+    pub probe_interval_s: u64,
+    /// The breaker rules.
+    pub breaker: BreakerParams,
+    /// Targets, by model then rank.
+    pub targets: Vec<TargetThresholds>,
+    /// Failover chains, in configured order.
+    pub chains: Vec<ChainOrder>,
+}
+
+fn rfc3339_secs<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Secs, true))
+}
+
+/// A duration as the config writes it: `7d`, `12h`, `30m` or `45s`.
+pub fn format_window(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".into(),
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3_600) => format!("{}h", s / 3_600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
+/// The order statistic (1-based rank `k` of `n` values) bounding the P95 from above with
+/// [`PROVISIONAL_CONFIDENCE`], and the confidence reached; the largest value (`k = n`) when no
+/// rank reaches it. `None` for `n = 0`.
+pub fn p95_upper_rank(n: u64) -> Option<(u64, f64)> {
+    if n == 0 {
+        return None;
+    }
+    // Remembered per `n`: every publish asks again for each young target, and the sum below is
+    // O(n) logarithms and exponentials.
+    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u64, (u64, f64)>>> =
+        std::sync::OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    if let Some(r) = known.lock().ok().and_then(|m| m.get(&n).copied()) {
+        return Some(r);
+    }
+    let r = upper_rank(n);
+    if let Ok(mut m) = known.lock() {
+        // Bounded: `n` is a window's sample count, a few thousand values at most in practice.
+        if m.len() < 65_536 {
+            m.insert(n, r);
+        }
+    }
+    Some(r)
+}
+
+/// [`p95_upper_rank`] computed, for `n > 0`.
+fn upper_rank(n: u64) -> (u64, f64) {
+    // P[Binomial(n, 0.95) <= j], summed upwards in log space (n is at most a few thousand).
+    let (p, q) = (0.95f64, 0.05f64);
+    let nf = n as f64;
+    let mut log_pmf = nf * q.ln(); // j = 0
+    let mut cdf = log_pmf.exp();
+    for j in 0..n {
+        // P[Bin <= j] >= target: the (j+1)-th smallest bounds the P95.
+        if cdf >= PROVISIONAL_CONFIDENCE {
+            return (j + 1, cdf.min(1.0));
+        }
+        let jf = j as f64;
+        log_pmf += ((nf - jf) / (jf + 1.0)).ln() + (p / q).ln();
+        cdf += log_pmf.exp();
+    }
+    (n, 1.0 - p.powf(nf))
+}
+
+/// The provisional P95 bound from `n` values, reading the k-th smallest through `quantile`
+/// (nearest-rank quantile over the same values).
+pub fn p95_upper_bound(n: u64, quantile: impl FnOnce(f64) -> Option<f64>) -> Option<P95Bound> {
+    let (k, confidence) = p95_upper_rank(n)?;
+    // Nearest rank ceil(q·n) = k for q just under k/n.
+    let q = (k as f64 - 0.5) / n as f64;
+    quantile(q).map(|value| P95Bound { value, samples: n, confidence })
+}
+
+fn error_rate(t: &TargetStats) -> Option<f64> {
+    (t.probes > 0).then(|| t.errors.min(t.probes) as f64 / t.probes as f64)
+}
+
+/// Ascending with `None` last.
+fn cmp_known_first(a: Option<f64>, b: Option<f64>) -> Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+/// Failover order of two targets serving the same model (less = better).
+pub fn failover_order(a: &TargetStats, b: &TargetStats) -> Ordering {
+    a.breaker
+        .cmp(&b.breaker)
+        .then_with(|| cmp_known_first(error_rate(a), error_rate(b)))
+        .then_with(|| cmp_known_first(a.ttft.p95, b.ttft.p95))
+        .then_with(|| cmp_known_first(a.cost_per_probe_usd, b.cost_per_probe_usd))
+        .then_with(|| a.target.cmp(&b.target))
+}
+
+/// A deadline: factor × P95 when published, else factor × its bound once `min` samples exist.
+struct Deadline {
+    ms: Option<f64>,
+    /// The P95 it rests on.
+    p95: Option<f64>,
+    bound: Option<P95Bound>,
+}
+
+fn deadline(base: &Baseline, bound: Option<P95Bound>, factor: f64, min: u64) -> Deadline {
+    match (base.p95, bound) {
+        (Some(p), _) => Deadline { ms: Some(failover_threshold(p, factor)), p95: Some(p), bound: None },
+        (None, Some(b)) if b.samples >= min => {
+            Deadline { ms: Some(failover_threshold(b.value, factor)), p95: Some(b.value), bound: Some(b) }
+        }
+        _ => Deadline { ms: None, p95: None, bound: None },
+    }
+}
+
+/// The target and its deadlines, computed once per document.
+struct Judged<'a> {
+    stats: &'a TargetStats,
+    row: TargetThresholds,
+    ttfb_p95: Option<f64>,
+    ttft_p95: Option<f64>,
+}
+
+fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
+    let factor = params.failover_factor;
+    let min = params.provisional_min_samples;
+    let fb = deadline(&t.ttfb, t.ttfb_p95_bound, factor, min);
+    let ft = deadline(&t.ttft, t.ttft_p95_bound, factor, min);
+    let basis = (fb.bound.is_some() || ft.bound.is_some()).then(|| {
+        let bounds = [fb.bound, ft.bound];
+        let used = bounds.iter().flatten();
+        ProvisionalBasis {
+            samples: used.clone().map(|b| b.samples).min().unwrap_or(0),
+            confidence: used.map(|b| b.confidence).fold(1.0, f64::min),
+            ttfb_p95_upper_ms: fb.bound.map(|b| b.value),
+            ttft_p95_upper_ms: ft.bound.map(|b| b.value),
+        }
+    });
+    let pct = |b: &Baseline| Percentiles { p50: b.p50, p95: b.p95, p99: b.p99 };
+    let row = TargetThresholds {
+        key: TargetKey::from(&t.target),
+        region: t.target.region.clone(),
+        samples: t.probes,
+        ttfb_ms: pct(&t.ttfb),
+        ttft_ms: pct(&t.ttft),
+        tokens_per_s: Median { p50: t.tokens_per_s.p50 },
+        error_rate: error_rate(t),
+        failover_ttfb_ms: fb.ms,
+        failover_ttft_ms: ft.ms,
+        provisional: basis.is_some(),
+        provisional_basis: basis,
+        breaker: t.breaker,
+        flapping: t.flapping,
+        rank: 0,
+    };
+    Judged { stats: t, row, ttfb_p95: fb.p95, ttft_p95: ft.p95 }
+}
+
+/// Why a usable target goes behind the healthy ones (empty: healthy).
+fn demotions(j: &Judged<'_>) -> Vec<String> {
+    let t = j.stats;
+    let mut why = Vec::new();
+    if t.breaker == State::HalfOpen {
+        why.push("breaker half_open: the next probe decides".to_string());
+    }
+    if t.flapping {
+        why.push("flapping".to_string());
+    }
+    if let Some(last) = &t.last {
+        if last.failed {
+            why.push(format!("last probe failed: {}", last.outcome));
+        } else {
+            let over = |name: &str, value: Option<f64>, p95: Option<f64>, limit: Option<f64>| match (value, p95, limit)
+            {
+                (Some(v), Some(p), Some(l)) if v > l && p > 0.0 => Some(format!("{name} p95 {:.1}x baseline", v / p)),
+                _ => None,
+            };
+            why.extend(over("ttft", last.ttft_ms, j.ttft_p95, j.row.failover_ttft_ms));
+            why.extend(over("ttfb", last.ttfb_ms, j.ttfb_p95, j.row.failover_ttfb_ms));
+        }
+    }
+    why
+}
+
+fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<String>) -> ChainEntry {
+    ChainEntry {
+        key: j.row.key.clone(),
+        position,
+        status,
+        breaker: j.row.breaker,
+        flapping: j.row.flapping,
+        reason,
+        failover_ttfb_ms: j.row.failover_ttfb_ms,
+        failover_ttft_ms: j.row.failover_ttft_ms,
+        provisional: j.row.provisional,
+    }
+}
+
+fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]) -> ChainOrder {
+    let mut healthy = Vec::new();
+    let mut demoted = Vec::new();
+    let mut dropped = Vec::new();
+    let mut skipped = chain.skipped.clone();
+    let mut position = 0u32;
+    for m in &chain.members {
+        // Routes of one member follow their rank (judged is sorted by model, then rank).
+        let mine: Vec<&Judged<'_>> = judged.iter().filter(|j| m.matches(&j.stats.target)).collect();
+        if mine.is_empty() {
+            skipped.push(SkippedMember {
+                target: m.spelled.clone(),
+                reason: format!("not probed in region {}", params.region),
+            });
+        }
+        for j in mine {
+            position += 1;
+            if j.stats.breaker == State::Open {
+                let mut reason = format!("breaker open: {}", j.stats.breaker_reason.as_deref().unwrap_or("tripped"));
+                if let Some(at) = j.stats.next_half_open {
+                    reason.push_str(&format!(" (trial probe at {})", at.to_rfc3339_opts(SecondsFormat::Secs, true)));
+                }
+                dropped.push(entry(j, position, ChainStatus::Dropped, Some(reason)));
+                continue;
+            }
+            let why = demotions(j);
+            if why.is_empty() {
+                healthy.push(entry(j, position, ChainStatus::Healthy, None));
+            } else {
+                demoted.push(entry(j, position, ChainStatus::Demoted, Some(why.join("; "))));
+            }
+        }
+    }
+    healthy.extend(demoted);
+    ChainOrder { name: chain.name.clone(), region: params.region.clone(), order: healthy, dropped, skipped }
+}
+
+/// Builds the document; targets from other regions than `params.region` are left out.
+pub fn build(params: &ExportParams, targets: &[TargetStats]) -> Thresholds {
+    let mut here: Vec<&TargetStats> = targets.iter().filter(|t| t.target.region == params.region).collect();
+    here.sort_by(|a, b| a.target.model.cmp(&b.target.model).then_with(|| failover_order(a, b)));
+    let mut judged: Vec<Judged<'_>> = Vec::with_capacity(here.len());
+    let mut rank = 0;
+    for (i, t) in here.iter().enumerate() {
+        rank = if i > 0 && here[i - 1].target.model == t.target.model { rank + 1 } else { 1 };
+        let mut j = judge(params, t);
+        j.row.rank = rank;
+        judged.push(j);
+    }
+    let chains = params.chains.iter().map(|c| chain_order(params, c, &judged)).collect();
+    let interval = chrono::Duration::from_std(params.probe_interval).unwrap_or(chrono::Duration::zero());
+    Thresholds {
+        schema_version: SCHEMA_VERSION,
+        generated_at: params.generated_at,
+        expires_at: params.generated_at + interval * EXPIRES_AFTER_INTERVALS as i32,
+        region: params.region.clone(),
+        window: format_window(params.window),
+        failover_factor: params.failover_factor,
+        probe_interval_s: params.probe_interval.as_secs().max(1),
+        breaker: params.breaker,
+        targets: judged.into_iter().map(|j| j.row).collect(),
+        chains,
+    }
+}
+
+/// `?model=`, `?provider=`, `?chain=` of `GET /v1/thresholds` and `vigil thresholds`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Filter {
+    /// Only targets (and chain entries) of this model id.
+    pub model: Option<String>,
+    /// Only targets (and chain entries) of this provider.
+    pub provider: Option<String>,
+    /// Only this chain, and the targets it names.
+    pub chain: Option<String>,
+}
+
+/// A filter naming a chain the document does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no chain named {0:?}")]
+pub struct UnknownChain(pub String);
+
+impl Thresholds {
+    /// The document narrowed by `f` (chains left without entries are left out).
+    pub fn filtered(&self, f: &Filter) -> Result<Thresholds, UnknownChain> {
+        let mut doc = self.clone();
+        if let Some(name) = &f.chain {
+            doc.chains.retain(|c| &c.name == name);
+            let Some(c) = doc.chains.first() else { return Err(UnknownChain(name.clone())) };
+            let members: Vec<&str> = c.order.iter().chain(&c.dropped).map(|e| e.key.target.as_str()).collect();
+            doc.targets.retain(|t| members.contains(&t.key.target.as_str()));
+        }
+        let keep = |provider: &str, model: &str| {
+            f.model.as_deref().is_none_or(|m| m == model) && f.provider.as_deref().is_none_or(|p| p == provider)
+        };
+        doc.targets.retain(|t| keep(&t.key.provider, &t.key.model));
+        if f.model.is_some() || f.provider.is_some() {
+            for c in &mut doc.chains {
+                c.order.retain(|e| keep(&e.key.provider, &e.key.model));
+                c.dropped.retain(|e| keep(&e.key.provider, &e.key.model));
+            }
+            doc.chains.retain(|c| !c.order.is_empty() || !c.dropped.is_empty());
+        }
+        Ok(doc)
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// YAML.
+    pub fn to_yaml(&self) -> Result<String, serde_norway::Error> {
+        serde_norway::to_string(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::chain::ChainMember;
+    use chrono::TimeZone;
+    use serde_json::Value;
+
+    const SPEC_EXAMPLE: &str = r#"{
+      "schema_version": 2,
+      "generated_at": "2026-11-30T12:00:00Z",
+      "expires_at": "2026-11-30T12:03:00Z",
+      "region": "eu-west-1",
+      "window": "7d",
+      "failover_factor": 2.0,
+      "probe_interval_s": 60,
+      "breaker": {"consecutive_failures": 2, "failure_window_s": 120, "latency_trips": 2, "open_for_s": 300, "failover_factor": 2.0},
+      "targets": [
+        {
+          "target": "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra",
+          "provider": "openrouter", "model": "meta-llama/llama-3-70b-instruct", "route": "DeepInfra",
+          "region": "eu-west-1",
+          "samples": 10080,
+          "ttfb_ms": {"p50": 180.0, "p95": 310.0, "p99": 520.0},
+          "ttft_ms": {"p50": 240.0, "p95": 400.0, "p99": 800.0},
+          "tokens_per_s": {"p50": 65.0},
+          "error_rate": 0.0004,
+          "failover_ttfb_ms": 620.0,
+          "failover_ttft_ms": 800.0,
+          "provisional": false,
+          "provisional_basis": null,
+          "breaker": "closed",
+          "flapping": false,
+          "rank": 1
+        }
+      ],
+      "chains": []
+    }"#;
+
+    const LLAMA: &str = "meta-llama/llama-3-70b-instruct";
+
+    fn params() -> ExportParams {
+        ExportParams {
+            region: "eu-west-1".into(),
+            generated_at: Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid time"),
+            probe_interval: Duration::from_secs(60),
+            window: Duration::from_secs(7 * 86_400),
+            failover_factor: 2.0,
+            breaker: BreakerParams {
+                consecutive_failures: 2,
+                failure_window_s: 120,
+                latency_trips: 2,
+                open_for_s: 300,
+                failover_factor: 2.0,
+            },
+            provisional_min_samples: 30,
+            chains: vec![],
+        }
+    }
+
+    fn baseline(count: u64, p50: f64, p95: f64, p99: f64) -> Baseline {
+        Baseline { count, p50: Some(p50), p95: Some(p95), p99: Some(p99) }
+    }
+
+    fn target(provider: &str, model: &str, route: Option<&str>) -> Target {
+        Target {
+            provider: provider.into(),
+            model: model.into(),
+            route: route.map(String::from),
+            region: "eu-west-1".into(),
+        }
+    }
+
+    fn stats(route: &str, model: &str) -> TargetStats {
+        TargetStats {
+            target: target("openrouter", model, Some(route)),
+            ttfb: baseline(10_000, 180.0, 310.0, 520.0),
+            ttft: baseline(10_000, 240.0, 400.0, 800.0),
+            tokens_per_s: baseline(10_000, 65.0, 80.0, 90.0),
+            probes: 10_000,
+            errors: 4,
+            breaker: State::Closed,
+            breaker_reason: None,
+            next_half_open: None,
+            cost_per_probe_usd: Some(0.00002),
+            ttfb_p95_bound: None,
+            ttft_p95_bound: None,
+            last: None,
+            flapping: false,
+        }
+    }
+
+    fn keys(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), keys(v))).collect()),
+            Value::Array(a) => Value::Array(a.iter().map(keys).collect()),
+            _ => Value::Null,
+        }
+    }
+
+    fn ranks(doc: &Thresholds) -> Vec<(String, u32)> {
+        doc.targets.iter().map(|t| (t.key.route.clone().unwrap_or_default(), t.rank)).collect()
+    }
+
+    #[test]
+    fn the_document_has_the_documented_shape_and_values() {
+        let doc = build(&params(), &[stats("DeepInfra", LLAMA)]);
+        let got: Value = serde_json::from_str(&doc.to_json()).expect("valid JSON");
+        let mut want: Value = serde_json::from_str(SPEC_EXAMPLE).expect("example parses");
+        assert_eq!(keys(&got), keys(&want), "same field names, nesting and order-free structure");
+        want["targets"][0]["samples"] = Value::from(10_000);
+        assert_eq!(got, want);
+        assert!(doc.to_json().contains("\"generated_at\": \"2026-11-30T12:00:00Z\""));
+    }
+
+    #[test]
+    fn too_few_samples_give_null_percentiles_and_null_thresholds() {
+        let mut young = stats("Lepton", LLAMA);
+        young.probes = 12;
+        young.errors = 0;
+        young.ttfb = Baseline { count: 12, p50: None, p95: None, p99: None };
+        young.ttft = Baseline { count: 12, p50: None, p95: None, p99: None };
+        young.tokens_per_s = Baseline { count: 12, ..Baseline::default() };
+        young.ttft_p95_bound = p95_upper_bound(12, |_| Some(500.0));
+        let doc = build(&params(), &[young]);
+        let t: Value = serde_json::to_value(&doc.targets[0]).expect("json");
+        assert_eq!(t["samples"], 12);
+        assert_eq!(t["error_rate"], 0.0);
+        for key in ["failover_ttfb_ms", "failover_ttft_ms"] {
+            assert!(t[key].is_null(), "{key}: below 30 samples nothing is published");
+        }
+        assert_eq!(t["provisional"], false);
+        assert!(t["ttft_ms"]["p95"].is_null() && t["tokens_per_s"]["p50"].is_null());
+    }
+
+    #[test]
+    fn the_p95_upper_rank_is_the_smallest_order_statistic_with_95_percent_confidence() {
+        assert_eq!(p95_upper_rank(0), None);
+        // Below 59 values even the largest bounds the P95 with less than 95 % confidence.
+        let (k, c) = p95_upper_rank(30).expect("some");
+        assert_eq!(k, 30);
+        assert!((c - (1.0 - 0.95f64.powi(30))).abs() < 1e-9, "{c}");
+        let (k, c) = p95_upper_rank(59).expect("some");
+        assert_eq!(k, 59);
+        assert!(c >= 0.95, "{c}");
+        // With 100 values the 99th smallest is the bound: P[Bin(100, .95) <= 98] ≈ 0.963.
+        let (k, c) = p95_upper_rank(100).expect("some");
+        assert_eq!(k, 99);
+        assert!((0.95..0.97).contains(&c), "{c}");
+        let (k, c) = p95_upper_rank(299).expect("some");
+        assert!(c >= 0.95 && k < 299 && k > 290, "{k} {c}");
+        // The quantile asked for lands on rank k by nearest rank.
+        let mut asked = 0.0;
+        p95_upper_bound(100, |q| {
+            asked = q;
+            Some(1.0)
+        });
+        assert_eq!((asked * 100.0_f64).ceil() as u64, 99);
+    }
+
+    #[test]
+    fn a_young_target_gets_a_provisional_deadline_from_30_samples() {
+        let mut young = stats("Lepton", LLAMA);
+        young.probes = 42;
+        young.ttfb = Baseline { count: 42, p50: Some(150.0), p95: None, p99: None };
+        young.ttft = Baseline { count: 42, p50: Some(200.0), p95: None, p99: None };
+        young.ttfb_p95_bound = p95_upper_bound(42, |_| Some(260.0));
+        young.ttft_p95_bound = p95_upper_bound(42, |_| Some(450.0));
+        let doc = build(&params(), &[young]);
+        let t = &doc.targets[0];
+        assert_eq!(t.failover_ttfb_ms, Some(520.0));
+        assert_eq!(t.failover_ttft_ms, Some(900.0));
+        assert!(t.provisional);
+        let basis = t.provisional_basis.expect("basis");
+        assert_eq!(basis.samples, 42);
+        assert_eq!(basis.ttft_p95_upper_ms, Some(450.0));
+        assert!((basis.confidence - (1.0 - 0.95f64.powi(42))).abs() < 1e-9);
+        // Once the P95 is stable the bound is no longer used.
+        let doc = build(&params(), &[stats("Lepton", LLAMA)]);
+        assert!(!doc.targets[0].provisional && doc.targets[0].provisional_basis.is_none());
+    }
+
+    #[test]
+    fn breaker_state_ranks_before_error_rate() {
+        let mut open = stats("A", LLAMA);
+        open.breaker = State::Open;
+        open.errors = 0;
+        let mut half = stats("B", LLAMA);
+        half.breaker = State::HalfOpen;
+        half.errors = 0;
+        let mut closed = stats("C", LLAMA);
+        closed.errors = 900;
+        let doc = build(&params(), &[open, half, closed]);
+        assert_eq!(ranks(&doc), [("C".into(), 1), ("B".into(), 2), ("A".into(), 3)]);
+        assert!(doc.to_json().contains("\"breaker\": \"half_open\""), "one spelling: half_open");
+    }
+
+    #[test]
+    fn error_rate_ranks_before_ttft_p95() {
+        let mut fast_flaky = stats("A", LLAMA);
+        fast_flaky.errors = 50;
+        fast_flaky.ttft.p95 = Some(100.0);
+        let mut slow_steady = stats("B", LLAMA);
+        slow_steady.errors = 1;
+        slow_steady.ttft.p95 = Some(900.0);
+        let doc = build(&params(), &[fast_flaky, slow_steady]);
+        assert_eq!(ranks(&doc), [("B".into(), 1), ("A".into(), 2)]);
+    }
+
+    #[test]
+    fn ttft_p95_ranks_before_cost_and_unknown_p95_goes_last() {
+        let mut unknown = stats("A", LLAMA);
+        unknown.ttft.p95 = None;
+        unknown.cost_per_probe_usd = Some(0.0);
+        let mut slow_cheap = stats("B", LLAMA);
+        slow_cheap.ttft.p95 = Some(500.0);
+        slow_cheap.cost_per_probe_usd = Some(0.00001);
+        let mut fast_dear = stats("C", LLAMA);
+        fast_dear.ttft.p95 = Some(300.0);
+        fast_dear.cost_per_probe_usd = Some(0.001);
+        let doc = build(&params(), &[unknown, slow_cheap, fast_dear]);
+        assert_eq!(ranks(&doc), [("C".into(), 1), ("B".into(), 2), ("A".into(), 3)]);
+    }
+
+    #[test]
+    fn cost_breaks_ties_with_unknown_cost_last() {
+        let mut dear = stats("A", LLAMA);
+        dear.cost_per_probe_usd = Some(0.002);
+        let mut cheap = stats("B", LLAMA);
+        cheap.cost_per_probe_usd = Some(0.001);
+        let mut unknown = stats("C", LLAMA);
+        unknown.cost_per_probe_usd = None;
+        let doc = build(&params(), &[dear, unknown, cheap]);
+        assert_eq!(ranks(&doc), [("B".into(), 1), ("A".into(), 2), ("C".into(), 3)]);
+    }
+
+    #[test]
+    fn each_model_is_ranked_on_its_own_and_other_regions_are_left_out() {
+        let mixtral = "mistralai/mixtral-8x22b-instruct";
+        let mut worse = stats("Together", LLAMA);
+        worse.errors = 9;
+        let mut elsewhere = stats("Lepton", LLAMA);
+        elsewhere.target.region = "us-east-1".into();
+        elsewhere.errors = 0;
+        let doc = build(&params(), &[worse, stats("Anyscale", mixtral), elsewhere, stats("DeepInfra", LLAMA)]);
+        let got: Vec<(String, String, u32)> = doc
+            .targets
+            .iter()
+            .map(|t| (t.key.model.clone(), t.key.route.clone().unwrap_or_default(), t.rank))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (LLAMA.into(), "DeepInfra".into(), 1),
+                (LLAMA.into(), "Together".into(), 2),
+                (mixtral.into(), "Anyscale".into(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn expiry_window_and_yaml_follow_the_params() {
+        let p = ExportParams {
+            probe_interval: Duration::from_secs(30),
+            window: Duration::from_secs(36 * 3600),
+            ..params()
+        };
+        let doc = build(&p, &[stats("DeepInfra", LLAMA)]);
+        assert_eq!(doc.expires_at, p.generated_at + chrono::Duration::seconds(90));
+        assert_eq!(doc.window, "36h");
+        assert_eq!(format_window(Duration::from_secs(90)), "90s");
+        assert_eq!(format_window(Duration::from_secs(300)), "5m");
+        let yaml = doc.to_yaml().expect("yaml");
+        let back: Value = serde_norway::from_str(&yaml).expect("yaml parses");
+        assert_eq!(back["expires_at"], "2026-11-30T12:01:30Z");
+        assert_eq!(back["targets"][0]["failover_ttft_ms"], 800.0);
+    }
+
+    // ------------------------------------------------------------ chains
+
+    fn member(provider: &str, model: &str, route: Option<&str>) -> ChainMember {
+        let t = target(provider, model, route);
+        ChainMember { spelled: t.id(), provider: provider.into(), model: model.into(), route: route.map(String::from) }
+    }
+
+    fn three() -> (ExportParams, Vec<TargetStats>) {
+        let mut p = params();
+        p.chains = vec![ChainConfig {
+            name: "chat".into(),
+            members: vec![
+                member("openrouter", "openai/gpt-4o", None),
+                member("openai", "gpt-4o-2024-08-06", None),
+                member("anthropic", "claude-sonnet-4-20250514", None),
+            ],
+            skipped: vec![SkippedMember {
+                target: "gemini/gemini-2.0-flash".into(),
+                reason: "GEMINI_API_KEY is not set".into(),
+            }],
+        }];
+        let mk =
+            |provider: &str, model: &str| TargetStats { target: target(provider, model, None), ..stats("x", model) };
+        let all = vec![
+            mk("anthropic", "claude-sonnet-4-20250514"),
+            mk("openai", "gpt-4o-2024-08-06"),
+            mk("openrouter", "openai/gpt-4o"),
+        ];
+        (p, all)
+    }
+
+    fn order(doc: &Thresholds) -> Vec<(String, ChainStatus)> {
+        doc.chains[0].order.iter().map(|e| (e.key.provider.clone(), e.status)).collect()
+    }
+
+    #[test]
+    fn a_healthy_chain_keeps_its_configured_order_across_providers() {
+        let (p, all) = three();
+        let doc = build(&p, &all);
+        assert_eq!(
+            order(&doc),
+            [
+                ("openrouter".into(), ChainStatus::Healthy),
+                ("openai".into(), ChainStatus::Healthy),
+                ("anthropic".into(), ChainStatus::Healthy)
+            ]
+        );
+        assert_eq!(doc.targets.iter().map(|t| t.rank).collect::<Vec<_>>(), [1, 1, 1], "rank stays per model");
+        let c = &doc.chains[0];
+        assert_eq!((c.name.as_str(), c.region.as_str()), ("chat", "eu-west-1"));
+        assert_eq!(c.order[2].position, 3);
+        assert_eq!(c.order[0].failover_ttft_ms, Some(800.0));
+        assert_eq!(c.skipped[0].target, "gemini/gemini-2.0-flash");
+    }
+
+    #[test]
+    fn slow_failing_half_open_and_flapping_targets_are_demoted_and_open_ones_dropped() {
+        let (p, mut all) = three();
+        // openrouter: last TTFT 960 ms against a P95 of 400 ms (deadline 800 ms).
+        all[2].last =
+            Some(LastProbe { failed: false, outcome: "ok".into(), ttfb_ms: Some(200.0), ttft_ms: Some(960.0) });
+        let doc = build(&p, &all);
+        assert_eq!(
+            order(&doc),
+            [
+                ("openai".into(), ChainStatus::Healthy),
+                ("anthropic".into(), ChainStatus::Healthy),
+                ("openrouter".into(), ChainStatus::Demoted)
+            ]
+        );
+        assert_eq!(doc.chains[0].order[2].reason.as_deref(), Some("ttft p95 2.4x baseline"));
+        assert_eq!(doc.chains[0].order[2].position, 1);
+
+        all[1].last = Some(LastProbe { failed: true, outcome: "server_error".into(), ttfb_ms: None, ttft_ms: None });
+        let doc = build(&p, &all);
+        assert_eq!(order(&doc)[0].0, "anthropic");
+        assert_eq!(doc.chains[0].order[2].reason.as_deref(), Some("last probe failed: server_error"));
+
+        all[1].breaker = State::Open;
+        all[1].breaker_reason = Some("2 failed probes within 120s: server_error, server_error".into());
+        all[1].next_half_open = Some(p.generated_at + chrono::Duration::minutes(5));
+        all[0].flapping = true;
+        all[2].last = None;
+        all[2].breaker = State::HalfOpen;
+        let doc = build(&p, &all);
+        let c = &doc.chains[0];
+        assert_eq!(
+            order(&doc),
+            [("openrouter".into(), ChainStatus::Demoted), ("anthropic".into(), ChainStatus::Demoted)],
+            "demoted ones keep configured order among themselves"
+        );
+        assert_eq!(c.order[0].reason.as_deref(), Some("breaker half_open: the next probe decides"));
+        assert_eq!(c.order[1].reason.as_deref(), Some("flapping"));
+        assert_eq!(c.dropped.len(), 1);
+        assert_eq!(c.dropped[0].status, ChainStatus::Dropped);
+        assert_eq!(
+            c.dropped[0].reason.as_deref(),
+            Some("breaker open: 2 failed probes within 120s: server_error, server_error (trial probe at 2026-11-30T12:05:00Z)")
+        );
+    }
+
+    #[test]
+    fn a_member_without_its_route_expands_to_every_route_in_rank_order() {
+        let mut p = params();
+        p.chains = vec![ChainConfig {
+            name: "llama".into(),
+            members: vec![member("openrouter", LLAMA, None)],
+            skipped: vec![],
+        }];
+        let mut worse = stats("Together", LLAMA);
+        worse.errors = 900;
+        let doc = build(&p, &[worse, stats("DeepInfra", LLAMA)]);
+        let got: Vec<(Option<String>, u32)> =
+            doc.chains[0].order.iter().map(|e| (e.key.route.clone(), e.position)).collect();
+        assert_eq!(got, [(Some("DeepInfra".into()), 1), (Some("Together".into()), 2)]);
+    }
+
+    #[test]
+    fn filters_narrow_targets_and_chains() {
+        let (p, all) = three();
+        let doc = build(&p, &all);
+        let f = doc.filtered(&Filter { provider: Some("openai".into()), ..Filter::default() }).expect("ok");
+        assert_eq!(f.targets.len(), 1);
+        assert_eq!(f.chains[0].order.len(), 1);
+        let f = doc.filtered(&Filter { model: Some("nothing".into()), ..Filter::default() }).expect("ok");
+        assert!(f.targets.is_empty() && f.chains.is_empty());
+        let f = doc.filtered(&Filter { chain: Some("chat".into()), ..Filter::default() }).expect("ok");
+        assert_eq!((f.targets.len(), f.chains.len()), (3, 1));
+        assert_eq!(
+            doc.filtered(&Filter { chain: Some("nope".into()), ..Filter::default() }),
+            Err(UnknownChain("nope".into()))
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! The decision deck: pure engines over the vocabulary and the validated config. Time is passed
+//! in, nothing here spawns a task or touches a socket, a file or a database.
+
+pub mod adaptive;
+pub mod alert;
+pub mod baseline;
+pub mod breaker;
+pub mod canary;
+pub mod credit;
+pub(crate) mod export;
+pub mod price_table;
+pub mod pricing;
+pub(crate) mod report;
+pub(crate) mod router_formats;
+pub(crate) mod signing;
+pub mod snapshot;

@@ -1,0 +1,61 @@
+//! The published view of this region: what the monitor builds after each change and every
+//! reader (HTTP, status page, metrics) shares without touching the decision stages.
+
+use crate::decide::baseline::Baseline;
+use crate::decide::breaker::Explanation;
+use crate::decide::export::Thresholds;
+use crate::vocab::sample::Sample;
+use crate::vocab::target::{Target, TargetKey};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// One target as `GET /v1/targets` explains it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetView {
+    /// Which target: id, provider, model and route, spelled as every output spells them.
+    #[serde(flatten)]
+    pub key: TargetKey,
+    /// Region.
+    pub region: String,
+    /// The most recent sample.
+    pub last_sample: Option<Sample>,
+    /// TTFB, TTFT and tokens/s baselines over the window.
+    pub baselines: BTreeMap<String, Baseline>,
+    /// Probes and failed probes in the window.
+    pub probes: i64,
+    /// Failed probes in the window.
+    pub errors: i64,
+    /// Breaker state, why, since when, and when the next half-open probe is due.
+    pub breaker: Explanation,
+    /// Its state changes too often: changes are not paged, routers demote it.
+    pub flapping: bool,
+}
+
+/// What readers see; replaced as a whole on each publish.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The router export.
+    pub thresholds: Option<Thresholds>,
+    /// Every target, explained (shared with the monitor, which rebuilds only the changed ones).
+    pub targets: Vec<Arc<TargetView>>,
+    /// The latest sample of each target in the other regions sharing the store (status page).
+    pub elsewhere: Arc<Vec<Sample>>,
+    /// The latest credit reading of each watched provider, by provider (status page), as the
+    /// pipeline last read them from shared storage: readers never query the store for them.
+    pub credits: Arc<BTreeMap<String, crate::vocab::records::BalanceReading>>,
+    /// Targets flapping now (from the alert stage).
+    pub flapping: crate::decide::alert::FlappingSet,
+    /// The adaptive probe plan, when probing is cost-aware.
+    pub probe_plan: Option<Arc<crate::decide::adaptive::ProbePlan>>,
+}
+
+impl Snapshot {
+    /// True when `target` is flapping (alert changes are not paged).
+    pub fn is_flapping(&self, target: &Target) -> bool {
+        self.flapping.is_flapping(target)
+    }
+}
+
+/// Shared handle to the latest snapshot.
+pub type SharedSnapshot = Arc<RwLock<Snapshot>>;

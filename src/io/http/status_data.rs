@@ -1,0 +1,162 @@
+//! What the status page shows, gathered (by `status_page`) and drawn (by `status_html`): one
+//! row per target, one cell per region, the credit lines.
+
+use super::trend::TrendSeries;
+use crate::decide::baseline::{exceeds_failover, Baseline, LatencyP95};
+use crate::decide::breaker::Explanation;
+use crate::vocab::breaker::State as BreakerState;
+use crate::vocab::sample::{Outcome, Sample};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// Everything the page shows.
+#[derive(Debug, Clone, Default)]
+pub struct StatusData {
+    /// This instance's region.
+    pub region: String,
+    /// Column order: this region first, then the others sharing the store.
+    pub regions: Vec<String>,
+    /// One row per target (provider, model, route).
+    pub rows: Vec<StatusRow>,
+    /// Watched credit balances.
+    pub credits: Vec<Credit>,
+    /// A probe slower than this × the baseline P95 is degraded.
+    pub failover_factor: f64,
+    /// Samples a P95 needs before it is published.
+    pub min_samples: u64,
+    /// Seconds between automatic reloads.
+    pub refresh_s: u64,
+    /// Hours the trend covers.
+    pub trend_hours: i64,
+    /// What the providers' own status pages say (section shown when any is polled).
+    pub providers: Vec<crate::vocab::provider_status::ProviderStatus>,
+    /// The adaptive probe plan's budget line, when probing is cost-aware.
+    pub probe_plan: Option<Arc<crate::decide::adaptive::ProbePlan>>,
+    /// The latest canary run of each target (section shown when the canary has run).
+    pub canary: Vec<crate::vocab::canary::CanaryRun>,
+}
+
+/// One target across the regions.
+#[derive(Debug, Clone, Default)]
+pub struct StatusRow {
+    /// Provider name.
+    pub provider: String,
+    /// Model (empty for plain HTTP targets).
+    pub model: String,
+    /// Pinned upstream route.
+    pub route: Option<String>,
+    /// One per entry of [`StatusData::regions`]; `None` where that region does not probe it.
+    pub cells: Vec<Option<Cell>>,
+    /// Hourly TTFT P50 in this region, oldest first.
+    pub trend: TrendSeries,
+}
+
+/// One target in one region.
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    /// The latest probe, if any yet.
+    pub last: Option<ShownProbe>,
+    /// TTFB baseline (known for this region only).
+    pub ttfb: Option<Baseline>,
+    /// TTFT baseline (known for this region only).
+    pub ttft: Option<Baseline>,
+    /// Breaker (known for this region only).
+    pub breaker: Option<Explanation>,
+    /// Its state changes too often (known for this region only): changes are not paged.
+    pub flapping: bool,
+    /// Its interval in the adaptive plan (known for this region only).
+    pub probe: Option<crate::decide::adaptive::TargetPlan>,
+}
+
+/// What the page shows of a sample.
+#[derive(Debug, Clone)]
+pub struct ShownProbe {
+    /// When it started.
+    pub at: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// HTTP status.
+    pub status: Option<u16>,
+    /// Time to first byte.
+    pub ttfb_ms: Option<f64>,
+    /// Time to first token.
+    pub ttft_ms: Option<f64>,
+    /// The failure's detail.
+    pub error: Option<String>,
+}
+
+/// One provider's credit.
+#[derive(Debug, Clone)]
+pub struct Credit {
+    /// Provider name.
+    pub provider: String,
+    /// `balance.min_usd`.
+    pub min_usd: f64,
+    /// The latest reading (when, USD left).
+    pub reading: Option<(DateTime<Utc>, f64)>,
+}
+
+/// How a cell is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Answering within its baseline.
+    Ok,
+    /// TTFB or TTFT above the failover factor × P95.
+    Degraded,
+    /// Breaker half-open: the next probe decides.
+    HalfOpen,
+    /// Breaker open, or the latest probe failed.
+    Down,
+    /// Not probed yet.
+    Pending,
+}
+
+impl Health {
+    /// CSS class and label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Ok => "ok",
+            Health::Degraded => "degraded",
+            Health::HalfOpen => "half_open",
+            Health::Down => "down",
+            Health::Pending => "waiting",
+        }
+    }
+}
+
+impl Cell {
+    /// The state shown: the breaker first, then the latest probe against the baseline.
+    pub fn health(&self, factor: f64) -> Health {
+        match self.breaker.as_ref().map(|b| b.state) {
+            Some(BreakerState::Open) => return Health::Down,
+            Some(BreakerState::HalfOpen) => return Health::HalfOpen,
+            _ => {}
+        }
+        let Some(last) = &self.last else { return Health::Pending };
+        if last.outcome.is_failure() {
+            Health::Down
+        } else if exceeds_failover(
+            last.ttfb_ms,
+            last.ttft_ms,
+            LatencyP95 { ttfb: self.ttfb.and_then(|b| b.p95), ttft: self.ttft.and_then(|b| b.p95) },
+            factor,
+        ) {
+            Health::Degraded
+        } else {
+            Health::Ok
+        }
+    }
+}
+
+impl From<&Sample> for ShownProbe {
+    fn from(s: &Sample) -> Self {
+        ShownProbe {
+            at: s.started_at,
+            outcome: s.outcome,
+            status: s.status,
+            ttfb_ms: s.ttfb_ms,
+            ttft_ms: s.ttft_ms,
+            error: s.error.clone(),
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! Every Prometheus metric vigil exports, defined once. Names and labels are a public contract
+//! (docs/METRICS.md); dashboards and alert rules depend on them.
+//!
+//! Per-target series are plain numbers in one map (`targets`), written straight into the
+//! exposition text: a sample costs one map lookup, and a scrape one pass over the targets. The
+//! few instance-level metrics (alerts, storage, lag, build, process, canary) stay in a
+//! `prometheus` registry.
+
+mod targets;
+
+use crate::config::Detail;
+use crate::vocab::sample::Outcome;
+use crate::vocab::sample::Sample;
+use crate::vocab::target::Target;
+use prometheus::core::Collector;
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use targets::{Hist, Series};
+
+/// Per-target labels, in this order everywhere.
+const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
+/// TTFB/TTFT buckets with `metrics.detail = "histograms"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
+/// slow 2 s, degraded beyond 5 s). Few on purpose: each bucket is a series per target.
+const LLM_BUCKETS: [f64; 5] = [0.2, 0.5, 1.0, 2.0, 5.0];
+/// Latency buckets with `metrics.detail = "full"`: 25 ms to 30 s.
+const FULL_BUCKETS: [f64; 22] = [
+    0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0,
+];
+/// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
+const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+/// Phases of `vigil_probe_phase_seconds`, in [`Series::phases`] order.
+const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
+/// Phases exported unless `full` (the last TTFB, TTFT and total, which dashboards and rules use).
+const COMPACT_PHASES: [&str; 3] = ["ttfb", "ttft", "total"];
+/// Baseline metrics and quantiles, in [`Series::baseline`] order.
+const BASELINE_METRICS: [&str; 2] = ["ttfb", "ttft"];
+const BASELINE_QUANTILES: [&str; 3] = ["0.5", "0.95", "0.99"];
+/// The baseline quantile exported by default: the one the breaker and the failover line use.
+const COMPACT_QUANTILE: &str = "0.95";
+
+/// The registry, the per-target series, and every other metric.
+pub struct Metrics {
+    /// Instance-level metrics (few series): alerts, storage, lag, build, process, canary.
+    registry: Registry,
+    detail: Detail,
+    /// Upper bounds of the per-target latency histograms.
+    bounds: &'static [f64],
+    credit: GaugeVec,
+    alerts: IntCounterVec,
+    delivery_failures: IntCounterVec,
+    abandoned: IntCounterVec,
+    spooled: IntGaugeVec,
+    outbox_depth: IntGaugeVec,
+    lag: Histogram,
+    stored: IntCounter,
+    panics: IntCounterVec,
+    records_spooled: IntGaugeVec,
+    rejected: IntCounterVec,
+    region: String,
+    adaptive: AdaptiveMetrics,
+    canary: CanaryMetrics,
+    /// Per-target series ([`targets`]), written straight into the exposition text.
+    targets: Mutex<BTreeMap<Target, Series>>,
+    /// Size of the last exposition, to allocate the next one at once.
+    last_len: AtomicUsize,
+}
+
+fn labels(t: &Target) -> [&str; 4] {
+    [&t.provider, &t.model, t.route_label(), &t.region]
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Metrics {
+    /// Creates and registers every metric with the default (compact) per-target detail.
+    pub fn new(region: &str) -> Result<Metrics, prometheus::Error> {
+        Metrics::with_detail(region, Detail::Compact)
+    }
+
+    /// Creates and registers every metric with the given per-target detail.
+    pub fn with_detail(region: &str, detail: Detail) -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let lag = HistogramVec::new(
+            HistogramOpts::new("vigil_probe_schedule_lag_seconds", "Probe start minus its scheduled time.")
+                .buckets(LAG_BUCKETS.to_vec()),
+            &["region"],
+        )?;
+        let stored = IntCounterVec::new(
+            Opts::new("vigil_samples_stored_total", "Samples written to storage since start."),
+            &["region"],
+        )?;
+        let m = Metrics {
+            bounds: match detail {
+                Detail::Compact | Detail::Histograms => &LLM_BUCKETS,
+                Detail::Full => &FULL_BUCKETS,
+            },
+            credit: GaugeVec::new(
+                Opts::new("vigil_credit_remaining_usd", "Provider credit left, in USD."),
+                &["provider", "region"],
+            )?,
+            alerts: IntCounterVec::new(
+                Opts::new("vigil_alerts_total", "Alert notifications delivered."),
+                &["kind", "channel", "region"],
+            )?,
+            delivery_failures: IntCounterVec::new(
+                Opts::new("vigil_alert_delivery_failures_total", "Failed alert delivery attempts."),
+                &["channel", "region"],
+            )?,
+            abandoned: IntCounterVec::new(
+                Opts::new(
+                    "vigil_alerts_abandoned_total",
+                    "Alert notifications given up (permanent rejection, delivery deadline passed, channel gone).",
+                ),
+                &["channel", "region"],
+            )?,
+            spooled: IntGaugeVec::new(
+                Opts::new("vigil_samples_spooled", "Samples waiting on disk because storage is unreachable."),
+                &["region"],
+            )?,
+            outbox_depth: IntGaugeVec::new(
+                Opts::new("vigil_outbox_depth", "Alert notifications waiting for delivery."),
+                &["region"],
+            )?,
+            lag: lag.with_label_values(&[region]),
+            stored: stored.with_label_values(&[region]),
+            panics: IntCounterVec::new(
+                Opts::new(
+                    "vigil_task_panics_total",
+                    "Panics caught inside a task that kept running (the pipeline judging one sample).",
+                ),
+                &["task", "region"],
+            )?,
+            records_spooled: IntGaugeVec::new(
+                Opts::new(
+                    "vigil_records_spooled",
+                    "Breaker transitions, outbox items and states waiting on disk because storage is unreachable.",
+                ),
+                &["region"],
+            )?,
+            rejected: IntCounterVec::new(
+                Opts::new(
+                    "vigil_provider_values_rejected_total",
+                    "Implausible values from providers (negative, non-finite or absurd) dropped from samples, by field.",
+                ),
+                &["field", "region"],
+            )?,
+            region: region.to_string(),
+            adaptive: AdaptiveMetrics::new()?,
+            canary: CanaryMetrics::new()?,
+            registry,
+            detail,
+            targets: Mutex::new(BTreeMap::new()),
+            last_len: AtomicUsize::new(0),
+        };
+        let build = GaugeVec::new(
+            Opts::new("vigil_build_info", "Always 1; labels carry the version."),
+            &["version", "region"],
+        )?;
+        build.with_label_values(&[env!("CARGO_PKG_VERSION"), region]).set(1.0);
+        // Instance-level series exist from the start, so dashboards and absent() see them at zero.
+        m.spooled.with_label_values(&[region]).set(0);
+        m.outbox_depth.with_label_values(&[region]).set(0);
+        m.records_spooled.with_label_values(&[region]).set(0);
+        m.panics.with_label_values(&["pipeline", region]);
+        for field in crate::io::probe::scrub::REJECTABLE_FIELDS {
+            m.rejected.with_label_values(&[field, region]);
+        }
+        let collectors: Vec<Box<dyn Collector>> = vec![
+            Box::new(m.credit.clone()),
+            Box::new(m.alerts.clone()),
+            Box::new(m.delivery_failures.clone()),
+            Box::new(m.abandoned.clone()),
+            Box::new(m.spooled.clone()),
+            Box::new(m.outbox_depth.clone()),
+            Box::new(lag),
+            Box::new(stored),
+            Box::new(m.panics.clone()),
+            Box::new(m.records_spooled.clone()),
+            Box::new(m.rejected.clone()),
+            Box::new(build),
+        ];
+        for c in collectors {
+            m.registry.register(c)?;
+        }
+        m.adaptive.register(&m.registry, region)?;
+        m.canary.register(&m.registry)?;
+        #[cfg(target_os = "linux")]
+        m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        Ok(m)
+    }
+
+    /// The per-target detail this registry exports.
+    pub fn detail(&self) -> Detail {
+        self.detail
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Target, Series>> {
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the target's series, creating the entry the first time.
+    fn with_target<R>(&self, t: &Target, f: impl FnOnce(&mut Series) -> R) -> R {
+        let mut map = self.lock();
+        if let Some(s) = map.get_mut(t) {
+            return f(s);
+        }
+        f(map.entry(t.clone()).or_default())
+    }
+
+    /// Records one sample.
+    pub fn observe(&self, s: &Sample) {
+        self.lag.observe(s.schedule_lag_s());
+        for field in &s.rejected {
+            self.rejected.with_label_values(&[*field, self.region.as_str()]).inc();
+        }
+        let full = self.detail == Detail::Full;
+        let histograms = self.detail != Detail::Compact;
+        let bounds = self.bounds;
+        self.with_target(&s.target, |h| {
+            let outcome = s.outcome;
+            match h.outcomes.iter_mut().find(|(o, _)| *o == outcome) {
+                Some((_, n)) => *n += 1,
+                None => h.outcomes.push((outcome, 1)),
+            }
+            let ok = outcome == Outcome::Ok;
+            h.success = Some(if ok { 1.0 } else { 0.0 });
+            if ok {
+                h.last_success = Some(s.started_at.timestamp_millis() as f64 / 1000.0);
+            }
+            let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
+            let observe = |hist: &mut Option<Hist>, v: Option<f64>| {
+                if let Some(v) = secs(v) {
+                    hist.get_or_insert_with(|| Hist::new(bounds.len())).observe(bounds, v);
+                }
+            };
+            if ok && histograms {
+                observe(&mut h.ttfb, s.ttfb_ms);
+                observe(&mut h.ttft, s.ttft_ms);
+                if full {
+                    observe(&mut h.duration, s.total_ms);
+                }
+            }
+            let values = [s.dns_ms, s.connect_ms, s.tls_ms, s.proxy_ms, s.ttfb_ms, s.ttft_ms, s.total_ms];
+            for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
+                // With histograms the TTFB is in its histogram; without, its last value stands in.
+                let shown = full || (COMPACT_PHASES.contains(phase) && !(histograms && *phase == "ttfb"));
+                if shown {
+                    // A phase that did not happen this time must not keep showing an old value.
+                    *slot = secs(v);
+                }
+            }
+            if full {
+                h.tokens = s.tokens_per_s;
+                h.last_status = Some(f64::from(s.status.unwrap_or(0)));
+            }
+            if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
+                *h.cost.get_or_insert(0.0) += c;
+            }
+        });
+    }
+
+    /// Counts a panic caught inside `task`, which kept running.
+    pub fn task_panicked(&self, task: &str) {
+        self.panics.with_label_values(&[task, &self.region]).inc();
+    }
+
+    /// Sets how many records wait in the storage link's spool.
+    pub fn set_records_spooled(&self, n: u64) {
+        self.records_spooled.with_label_values(&[&self.region]).set(to_i64(n));
+    }
+
+    /// Makes every target visible at zero before its first probe, so rate() and absent() behave.
+    pub fn register_target(&self, t: &Target) {
+        let full = self.detail == Detail::Full;
+        self.with_target(t, |h| {
+            // Only `ok` up front: other outcomes appear when first seen, keeping series per target low.
+            if !h.outcomes.iter().any(|(o, _)| *o == Outcome::Ok) {
+                h.outcomes.push((Outcome::Ok, 0));
+            }
+            if full {
+                h.cost.get_or_insert(0.0);
+                h.skipped.get_or_insert(0);
+            }
+        });
+    }
+
+    /// Counts a probe skipped because the previous one of the target was still running.
+    pub fn skipped(&self, t: &Target) {
+        self.with_target(t, |h| *h.skipped.get_or_insert(0) += 1);
+    }
+
+    /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or
+    /// clears it. By default only the 0.95 quantile is exported.
+    pub fn set_baseline(&self, t: &Target, metric: &str, quantile: &str, seconds: Option<f64>) {
+        if self.detail != Detail::Full && quantile != COMPACT_QUANTILE {
+            return;
+        }
+        let (Some(mi), Some(qi)) = (
+            BASELINE_METRICS.iter().position(|m| *m == metric),
+            BASELINE_QUANTILES.iter().position(|q| *q == quantile),
+        ) else {
+            return;
+        };
+        self.with_target(t, |h| h.baseline[mi][qi] = seconds);
+    }
+
+    /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
+    pub fn set_circuit(&self, t: &Target, state: i64) {
+        self.with_target(t, |h| h.circuit = Some(state as f64));
+    }
+
+    /// Sets whether a target is flapping.
+    pub fn set_flapping(&self, t: &Target, flapping: bool) {
+        self.with_target(t, |h| h.flapping = Some(if flapping { 1.0 } else { 0.0 }));
+    }
+
+    /// Sets a provider's remaining credit.
+    pub fn set_credit(&self, provider: &str, usd: f64) {
+        self.credit.with_label_values(&[provider, &self.region]).set(usd);
+    }
+
+    /// Creates the alert, delivery-failure and abandoned counters of every channel at zero, for
+    /// every alert kind, so `increase()` and `absent()` see them before the first alert.
+    pub fn register_alert_channels(&self, channels: &[String]) {
+        for channel in channels {
+            self.delivery_failures.with_label_values(&[channel, &self.region]);
+            self.abandoned.with_label_values(&[channel, &self.region]);
+            for kind in crate::decide::alert::AlertKind::ALL {
+                self.alerts.with_label_values(&[kind.as_str(), channel, &self.region]);
+            }
+        }
+    }
+
+    /// Counts a delivered alert notification.
+    pub fn alert_sent(&self, kind: &str, channel: &str) {
+        self.alerts.with_label_values(&[kind, channel, &self.region]).inc();
+    }
+
+    /// Counts a failed delivery attempt.
+    pub fn delivery_failed(&self, channel: &str) {
+        self.delivery_failures.with_label_values(&[channel, &self.region]).inc();
+    }
+
+    /// Counts an alert notification given up on a channel.
+    pub fn alert_abandoned(&self, channel: &str) {
+        self.abandoned.with_label_values(&[channel, &self.region]).inc();
+    }
+
+    /// Sets the spool backlog.
+    pub fn set_spooled(&self, n: u64) {
+        self.spooled.with_label_values(&[&self.region]).set(to_i64(n));
+    }
+
+    /// Brings `vigil_samples_stored_total` up to `n`, the writer's count since start.
+    pub fn set_stored(&self, n: u64) {
+        // Under the handle lock, so two scrapes at once cannot both add the same difference.
+        let _guard = self.lock();
+        let now = self.stored.get();
+        if n > now {
+            self.stored.inc_by(n - now);
+        }
+    }
+
+    /// Sets the alert outbox depth.
+    pub fn set_outbox_depth(&self, n: i64) {
+        self.outbox_depth.with_label_values(&[&self.region]).set(n);
+    }
+
+    /// Publishes the adaptive probe plan: each target's interval and the day's projected spend.
+    pub fn set_probe_plan(&self, plan: &crate::decide::adaptive::ProbePlan, targets: &[Target]) {
+        let a = &self.adaptive;
+        a.budget.with_label_values(&[&self.region]).set(plan.budget_usd);
+        a.projected.with_label_values(&[&self.region]).set(plan.projected_usd);
+        let mut map = self.lock();
+        for t in targets {
+            if let Some(p) = plan.get(&t.id()) {
+                let every = Some(p.every.as_secs_f64());
+                match map.get_mut(t) {
+                    Some(s) => s.interval = every,
+                    None => map.entry(t.clone()).or_default().interval = every,
+                }
+            }
+        }
+    }
+
+    /// Prometheus text exposition of everything.
+    pub fn render(&self) -> String {
+        let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
+        targets::render(&mut text, &self.lock(), self.bounds);
+        // Encoding into a String cannot fail for the text format.
+        let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text);
+        self.last_len.store(text.len(), Ordering::Relaxed);
+        text
+    }
+}
+
+/// The model-change canary (`crate::vocab::canary`): its runs never touch the probe series above.
+struct CanaryMetrics {
+    runs: IntCounterVec,
+    score: GaugeVec,
+    last_run: GaugeVec,
+}
+
+impl CanaryMetrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            TARGET_LABELS.iter().copied().chain(extra.iter().copied()).collect()
+        };
+        Ok(CanaryMetrics {
+            runs: IntCounterVec::new(
+                Opts::new("vigil_canary_runs_total", "Model-change canary runs, by outcome."),
+                &with(&["outcome"]),
+            )?,
+            score: GaugeVec::new(
+                Opts::new("vigil_canary_score", "Exact-match score (0..1) of the target's last completed canary run."),
+                &TARGET_LABELS,
+            )?,
+            last_run: GaugeVec::new(
+                Opts::new("vigil_canary_last_run_timestamp_seconds", "Unix time of the target's last canary run."),
+                &TARGET_LABELS,
+            )?,
+        })
+    }
+
+    fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.runs.clone()))?;
+        registry.register(Box::new(self.score.clone()))?;
+        registry.register(Box::new(self.last_run.clone()))?;
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// Records one canary run: its outcome, and for a completed run its score.
+    pub fn observe_canary(&self, run: &crate::vocab::canary::CanaryRun) {
+        let s = &run.sample;
+        let l = labels(&s.target);
+        let c = &self.canary;
+        c.runs.with_label_values(&[l[0], l[1], l[2], l[3], s.outcome.as_str()]).inc();
+        c.last_run.with_label_values(&l).set(s.started_at.timestamp() as f64);
+        if !s.outcome.is_failure() {
+            c.score.with_label_values(&l).set(run.score());
+        }
+    }
+}
+
+/// Cost-aware adaptive probing (`crate::decide::adaptive`): kept in its own block. Each target's
+/// interval is a per-target series ([`targets`]).
+struct AdaptiveMetrics {
+    projected: GaugeVec,
+    budget: GaugeVec,
+}
+
+impl AdaptiveMetrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        Ok(AdaptiveMetrics {
+            projected: GaugeVec::new(
+                Opts::new(
+                    "vigil_probe_projected_spend_usd",
+                    "Probe spend today (UTC) so far plus the plan's projection to the end of the day.",
+                ),
+                &["region"],
+            )?,
+            budget: GaugeVec::new(
+                Opts::new("vigil_probe_budget_usd", "probe.daily_budget_usd, the spend the plan keeps under."),
+                &["region"],
+            )?,
+        })
+    }
+
+    fn register(&self, registry: &Registry, region: &str) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.projected.clone()))?;
+        registry.register(Box::new(self.budget.clone()))?;
+        self.projected.with_label_values(&[region]).set(0.0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }
+    }
+
+    #[test]
+    fn baselines_are_plain_gauges_labelled_q() {
+        let m = Metrics::new("eu").expect("registry");
+        let t = target();
+        m.set_baseline(&t, "ttft", "0.95", Some(0.312));
+        m.set_baseline(&t, "ttft", "0.5", Some(0.2));
+        let text = m.render();
+        assert!(text.contains("# TYPE vigil_baseline_seconds gauge\n"), "{text}");
+        assert!(
+            text.contains(
+                r#"vigil_baseline_seconds{metric="ttft",model="m",provider="p",q="0.95",region="eu",route=""} 0.312"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"q="0.5""#), "only the P95 by default: {text}");
+        m.set_baseline(&t, "ttft", "0.95", None);
+        assert!(!m.render().contains("vigil_baseline_seconds{"), "a baseline that went away is removed");
+        let full = Metrics::with_detail("eu", Detail::Full).expect("registry");
+        full.set_baseline(&t, "ttfb", "0.5", Some(0.1));
+        assert!(full.render().contains(r#"q="0.5""#), "full detail keeps every quantile");
+    }
+
+    #[test]
+    fn success_and_last_success_follow_the_outcome() {
+        let m = Metrics::new("eu").expect("registry");
+        let t = target();
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("time");
+        let mut s = Sample::new(t.clone(), at, at);
+        s.outcome = Outcome::Ok;
+        s.ttfb_ms = Some(150.0);
+        m.observe(&s);
+        let text = m.render();
+        assert!(text.contains(r#"vigil_probe_success{model="m",provider="p",region="eu",route=""} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"vigil_probe_last_success_timestamp_seconds{model="m",provider="p",region="eu",route=""} 1700000000"#
+            ),
+            "{text}"
+        );
+        let later = at + chrono::Duration::seconds(60);
+        let mut failed = Sample::new(t, later, later);
+        failed.outcome = Outcome::Timeout;
+        m.observe(&failed);
+        let text = m.render();
+        assert!(text.contains(r#"vigil_probe_success{model="m",provider="p",region="eu",route=""} 0"#), "{text}");
+        assert!(text.contains("} 1700000000\n"), "the last success time stays: {text}");
+        assert!(text.contains(r#"outcome="timeout""#), "{text}");
+    }
+
+    #[test]
+    fn stored_is_a_counter_and_alert_counters_start_at_zero() {
+        let m = Metrics::new("eu").expect("registry");
+        m.set_stored(5);
+        m.set_stored(3);
+        m.register_alert_channels(&["ops".to_string()]);
+        let text = m.render();
+        assert!(text.contains("# TYPE vigil_samples_stored_total counter\n"), "{text}");
+        assert!(text.contains(r#"vigil_samples_stored_total{region="eu"} 5"#), "never goes down: {text}");
+        assert!(text.contains(r#"vigil_alerts_total{channel="ops",kind="errors",region="eu"} 0"#), "{text}");
+        assert!(text.contains(r#"vigil_alert_delivery_failures_total{channel="ops",region="eu"} 0"#), "{text}");
+        assert!(text.contains(r#"vigil_alerts_abandoned_total{channel="ops",region="eu"} 0"#), "{text}");
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    }
+}

@@ -1,0 +1,181 @@
+//! Every adapter against the real transcripts in tests/fixtures, with no sockets involved.
+
+use super::adapter_for;
+use super::sse::SseParser;
+use super::Reading;
+use crate::config::ProviderKind;
+use crate::vocab::sample::Outcome;
+use std::time::{Duration, Instant};
+
+struct Replay {
+    reading: Reading,
+    done: bool,
+    /// Index of the event that carried the first content token.
+    first_content_event: Option<usize>,
+    first_reasoning_event: Option<usize>,
+    comments: u64,
+}
+
+/// Feeds a fixture event by event, pretending event `i` arrived `i` ms after the request.
+fn replay(kind: ProviderKind, name: &str) -> Replay {
+    let body = std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
+    let adapter = adapter_for(kind);
+    let mut parser = SseParser::new(1 << 20);
+    let mut events = Vec::new();
+    parser.feed(&body, |e| events.push(e)).expect("fixture parses");
+    events.extend(parser.finish().expect("fixture parses"));
+    let sent = Instant::now();
+    let mut r = Reading { streamed: true, ..Reading::default() };
+    let (mut done, mut first_content_event, mut first_reasoning_event) = (false, None, None);
+    for (i, ev) in events.iter().enumerate() {
+        let at = sent + Duration::from_millis(i as u64 + 1);
+        done |= r.absorb(adapter.interpret(ev), at, sent);
+        if r.ttft.is_some() && first_content_event.is_none() {
+            first_content_event = Some(i);
+        }
+        if r.ttfr.is_some() && first_reasoning_event.is_none() {
+            first_reasoning_event = Some(i);
+        }
+        if r.outcome.is_some() {
+            break;
+        }
+    }
+    Replay { reading: r, done, first_content_event, first_reasoning_event, comments: parser.comments }
+}
+
+#[test]
+fn openai_role_only_first_chunk_is_not_a_token() {
+    let r = replay(ProviderKind::Openai, "openai-chat-stream.sse");
+    assert_eq!(r.first_content_event, Some(1), "event 0 carries only the role");
+    assert!(r.done, "[DONE] ends the stream");
+    assert_eq!(r.reading.outcome, None);
+    assert!(r.reading.request_id.as_deref().is_some_and(|id| id.starts_with("chatcmpl-")));
+}
+
+#[test]
+fn openai_usage_chunk_gives_tokens() {
+    let r = replay(ProviderKind::Openai, "openai-chat-stream-usage.sse");
+    assert!(r.done);
+    assert!(r.reading.usage.output.is_some_and(|n| n > 0));
+    assert!(r.reading.usage.input.is_some_and(|n| n > 0));
+    let r = replay(ProviderKind::Openai, "openai-chat-stream-finish-length.sse");
+    assert!(r.done && r.reading.usage.output.is_some());
+}
+
+#[test]
+fn openrouter_comments_are_skipped_and_cost_is_read() {
+    let r = replay(ProviderKind::Openai, "openrouter-chat-stream-processing-comments.sse");
+    assert_eq!(r.comments, 3);
+    assert_eq!(r.first_content_event, Some(0), "OpenRouter's first data event already carries text");
+    assert!(r.reading.usage.cost_usd.is_some_and(|c| c > 0.0));
+    assert!(r.done);
+}
+
+#[test]
+fn groq_reasoning_comes_before_content_and_is_timed_apart() {
+    let r = replay(ProviderKind::Openai, "groq-chat-stream.sse");
+    let (reasoning, content) = (r.first_reasoning_event.expect("reasoning"), r.first_content_event.expect("content"));
+    assert!(reasoning < content, "37 reasoning chunks precede the answer");
+    assert!(r.reading.ttfr < r.reading.ttft);
+    assert!(r.done);
+}
+
+#[test]
+fn together_chunks_count_as_content() {
+    let r = replay(ProviderKind::Openai, "together-chat-stream-chunks.sse");
+    assert!(r.first_content_event.is_some());
+    assert!(r.reading.usage.output.is_some());
+}
+
+#[test]
+fn anthropic_ping_and_message_start_are_not_tokens() {
+    for name in ["anthropic-messages-stream.sse", "anthropic-messages-stream-sdk-fixture.sse"] {
+        let r = replay(ProviderKind::Anthropic, name);
+        assert_eq!(r.first_content_event, Some(3), "{name}: message_start, content_block_start, ping come first");
+        assert!(r.done, "{name}: message_stop ends it");
+        assert!(r.reading.usage.output.is_some(), "{name}");
+    }
+    let r = replay(ProviderKind::Anthropic, "anthropic-messages-stream.sse");
+    assert_eq!(r.reading.usage.output, Some(5), "message_delta usage is cumulative");
+    assert!(r.reading.request_id.as_deref().is_some_and(|id| id.starts_with("msg_")));
+}
+
+/// The failure text a replay ended with.
+fn error_text(r: &Replay) -> &str {
+    r.reading.error.as_deref().unwrap_or("")
+}
+
+#[test]
+fn anthropic_error_events_are_stream_errors_with_their_type() {
+    let r = replay(ProviderKind::Anthropic, "anthropic-stream-overloaded-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError), "an error event in an accepted stream, before any token");
+    assert_eq!(error_text(&r), "error event overloaded_error: Overloaded");
+    let r = replay(ProviderKind::Anthropic, "anthropic-stream-midstream-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError), "an error after content broke the stream");
+    assert_eq!(error_text(&r), "error event overloaded_error: Overloaded");
+    assert!(r.reading.ttft.is_some());
+    assert_eq!(r.reading.content_events, 1, "the token before the error still counts");
+    assert_eq!(r.reading.usage.input, Some(20));
+}
+
+#[test]
+fn openai_style_error_events_are_stream_errors_with_their_type() {
+    let r = replay(ProviderKind::Openai, "openai-stream-midstream-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert!(error_text(&r).starts_with("error event server_error: The server had an error"), "{}", error_text(&r));
+    let r = replay(ProviderKind::Openai, "openrouter-stream-midstream-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert_eq!(error_text(&r), "error event 400: Token limit reached");
+    assert!(r.reading.ttfr.is_some() && r.reading.ttft.is_none(), "it ran out while reasoning");
+    assert_eq!(r.reading.usage.output, Some(10), "the usage sent with the error still counts");
+    let r = replay(ProviderKind::Openai, "openrouter-stream-midstream-error-docs.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert_eq!(error_text(&r), "error event rate_limit_exceeded: Rate limit exceeded");
+    let r = replay(ProviderKind::Openai, "groq-stream-error-event.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    assert!(error_text(&r).starts_with("error event invalid_request_error (tool_use_failed): Tool call validation"));
+    assert!(!r.done, "Groq closes without [DONE] after an error");
+}
+
+#[test]
+fn gemini_error_events_are_stream_errors_with_their_status() {
+    let adapter = adapter_for(ProviderKind::Gemini);
+    let data =
+        r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#;
+    let s = adapter.interpret(&super::sse::SseEvent { event: None, data: data.into() });
+    let mut r = Reading { streamed: true, ..Reading::default() };
+    let sent = Instant::now();
+    r.absorb(s, sent, sent);
+    assert_eq!(r.outcome, Some(Outcome::StreamError));
+    assert_eq!(r.error.as_deref(), Some("error event UNAVAILABLE: The model is overloaded. Please try again later."));
+}
+
+#[test]
+fn gemini_crlf_stream_ends_on_finish_reason() {
+    let r = replay(ProviderKind::Gemini, "gemini-stream.sse");
+    assert_eq!(r.first_content_event, Some(0));
+    assert!(r.done);
+    assert!(r.reading.usage.output.is_some_and(|n| n > 0));
+    assert!(r.reading.request_id.is_some());
+    let r = replay(ProviderKind::Gemini, "gemini-stream-thinking-usage.sse");
+    assert!(r.done);
+    assert!(r.reading.usage.reasoning.is_some_and(|n| n > 0));
+}
+
+#[test]
+fn gemini_retry_delay_is_read_from_the_body() {
+    let body =
+        std::fs::read(format!("{}/tests/fixtures/gemini-error-429.json", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
+    assert_eq!(super::gemini::retry_delay(&body), Some(26.0));
+}
+
+#[test]
+fn malformed_json_is_a_stream_error_not_a_panic() {
+    let adapter = adapter_for(ProviderKind::Openai);
+    let s = adapter.interpret(&super::sse::SseEvent { event: None, data: "{not json".into() });
+    assert!(s.error.is_some_and(|e| e.starts_with("malformed event JSON")));
+    for kind in [ProviderKind::Anthropic, ProviderKind::Gemini] {
+        let s = adapter_for(kind).interpret(&super::sse::SseEvent { event: None, data: "[1,2".into() });
+        assert!(s.error.is_some());
+    }
+}

@@ -1,0 +1,770 @@
+//! The pipeline's only road to storage besides the sample writer: every store call the decision
+//! stages need (breaker history and state, rollups, alert state, the outbox, reading other regions'
+//! samples and credit readings, reading baselines back) runs here, in its own task, with a short
+//! timeout. The pipeline sends [`Record`]s and [`Query`]s and picks up [`Reply`]s between
+//! samples; it never awaits the database, so a database that hangs or refuses cannot stop probes
+//! from being counted, judged and alerted on.
+//!
+//! Nothing is lost while storage is down: breaker transitions and outbox items that cannot be
+//! written go to an fsync'd spool (`data_dir/spool-records`) at once and are replayed in order;
+//! states where only the newest matters (breaker states, rollups, alert state) are kept in memory,
+//! newest wins, retried with backoff, and spooled at shutdown.
+
+use super::spool::SpoolError;
+use super::spool::SpoolOf;
+use super::spool::SpooledBatch;
+use super::SampleQuery;
+use super::Store;
+use super::StoreError;
+use crate::vocab::records::BalanceReading;
+use crate::vocab::records::BreakerRecord;
+use crate::vocab::records::BreakerTransition;
+use crate::vocab::records::OutboxItem;
+use crate::vocab::records::Rollup;
+use crate::vocab::records::TargetStatus;
+use crate::vocab::sample::Sample;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Longest one store call of the link may take; a hanging database costs this, not a stall.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// First and longest wait between attempts to write what is pending.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Context reads skipped in a row while the link's store calls are failing.
+const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
+/// Longest a store call may take while stopping.
+const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Store calls failing for longer than this make the instance not ready.
+const UNHEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+/// A record the link stores on the pipeline's behalf (also the spool's line format).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+pub enum Record {
+    /// One breaker transition (history; appended).
+    Transition(BreakerTransition),
+    /// Notifications for the delivery worker.
+    Outbox(#[serde(with = "items")] Vec<OutboxItem>),
+    /// A breaker's current state (newest wins).
+    Breaker(BreakerRecord),
+    /// Hourly rollups (newest per target × metric × hour wins).
+    Rollups(#[serde(with = "items")] Vec<Rollup>),
+    /// The alert engine's state of a region (newest wins).
+    AlertState {
+        /// Region.
+        region: String,
+        /// Engine state.
+        state: crate::vocab::records::StateJson,
+    },
+    /// What this region sees of each target, for the other regions' scope (newest wins; not
+    /// kept across a stop: it is stale by the next start).
+    TargetStatus(#[serde(with = "items")] Vec<TargetStatus>),
+    /// Canary runs (appended; idempotent on their ids).
+    Canary(#[serde(with = "items")] Vec<crate::vocab::canary::CanaryRun>),
+}
+
+/// A list record's spool line: `{"record": "rollups", "items": […]}`. A tagged line must be an
+/// object, and serde refuses to tag a bare list: before this, outbox items, rollups and canary
+/// runs that had to be spooled were logged as lost ("cannot serialize tagged newtype variant").
+mod items {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize)]
+    struct Out<'a, T> {
+        items: &'a [T],
+    }
+
+    #[derive(Deserialize)]
+    struct In<T> {
+        items: Vec<T>,
+    }
+
+    #[allow(clippy::ptr_arg)] // serde hands `with` functions the field's own type
+    pub fn serialize<S: Serializer, T: Serialize>(v: &Vec<T>, s: S) -> Result<S::Ok, S::Error> {
+        Out { items: v.as_slice() }.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        In::deserialize(d).map(|i| i.items)
+    }
+}
+
+/// A question the pipeline asks; answered later by a [`Reply`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Query {
+    /// This region's stored rollups of `[from, until)` hour by hour, then its breakers.
+    Load {
+        /// Region.
+        region: String,
+        /// First hour of the window.
+        from: DateTime<Utc>,
+        /// End of the window.
+        until: DateTime<Utc>,
+    },
+    /// Rollups of hours leaving the baseline window, `[from, until)`.
+    Expiring {
+        /// Region.
+        region: String,
+        /// First hour.
+        from: DateTime<Utc>,
+        /// End.
+        until: DateTime<Utc>,
+    },
+}
+
+/// What the link answers.
+#[derive(Debug)]
+pub enum Reply {
+    /// One hour of the stored window ([`Query::Load`]), oldest first.
+    LoadedHour(Vec<Rollup>),
+    /// The end of a load: this region's stored breakers.
+    Loaded(Vec<BreakerRecord>),
+    /// A load failed part-way; ask again later (what arrived is kept).
+    LoadFailed(String),
+    /// Rollups leaving the window ([`Query::Expiring`]).
+    Expiring {
+        /// The stored rollups of those hours.
+        rollups: Vec<Rollup>,
+        /// End of the range asked.
+        until: DateTime<Utc>,
+    },
+    /// Reading hours leaving the window failed; ask again later.
+    ExpiringFailed(String),
+    /// Other regions' latest samples and credit readings, refreshed every interval.
+    Context(Context),
+}
+
+/// What other instances and the credit poller stored, as of one read.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// When it was read.
+    pub read_at: Option<DateTime<Utc>>,
+    /// The latest sample of each target in every other region (recent ones only).
+    pub elsewhere: Vec<Sample>,
+    /// Credit readings of the last day per watched provider, oldest first.
+    pub credits: BTreeMap<String, Vec<BalanceReading>>,
+    /// Every region's recent `target_status` rows (this one's included).
+    pub statuses: Vec<TargetStatus>,
+}
+
+/// Whether the link's store calls succeed, for `/readyz` and the log.
+#[derive(Debug, Default)]
+pub struct LinkHealth {
+    state: Mutex<LinkState>,
+}
+
+#[derive(Debug, Default)]
+struct LinkState {
+    failing_since: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    spooled: u64,
+}
+
+impl LinkHealth {
+    /// `Ok` unless store calls have failed for over a minute; else why.
+    pub fn ready_at(&self, now: DateTime<Utc>) -> Result<(), String> {
+        let s = self.state.lock().map_err(|_| "link health lock poisoned".to_owned())?;
+        match s.failing_since {
+            Some(since) if (now - since).to_std().unwrap_or_default() >= UNHEALTHY_AFTER => Err(format!(
+                "storage calls failing since {}: {}; {} records spooled",
+                since.to_rfc3339_opts(SecondsFormat::Secs, true),
+                s.last_error.as_deref().unwrap_or("unknown error"),
+                s.spooled
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// True while the last store call failed.
+    pub fn is_failing(&self) -> bool {
+        self.state.lock().map(|s| s.failing_since.is_some()).unwrap_or(true)
+    }
+
+    /// Records waiting in the record spool.
+    pub fn spooled(&self) -> u64 {
+        self.state.lock().map(|s| s.spooled).unwrap_or(0)
+    }
+
+    fn ok(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            if s.failing_since.take().is_some() {
+                tracing::info!("storage calls succeed again");
+            }
+        }
+    }
+
+    fn failed(&self, error: &StoreError) {
+        if let Ok(mut s) = self.state.lock() {
+            s.failing_since.get_or_insert_with(Utc::now);
+            s.last_error = Some(error.to_string());
+        }
+    }
+
+    fn set_spooled(&self, n: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.spooled = n;
+        }
+    }
+}
+
+/// The pipeline's end of the link.
+pub struct LinkHandle {
+    records: mpsc::UnboundedSender<Record>,
+    queries: mpsc::UnboundedSender<Query>,
+    replies: mpsc::UnboundedReceiver<Reply>,
+}
+
+impl LinkHandle {
+    /// Queues a record for storage; never waits.
+    pub fn store(&self, record: Record) {
+        if self.records.send(record).is_err() {
+            tracing::error!("storage link stopped; record not stored");
+        }
+    }
+
+    /// Asks a question; the answer arrives through [`LinkHandle::reply`].
+    pub fn ask(&self, query: Query) {
+        if self.queries.send(query).is_err() {
+            tracing::error!("storage link stopped; query dropped");
+        }
+    }
+
+    /// The next answer (cancel-safe, for `select!`).
+    pub async fn reply(&mut self) -> Option<Reply> {
+        self.replies.recv().await
+    }
+
+    /// An answer already waiting, if any.
+    pub fn try_reply(&mut self) -> Option<Reply> {
+        self.replies.try_recv().ok()
+    }
+}
+
+/// What the link reads every interval for the alert stage and the status page.
+#[derive(Debug, Clone)]
+pub struct ContextPlan {
+    /// This instance's region (its own samples are not "elsewhere").
+    pub region: String,
+    /// How often to read, and how far back other regions' samples count as recent (3 ×).
+    pub every: Duration,
+    /// Providers whose credit is watched.
+    pub credit_providers: Vec<String>,
+}
+
+/// The task side of the link. Build with [`Link::new`], run with [`Link::run`].
+pub struct Link {
+    store: Arc<dyn Store>,
+    spool: Arc<Mutex<SpoolOf<Record>>>,
+    health: Arc<LinkHealth>,
+    plan: Option<ContextPlan>,
+    call_timeout: Duration,
+    records: mpsc::UnboundedReceiver<Record>,
+    queries: mpsc::UnboundedReceiver<Query>,
+    replies: mpsc::UnboundedSender<Reply>,
+    pending: Pending,
+    backoff: Duration,
+    next_attempt: Instant,
+    /// Context reads skipped since the last one made while calls were failing.
+    context_skipped: u32,
+}
+
+/// Newest-wins states not yet stored, and whether the spool must be replayed first.
+#[derive(Default)]
+struct Pending {
+    breakers: BTreeMap<String, BreakerRecord>,
+    rollups: BTreeMap<(String, String, DateTime<Utc>), Rollup>,
+    alert_states: BTreeMap<String, crate::vocab::records::StateJson>,
+    statuses: Option<Vec<TargetStatus>>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.breakers.is_empty() && self.rollups.is_empty() && self.alert_states.is_empty() && self.statuses.is_none()
+    }
+
+    fn take(&mut self, r: Record) -> Option<Record> {
+        match r {
+            Record::Breaker(b) => {
+                self.breakers.insert(format!("{}|{}", b.target.region, b.target.id()), b);
+                None
+            }
+            Record::Rollups(rs) => {
+                for r in rs {
+                    self.rollups
+                        .insert((format!("{}|{}", r.target.region, r.target.id()), r.metric.clone(), r.hour), r);
+                }
+                None
+            }
+            Record::AlertState { region, state } => {
+                self.alert_states.insert(region, state);
+                None
+            }
+            Record::TargetStatus(rows) => {
+                self.statuses = Some(rows);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Everything pending as records, for the spool at shutdown.
+    fn drain(&mut self) -> Vec<Record> {
+        let mut out: Vec<Record> = std::mem::take(&mut self.breakers).into_values().map(Record::Breaker).collect();
+        let rollups: Vec<Rollup> = std::mem::take(&mut self.rollups).into_values().collect();
+        if !rollups.is_empty() {
+            out.push(Record::Rollups(rollups));
+        }
+        out.extend(
+            std::mem::take(&mut self.alert_states)
+                .into_iter()
+                .map(|(region, state)| Record::AlertState { region, state }),
+        );
+        self.statuses = None;
+        out
+    }
+}
+
+impl Link {
+    /// A link over `store`, spooling into `spool`; returns the task and the pipeline's handle.
+    pub fn new(store: Arc<dyn Store>, spool: SpoolOf<Record>, plan: Option<ContextPlan>) -> (Link, LinkHandle) {
+        let (rec_tx, rec_rx) = mpsc::unbounded_channel();
+        let (q_tx, q_rx) = mpsc::unbounded_channel();
+        let (r_tx, r_rx) = mpsc::unbounded_channel();
+        let health = Arc::new(LinkHealth::default());
+        health.set_spooled(spool.len());
+        let link = Link {
+            store,
+            spool: Arc::new(Mutex::new(spool)),
+            health,
+            plan,
+            call_timeout: CALL_TIMEOUT,
+            records: rec_rx,
+            queries: q_rx,
+            replies: r_tx,
+            pending: Pending::default(),
+            backoff: RETRY_MIN,
+            next_attempt: Instant::now(),
+            context_skipped: 0,
+        };
+        (link, LinkHandle { records: rec_tx, queries: q_tx, replies: r_rx })
+    }
+
+    /// Overrides [`CALL_TIMEOUT`] (tests use short ones).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = d;
+        self
+    }
+
+    /// The shared health handle.
+    pub fn health(&self) -> Arc<LinkHealth> {
+        self.health.clone()
+    }
+
+    /// Runs until the pipeline drops its handle (after its last records) or `stop` fires; then
+    /// makes one bounded attempt to store what is pending and spools the rest.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut context = tokio::time::interval(self.plan.as_ref().map_or(Duration::from_secs(3600), |p| p.every));
+        context.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut records_open = true;
+        loop {
+            let retry = (!self.pending.is_empty() || self.health.spooled() > 0).then_some(self.next_attempt);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                r = self.records.recv(), if records_open => match r {
+                    Some(r) => {
+                        self.accept(r).await;
+                        // Take what else is queued before writing states, so a persist of a
+                        // thousand breakers is one pass, not a thousand.
+                        while let Ok(r) = self.records.try_recv() {
+                            self.accept(r).await;
+                        }
+                        if !self.pending.is_empty() && Instant::now() >= self.next_attempt {
+                            self.retry().await;
+                        }
+                    }
+                    None => records_open = false,
+                },
+                q = self.queries.recv() => match q {
+                    Some(q) => self.answer(q).await,
+                    None if !records_open => break,
+                    None => {}
+                },
+                _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => self.retry().await,
+                _ = context.tick(), if self.plan.is_some() => self.read_context().await,
+            }
+            if !records_open && self.records.is_empty() && self.queries.is_closed() {
+                break;
+            }
+        }
+        self.finish().await;
+    }
+
+    /// Stores an ordered record (transition, outbox items) now if nothing waits before it, else
+    /// spools it; a newest-wins state joins the pending set for the next [`Link::retry`].
+    pub async fn accept(&mut self, record: Record) {
+        let Some(ordered) = self.pending.take(record) else { return };
+        // Transitions and outbox items keep their order: behind the spool while it holds any.
+        if self.health.spooled() == 0 && Instant::now() >= self.next_attempt {
+            match self.write(&ordered).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "storage write failed; record spooled");
+                    self.back_off();
+                }
+            }
+        }
+        self.spool(vec![ordered]).await;
+    }
+
+    /// Replays the spool, then writes pending states; backs off on failure.
+    pub async fn retry(&mut self) {
+        match self.replay().await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, spooled = self.health.spooled(), retry_in = ?self.backoff, "record spool replay failed");
+                self.back_off();
+                return;
+            }
+        }
+        let mut failed = None;
+        let breakers: Vec<BreakerRecord> = self.pending.breakers.values().cloned().collect();
+        for b in breakers {
+            let key = format!("{}|{}", b.target.region, b.target.id());
+            match self.call(|s| async move { s.save_breaker(&b).await }).await {
+                Ok(()) => {
+                    self.pending.breakers.remove(&key);
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() && !self.pending.rollups.is_empty() {
+            let rollups: Vec<Rollup> = self.pending.rollups.values().cloned().collect();
+            match self.call(|s| async move { s.upsert_rollups(&rollups).await }).await {
+                // Nothing can be queued meanwhile: records are taken only between calls.
+                Ok(()) => self.pending.rollups.clear(),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if failed.is_none() {
+            let states: Vec<(String, crate::vocab::records::StateJson)> =
+                self.pending.alert_states.iter().map(|(r, s)| (r.clone(), s.clone())).collect();
+            for (region, state) in states {
+                let r = region.clone();
+                match self.call(|s| async move { s.save_alert_state(&r, &state).await }).await {
+                    Ok(()) => {
+                        self.pending.alert_states.remove(&region);
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if failed.is_none() {
+            if let Some(rows) = self.pending.statuses.take() {
+                let sent = rows.clone();
+                if let Err(e) = self.call(|s| async move { s.publish_target_status(&sent).await }).await {
+                    // Records are taken only between calls, so nothing newer arrived meanwhile.
+                    self.pending.statuses = Some(rows);
+                    failed = Some(e);
+                }
+            }
+        }
+        match failed {
+            None => {
+                self.backoff = RETRY_MIN;
+                self.next_attempt = Instant::now();
+            }
+            Some(e) => {
+                tracing::warn!(error = %e, retry_in = ?self.backoff, "storage write failed; kept in memory for the next try");
+                self.back_off();
+            }
+        }
+    }
+
+    async fn replay(&mut self) -> Result<(), StoreError> {
+        while self.health.spooled() > 0 {
+            let batch = self.with_spool(|s| s.oldest()).await.map_err(|e| StoreError::Other(e.to_string()))?;
+            let Some(SpooledBatch { seq, records }) = batch else { break };
+            let n = records.len();
+            for r in records {
+                match self.pending.take(r) {
+                    // Spooled states rejoin the newest-wins queue, behind anything newer already queued.
+                    None => {}
+                    Some(ordered) => self.write(&ordered).await?,
+                }
+            }
+            let left = self.with_spool(move |s| s.remove(seq).map(|()| s.len())).await;
+            match left {
+                Ok(left) => {
+                    self.health.set_spooled(left);
+                    tracing::info!(replayed = n, spooled = left, "replayed spooled records");
+                }
+                Err(e) => return Err(StoreError::Other(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    async fn write(&self, r: &Record) -> Result<(), StoreError> {
+        match r {
+            Record::Transition(t) => {
+                let t = t.clone();
+                self.call(|s| async move { s.append_transition(&t).await }).await
+            }
+            Record::Outbox(items) => {
+                let items = items.clone();
+                self.call(|s| async move { s.enqueue(&items).await }).await
+            }
+            Record::Breaker(b) => {
+                let b = b.clone();
+                self.call(|s| async move { s.save_breaker(&b).await }).await
+            }
+            Record::Rollups(rs) => {
+                let rs = rs.clone();
+                self.call(|s| async move { s.upsert_rollups(&rs).await }).await
+            }
+            Record::AlertState { region, state } => {
+                let (region, state) = (region.clone(), state.clone());
+                self.call(|s| async move { s.save_alert_state(&region, &state).await }).await
+            }
+            Record::TargetStatus(rows) => {
+                let rows = rows.clone();
+                self.call(|s| async move { s.publish_target_status(&rows).await }).await
+            }
+            Record::Canary(runs) => {
+                let runs = runs.clone();
+                self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
+            }
+        }
+    }
+
+    /// One store call, bounded by the call timeout; the outcome feeds the health handle.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let result = match timeout(self.call_timeout, f(self.store.clone())).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!("store call timed out after {:?}", self.call_timeout))),
+        };
+        match &result {
+            Ok(_) => self.health.ok(),
+            Err(e) => self.health.failed(e),
+        }
+        result
+    }
+
+    fn back_off(&mut self) {
+        self.next_attempt = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(RETRY_MAX);
+    }
+
+    async fn answer(&mut self, q: Query) {
+        let reply = match q {
+            Query::Load { region, from, until } => {
+                let mut hour = from;
+                while hour < until {
+                    let next = hour + chrono::Duration::hours(1);
+                    let r = region.clone();
+                    match self.call(|s| async move { s.rollups_between(Some(&r), hour, Some(next)).await }).await {
+                        Ok(rollups) => {
+                            let _ = self.replies.send(Reply::LoadedHour(rollups));
+                        }
+                        Err(e) => {
+                            let _ = self.replies.send(Reply::LoadFailed(e.to_string()));
+                            return;
+                        }
+                    }
+                    hour = next;
+                }
+                match self.call(|s| async move { s.load_breakers(Some(&region)).await }).await {
+                    Ok(b) => Reply::Loaded(b),
+                    Err(e) => Reply::LoadFailed(e.to_string()),
+                }
+            }
+            Query::Expiring { region, from, until } => {
+                match self.call(|s| async move { s.rollups_between(Some(&region), from, Some(until)).await }).await {
+                    Ok(rollups) => Reply::Expiring { rollups, until },
+                    Err(e) => Reply::ExpiringFailed(e.to_string()),
+                }
+            }
+        };
+        let _ = self.replies.send(reply);
+    }
+
+    /// Reads other regions' latest samples and the watched providers' credit readings.
+    pub async fn read_context(&mut self) {
+        let Some(plan) = self.plan.clone() else { return };
+        // While calls fail, read only every fourth interval: each failing read costs its
+        // timeouts, and records wait behind it.
+        if self.health.is_failing() && self.context_skipped < CONTEXT_SKIPS_WHILE_FAILING {
+            self.context_skipped += 1;
+            return;
+        }
+        self.context_skipped = 0;
+        let now = Utc::now();
+        let since = now - chrono::Duration::from_std(plan.every * 3).unwrap_or_default();
+        let region = plan.region.clone();
+        let elsewhere = match self.call(|s| async move { latest_elsewhere(s.as_ref(), &region, since).await }).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "other regions' samples not read; alerts are scoped regional");
+                Vec::new()
+            }
+        };
+        let mut credits = BTreeMap::new();
+        for provider in &plan.credit_providers {
+            let p = provider.clone();
+            // A day of readings is enough to measure the burn rate the projection needs.
+            let day = now - chrono::Duration::hours(24);
+            match self.call(|s| async move { s.balances(&p, day).await }).await {
+                Ok(r) if !r.is_empty() => {
+                    credits.insert(provider.clone(), r);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(provider = %provider, error = %e, "credit readings not read"),
+            }
+        }
+        let region = plan.region.clone();
+        let statuses = match self.call(|s| async move { s.target_statuses(since, Some(&region)).await }).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %e, "other regions' target status not read; alerts are scoped regional");
+                Vec::new()
+            }
+        };
+        let _ = self.replies.send(Reply::Context(Context { read_at: Some(now), elsewhere, credits, statuses }));
+    }
+
+    async fn finish(&mut self) {
+        // One short last chance, and none for a database already failing: a stop has a bound.
+        self.call_timeout = self.call_timeout.min(STOP_CALL_TIMEOUT);
+        let failing = self.health.is_failing();
+        let mut ordered = Vec::new();
+        while let Ok(r) = self.records.try_recv() {
+            ordered.extend(self.pending.take(r));
+        }
+        for r in ordered {
+            if failing || self.health.spooled() > 0 || self.write(&r).await.is_err() {
+                self.spool(vec![r]).await;
+            }
+        }
+        if !self.pending.is_empty() && !failing {
+            self.retry().await;
+        }
+        let rest = self.pending.drain();
+        if !rest.is_empty() {
+            let n = rest.len();
+            self.spool(rest).await;
+            tracing::info!(records = n, "states not stored before stopping were spooled");
+        }
+    }
+
+    async fn spool(&mut self, records: Vec<Record>) {
+        let n = records.len();
+        match self.with_spool(move |s| s.append(&records).map(|_| s.len())).await {
+            Ok(len) => self.health.set_spooled(len),
+            Err(e) => tracing::error!(error = %e, lost = n, "cannot spool records; they are lost"),
+        }
+    }
+
+    /// Runs blocking spool I/O (fsync) off the async worker threads.
+    async fn with_spool<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SpoolOf<Record>) -> Result<R, SpoolError> + Send + 'static,
+    ) -> Result<R, SpoolError> {
+        super::spool::off_thread(&self.spool, f).await
+    }
+}
+
+/// The latest sample of each target in every region but `region`, among those started since
+/// `since`: what other instances sharing this store saw. Read from shared storage, never pushed.
+pub async fn latest_elsewhere(
+    store: &dyn Store,
+    region: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<Sample>, StoreError> {
+    // Filtered by the database: this region's own samples are most of the window (3,000 rows
+    // a minute at 1,000 targets), and they were decoded only to be dropped.
+    let q = SampleQuery { since: Some(since), except_region: Some(region.to_string()), ..SampleQuery::default() };
+    let samples = store.samples(&q).await?;
+    // Samples come oldest first, so the last one seen per (target, region) is its latest.
+    let mut latest: std::collections::HashMap<crate::vocab::target::Target, Sample> = Default::default();
+    for s in samples {
+        latest.insert(s.target.clone(), s);
+    }
+    let mut out: Vec<Sample> = latest.into_values().collect();
+    out.sort_by(|a, b| a.target.cmp(&b.target));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::breaker::State;
+    use crate::vocab::records::TargetHealth;
+    use crate::vocab::target::Target;
+
+    /// Every kind of record survives a spool line: the spool is how nothing is lost while the
+    /// database is down.
+    #[test]
+    fn every_record_round_trips_through_a_spool_line() {
+        let now = Utc::now();
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let records = vec![
+            Record::Rollups(vec![Rollup {
+                target: t.clone(),
+                metric: "ttft".into(),
+                hour: now,
+                count: 3,
+                histogram: vec![1, 2],
+            }]),
+            Record::Outbox(vec![OutboxItem {
+                id: uuid::Uuid::nil(),
+                region: "eu".into(),
+                channel: "slack".into(),
+                kind: "errors".into(),
+                dedup_key: "k".into(),
+                payload: serde_json::json!({"summary": "down"}),
+                created_at: now,
+                next_attempt_at: now,
+                attempts: 1,
+                last_error: None,
+            }]),
+            Record::TargetStatus(vec![TargetStatus {
+                target: t.clone(),
+                state: TargetHealth::Down,
+                over_latency: false,
+                breaker: State::Open,
+                updated_at: now,
+            }]),
+            Record::Canary(Vec::new()),
+            Record::AlertState {
+                region: "eu".into(),
+                state: crate::vocab::records::StateJson::of(&serde_json::json!({"a": 1})).expect("json"),
+            },
+        ];
+        for r in records {
+            let line = serde_json::to_string(&r).unwrap_or_else(|e| panic!("{r:?} does not spool: {e}"));
+            let back: Record = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line} does not read back: {e}"));
+            assert_eq!(back, r, "{line}");
+        }
+        let line = serde_json::to_string(&Record::Canary(Vec::new())).expect("spools");
+        assert_eq!(line, r#"{"record":"canary","items":[]}"#);
+    }
+}

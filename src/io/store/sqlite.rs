@@ -1,0 +1,365 @@
+//! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
+
+use super::backend::Backend;
+use super::corruption;
+use super::map_migrate;
+use super::map_sqlx;
+use super::newest_version;
+use super::redact_url;
+use super::rows::DialectRow;
+use super::sql;
+use super::sql::Arg;
+use super::sql::Stmt;
+use super::Prune;
+use super::StoreError;
+use crate::vocab::sample::Sample;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::migrate::Migrator;
+use sqlx::query::Query;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, Connection, Row, Sqlite};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// Rows per multi-row INSERT: 25 values each stays well under SQLite's 32,766 variable limit.
+const INSERT_CHUNK: usize = 1_000;
+/// Rows per retention DELETE, so the write lock is held only briefly.
+const PURGE_BATCH: i64 = 5_000;
+/// How long a writer waits for SQLite's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest `PRAGMA quick_check` may run at open; a bigger file is opened unverified (logged).
+pub const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(10);
+/// Problems `PRAGMA quick_check` lists at most.
+const QUICK_CHECK_ROWS: i64 = 10;
+/// SQLite's primary result code for an operation stopped by the progress handler.
+const SQLITE_INTERRUPT: i64 = 9;
+
+/// SQLite implementation of [`super::Store`].
+pub struct SqliteStore {
+    pool: SqlitePool,
+    /// Why the file is known to be damaged (quick_check at open, or a query failing as corrupt since).
+    corrupt: Mutex<Option<String>>,
+}
+
+/// Fixed-width UTC text, so comparing the text compares the times.
+pub fn ts(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+fn parse_ts(s: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| sqlx::Error::Decode(format!("bad timestamp {s:?}: {e}").into()))
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file named by a `sqlite://PATH` URL and checks
+    /// its integrity (`PRAGMA quick_check`, at most [`QUICK_CHECK_BUDGET`]). A damaged file still
+    /// opens: [`super::Store::integrity`] says why and failing queries report `Unavailable`, so the
+    /// daemon runs, spools and is not ready rather than exiting.
+    pub async fn open(url: &str, acquire_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_checked(url, acquire_timeout, QUICK_CHECK_BUDGET).await
+    }
+
+    /// [`SqliteStore::open`] with a custom quick_check budget (zero skips the check).
+    pub async fn open_checked(
+        url: &str,
+        acquire_timeout: Duration,
+        check_budget: Duration,
+    ) -> Result<Self, StoreError> {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::BadUrl(format!("{}: {e}", redact_url(url))))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        // `sqlite://data/vigil.db` should work on a fresh machine: create the directory too.
+        if let Some(parent) = opts.get_filename().parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let corrupt = if check_budget.is_zero() { None } else { quick_check(&opts, check_budget).await };
+        if let Some(why) = &corrupt {
+            tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; samples are spooled until it is repaired or restored");
+        }
+        // Lazy, so a file that cannot be used yet (corrupt, disk full) still gives a store whose
+        // calls fail as `Unavailable` instead of stopping the daemon at start.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(acquire_timeout)
+            .after_release(|conn, _| Box::pin(async move { in_step_with_sqlite(conn).await }))
+            .connect_lazy_with(opts);
+        Ok(SqliteStore { pool, corrupt: Mutex::new(corrupt) })
+    }
+
+    /// Maps a query failure, remembering corruption for [`super::Store::integrity`].
+    fn fail(&self, e: sqlx::Error) -> StoreError {
+        if let Some(why) = corruption(&e) {
+            if let Ok(mut c) = self.corrupt.lock() {
+                if c.is_none() {
+                    tracing::error!(error = %why, "SQLite reports a corrupt database; samples are spooled until it is repaired or restored");
+                    *c = Some(why);
+                }
+            }
+        }
+        map_sqlx(e)
+    }
+
+    /// The underlying pool (benchmarks and tests inspect the schema through it).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+/// Whether a connection coming back to the pool may be reused. SQLite rolls a transaction back
+/// by itself when a write fails with SQLITE_FULL (also IOERR, NOMEM, some BUSY); sqlx does not
+/// notice, its own ROLLBACK then fails ("no transaction is active") and it keeps counting the
+/// transaction as open. From then on that connection's BEGIN becomes a SAVEPOINT and its
+/// rollback a `ROLLBACK TO`, which leaves SQLite's transaction, and the write lock, open: every
+/// other connection waits out the busy timeout and fails "database is locked" while writes that
+/// happen to draw this connection succeed, long after the disk has room again. Such a
+/// connection is closed here instead (a fresh one costs a file open).
+async fn in_step_with_sqlite(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A rollback queued by a dropped transaction runs before the ping answers; if it worked,
+    // the connection is clean.
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("SQLite connection left inside a failed transaction; closing it");
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Runs `PRAGMA quick_check` on its own connection, interrupted after `budget`. `Some(why)`
+/// when the file is damaged; `None` when it is sound or could not be checked (logged).
+async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<String> {
+    let file = opts.get_filename().display().to_string();
+    let mut conn = match SqliteConnection::connect_with(opts).await {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(why) = corruption(&e) {
+                return Some(format!("{file}: {why}"));
+            }
+            tracing::warn!(%file, error = %e, "SQLite integrity not checked at open: cannot open the file");
+            return None;
+        }
+    };
+    let deadline = Instant::now() + budget;
+    match conn.lock_handle().await {
+        Ok(mut handle) => handle.set_progress_handler(10_000, move || Instant::now() < deadline),
+        Err(e) => {
+            tracing::warn!(%file, error = %e, "SQLite integrity not checked at open");
+            return None;
+        }
+    }
+    let started = Instant::now();
+    let result =
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("PRAGMA quick_check({QUICK_CHECK_ROWS})")))
+            .fetch_all(&mut conn)
+            .await;
+    let _ = conn.close().await;
+    match result {
+        Ok(rows) if rows.len() == 1 && rows[0] == "ok" => {
+            tracing::debug!(%file, took = ?started.elapsed(), "SQLite quick_check ok");
+            None
+        }
+        Ok(rows) => Some(format!("{file}: PRAGMA quick_check: {}", rows.join("; "))),
+        Err(e) => {
+            if let Some(why) = corruption(&e) {
+                return Some(format!("{file}: PRAGMA quick_check failed: {why}"));
+            }
+            let interrupted = matches!(&e, sqlx::Error::Database(db)
+                if db.code().and_then(|c| c.parse::<i64>().ok()).is_some_and(|n| n & 0xff == SQLITE_INTERRUPT));
+            if interrupted {
+                tracing::warn!(%file, budget = ?budget, "SQLite quick_check did not finish in time; integrity not verified at open");
+            } else {
+                tracing::warn!(%file, error = %e, "SQLite integrity not checked at open");
+            }
+            None
+        }
+    }
+}
+
+/// A shared statement with its values bound as SQLite stores them (times as fixed-width
+/// text, ids as hyphenated text, JSON as text).
+///
+/// Placeholders become SQLite's own: a plain `?` where `$1…$n` each appear once in order (every
+/// multi-row insert), else `?n` (same meaning as `$n`). Both `$n` and `?n` are names to SQLite,
+/// and sqlx asks SQLite for each parameter's name, which SQLite finds by walking the list of
+/// names: quadratic in a 1,000-row insert's 24,000 placeholders (871 samples/s instead of
+/// 100,000, docs/BENCHMARKS.md). A plain `?` has no name to look up.
+fn query(stmt: Stmt) -> Query<'static, Sqlite, SqliteArguments> {
+    let sql = match stmt.sql.contains('$') {
+        false => stmt.sql,
+        true => sqlite_placeholders(&stmt.sql).into(),
+    };
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for arg in stmt.args {
+        q = match arg {
+            Arg::Text(v) => q.bind(v),
+            Arg::Int(v) => q.bind(v),
+            Arg::Int4(v) => q.bind(v),
+            Arg::Float(v) => q.bind(v),
+            Arg::Bool(v) => q.bind(v),
+            Arg::Bytes(v) => q.bind(v),
+            Arg::Time(v) => q.bind(v.map(ts)),
+            Arg::Id(v) => q.bind(v.hyphenated().to_string()),
+            Arg::Json(v) => q.bind(v),
+        };
+    }
+    q
+}
+
+/// `sql` with `$n` placeholders in SQLite's spelling (see [`query`]).
+fn sqlite_placeholders(sql: &str) -> String {
+    let numbers: Vec<&str> =
+        sql.split('$').skip(1).map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap_or("")).collect();
+    let in_order = numbers.iter().enumerate().all(|(i, n)| n.parse::<usize>().is_ok_and(|n| n == i + 1));
+    if !in_order {
+        return sql.replace('$', "?");
+    }
+    let mut out = String::with_capacity(sql.len());
+    for (i, part) in sql.split('$').enumerate() {
+        if i == 0 {
+            out.push_str(part);
+        } else {
+            out.push('?');
+            out.push_str(part.trim_start_matches(|c: char| c.is_ascii_digit()));
+        }
+    }
+    out
+}
+
+impl DialectRow for SqliteRow {
+    fn uuid(&self, col: &str) -> Result<Uuid, sqlx::Error> {
+        let text: String = self.try_get(col)?;
+        Uuid::parse_str(&text).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) })
+    }
+
+    fn time(&self, col: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+        let text: String = self.try_get(col)?;
+        parse_ts(&text)
+    }
+
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        let text: Option<String> = self.try_get(col)?;
+        text.as_deref().map(parse_ts).transpose()
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteStore {
+    type Row = SqliteRow;
+
+    async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
+        let done = query(stmt).execute(&self.pool).await.map_err(|e| self.fail(e))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        let mut changed = 0;
+        for stmt in stmts {
+            changed += query(stmt).execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
+        }
+        tx.commit().await.map_err(|e| self.fail(e))?;
+        Ok(changed)
+    }
+
+    async fn rows(&self, stmt: Stmt) -> Result<Vec<SqliteRow>, StoreError> {
+        query(stmt).fetch_all(&self.pool).await.map_err(|e| self.fail(e))
+    }
+
+    fn integrity(&self) -> Result<(), String> {
+        match self.corrupt.lock() {
+            Ok(c) => c.clone().map_or(Ok(()), Err),
+            Err(_) => Err("integrity state lock poisoned".into()),
+        }
+    }
+
+    async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
+        self.run_all(samples.chunks(INSERT_CHUNK).map(sql::insert_samples).collect()).await
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let known = newest_version(&MIGRATOR);
+        let exists: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.fail(e))?;
+        if exists > 0 {
+            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.fail(e))?;
+            if let Some(found) = found.filter(|f| *f > known) {
+                return Err(StoreError::SchemaAhead { found, known });
+            }
+        }
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
+            other => map_migrate(other, known),
+        })
+    }
+
+    async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let cutoff = ts(cutoff);
+        let mut removed = 0;
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE started_at < ? LIMIT ?)",
+            )
+            .bind(&cutoff)
+            .bind(PURGE_BATCH)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.fail(e))?
+            .rows_affected();
+            removed += n;
+            if n < PURGE_BATCH as u64 {
+                return Ok(removed);
+            }
+            // Let the sample writer take the lock between batches.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        let (table, cond) = (what.table(), what.condition().replace("{c}", "?1"));
+        let sql = format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} LIMIT ?2)");
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(ts(cutoff))
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(res.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_placeholders;
+
+    #[test]
+    fn placeholders_in_order_become_plain_question_marks_others_keep_their_numbers() {
+        assert_eq!(sqlite_placeholders("VALUES ($1, $2), ($3, $4)"), "VALUES (?, ?), (?, ?)");
+        assert_eq!(sqlite_placeholders("a = $1 OR b = $1"), "a = ?1 OR b = ?1");
+        assert_eq!(sqlite_placeholders("a = $2 AND b = $1"), "a = ?2 AND b = ?1");
+        assert_eq!(sqlite_placeholders("a = $1 AND b = $3"), "a = ?1 AND b = ?3");
+        assert_eq!(sqlite_placeholders("SELECT 1"), "SELECT 1");
+    }
+}

@@ -1,0 +1,339 @@
+//! The batch writer: drains the sample channel into the store in batches, and into the spool
+//! (then back out, in order) whenever the store is unreachable or slow.
+
+use super::spool::Spool;
+use super::spool::SpoolError;
+use super::spool::SpooledBatch;
+use super::SampleStore;
+use super::StoreError;
+use crate::vocab::sample::Sample;
+use chrono::{DateTime, SecondsFormat, Utc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::Receiver;
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Longest a single store write may take before the batch goes to the spool instead.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest the last write at shutdown may take: past it the batch is spooled, so a stop stays
+/// within its bound whatever the database does.
+pub const STOP_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// First and longest wait between attempts to replay the spool.
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+/// See [`RETRY_MIN`].
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Shared view of the writer for `/readyz` and the `vigil_samples_spooled` gauge.
+#[derive(Debug, Default)]
+pub struct WriterHealth {
+    spooled: AtomicU64,
+    written: AtomicU64,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    last_error: Option<String>,
+    down_since: Option<DateTime<Utc>>,
+}
+
+impl WriterHealth {
+    /// Samples waiting in the spool.
+    pub fn spooled(&self) -> u64 {
+        self.spooled.load(Ordering::Relaxed)
+    }
+
+    /// Samples stored so far by this writer (replays of already-stored ids not counted).
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// The last storage or spool error, kept after recovery for diagnosis.
+    pub fn last_error(&self) -> Option<String> {
+        self.state.lock().ok().and_then(|s| s.last_error.clone())
+    }
+
+    /// `Ok` while storage accepts writes; otherwise why not, e.g.
+    /// `storage unreachable since 2026-11-30T10:42:03Z: …; 1,234 samples spooled`.
+    pub fn ready(&self) -> Result<(), String> {
+        let state = self.state.lock().map_err(|_| "writer health lock poisoned".to_owned())?;
+        match state.down_since {
+            None => Ok(()),
+            Some(since) => Err(format!(
+                "storage unreachable since {}: {}; {} samples spooled",
+                since.to_rfc3339_opts(SecondsFormat::Secs, true),
+                state.last_error.as_deref().unwrap_or("unknown error"),
+                thousands(self.spooled())
+            )),
+        }
+    }
+
+    /// True while storage is known to be down.
+    pub fn is_down(&self) -> bool {
+        self.state.lock().map(|s| s.down_since.is_some()).unwrap_or(true)
+    }
+
+    fn stored(&self, n: u64) {
+        self.written.fetch_add(n, Ordering::Relaxed);
+        if let Ok(mut s) = self.state.lock() {
+            if s.down_since.take().is_some() {
+                tracing::info!("storage reachable again");
+            }
+        }
+    }
+
+    /// Records that storage failed (the writer's own writes do; so does a start that found it down).
+    pub fn failed(&self, error: String) {
+        if let Ok(mut s) = self.state.lock() {
+            s.down_since.get_or_insert_with(Utc::now);
+            s.last_error = Some(error);
+        }
+    }
+
+    fn spool_error(&self, error: String) {
+        if let Ok(mut s) = self.state.lock() {
+            s.last_error = Some(error);
+        }
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Batches samples into the store, spooling while it is unreachable. See the module docs.
+pub struct Writer {
+    store: Arc<dyn SampleStore>,
+    spool: Arc<Mutex<Spool>>,
+    batch_size: usize,
+    batch_age: Duration,
+    write_timeout: Duration,
+    retry_min: Duration,
+    retry_max: Duration,
+    backoff: Duration,
+    next_retry: Instant,
+    buf: Vec<Sample>,
+    health: Arc<WriterHealth>,
+    liveness: Option<Arc<crate::vocab::ready::Liveness>>,
+    stopping: bool,
+}
+
+impl Writer {
+    /// A writer flushing every `batch_size` samples or `batch_age` after a batch's first sample.
+    pub fn new(store: Arc<dyn SampleStore>, spool: Spool, batch_size: usize, batch_age: Duration) -> Self {
+        let health = Arc::new(WriterHealth::default());
+        health.spooled.store(spool.len(), Ordering::Relaxed);
+        Writer {
+            store,
+            spool: Arc::new(Mutex::new(spool)),
+            batch_size: batch_size.max(1),
+            batch_age,
+            write_timeout: WRITE_TIMEOUT,
+            retry_min: RETRY_MIN,
+            retry_max: RETRY_MAX,
+            backoff: RETRY_MIN,
+            next_retry: Instant::now(),
+            buf: Vec::new(),
+            health,
+            liveness: None,
+            stopping: false,
+        }
+    }
+
+    /// Beats `liveness` whenever samples are stored or spooled (`/readyz`).
+    pub fn with_liveness(mut self, liveness: Arc<crate::vocab::ready::Liveness>) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    fn beat(&self) {
+        if let Some(l) = &self.liveness {
+            l.kept(Utc::now());
+        }
+    }
+
+    /// Overrides [`WRITE_TIMEOUT`].
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_write_timeout(mut self, d: Duration) -> Self {
+        self.write_timeout = d;
+        self
+    }
+
+    /// Overrides the spool replay backoff ([`RETRY_MIN`]..[`RETRY_MAX`]).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max.max(min);
+        self.backoff = min;
+        self
+    }
+
+    /// The shared health handle; clone it before calling [`Writer::run`].
+    pub fn health(&self) -> Arc<WriterHealth> {
+        Arc::clone(&self.health)
+    }
+
+    /// Runs until `shutdown` fires or the channel closes, then flushes what it holds (to the
+    /// store, or to the spool if the store is down) and returns. Replays any spool left over
+    /// from a previous run first.
+    pub async fn run(mut self, mut rx: Receiver<Sample>, shutdown: CancellationToken) {
+        self.next_retry = Instant::now();
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let retry_at = (self.health.spooled() > 0).then_some(self.next_retry);
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                msg = rx.recv() => match msg {
+                    Some(sample) => {
+                        if self.buf.is_empty() {
+                            deadline = Some(Instant::now() + self.batch_age);
+                        }
+                        self.buf.push(sample);
+                        if self.buf.len() >= self.batch_size {
+                            self.flush_once().await;
+                            deadline = None;
+                        }
+                    }
+                    None => break,
+                },
+                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.flush_once().await;
+                    deadline = None;
+                }
+                _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    self.replay_step().await;
+                }
+            }
+        }
+        rx.close();
+        while let Ok(sample) = rx.try_recv() {
+            self.buf.push(sample);
+        }
+        self.stopping = true;
+        self.write_timeout = self.write_timeout.min(STOP_WRITE_TIMEOUT);
+        self.flush_once().await;
+        tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
+    }
+
+    /// Queues one sample without writing (tests pair it with [`Writer::flush_once`]).
+    pub fn push(&mut self, sample: Sample) {
+        self.buf.push(sample);
+    }
+
+    /// Writes everything buffered: to the store when the spool is empty, else behind the spool;
+    /// a failed or slow store write sends the batch to the spool.
+    pub async fn flush_once(&mut self) {
+        let pending = std::mem::take(&mut self.buf);
+        for batch in pending.chunks(self.batch_size) {
+            // Behind the spool; and at shutdown a database already down gets no last chance.
+            if self.health.spooled() > 0 || (self.stopping && self.health.is_down()) {
+                self.spool_append(batch.to_vec()).await;
+                continue;
+            }
+            match self.write(batch).await {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, samples = batch.len(), "storage write failed; spooling batch");
+                    self.spool_append(batch.to_vec()).await;
+                    self.backoff = self.retry_min;
+                    self.next_retry = Instant::now() + self.backoff;
+                }
+            }
+        }
+    }
+
+    /// Tries to replay the oldest spool segment once; returns samples still spooled afterwards.
+    /// On failure the next attempt backs off (doubling up to the maximum).
+    pub async fn replay_step(&mut self) -> u64 {
+        match self.replay_segment().await {
+            Ok(()) => {
+                self.backoff = self.retry_min;
+                self.next_retry = Instant::now();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, spooled = self.health.spooled(), retry_in = ?self.backoff, "spool replay failed");
+                self.next_retry = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(self.retry_max);
+            }
+        }
+        self.health.spooled()
+    }
+
+    async fn replay_segment(&mut self) -> Result<(), StoreError> {
+        let batch = self.with_spool(|s| s.oldest()).await.map_err(|e| StoreError::Other(e.to_string()))?;
+        let Some(SpooledBatch { seq, records: samples }) = batch else { return Ok(()) };
+        for chunk in samples.chunks(self.batch_size) {
+            self.write(chunk).await?;
+        }
+        let removed = self.with_spool(move |s| s.remove(seq).map(|()| s.len())).await;
+        match removed {
+            Ok(left) => {
+                self.health.spooled.store(left, Ordering::Relaxed);
+                tracing::info!(replayed = samples.len(), spooled = left, "replayed spooled samples");
+                Ok(())
+            }
+            Err(e) => Err(StoreError::Other(e.to_string())),
+        }
+    }
+
+    /// One bounded store write; failures are recorded in the health handle.
+    async fn write(&self, batch: &[Sample]) -> Result<u64, StoreError> {
+        let result = match timeout(self.write_timeout, self.store.insert_samples(batch)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!("write timed out after {:?}", self.write_timeout))),
+        };
+        match &result {
+            Ok(n) => {
+                self.health.stored(*n);
+                self.beat();
+            }
+            Err(e) => self.health.failed(e.to_string()),
+        }
+        result
+    }
+
+    async fn spool_append(&mut self, batch: Vec<Sample>) {
+        let n = batch.len();
+        match self.with_spool(move |s| s.append(&batch).map(|dropped| (dropped, s.len()))).await {
+            Ok((_, len)) => {
+                self.health.spooled.store(len, Ordering::Relaxed);
+                self.beat();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, lost = n, "cannot spool samples; they are lost");
+                self.health.spool_error(e.to_string());
+            }
+        }
+    }
+
+    /// Runs blocking spool I/O (fsync) off the async worker threads.
+    async fn with_spool<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Spool) -> Result<R, SpoolError> + Send + 'static,
+    ) -> Result<R, SpoolError> {
+        super::spool::off_thread(&self.spool, f).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thousands;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234), "1,234");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}

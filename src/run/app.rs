@@ -1,0 +1,581 @@
+//! Wiring: `App::build(Config)` opens the listener, store and prober; `run_until_stopped`
+//! runs scheduler, pipeline and HTTP until the shutdown token fires, then drains.
+
+use crate::config::Config;
+use crate::decide::snapshot::SharedSnapshot;
+use crate::io::http::{router, HttpState, SchedulerRunning};
+use crate::io::metrics::Metrics;
+use crate::io::probe::{Planned, Prober};
+use crate::io::store::link::{ContextPlan, Link, CALL_TIMEOUT};
+use crate::io::store::writer::WRITE_TIMEOUT;
+use crate::io::store::{self, Spool, StateStore, Store, StoreError, Writer};
+use crate::run::monitor::Monitor;
+use crate::run::pipeline::{Pipeline, Stages};
+use crate::run::scheduler::{ProbeThread, Scheduler, SchedulerError};
+use crate::run::watchdog::{finish, first_death, Task};
+use crate::vocab::ready::Liveness;
+use crate::vocab::records::StateJson;
+use chrono::Utc;
+use secrecy::ExposeSecret;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Failures that stop the daemon.
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// Nothing is configured to probe.
+    #[error("nothing to probe: no provider has its key set (set e.g. OPENROUTER_API_KEY, or run with --demo)")]
+    NothingToProbe,
+    /// The HTTP listener could not be bound.
+    #[error("http.listen {addr}: {source}")]
+    Bind {
+        /// Address from config.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The metrics registry refused a metric (a programming error).
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The scheduler failed.
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerError),
+    /// Serving HTTP failed.
+    #[error("http server: {0}")]
+    Serve(std::io::Error),
+    /// Storage could not be opened or migrated (an unreachable database is not this: it spools).
+    #[error("storage.url: {0}")]
+    Store(#[from] StoreError),
+    /// The spool directory could not be opened.
+    #[error("storage.data_dir: {0}")]
+    Spool(#[from] store::SpoolError),
+    /// An alert channel could not be set up.
+    #[error("alerts: {0}")]
+    Alerts(String),
+    /// The demo providers could not start.
+    #[error("--demo: {0}")]
+    Demo(std::io::Error),
+    /// A task of the daemon died while running (the process exits non-zero so it is restarted).
+    #[error("{task} died ({why}); vigil stopped so its service manager restarts it")]
+    TaskDied {
+        /// Which task.
+        task: &'static str,
+        /// Its panic message, or that it returned.
+        why: String,
+    },
+}
+
+/// How long a stop may take in all: probes in flight get [`PROBE_DRAIN`], storing what is left
+/// (or spooling it) the rest. Under systemd's and Kubernetes' grace periods (45 s in deploy/).
+pub const STOP_WITHIN: Duration = Duration::from_secs(10);
+/// How long in-flight probes may finish during a stop before they are cut short.
+pub const PROBE_DRAIN: Duration = Duration::from_secs(6);
+/// What is left of [`STOP_WITHIN`] after the probes.
+const AFTER_DRAIN: Duration = Duration::from_secs(4);
+
+/// Opens the configured store and applies migrations. An unreachable database is tolerated
+/// (returned as `Ok(false)`): the daemon starts, spools, and migrates once it is back.
+pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppError> {
+    let (store, unavailable) = open_store_or_why(config).await?;
+    Ok((store, unavailable.is_none()))
+}
+
+/// [`open_store`], saying why the database could not be used yet.
+async fn open_store_or_why(config: &Config) -> Result<(Arc<dyn Store>, Option<String>), AppError> {
+    let store = store::open(config.storage.url.expose_secret()).await?;
+    match store.migrate().await {
+        Ok(()) => Ok((store, None)),
+        Err(StoreError::Unavailable(e)) => {
+            tracing::warn!(error = %e, "storage unreachable at start; probing anyway, samples are spooled until it returns");
+            Ok((store, Some(e)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Extra set-up the command line (or a test) chooses.
+#[derive(Default)]
+pub struct AppOptions {
+    /// Extra TLS roots the prober trusts (tests' self-signed stand-ins).
+    pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Add the simulated providers on loopback (`vigil run --demo`).
+    pub demo: bool,
+    /// With `demo`: start this far into the misbehaving host's schedule (tests; zero otherwise).
+    pub demo_elapsed: Duration,
+}
+
+/// A built, not yet running, daemon.
+pub struct App {
+    config: Config,
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    scheduler: Scheduler,
+    store: Arc<dyn Store>,
+    migrated: bool,
+    writer: Writer,
+    monitor: Monitor,
+    loaded: bool,
+    /// The prober's table of OpenRouter's published prices and the targets it prices.
+    published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),
+    /// Keeps the demo providers' server alive as long as the app.
+    _demo: Option<crate::run::demo::Demo>,
+    /// The model-change canary, when `probe.canary.enabled`.
+    canary: Option<crate::run::canary_runner::CanaryRunner>,
+}
+
+impl App {
+    /// Binds the listener and prepares every stage.
+    pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
+        let demo = if opts.demo {
+            crate::run::demo::use_demo_cadence(&mut config);
+            if crate::run::demo::use_demo_database(&mut config) {
+                tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
+            }
+            let demo =
+                crate::run::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
+            tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
+            config.providers.extend(demo.providers.iter().cloned());
+            Some(demo)
+        } else {
+            None
+        };
+        let plans = Planned::all(&config.providers, &config.region);
+        if plans.is_empty() {
+            return Err(AppError::NothingToProbe);
+        }
+        let listener = TcpListener::bind(config.http.listen)
+            .await
+            .map_err(|source| AppError::Bind { addr: config.http.listen, source })?;
+        let metrics = Arc::new(Metrics::with_detail(&config.region, config.metrics.detail)?);
+        let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
+        let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
+        let published = (prober.published_prices(), targets.clone());
+        crate::io::feeds::prices::publish_cached(&config.providers, &targets, &config.storage.data_dir, &published.0);
+        let canary = config
+            .canary
+            .enabled
+            .then(|| {
+                crate::run::canary_runner::CanaryRunner::new(plans.clone(), prober.clone(), config.canary.clone())
+                    .starting_within(config.probe.interval)
+            })
+            .filter(|c| !c.is_empty());
+        let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
+        let (store, unavailable) = open_store_or_why(&config).await?;
+        let migrated = unavailable.is_none();
+        if demo.is_some() && migrated {
+            crate::run::demo::history::seed_if_empty(store.as_ref(), &config, Utc::now()).await?;
+        }
+        let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
+        if !spool.is_empty() {
+            tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
+        }
+        let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        if let Some(why) = &unavailable {
+            // `/readyz` says why from the first moment, not only after the first failed write.
+            writer.health().failed(format!("storage unavailable at start: {why}"));
+        }
+        let mut monitor = Monitor::new(&config, targets, Utc::now());
+        let loaded = match migrated {
+            true => match monitor.load(store.as_ref(), Utc::now()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
+                    false
+                }
+            },
+            false => false,
+        };
+        Ok(App {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            migrated,
+            writer,
+            monitor,
+            loaded,
+            canary,
+            published,
+            _demo: demo,
+        })
+    }
+
+    /// The metrics registry (tests read it after shutdown).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The address the HTTP server listens on (port 0 in config picks a free one).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Runs until `shutdown` fires, then drains in-flight probes and stops within [`STOP_WITHIN`].
+    /// A task that dies before (a panic, or a loop that returned) stops the daemon the same way
+    /// and is returned as [`AppError::TaskDied`]: a monitor is whole or not running.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), AppError> {
+        let App {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            migrated,
+            writer,
+            monitor,
+            loaded,
+            published,
+            _demo,
+            canary,
+        } = self;
+        let running = Arc::new(SchedulerRunning::default());
+        let liveness =
+            Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
+        let writer = writer.with_liveness(liveness.clone());
+        let health = writer.health();
+        let spool =
+            store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
+        let outbox = build_outbox(&config, &store, &metrics, _demo.is_some())?;
+        let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
+        let alerting = restore_alerting(&config, store.as_ref(), outbox.channels(), model_notices.clone()).await;
+        let plan = ContextPlan {
+            region: config.region.clone(),
+            every: config.probe.interval,
+            credit_providers: alerting.credit_providers(),
+        };
+        let (link, link_handle) = Link::new(store.clone(), spool, Some(plan));
+        let link_health = link.health();
+        let snapshot = SharedSnapshot::default();
+        // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
+        let probe_plan = crate::decide::adaptive::SharedPlan::default();
+        let planner = crate::decide::adaptive::Planner::new(
+            crate::decide::adaptive::settings_of(&config.probe, &config.adaptive),
+            &config.providers,
+            config.probe.max_tokens,
+            scheduler.targets(),
+            probe_plan.clone(),
+        );
+        let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
+        let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
+        let canary_shown = crate::vocab::canary::SharedCanary::default();
+        let app = router(HttpState {
+            metrics: metrics.clone(),
+            checks: vec![
+                running.clone(),
+                liveness.clone(),
+                health.clone(),
+                link_health.clone(),
+                Arc::new(store::IntegrityCheck(store.clone())),
+            ],
+            writer: Some(health.clone()),
+            link: Some(link_health),
+            snapshot: snapshot.clone(),
+            api_token: config.http.api_token.clone(),
+            status: Some(Arc::new(crate::io::http::status_page::StatusPage::new(
+                page_settings(&config),
+                store.clone(),
+            ))),
+            feed: Arc::new(crate::io::http::api::Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
+            provider_status: provider_status.clone(),
+            canary: canary_shown.clone(),
+        });
+        let server = serve_http(listener, app, config.probe.concurrency, &shutdown);
+
+        // The writer and the link stop only after the pipeline has handed over its last sample
+        // and record (they end when their channels close).
+        let stops: [CancellationToken; 3] = Default::default();
+        let [writer_stop, link_stop, outbox_stop] = stops.clone();
+        let (store_tx, store_rx) = mpsc::channel(16_384);
+        let (tx, rx) = mpsc::channel(16_384);
+        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
+        let (canary_tx, canary_rx) = mpsc::channel(1024);
+        let pipeline = Pipeline::new(Stages {
+            metrics: metrics.clone(),
+            writer: store_tx,
+            monitor,
+            loaded,
+            link: link_handle,
+            snapshot,
+            liveness,
+            alerts: alerting,
+            provider_status: provider_status.clone(),
+            planner,
+            canary: canary_rx,
+            canary_shown: canary_shown.clone(),
+        });
+        let mut tasks = vec![
+            Task::spawn("pipeline", pipeline.run(rx)),
+            Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
+            Task::spawn("storage link", link.run(link_stop.clone())),
+            {
+                let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
+                Task::spawn("alert delivery", async move { outbox.run(stop).await })
+            },
+        ];
+        let shared = crate::run::side_tasks::Shared {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            migrated,
+            provider_status,
+            model_notices,
+            published,
+        };
+        tasks.extend(crate::run::side_tasks::start(&config, shared, &shutdown));
+        if let Some(canary) = canary {
+            tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
+        }
+        // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
+        let abort = scheduler.abort_token();
+        let drain_timer = abort_after_drain(shutdown.clone(), abort.clone());
+        tracing::info!(region = %config.region, targets = scheduler.len(), "vigil running");
+        running.0.store(true, Ordering::Release);
+        let probes = ProbeThread::start()?;
+        let (result, died) = tokio::select! {
+            r = probes.run(scheduler, tx, shutdown.clone()) => (r, None),
+            d = first_death(&mut tasks, &shutdown) => (Ok(()), Some(d)),
+        };
+        running.0.store(false, Ordering::Release);
+        wind_down(tasks, stops, died, (&shutdown, &abort, drain_timer), &health, server).await?;
+        result?;
+        tracing::info!("stopped cleanly");
+        Ok(())
+    }
+}
+
+/// The alert stage as the last run left it: the engine's saved state when storage answers in
+/// time, a fresh engine otherwise.
+async fn restore_alerting(
+    config: &Config,
+    store: &dyn StateStore,
+    channels: Vec<String>,
+    model_notices: crate::io::feeds::model_lists::SharedModelNotices,
+) -> crate::run::pipeline::Alerting {
+    let saved = load_alert_state(store, &config.region).await;
+    let engine = crate::decide::alert::rules::AlertEngine::restore(
+        crate::decide::alert::settings::RuleConfig::from_config(config),
+        saved.as_ref(),
+    );
+    crate::run::pipeline::Alerting::new(config, engine, channels, model_notices)
+}
+
+/// What the status page reads of the config.
+pub(crate) fn page_settings(config: &Config) -> crate::io::http::status_page::PageSettings {
+    crate::io::http::status_page::PageSettings {
+        region: config.region.clone(),
+        failover_factor: config.baseline.failover_factor,
+        min_samples: config.baseline.min_samples_p95,
+        window: config.baseline.window,
+        interval: config.probe.interval,
+        credit: config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd)).collect(),
+    }
+}
+
+/// Serves the HTTP API on `listener` until `shutdown`, with limits sized for the probes' sockets.
+fn serve_http(
+    listener: TcpListener,
+    app: axum::Router,
+    probe_concurrency: usize,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let limits = crate::io::http::server::ServerLimits::for_probes(probe_concurrency);
+    tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits))
+}
+
+/// Probes still in flight when the drain budget after `shutdown` is spent are cut short: a gap,
+/// not a hang.
+fn abort_after_drain(shutdown: CancellationToken, abort: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        tokio::time::sleep(PROBE_DRAIN).await;
+        abort.cancel();
+    })
+}
+
+/// Stops the daemon within its bound once the probes ended or a task died: the tasks in order,
+/// then the HTTP server; a dead task is the error returned.
+async fn wind_down(
+    mut tasks: Vec<Task>,
+    stops: [CancellationToken; 3],
+    died: Option<crate::run::watchdog::Died>,
+    probes: (&CancellationToken, &CancellationToken, tokio::task::JoinHandle<()>),
+    health: &crate::io::store::WriterHealth,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+) -> Result<(), AppError> {
+    let (shutdown, abort, drain_timer) = probes;
+    if let Some(d) = &died {
+        tracing::error!(task = d.task, why = %d.why, "a task of the daemon died; stopping so the service manager restarts vigil");
+        shutdown.cancel();
+        abort.cancel();
+    }
+    shutdown.cancel();
+    let deadline = tokio::time::Instant::now() + AFTER_DRAIN;
+    stop_in_order(&mut tasks, deadline, stops).await;
+    drain_timer.abort();
+    tracing::info!(written = health.written(), spooled = health.spooled(), "storage flushed");
+    match tokio::time::timeout_at(deadline, server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => return Err(AppError::Serve(e)),
+        Ok(Err(e)) => return Err(AppError::Serve(std::io::Error::other(e))),
+        Err(_) => tracing::warn!("http server still closing connections at the stop bound; left behind"),
+    }
+    match died {
+        Some(d) => Err(AppError::TaskDied { task: d.task, why: d.why }),
+        None => Ok(()),
+    }
+}
+
+/// Builds the notification channels and the durable outbox that delivers through them; the demo
+/// also pages to the log, so its alerts are seen without any channel configured.
+fn build_outbox(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    metrics: &Arc<Metrics>,
+    demo: bool,
+) -> Result<Arc<crate::io::notify::outbox::Outbox>, AppError> {
+    use crate::io::notify::outbox::{lease_ttl_for, Outbox, OutboxConfig};
+    let mut notifiers =
+        crate::io::notify::channels::build_notifiers(&config.alerts, crate::io::notify::notifier::DEFAULT_TIMEOUT)
+            .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
+    if demo {
+        notifiers.push(Arc::new(crate::io::notify::log::LogNotifier));
+    }
+    Ok(Arc::new(Outbox::new(
+        store.clone(),
+        notifiers,
+        OutboxConfig {
+            region: Some(config.region.clone()),
+            lease_ttl: lease_ttl_for(config.probe.interval),
+            ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
+        },
+        metrics.clone(),
+    )))
+}
+
+/// The alert engine's saved state, if storage answers in time; a fresh engine otherwise.
+async fn load_alert_state(store: &dyn StateStore, region: &str) -> Option<StateJson> {
+    match tokio::time::timeout(CALL_TIMEOUT, store.load_alert_state(region)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "alert state not loaded; starting fresh");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?CALL_TIMEOUT, "alert state not loaded in time; starting fresh");
+            None
+        }
+    }
+}
+
+/// Stops the tasks in the order the road needs: the pipeline first (its end closes the writer's
+/// and the link's channels), then the side tasks, then the writer, the link and last the alert
+/// delivery, so the last round's notifications are in the outbox (or the record spool); what is
+/// not delivered now is delivered after the next start.
+async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, stops: [CancellationToken; 3]) {
+    let [writer_stop, link_stop, outbox_stop] = stops;
+    let side = ["upkeep", "credit poller", "weekly summary", "status pages", "models lists", "published prices"];
+    for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain(["canary"]) {
+        finish(tasks, name, deadline).await;
+    }
+    writer_stop.cancel();
+    link_stop.cancel();
+    outbox_stop.cancel();
+    finish(tasks, "alert delivery", deadline).await;
+}
+
+#[cfg(test)]
+mod tests {
+    //! Step tests of the wiring: a built app runs every task and its stop drains them; a database
+    //! down at start still gives a running daemon that spools.
+    use super::*;
+    use std::path::Path;
+
+    fn config(data: &Path, url: &str) -> Config {
+        let text = format!(
+            "region = \"local\"\n[storage]\nurl = \"{url}\"\ndata_dir = \"{d}\"\nbatch_age = \"100ms\"\n\
+             [http]\nlisten = \"127.0.0.1:0\"\n[probe]\ninterval = \"1s\"\ntimeout = \"500ms\"\n\
+             [[provider]]\nname = \"none\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n",
+            d = data.display()
+        );
+        Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("valid config")
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("http://{addr}{path}")).await.expect("request");
+        (r.status().as_u16(), r.text().await.expect("body"))
+    }
+
+    /// The value of the first series of `name` in an exposition.
+    fn value(text: &str, name: &str) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Polls `/metrics` until `ok` holds (a few seconds at most).
+    async fn metrics_until(addr: SocketAddr, ok: impl Fn(&str) -> bool) -> String {
+        let mut text = String::new();
+        for _ in 0..100 {
+            text = get(addr, "/metrics").await.1;
+            if ok(&text) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("never held; last scrape:\n{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_drains_every_task_and_stores_every_probe() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/vigil.db", data.path().display());
+        let app = App::build(config(data.path(), &url), AppOptions::default()).await.expect("app builds");
+        let addr = app.local_addr().expect("bound");
+        let metrics = app.metrics();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        metrics_until(addr, |t| value(t, "vigil_probes_total") >= 2.0).await;
+        assert_eq!(get(addr, "/readyz").await, (200, "ready\n".to_string()));
+        let began = std::time::Instant::now();
+        shutdown.cancel();
+        let stopped = tokio::time::timeout(STOP_WITHIN, running).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly within the bound: {stopped:?}");
+        assert!(began.elapsed() < STOP_WITHIN);
+        // Every probe the pipeline counted was handed to the writer and stored before the stop ended.
+        let probed = value(&metrics.render(), "vigil_probes_total");
+        let store = store::open(&url).await.expect("reopen");
+        let stored = store.samples(&store::SampleQuery::default()).await.expect("samples").len();
+        assert_eq!(stored as f64, probed, "stored {stored} of {probed} probes");
+        assert!(reqwest::get(format!("http://{addr}/healthz")).await.is_err(), "the listener is closed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_down_at_start_still_gives_a_running_daemon_that_spools() {
+        let data = tempfile::tempdir().expect("tempdir");
+        // Nothing listens on port 1: refused at once, like a database that is down.
+        let url = "postgres://postgres@127.0.0.1:1/vigil";
+        let app =
+            App::build(config(data.path(), url), AppOptions::default()).await.expect("builds without its database");
+        let addr = app.local_addr().expect("bound");
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        let text = metrics_until(addr, |t| value(t, "vigil_samples_spooled") >= 1.0).await;
+        assert!(value(&text, "vigil_probes_total") >= 1.0, "probing goes on");
+        let (status, why) = get(addr, "/readyz").await;
+        assert_eq!(status, 503, "not ready while samples only reach the spool");
+        assert!(why.contains("storage unavailable at start") || why.contains("storage unreachable"), "{why}");
+        assert!(why.contains("samples spooled"), "{why}");
+        shutdown.cancel();
+        let stopped = tokio::time::timeout(STOP_WITHIN, running).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "stops cleanly: {stopped:?}");
+        let spool = Spool::open(data.path().join("spool"), 1 << 30).expect("reopen spool");
+        assert!(!spool.is_empty(), "the samples wait in the spool for the database");
+    }
+}

@@ -1,0 +1,19 @@
+//! The run deck: the only one that spawns and owns tasks. It wires the adapters and engines
+//! into the daemon (app), carries samples down the road (pipeline, monitor, scheduler) and
+//! keeps it whole (watchdog).
+
+pub mod app;
+pub mod canary_runner;
+#[cfg(feature = "demo")]
+pub mod demo;
+/// Without the `demo` feature: the same entry points, refusing to start.
+#[cfg(not(feature = "demo"))]
+#[path = "demo/off.rs"]
+pub mod demo;
+pub mod monitor;
+pub mod periodic;
+pub(crate) mod pipeline;
+pub mod scheduler;
+pub(crate) mod side_tasks;
+pub(crate) mod watchdog;
+pub mod weekly_job;

@@ -1,0 +1,108 @@
+//! The one loop behind every task that does something every so often (credit, prices, status
+//! pages, models lists, store upkeep, the canary): wait for the tick or the stop, run one round,
+//! and drop a round still in flight at the stop. The adapters only know how to do one round.
+
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+/// When a periodic task's rounds come due.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    first: Instant,
+    every: Duration,
+    missed: MissedTickBehavior,
+}
+
+impl Schedule {
+    /// A round now and then one every `every`; a round that ran late is not caught up in a burst,
+    /// the next one is an interval after it.
+    pub fn every(every: Duration) -> Self {
+        Schedule { first: Instant::now(), every, missed: MissedTickBehavior::Delay }
+    }
+
+    /// The first round `delay` from now instead of at once.
+    pub fn first_after(self, delay: Duration) -> Self {
+        Schedule { first: Instant::now() + delay, ..self }
+    }
+
+    /// The first round at `at` (a stable phase shared with other tasks started together).
+    pub fn first_at(self, at: Instant) -> Self {
+        Schedule { first: at, ..self }
+    }
+
+    /// Rounds missed while one ran long are skipped, so later rounds keep their phase.
+    pub fn skipping_missed(self) -> Self {
+        Schedule { missed: MissedTickBehavior::Skip, ..self }
+    }
+}
+
+/// Runs `round` on `schedule` until `shutdown` (a round in flight then is dropped: rounds are
+/// reads and idempotent writes that the next start repeats) or until a round returns `None`.
+/// `state` is handed from each round to the next.
+pub async fn every<S, F, Fut>(schedule: Schedule, shutdown: &CancellationToken, mut state: S, mut round: F)
+where
+    F: FnMut(S) -> Fut,
+    Fut: Future<Output = Option<S>>,
+{
+    // A zero period would spin; the config never gives one, a test might.
+    let period = schedule.every.max(Duration::from_millis(1));
+    let mut tick = tokio::time::interval_at(schedule.first, period);
+    tick.set_missed_tick_behavior(schedule.missed);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        state = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = round(state) => match next {
+                Some(s) => s,
+                None => return,
+            },
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test(start_paused = true)]
+    async fn rounds_come_on_schedule_carry_state_and_stop_when_a_round_says_so() {
+        let seen = Arc::new(AtomicU32::new(0));
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        let s = seen.clone();
+        every(Schedule::every(Duration::from_secs(10)).first_after(Duration::from_secs(3)), &shutdown, 0u32, |n| {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                (n < 2).then_some(n + 1)
+            }
+        })
+        .await;
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "rounds 0, 1 and 2; the third said stop");
+        assert_eq!(started.elapsed(), Duration::from_secs(23), "first after 3 s, then every 10 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_drops_the_round_in_flight_and_ends_the_wait() {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop.cancel();
+        });
+        let started = Instant::now();
+        every(Schedule::every(Duration::from_secs(60)), &shutdown, (), |()| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Some(())
+        })
+        .await;
+        assert_eq!(started.elapsed(), Duration::from_secs(5), "the hour-long round is dropped at the stop");
+    }
+}

@@ -1,0 +1,786 @@
+//! The one place the order of the stages lives: every sample is handed to the store writer
+//! first (so nothing later can lose it), counted in the metrics, then fed to baselines and
+//! breakers (and from there to alerts). A periodic tick moves breakers, publishes snapshots for
+//! readers and hands state to the storage link.
+//!
+//! The pipeline never awaits the database: records go to the [`Link`](crate::io::store::link) and
+//! its answers (stored state, other regions' samples, credit readings) are picked up between
+//! samples, so decisions, metrics and alerts keep running from memory whatever storage does.
+//! A panic while judging one sample is caught, logged and counted; the sample is already with
+//! the writer and the stages keep their state.
+//!
+//! Every stage is always there: a feature turned off is a stage with nothing to do (a planner
+//! with no budget plans the base interval, a canary channel nobody sends on, an empty list of
+//! retirement notices), so the step methods have one shape to test.
+
+use crate::decide::alert::rules::{self, AlertEngine, BreakerChange};
+use crate::decide::baseline::Metric;
+use crate::decide::snapshot::SharedSnapshot;
+use crate::io::metrics::Metrics;
+use crate::io::store::link::{Context, LinkHandle, Record, Reply};
+use crate::run::monitor::Monitor;
+use crate::vocab::ready::Liveness;
+use crate::vocab::records::BalanceReading;
+use crate::vocab::sample::Sample;
+use crate::vocab::target::Target;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How often the pipeline checks whether a snapshot is due.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// Longest a snapshot (and the breakers' tick) waits when nothing urgent happened: rebuilding it
+/// walks every target, so at a 60 s interval it is rebuilt every 5 s, not every second.
+const PUBLISH_AT_MOST_EVERY: Duration = Duration::from_secs(5);
+/// How often rollups and breaker states are handed to the link.
+const PERSIST_EVERY: Duration = Duration::from_secs(60);
+/// How long another region's last sample stays on the status page after it stops reporting.
+const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
+
+/// Consumes samples from the scheduler and fans them out in a fixed order.
+pub struct Pipeline {
+    metrics: Arc<Metrics>,
+    writer: mpsc::Sender<Sample>,
+    monitor: Monitor,
+    link: LinkHandle,
+    snapshot: SharedSnapshot,
+    liveness: Arc<Liveness>,
+    /// False until stored state is restored: persisting before would overwrite it.
+    loaded: bool,
+    /// A breaker moved since the last snapshot: publish at the next check, not when due.
+    urgent: bool,
+    /// A load or an expiry read is under way (asked, not yet answered).
+    loading: bool,
+    expiring: bool,
+    alerts: Alerting,
+    /// What the link last read from shared storage.
+    context: Context,
+    /// The last sample seen of each target in each other region, as shown on the status page.
+    elsewhere: std::collections::HashMap<Target, Sample>,
+    /// The latest credit reading of each watched provider, as shown on the status page.
+    credits: Arc<std::collections::BTreeMap<String, BalanceReading>>,
+    provider_status: crate::vocab::provider_status::SharedProviderStatus,
+    /// Cost-aware adaptive probing: the plan the scheduler follows.
+    planner: crate::decide::adaptive::Planner,
+    /// Targets whose last probe failed (in trouble for the planner at once).
+    failing: std::collections::HashSet<Target>,
+    /// When the plan was last made, and whether a newer failure still waits for a replan
+    /// (at most one a second, so a mass outage does not replan once per failing sample).
+    planned_at: Option<DateTime<Utc>>,
+    replan_due: bool,
+    /// Canary runs from the canary task, and where the latest of each target is published.
+    canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
+    canary_shown: crate::vocab::canary::SharedCanary,
+}
+
+/// The alert stage: samples and breaker changes of one probe interval are evaluated together,
+/// so `region_unhealthy` sees a whole round, and the notifications go to the outbox.
+pub struct Alerting {
+    engine: AlertEngine,
+    channels: Vec<String>,
+    region: String,
+    round: Vec<(Sample, rules::BaselineP95)>,
+    changes: Vec<BreakerChange>,
+    every: Duration,
+    /// Providers whose credit is watched: (name, `balance.min_usd`, `balance.warn_hours`).
+    credit: Vec<(String, f64, f64)>,
+    /// Targets flapping now, shared with readers (status page, `/v1/targets`, export).
+    flapping: crate::decide::alert::FlappingSet,
+    flapping_before: std::collections::BTreeSet<Target>,
+    /// `provider_incident`: which of the providers' own incidents page (off by default).
+    provider_rule: crate::decide::alert::provider_incident::ProviderIncidentRule,
+    /// Retirement notices from the providers' models lists (empty when they are not polled).
+    model_lists: crate::io::feeds::model_lists::SharedModelNotices,
+    /// Canary runs since the last evaluation (judged for `model_changed` only).
+    canaries: Vec<crate::vocab::canary::CanaryRun>,
+}
+
+impl Alerting {
+    /// The alert stage the config describes: evaluating once per probe interval for `channels`,
+    /// watching the credit of the providers on the credit-watch list, paging the providers' own
+    /// incidents when `[status_pages]` asks, and judging `model_deprecated` from what the
+    /// models-list poller publishes into `model_lists`.
+    pub fn new(
+        config: &crate::config::Config,
+        engine: AlertEngine,
+        channels: Vec<String>,
+        model_lists: crate::io::feeds::model_lists::SharedModelNotices,
+    ) -> Self {
+        Alerting {
+            engine,
+            channels,
+            region: config.region.clone(),
+            round: Vec::new(),
+            changes: Vec::new(),
+            every: config.probe.interval,
+            credit: config.credit_watch().map(|(p, b)| (p.name.clone(), b.min_usd, b.warn_hours)).collect(),
+            flapping: crate::decide::alert::FlappingSet::default(),
+            flapping_before: Default::default(),
+            provider_rule: crate::decide::alert::provider_incident::ProviderIncidentRule::from_config(
+                &config.status_pages,
+            ),
+            model_lists,
+            canaries: Vec::new(),
+        }
+    }
+
+    /// The published set of flapping targets (readers call `is_flapping`).
+    pub fn flapping(&self) -> crate::decide::alert::FlappingSet {
+        self.flapping.clone()
+    }
+
+    /// The providers whose credit readings the link must read.
+    pub fn credit_providers(&self) -> Vec<String> {
+        self.credit.iter().map(|(p, _, _)| p.clone()).collect()
+    }
+}
+
+/// What the pipeline is built from.
+pub struct Stages {
+    /// Prometheus registry.
+    pub metrics: Arc<Metrics>,
+    /// The sample writer's channel.
+    pub writer: mpsc::Sender<Sample>,
+    /// Baselines and breakers.
+    pub monitor: Monitor,
+    /// Whether the monitor's stored state was restored at start.
+    pub loaded: bool,
+    /// The storage link's pipeline end.
+    pub link: LinkHandle,
+    /// Where snapshots are published for readers.
+    pub snapshot: SharedSnapshot,
+    /// Heartbeats for `/readyz`.
+    pub liveness: Arc<Liveness>,
+    /// The alert stage.
+    pub alerts: Alerting,
+    /// The providers' own status pages, as last read (notes on alerts).
+    pub provider_status: crate::vocab::provider_status::SharedProviderStatus,
+    /// The adaptive probe planner whose plan the scheduler follows.
+    pub planner: crate::decide::adaptive::Planner,
+    /// Canary runs from the canary task (nothing arrives when the canary is off).
+    pub canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
+    /// Where the latest canary run of each target is published for readers.
+    pub canary_shown: crate::vocab::canary::SharedCanary,
+}
+
+impl Pipeline {
+    /// A pipeline over its stages.
+    pub fn new(s: Stages) -> Self {
+        let mut monitor = s.monitor;
+        monitor.watch_flapping(s.alerts.flapping());
+        Pipeline {
+            metrics: s.metrics,
+            writer: s.writer,
+            monitor,
+            link: s.link,
+            snapshot: s.snapshot,
+            liveness: s.liveness,
+            loaded: s.loaded,
+            urgent: false,
+            loading: false,
+            expiring: false,
+            alerts: s.alerts,
+            context: Context::default(),
+            elsewhere: Default::default(),
+            credits: Arc::default(),
+            provider_status: s.provider_status,
+            planner: s.planner,
+            failing: Default::default(),
+            planned_at: None,
+            replan_due: false,
+            canary: s.canary,
+            canary_shown: s.canary_shown,
+        }
+    }
+
+    /// Plans the probes again from what is known at `now`: costs, today's spend (evaluated plus
+    /// the round not yet evaluated) and which targets are in trouble (degraded, half-open, open,
+    /// last probe failed, or part of an open incident); publishes the plan and its gauges.
+    pub fn replan(&mut self, now: DateTime<Utc>) {
+        let planner = &mut self.planner;
+        self.planned_at = Some(now);
+        self.replan_due = false;
+        let engine = &self.alerts.engine;
+        let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
+        let spent = engine.spent_today(now) + pending;
+        let unwell: std::collections::HashSet<Target> = engine
+            .target_statuses(now)
+            .into_iter()
+            .filter(|s| s.state != crate::vocab::records::TargetHealth::Ok)
+            .map(|s| s.target)
+            .collect();
+        // A set, so each target spells its two keys once whatever the number of open incidents.
+        let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
+        let monitor = &self.monitor;
+        let failing = &self.failing;
+        let in_trouble = |t: &Target| {
+            unwell.contains(t)
+                || failing.contains(t)
+                || monitor.breaker(t).is_some_and(|b| b.state() != crate::vocab::breaker::State::Closed)
+                || (!open.is_empty()
+                    && (open.contains(&crate::decide::alert::incident::target_key(
+                        &t.provider,
+                        &t.model,
+                        t.route.as_deref(),
+                    )) || open.contains(&crate::decide::alert::incident::provider_key(&t.provider))))
+        };
+        let plan = planner.replan(spent, &in_trouble, now);
+        self.metrics.set_probe_plan(&plan, planner.targets());
+    }
+
+    /// Takes one canary run (the step tests drive directly): it is stored through the link
+    /// (`canary_runs`, never `samples`), published for readers and judged for `model_changed`;
+    /// it reaches neither the baselines, the breakers nor the latency metrics.
+    pub fn process_canary(&mut self, run: crate::vocab::canary::CanaryRun) {
+        self.canary_shown.publish(&run);
+        self.metrics.observe_canary(&run);
+        self.link.store(Record::Canary(vec![run.clone()]));
+        self.alerts.canaries.push(run);
+    }
+
+    /// Evaluates the alert rules over the samples and breaker changes since the last call and
+    /// hands the notifications to the link for the outbox (the step tests drive directly).
+    pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
+        let a = &mut self.alerts;
+        let mut round = std::mem::take(&mut a.round);
+        let changes = std::mem::take(&mut a.changes);
+        // What the models lists say joins what the responses said: the rule weighs both alike,
+        // and only for targets whose probes still work.
+        if let Ok(lists) = a.model_lists.read() {
+            for (sample, _) in &mut round {
+                let t = &sample.target;
+                sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
+            }
+        }
+        let canaries = std::mem::take(&mut a.canaries);
+        let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
+        // The scope: the other regions' published view of each target (read by the link).
+        let elsewhere = crate::decide::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);
+        let probes = round
+            .iter()
+            .map(|(sample, baseline)| {
+                let t = &sample.target;
+                let key = (t.provider.clone(), t.model.clone(), t.route.clone());
+                rules::RoundProbe {
+                    sample,
+                    baseline: *baseline,
+                    elsewhere: elsewhere.get(&key).copied().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let credits = a
+            .credit
+            .iter()
+            .filter_map(|(provider, min_usd, warn_hours)| {
+                let readings = self.context.credits.get(provider).filter(|r| !r.is_empty())?;
+                Some(rules::CreditCheck {
+                    provider: provider.clone(),
+                    readings: readings.iter().map(|b| (b.at, b.remaining_usd)).collect(),
+                    min_usd: *min_usd,
+                    warn_hours: *warn_hours,
+                })
+            })
+            .collect();
+        if a.provider_rule.enabled {
+            if let Ok(snap) = self.provider_status.read() {
+                a.engine.read_provider_pages(crate::decide::alert::provider_incident::reading(
+                    &a.provider_rule,
+                    &a.region,
+                    &snap,
+                ));
+            }
+        }
+        let canaries = canaries.iter().collect();
+        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries }, now);
+        // What the provider itself admits goes with the page ("OpenAI reports: …").
+        if let Ok(snap) = self.provider_status.read() {
+            for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
+                if alert.status != crate::decide::alert::AlertStatus::Firing
+                    || alert.provider.is_empty()
+                    || alert.kind == crate::decide::alert::AlertKind::ProviderIncident
+                {
+                    continue;
+                }
+                if let Some(note) = crate::vocab::provider_status::annotation_for(&alert.provider, &snap, now) {
+                    alert.summary = format!("{} — {note}", alert.summary);
+                }
+            }
+        }
+        let flapping = a.engine.flapping_targets();
+        for t in &flapping {
+            self.metrics.set_flapping(t, true);
+        }
+        a.flapping.set(flapping);
+        for t in a.flapping_before.difference(&a.flapping.targets()) {
+            self.metrics.set_flapping(t, false);
+        }
+        a.flapping_before = a.flapping.targets();
+        // This region's view of each target, for the other regions' scope.
+        self.link.store(Record::TargetStatus(a.engine.target_statuses(now)));
+        let items = crate::io::notify::outbox::items_for(&notes, &a.channels, now);
+        if !items.is_empty() {
+            self.link.store(Record::Outbox(items));
+        }
+        match a.engine.state_json() {
+            Ok(state) => self.link.store(Record::AlertState { region: a.region.clone(), state }),
+            // Unreachable for the engine's own types; kept from storage until the next evaluation.
+            Err(e) => tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation"),
+        }
+        self.replan(now);
+    }
+
+    /// Processes one sample (the step tests drive directly). A panic in the decision stages is
+    /// caught here: the sample is already with the writer, and the next sample is judged as usual.
+    pub async fn process(&mut self, sample: Sample) {
+        // The writer spools when storage is down, so this only waits if the writer itself is stuck.
+        if self.writer.send(sample.clone()).await.is_err() {
+            tracing::error!(target = %sample.target, "store writer stopped; sample not stored");
+        }
+        let target = sample.target.clone();
+        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.judge(sample)));
+        if let Err(payload) = judged {
+            let why = crate::run::watchdog::panic_message(payload);
+            tracing::error!(target = %target, provider = %target.provider, model = %target.model,
+                region = %target.region, panic = %why, "judging a sample panicked; sample stored, stages kept");
+            self.metrics.task_panicked("pipeline");
+        }
+        self.liveness.processed(Utc::now());
+    }
+
+    /// Runs one periodic step; a panic in it is logged and counted, and the loop goes on.
+    fn guarded(&mut self, step: &str, f: impl FnOnce(&mut Self)) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))) {
+            let why = crate::run::watchdog::panic_message(payload);
+            tracing::error!(step, panic = %why, "a pipeline step panicked; stages kept");
+            self.metrics.task_panicked("pipeline");
+        }
+    }
+
+    fn judge(&mut self, sample: Sample) {
+        self.metrics.observe(&sample);
+        if sample.outcome.is_failure() {
+            tracing::warn!(
+                target = %sample.target, provider = %sample.target.provider, model = %sample.target.model,
+                region = %sample.target.region, outcome = %sample.outcome, status = ?sample.status,
+                error = sample.error.as_deref().unwrap_or(""), "probe failed"
+            );
+        } else {
+            tracing::debug!(
+                target = %sample.target, outcome = %sample.outcome, ttfb_ms = ?sample.ttfb_ms.map(|v| v.round()),
+                ttft_ms = ?sample.ttft_ms.map(|v| v.round()), "probe ok"
+            );
+        }
+        let now = Utc::now();
+        // An open breaker whose wait is over is half-open before its deciding probe is judged,
+        // so the history always shows open → half_open → verdict.
+        // Only this target's breaker: the others are moved by the periodic publish.
+        if let Some(t) = self.monitor.tick_target(&sample.target, now) {
+            self.record_transition(&sample.target, t);
+        }
+        let weight = self.planner.weight(&sample.target);
+        let failed = sample.outcome.is_failure();
+        let newly_failing = if failed {
+            self.failing.insert(sample.target.clone())
+        } else {
+            self.failing.remove(&sample.target);
+            false
+        };
+        self.planner.observe_cost(&sample.target, sample.cost_usd);
+        if let Some(t) = self.monitor.observe_weighted(&sample, weight, now) {
+            self.record_transition(&sample.target, t);
+        }
+        let baseline = rules::BaselineP95 {
+            ttfb_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttfb, now).p95,
+            ttft_p95_ms: self.monitor.baseline(&sample.target, Metric::Ttft, now).p95,
+        };
+        self.alerts.round.push((sample, baseline));
+        if newly_failing {
+            // A failing target goes back to the fast interval now, not at the next evaluation.
+            if self.planned_at.is_some_and(|at| now - at < chrono::Duration::seconds(1)) {
+                self.replan_due = true;
+            } else {
+                self.replan(now);
+            }
+        }
+    }
+
+    fn record_transition(&mut self, target: &Target, t: crate::decide::breaker::Transition) {
+        self.urgent = true;
+        self.alerts.changes.push(BreakerChange {
+            target: target.clone(),
+            from: t.from,
+            to: t.to,
+            reason: t.reason.clone(),
+        });
+        tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
+            from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
+        self.metrics.set_circuit(target, t.to.gauge());
+        self.link.store(Record::Transition(t.to_record(target)));
+        if let Some(b) = self.monitor.breaker(target) {
+            self.link.store(Record::Breaker(b.to_record(target)));
+        }
+    }
+
+    /// Ticks breakers and publishes a fresh snapshot for the HTTP layer and the gauges.
+    pub fn publish(&mut self, now: DateTime<Utc>) {
+        if self.replan_due {
+            self.replan(now);
+        }
+        self.urgent = false;
+        let transitions = self.monitor.tick(now);
+        let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
+        // The status page keeps showing a region that went quiet, with its age, for a while.
+        let shown_from = now - ELSEWHERE_SHOWN_FOR;
+        self.elsewhere.retain(|_, s| s.started_at >= shown_from);
+        let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
+        shown.sort_by(|x, y| x.target.cmp(&y.target));
+        snapshot.elsewhere = Arc::new(shown);
+        snapshot.credits = self.credits.clone();
+        snapshot.probe_plan = Some(self.planner.current());
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = snapshot;
+        }
+        for (target, t) in transitions {
+            self.record_transition(&target, t);
+        }
+    }
+
+    /// Hands changed rollups and breaker states to the link, and asks for what must be read
+    /// back (stored state not yet restored; hours leaving the baseline window).
+    pub fn persist(&mut self, now: DateTime<Utc>) {
+        if !self.loaded {
+            if !self.loading {
+                self.loading = true;
+                self.link.ask(self.monitor.load_query(now));
+            }
+            return;
+        }
+        for record in self.monitor.take_dirty() {
+            self.link.store(record);
+        }
+        if !self.expiring {
+            if let Some(q) = self.monitor.expiring_query(now) {
+                self.expiring = true;
+                self.link.ask(q);
+            }
+        }
+    }
+
+    /// Takes one answer of the link.
+    pub fn on_reply(&mut self, reply: Reply, now: DateTime<Utc>) {
+        match reply {
+            Reply::LoadedHour(rollups) => self.monitor.restore_hour(&rollups, now),
+            Reply::Loaded(breakers) => {
+                self.monitor.restore_breakers(&breakers, now);
+                self.loaded = true;
+                self.loading = false;
+                tracing::info!("stored baselines and breakers restored");
+            }
+            Reply::LoadFailed(e) => {
+                self.loading = false;
+                tracing::warn!(error = %e, "stored baselines still unreadable; not persisting over them");
+            }
+            Reply::Expiring { rollups, until } => {
+                self.monitor.expire_with(&rollups, until);
+                self.expiring = false;
+            }
+            Reply::ExpiringFailed(e) => {
+                self.expiring = false;
+                tracing::warn!(error = %e, "hours leaving the baseline window not read back; the window reaches further back until they are");
+            }
+            Reply::Context(c) => {
+                self.elsewhere.extend(c.elsewhere.iter().map(|s| (s.target.clone(), s.clone())));
+                // Readings come oldest first: the last is the one shown. A read that found none
+                // (storage down) leaves the last known shown; readers drop it once a day old.
+                let mut credits = (*self.credits).clone();
+                credits.extend(c.credits.iter().filter_map(|(p, r)| Some((p.clone(), r.last()?.clone()))));
+                self.credits = Arc::new(credits);
+                self.context = c;
+            }
+        }
+    }
+
+    /// Runs until the scheduler's channel closes (after shutdown has drained every probe).
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Sample>) {
+        let mut publish = tokio::time::interval(PUBLISH_EVERY);
+        // A twelfth of the probe interval, between 1 s and 5 s: each target changes once per
+        // interval, so a snapshot is never more than a twelfth of a round behind.
+        let publish_every = (self.alerts.every / 12).clamp(PUBLISH_EVERY, PUBLISH_AT_MOST_EVERY);
+        let mut published: Option<tokio::time::Instant> = None;
+        let mut persist = tokio::time::interval(PERSIST_EVERY);
+        if self.loaded {
+            persist.tick().await;
+        }
+        let every = self.alerts.every;
+        let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        self.guarded("replan", |p| p.replan(Utc::now()));
+        let mut canary_open = true;
+        loop {
+            tokio::select! {
+                sample = rx.recv() => match sample {
+                    Some(s) => self.process(s).await,
+                    None => break,
+                },
+                run = self.canary.recv(), if canary_open => match run {
+                    Some(run) => self.guarded("canary", |p| p.process_canary(run)),
+                    // The canary task ended (off, or stopping): nothing more comes.
+                    None => canary_open = false,
+                },
+                Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
+                _ = publish.tick() => {
+                    if self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every) {
+                        published = Some(tokio::time::Instant::now());
+                        self.guarded("publish", |p| p.publish(Utc::now()));
+                    }
+                }
+                _ = persist.tick() => self.guarded("persist", |p| p.persist(Utc::now())),
+                _ = evaluate.tick() => self.guarded("evaluate", |p| p.evaluate_alerts(Utc::now())),
+            }
+        }
+        while let Some(reply) = self.link.try_reply() {
+            self.on_reply(reply, Utc::now());
+        }
+        let now = Utc::now();
+        self.evaluate_alerts(now);
+        self.publish(now);
+        self.persist(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Step tests: the pipeline's step methods driven directly with injected time, over a real
+    //! storage link to an SQLite file in a temp dir.
+    use super::*;
+    use crate::io::store::link::{ContextPlan, Link};
+    use crate::io::store::spool::SpoolOf;
+    use crate::io::store::Store;
+    use crate::vocab::target::Target;
+    use tokio_util::sync::CancellationToken;
+
+    const CONFIG: &str = r#"
+region = "eu"
+[probe]
+interval = "5s"
+timeout = "5s"
+[[provider]]
+name = "openrouter"
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "OPENROUTER_TEST_KEY"
+models = ["m"]
+balance = { min_usd = 5.0 }
+"#;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
+    }
+
+    fn target(region: &str) -> Target {
+        Target { provider: "openrouter".into(), model: "m".into(), route: None, region: region.into() }
+    }
+
+    fn sample(region: &str, at: DateTime<Utc>, outcome: crate::vocab::sample::Outcome) -> Sample {
+        let mut s = Sample::new(target(region), at, at);
+        s.outcome = outcome;
+        s.ttfb_ms = Some(120.0);
+        s.ttft_ms = Some(250.0);
+        s
+    }
+
+    fn reading(at: DateTime<Utc>, usd: f64) -> BalanceReading {
+        BalanceReading { provider: "openrouter".into(), region: "eu".into(), at, remaining_usd: usd }
+    }
+
+    /// A pipeline over a real link to a fresh SQLite store; the samples it hands to the writer
+    /// arrive on the returned receiver.
+    struct Rig {
+        pipeline: Pipeline,
+        store: Arc<dyn Store>,
+        snapshot: SharedSnapshot,
+        written: mpsc::Receiver<Sample>,
+        stop: CancellationToken,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn rig(seed: impl AsyncFnOnce(&dyn Store)) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env =
+            std::collections::BTreeMap::from([("OPENROUTER_TEST_KEY".to_string(), "sk-test-pipeline".to_string())]);
+        let config = crate::config::Config::from_toml(CONFIG, &env).expect("config");
+        let store =
+            crate::io::store::open(&format!("sqlite://{}", dir.path().join("v.db").display())).await.expect("open");
+        store.migrate().await.expect("migrate");
+        seed(store.as_ref()).await;
+        let engine = AlertEngine::restore(crate::decide::alert::settings::RuleConfig::from_config(&config), None);
+        let alerts = Alerting::new(&config, engine, Vec::new(), Default::default());
+        assert_eq!(alerts.credit_providers(), ["openrouter"], "the credit-watch list");
+        let plan = ContextPlan {
+            region: "eu".into(),
+            every: config.probe.interval,
+            credit_providers: alerts.credit_providers(),
+        };
+        let spool = SpoolOf::open(dir.path().join("records"), 1 << 20).expect("spool");
+        let (link, handle) = Link::new(store.clone(), spool, Some(plan));
+        let stop = CancellationToken::new();
+        tokio::spawn(link.run(stop.clone()));
+        let (writer, written) = mpsc::channel(64);
+        let snapshot = SharedSnapshot::default();
+        let targets = vec![target("eu")];
+        let planner = crate::decide::adaptive::Planner::new(
+            crate::decide::adaptive::settings_of(&config.probe, &config.adaptive),
+            &config.providers,
+            config.probe.max_tokens,
+            targets.clone(),
+            crate::decide::adaptive::SharedPlan::default(),
+        );
+        let (_canary_tx, canary) = mpsc::channel(1);
+        let pipeline = Pipeline::new(Stages {
+            metrics: Arc::new(Metrics::new("eu").expect("metrics")),
+            writer,
+            monitor: Monitor::new(&config, targets, t0()),
+            loaded: false,
+            link: handle,
+            snapshot: snapshot.clone(),
+            liveness: Arc::new(Liveness::new(t0(), config.probe.interval, Duration::from_secs(10))),
+            alerts,
+            provider_status: Default::default(),
+            planner,
+            canary,
+            canary_shown: Default::default(),
+        });
+        Rig { pipeline, store, snapshot, written, stop, _dir: dir }
+    }
+
+    /// The link's next answer (it works in its own task).
+    async fn next_reply(p: &mut Pipeline) -> Reply {
+        tokio::time::timeout(Duration::from_secs(10), p.link.reply())
+            .await
+            .expect("a reply in time")
+            .expect("link open")
+    }
+
+    #[tokio::test]
+    async fn the_context_read_from_storage_is_published_for_readers() {
+        let now = Utc::now();
+        let mut r = rig(async |s: &dyn Store| {
+            s.insert_balance(&reading(now - chrono::Duration::hours(2), 40.0)).await.expect("reading");
+            s.insert_balance(&reading(now - chrono::Duration::minutes(5), 38.5)).await.expect("reading");
+            s.insert_samples(&[sample("us", now, crate::vocab::sample::Outcome::Ok)]).await.expect("sample");
+        })
+        .await;
+        // The link reads the context as it starts.
+        let reply = next_reply(&mut r.pipeline).await;
+        assert!(matches!(reply, Reply::Context(_)), "{reply:?}");
+        r.pipeline.on_reply(reply, now);
+        assert!(r.snapshot.read().expect("snapshot").credits.is_empty(), "nothing published before the next publish");
+        r.pipeline.publish(now);
+        {
+            let snap = r.snapshot.read().expect("snapshot");
+            let latest = snap.credits.get("openrouter").expect("the watched provider's reading");
+            assert_eq!(latest.remaining_usd, 38.5, "the newest reading is shown");
+            let regions: Vec<&str> = snap.elsewhere.iter().map(|s| s.target.region.as_str()).collect();
+            assert_eq!(regions, ["us"], "the other region's latest sample, not this region's");
+        }
+        // A later read that finds nothing (storage down) keeps the last known figures shown,
+        // while another region that went quiet leaves the page after an hour.
+        r.pipeline.on_reply(Reply::Context(Context::default()), now);
+        r.pipeline.publish(now + chrono::Duration::minutes(61));
+        let snap = r.snapshot.read().expect("snapshot");
+        assert_eq!(snap.credits.get("openrouter").map(|b| b.remaining_usd), Some(38.5));
+        assert!(snap.elsewhere.is_empty(), "a region quiet for over an hour is no longer shown");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn failing_probes_open_the_breaker_which_is_published_and_stored() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        for i in 0..3 {
+            r.pipeline
+                .process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
+                .await;
+        }
+        for _ in 0..3 {
+            let handed = r.written.try_recv().expect("every sample is handed to the writer first");
+            assert!(handed.outcome.is_failure());
+        }
+        r.pipeline.publish(now);
+        {
+            let snap = r.snapshot.read().expect("snapshot");
+            let view = snap.targets.iter().find(|v| v.region == "eu").expect("this region's target");
+            assert_eq!(view.breaker.state, crate::vocab::breaker::State::Open, "three failures in a row open it");
+            assert!(snap.probe_plan.is_some(), "the plan is always published");
+        }
+        r.pipeline.evaluate_alerts(now);
+        let mut stored = Vec::new();
+        for _ in 0..100 {
+            stored = r.store.load_breakers(Some("eu")).await.expect("breakers");
+            if !stored.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(stored.len(), 1, "the open breaker reached the store through the link");
+        assert_eq!(stored[0].state, crate::vocab::breaker::State::Open);
+        let transitions = r.store.transitions("eu", None, 10).await.expect("transitions");
+        assert_eq!(transitions.len(), 1, "{transitions:?}");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn persist_restores_stored_state_before_writing_over_it() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        r.pipeline.process(sample("eu", now, crate::vocab::sample::Outcome::Ok)).await;
+        // Not loaded yet: the first persist asks for the stored state and writes nothing.
+        r.pipeline.persist(now);
+        assert!(r.pipeline.loading);
+        loop {
+            let reply = next_reply(&mut r.pipeline).await;
+            let last = matches!(reply, Reply::Loaded(_) | Reply::LoadFailed(_));
+            r.pipeline.on_reply(reply, now);
+            if last {
+                break;
+            }
+        }
+        assert!(r.pipeline.loaded && !r.pipeline.loading, "restored from the (empty) store");
+        r.pipeline.persist(now);
+        let hour_ago = now - chrono::Duration::hours(2);
+        let mut rollups = Vec::new();
+        for _ in 0..100 {
+            rollups = r.store.rollups_between(Some("eu"), hour_ago, None).await.expect("rollups");
+            if !rollups.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(rollups.iter().any(|x| x.target == target("eu")), "the probe's rollup was stored: {rollups:?}");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_canary_run_is_published_and_stored_but_never_reaches_the_baselines() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        let shown = r.pipeline.canary_shown.clone();
+        let run = crate::vocab::canary::CanaryRun {
+            sample: sample("eu", now, crate::vocab::sample::Outcome::Ok),
+            prompt_version: 1,
+            correct: 4,
+            total: 4,
+            answers_fingerprint: "f".into(),
+            answers: vec!["a".into()],
+            identity: Default::default(),
+            logprobs: None,
+        };
+        r.pipeline.process_canary(run);
+        assert!(shown.latest().iter().any(|c| c.sample.target == target("eu")), "published for readers");
+        r.pipeline.publish(now);
+        let snap = r.snapshot.read().expect("snapshot");
+        let view = snap.targets.iter().find(|v| v.region == "eu").expect("target");
+        assert_eq!((view.probes, view.last_sample.is_none()), (0, true), "not a probe of the baselines");
+        r.stop.cancel();
+    }
+}

@@ -1,0 +1,390 @@
+//! Rounds of probes: every target once per interval, at a stable offset inside the interval,
+//! due on a tick of the probe thread's grid ([`grid`]).
+//!
+//! tokio-cron-scheduler ticks once per interval and each tick arms the round *after* the
+//! current one, so every probe is queued a full interval ahead and the scheduler's own tick
+//! jitter never shows up as probe lag. One dispatcher sleeps until the earliest armed probe and
+//! spawns it then: one timer for the whole fleet, not a parked task and timer per target and
+//! round (at 1,000 targets those wake-ups were a visible share of the daemon's CPU). A target
+//! still running when it is due again is skipped (and counted), never probed twice at once. With an adaptive plan
+//! ([`crate::decide::adaptive`]) a stretched target is armed only in one round of every `stretch`, and a
+//! target in trouble `burst` times per round, evenly spaced from its offset.
+
+use crate::io::metrics::Metrics;
+use crate::io::probe::{grid, Planned, Prober};
+use crate::vocab::sample::Sample;
+use chrono::Utc;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_cron_scheduler::{Job, JobScheduler};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The scheduler could not start.
+#[derive(Debug, Error)]
+#[error("scheduler: {0}")]
+pub struct SchedulerError(String);
+
+/// One target with its offset and its in-flight flag.
+struct Slot {
+    plan: Planned,
+    offset: Duration,
+    busy: AtomicBool,
+    /// Target id, for the adaptive plan.
+    id: String,
+    /// Its phase among stretched rounds.
+    phase: u64,
+}
+
+/// One probe armed for its due time: slot `slot` at `position` of `positions` in round `round`.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Arm {
+    due: Instant,
+    slot: usize,
+    round: u64,
+    position: u32,
+    positions: u32,
+}
+
+/// The probes armed for the coming rounds, earliest first.
+#[derive(Default)]
+struct Armed(BinaryHeap<Reverse<Arm>>);
+
+impl Armed {
+    fn next_due(&self) -> Option<Instant> {
+        self.0.peek().map(|Reverse(a)| a.due)
+    }
+
+    /// Takes the next probe due by `now`.
+    fn pop_due(&mut self, now: Instant) -> Option<Arm> {
+        if self.next_due()? <= now {
+            self.0.pop().map(|Reverse(a)| a)
+        } else {
+            None
+        }
+    }
+}
+
+/// The thread the daemon's scheduler and its probes run on: a single-threaded runtime of their
+/// own. A probe's clocks are then never held up by the pipeline's work on the daemon's workers,
+/// and each socket wake-up of a streamed probe (about fifteen per probe) wakes one thread, not
+/// also a second worker looking for work to steal (with one worker instead of two the whole
+/// daemon used 7–8 % less CPU at 1,000 targets, docs/BENCHMARKS.md). One thread is plenty: a
+/// probe is mostly waiting.
+pub struct ProbeThread {
+    handle: tokio::runtime::Handle,
+    /// Dropping it ends the thread; probe tasks still there (after the drain) are dropped.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl ProbeThread {
+    /// Starts the thread.
+    pub fn start() -> Result<Self, SchedulerError> {
+        let failed = |e: std::io::Error| SchedulerError(format!("cannot start the probe thread: {e}"));
+        // Sockets and timers only: the process and signal drivers would be checked at every park.
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(failed)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("vigil-probes".into())
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(failed)?;
+        Ok(ProbeThread { handle, _stop: stop })
+    }
+
+    /// Runs the scheduler's rounds ([`Scheduler::run`]) on this thread until `shutdown` and the
+    /// drain of the probes in flight.
+    pub async fn run(
+        &self,
+        scheduler: Scheduler,
+        tx: mpsc::Sender<Sample>,
+        shutdown: CancellationToken,
+    ) -> Result<(), SchedulerError> {
+        let rounds = self.handle.spawn(async move { scheduler.run(tx, shutdown).await });
+        rounds.await.unwrap_or_else(|e| Err(SchedulerError(format!("the scheduler task ended: {e}"))))
+    }
+}
+
+/// Plans rounds and runs probes; cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    slots: Arc<Vec<Slot>>,
+    prober: Prober,
+    interval: Duration,
+    permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    tracker: TaskTracker,
+    /// Cuts in-flight probes short when a stop must finish within its bound.
+    abort: CancellationToken,
+    /// The adaptive plan, when probing is cost-aware; rounds planned so far.
+    adaptive: Option<crate::decide::adaptive::SharedPlan>,
+    rounds: Arc<std::sync::atomic::AtomicU64>,
+    /// Probe positions per round under a plan (`probe.interval / probe.incident_interval`).
+    max_burst: u32,
+}
+
+/// A stable offset in `[0, interval)` from the target id, so a fleet's probes spread evenly and
+/// each target keeps its slot across restarts; whole ticks of the probe thread's grid
+/// ([`grid`]), so targets sharing a tick start on one wake-up.
+pub fn offset_for(id: &str, interval: Duration) -> Duration {
+    // FNV-1a: unlike std's hasher, its output is fixed across Rust versions and builds.
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let nanos = interval.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
+    grid::floor(Duration::from_nanos(hash % nanos))
+}
+
+impl Scheduler {
+    /// A scheduler for `plans`, with at most `concurrency` probes in flight.
+    pub fn new(
+        plans: Vec<Planned>,
+        prober: Prober,
+        interval: Duration,
+        concurrency: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let slots = plans
+            .into_iter()
+            .map(|plan| {
+                metrics.register_target(&plan.target);
+                let id = plan.target.id();
+                Slot {
+                    offset: offset_for(&id, interval),
+                    plan,
+                    busy: AtomicBool::new(false),
+                    phase: crate::decide::adaptive::plan::phase_for(&id),
+                    id,
+                }
+            })
+            .collect();
+        Scheduler {
+            slots: Arc::new(slots),
+            prober,
+            interval,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            metrics,
+            tracker: TaskTracker::new(),
+            abort: CancellationToken::new(),
+            adaptive: None,
+            rounds: Arc::default(),
+            max_burst: 1,
+        }
+    }
+
+    /// Follows the adaptive plan published in `plan` (targets it does not name keep the base
+    /// interval), with up to `max_burst` probes a round for targets in trouble.
+    pub fn with_plan(mut self, plan: crate::decide::adaptive::SharedPlan, max_burst: u32) -> Self {
+        self.adaptive = Some(plan);
+        self.max_burst = max_burst.max(1);
+        self
+    }
+
+    /// Cancelling this ends probes still in flight during a drain: they become a gap, not samples.
+    pub fn abort_token(&self) -> CancellationToken {
+        self.abort.clone()
+    }
+
+    /// The targets, in slot order.
+    pub fn targets(&self) -> Vec<crate::vocab::target::Target> {
+        self.slots.iter().map(|s| s.plan.target.clone()).collect()
+    }
+
+    /// Number of targets.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when there is nothing to probe.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// One round now, all targets at once (bounded by the concurrency limit), for `vigil probe`.
+    pub async fn run_round(&self, only: Option<&str>) -> Vec<Sample> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if only.is_some_and(|id| id != slot.plan.target.id()) {
+                continue;
+            }
+            let this = self.clone();
+            tasks.spawn(async move {
+                let _permit = this.permits.acquire().await.ok();
+                let slot = &this.slots[i];
+                (i, this.prober.probe(&slot.plan, Utc::now()).await)
+            });
+        }
+        let mut out: Vec<(usize, Sample)> = Vec::new();
+        while let Some(res) = tasks.join_next().await {
+            if let Ok(pair) = res {
+                out.push(pair);
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Arms one probe per target (per burst position under an adaptive plan) for the round
+    /// starting at `round_start`.
+    fn arm_round(&self, round_start: Instant, armed: &mut Armed) {
+        let round = self.rounds.fetch_add(1, Ordering::AcqRel);
+        // Without a plan each target has one position a round; with one, every target has the
+        // incident burst's positions and the plan, read when each comes due, says which probe.
+        let positions = if self.adaptive.is_some() { self.max_burst } else { 1 };
+        for (slot, s) in self.slots.iter().enumerate() {
+            let offsets = crate::decide::adaptive::plan::burst_offsets(s.offset, self.interval, positions);
+            for (position, offset) in (0..positions).zip(offsets) {
+                // On a tick even when the interval or a burst's spacing is not whole ticks.
+                let due = grid::at_or_after(round_start + offset);
+                armed.0.push(Reverse(Arm { due, slot, round, position, positions }));
+            }
+        }
+    }
+
+    /// Starts every armed probe that is due, each in its own task.
+    fn start_due(&self, armed: &mut Armed, tx: &mpsc::Sender<Sample>) {
+        let now = Instant::now();
+        while let Some(arm) = armed.pop_due(now) {
+            if !self.wanted(arm.slot, arm.round, arm.position, arm.positions) {
+                continue;
+            }
+            let this = self.clone();
+            let tx = tx.clone();
+            self.tracker.spawn(async move { this.run_slot(arm.slot, arm.due, &tx).await });
+        }
+    }
+
+    /// Sleeps until each armed probe is due and starts it, until none is left or `shutdown`.
+    async fn dispatch(&self, armed: &mut Armed, tx: &mpsc::Sender<Sample>, shutdown: &CancellationToken) {
+        while let Some(due) = armed.next_due() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep_until(due) => self.start_due(armed, tx),
+            }
+        }
+    }
+
+    /// One round starting at `round_start`, each target at its offset as the daemon runs it:
+    /// returns once every probe has started; the samples go to `tx`.
+    #[cfg(any(test, feature = "test-support"))]
+    pub async fn run_one_round(&self, round_start: Instant, tx: mpsc::Sender<Sample>, shutdown: &CancellationToken) {
+        let mut armed = Armed::default();
+        self.arm_round(round_start, &mut armed);
+        self.dispatch(&mut armed, &tx, shutdown).await;
+    }
+
+    /// Whether the current plan probes slot `i` at this position of round `round`.
+    fn wanted(&self, i: usize, round: u64, position: u32, positions: u32) -> bool {
+        let slot = &self.slots[i];
+        let cadence = self.adaptive.as_ref().and_then(|p| {
+            let plan = p.read().ok()?;
+            // The planner lists targets in slot order; the search covers a plan made otherwise.
+            let entry = plan.targets.get(i).filter(|t| t.target == slot.id).or_else(|| plan.get(&slot.id));
+            entry.map(|t| (t.stretch, t.burst))
+        });
+        let (stretch, burst) = cadence.unwrap_or((1, 1));
+        crate::decide::adaptive::plan::due(round, slot.phase, stretch, burst, position, positions)
+    }
+
+    async fn run_slot(&self, i: usize, due: Instant, tx: &mpsc::Sender<Sample>) {
+        let slot = &self.slots[i];
+        let target = &slot.plan.target;
+        if slot.busy.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target = %target, provider = %target.provider, model = %target.model,
+                "previous probe still running; skipping this round");
+            self.metrics.skipped(target);
+            return;
+        }
+        let _permit = self.permits.acquire().await.ok();
+        // Wall-clock due time derived from the monotonic one, so lag is measured, not hidden.
+        let scheduled_at = Utc::now() - chrono::Duration::from_std(due.elapsed()).unwrap_or_default();
+        let sample = tokio::select! {
+            s = self.prober.probe(&slot.plan, scheduled_at) => s,
+            _ = self.abort.cancelled() => {
+                slot.busy.store(false, Ordering::Release);
+                tracing::info!(target = %target, "probe cut short: stopping within the shutdown bound");
+                return;
+            }
+        };
+        slot.busy.store(false, Ordering::Release);
+        tracing::debug!(target = %target, outcome = %sample.outcome, ttft_ms = ?sample.ttft_ms, "probe done");
+        if tx.send(sample).await.is_err() {
+            tracing::warn!(target = %target, "sample channel closed; sample dropped during shutdown");
+        }
+    }
+
+    /// Runs rounds until `shutdown`, then waits for in-flight probes to finish.
+    pub async fn run(&self, tx: mpsc::Sender<Sample>, shutdown: CancellationToken) -> Result<(), SchedulerError> {
+        let start = grid::at_or_after(Instant::now());
+        let mut armed = Armed::default();
+        self.arm_round(start, &mut armed);
+        self.arm_round(start + self.interval, &mut armed);
+        let mut next = start + self.interval * 2;
+        // The cron job only signals ticks; this loop owns the sample sender, so the channel
+        // closes (and the pipeline drains) once the loop and every probe task have ended.
+        let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<()>();
+        let mut cron = JobScheduler::new().await.map_err(|e| SchedulerError(e.to_string()))?;
+        let job = Job::new_repeated_async(self.interval, move |_id, _lock| {
+            let _ = tick_tx.send(());
+            Box::pin(async {})
+        })
+        .map_err(|e| SchedulerError(e.to_string()))?;
+        cron.add(job).await.map_err(|e| SchedulerError(e.to_string()))?;
+        cron.start().await.map_err(|e| SchedulerError(e.to_string()))?;
+        tracing::info!(targets = self.slots.len(), interval = %humantime::format_duration(self.interval), "probing");
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                tick = tick_rx.recv() => {
+                    if tick.is_none() {
+                        break;
+                    }
+                    self.arm_round(next, &mut armed);
+                    next += self.interval;
+                }
+                // The next two rounds are queued before the first starts; only an empty fleet
+                // leaves nothing to dispatch.
+                _ = self.dispatch(&mut armed, &tx, &shutdown), if armed.next_due().is_some() => {}
+            }
+        }
+        let _ = cron.shutdown().await;
+        self.tracker.close();
+        let in_flight = self.slots.iter().filter(|s| s.busy.load(Ordering::Acquire)).count();
+        if in_flight > 0 {
+            tracing::info!(in_flight, "draining in-flight probes");
+        }
+        self.tracker.wait().await;
+        drop(tx);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_stable_and_inside_the_interval() {
+        let i = Duration::from_secs(60);
+        let a = offset_for("openrouter/m@DeepInfra", i);
+        assert_eq!(a, offset_for("openrouter/m@DeepInfra", i));
+        assert!(a < i);
+        let offsets: Vec<Duration> = (0..1000).map(|n| offset_for(&format!("p/m{n}"), i)).collect();
+        let spread: std::collections::HashSet<u64> = offsets.iter().map(|o| o.as_secs() / 6).collect();
+        assert_eq!(spread.len(), 10, "1,000 targets fill every tenth of the interval");
+        assert!(offsets.iter().all(|o| grid::floor(*o) == *o), "every offset is whole ticks, so starts share wake-ups");
+        let mut per_tick: std::collections::HashMap<&Duration, usize> = std::collections::HashMap::new();
+        for o in &offsets {
+            *per_tick.entry(o).or_default() += 1;
+        }
+        let most = per_tick.values().max().copied().unwrap_or(0);
+        assert!(most <= 10, "no tick starts more than 1 % of the fleet at once: {most}");
+    }
+}

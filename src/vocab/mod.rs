@@ -1,0 +1,11 @@
+//! The ground deck: the words every other deck shares (a target and its sample, the breaker's
+//! state, stored records, notices, readiness). It imports nothing of vigil's own.
+
+pub mod breaker;
+pub mod canary;
+pub mod notice;
+pub mod provider_status;
+pub mod ready;
+pub mod records;
+pub mod sample;
+pub mod target;
