@@ -135,8 +135,7 @@ fi
 # fetched here. cargo-deny is built from crates.io when missing; if that fails, say so and skip.
 log "cargo deny check licenses bans"
 if ! command -v cargo-deny >/dev/null; then
-  # An unoptimised build: it compiles in about half the time, and checking licences and bans
-  # takes it a second either way.
+  # An unoptimised build compiles faster, and checking licences and bans takes it seconds either way.
   cargo install cargo-deny --locked --debug --quiet >"${TMPDIR:-/tmp}/vigil-cargo-deny-install.log" 2>&1 || true
   hash -r
 fi
