@@ -3,6 +3,8 @@
 
 use crate::config::Config;
 use crate::decide::snapshot::SharedSnapshot;
+use crate::io::http::api::Feed;
+use crate::io::http::status_page::StatusPage;
 use crate::io::http::{router, HttpState, SchedulerRunning};
 use crate::io::metrics::Metrics;
 use crate::io::probe::{Planned, Prober};
@@ -255,13 +257,7 @@ impl App {
         let snapshot = SharedSnapshot::default();
         // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
         let probe_plan = crate::decide::adaptive::SharedPlan::default();
-        let planner = crate::decide::adaptive::Planner::new(
-            crate::decide::adaptive::settings_of(&config.probe, &config.adaptive),
-            &config.providers,
-            config.probe.max_tokens,
-            scheduler.targets(),
-            probe_plan.clone(),
-        );
+        let planner = planner_for(&config, scheduler.targets(), probe_plan.clone());
         let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let canary_shown = crate::vocab::canary::SharedCanary::default();
@@ -278,11 +274,8 @@ impl App {
             link: Some(link_health),
             snapshot: snapshot.clone(),
             api_token: config.http.api_token.clone(),
-            status: Some(Arc::new(crate::io::http::status_page::StatusPage::new(
-                page_settings(&config),
-                store.clone(),
-            ))),
-            feed: Arc::new(crate::io::http::api::Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
+            status: Some(Arc::new(StatusPage::new(page_settings(&config), store.clone()))),
+            feed: Arc::new(Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
             provider_status: provider_status.clone(),
             canary: canary_shown.clone(),
         });
@@ -363,6 +356,17 @@ async fn restore_alerting(
         saved.as_ref(),
     );
     crate::run::pipeline::Alerting::new(config, engine, channels, model_notices)
+}
+
+/// The adaptive planner for `targets`, on `[probe]` and `[probe.adaptive]` and the providers'
+/// prices, publishing into `shared`.
+pub(crate) fn planner_for(
+    config: &Config,
+    targets: Vec<crate::vocab::target::Target>,
+    shared: crate::decide::adaptive::SharedPlan,
+) -> crate::decide::adaptive::Planner {
+    let settings = crate::decide::adaptive::settings_of(&config.probe, &config.adaptive);
+    crate::decide::adaptive::Planner::new(settings, &config.providers, config.probe.max_tokens, targets, shared)
 }
 
 /// What the status page reads of the config.

@@ -628,13 +628,8 @@ balance = { min_usd = 5.0 }
         let (writer, written) = mpsc::channel(64);
         let snapshot = SharedSnapshot::default();
         let targets = vec![target("eu")];
-        let planner = crate::decide::adaptive::Planner::new(
-            crate::decide::adaptive::settings_of(&config.probe, &config.adaptive),
-            &config.providers,
-            config.probe.max_tokens,
-            targets.clone(),
-            crate::decide::adaptive::SharedPlan::default(),
-        );
+        let planner =
+            crate::run::app::planner_for(&config, targets.clone(), crate::decide::adaptive::SharedPlan::default());
         let (_canary_tx, canary) = mpsc::channel(1);
         let pipeline = Pipeline::new(Stages {
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),

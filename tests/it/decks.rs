@@ -1,6 +1,7 @@
 //! The decks, read from the code: every file under `src/` imports only from its own deck or one
 //! below (vocab → config → decide → io → run → cli), and no group of files imports itself in a
-//! loop. docs/ARCHITECTURE.md ("Decks") says why; the checker's own tests plant violations.
+//! loop; no function outside tests is over 120 lines and no config file over 600.
+//! docs/ARCHITECTURE.md ("Decks") says why; the checkers' own tests plant violations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -476,4 +477,83 @@ fn the_checker_catches_a_planted_cycle_and_ignores_test_modules() {
     ]));
     assert_eq!(found.cycles, [vec!["decide/a.rs".to_string(), "decide/b.rs".to_string()]]);
     assert!(found.upward.is_empty(), "test modules may reach any fixture: {:?}", found.upward);
+}
+
+/// Every function outside test code, as (file, name, lines from `fn` to its closing brace).
+fn function_lengths(file: &File) -> Vec<(String, String, usize)> {
+    let code = code_only(&without_tests(&file.text));
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = code[from..].find("fn ") {
+        let at = from + p;
+        from = at + 3;
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // The body opens at the first `{` outside the signature's parentheses; a `;` first means
+        // a declaration without a body (a trait method).
+        let (mut depth, mut open) = (0i32, None);
+        for (i, c) in code[at..].char_indices() {
+            match c {
+                '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                ';' if depth == 0 => break,
+                '{' if depth == 0 => {
+                    open = Some(at + i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut level = 0;
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => level += 1,
+                '}' => {
+                    level -= 1;
+                    if level == 0 {
+                        let lines = code[at..open + i].matches('\n').count() + 1;
+                        out.push((file.path.clone(), name.clone(), lines));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_over_120_lines_and_no_config_file_over_600() {
+    let files = source_files();
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(function_lengths)
+        .filter(|(_, _, n)| *n > 120)
+        .map(|(f, name, n)| format!("{f}: fn {name} is {n} lines"))
+        .collect();
+    assert!(long.is_empty(), "split these into named steps:\n{}", long.join("\n"));
+    let big: Vec<String> = files
+        .iter()
+        .filter(|f| f.path.starts_with("config/"))
+        .map(|f| (f.path.clone(), f.text.lines().count()))
+        .filter(|(_, n)| *n > 600)
+        .map(|(p, n)| format!("{p}: {n} lines"))
+        .collect();
+    assert!(big.is_empty(), "config files over 600 lines: {big:?}");
+}
+
+#[test]
+fn the_length_check_measures_a_planted_long_function_and_skips_tests() {
+    let body = "    let x = 1;\n".repeat(130);
+    let text = format!(
+        "fn long() {{\n{body}}}\nfn short() {{ if true {{ }} }}\n#[cfg(test)]\nmod tests {{ fn t() {{\n{body}}} }}\n"
+    );
+    let found = function_lengths(&File { path: "run/x.rs".into(), text });
+    let lengths: Vec<(&str, usize)> = found.iter().map(|(_, n, l)| (n.as_str(), *l)).collect();
+    assert_eq!(lengths, [("long", 132), ("short", 1)]);
 }
