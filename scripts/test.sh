@@ -70,9 +70,30 @@ if ! "$VIGIL_LITELLM_VENV/bin/python" -c 'import litellm, yaml' 2>/dev/null; the
 fi
 # The optional real-inference-server tier (tests/it/prompt_cache.rs): a cached venv with
 # llama-cpp-python[server]; when it cannot be built the test prints why and skips.
+# It is a C++ compile of several minutes on a new machine, independent of the Rust build: it runs
+# beside the test build below at a lower priority, filling the cores while cargo has fewer jobs
+# than cores, and the tests wait for it.
+llama_log="${TMPDIR:-/tmp}/vigil-llama-tier.log"
+llama_pid=""
 if [ "${VIGIL_LLAMA_TIER:-1}" != 0 ]; then
-  log "llama tier (prompt-cache test)"
-  ./scripts/llama-tier.sh || echo "llama tier unavailable; tests/it/prompt_cache.rs will skip"
+  log "llama tier (prompt-cache test), beside the build"
+  nice -n 10 bash -c './scripts/llama-tier.sh || echo "llama tier unavailable; tests/it/prompt_cache.rs will skip"' \
+    >"$llama_log" 2>&1 &
+  llama_pid=$!
+fi
+# The tools the last checks need are built beside the test build too (unoptimised: they compile
+# faster, and checking licences and bans or driving the fuzzer takes them seconds either way).
+tools_log="${TMPDIR:-/tmp}/vigil-tool-installs.log"
+: >"$tools_log"
+tools_pid=""
+if ! command -v cargo-deny >/dev/null || ! cargo fuzz --version >/dev/null 2>&1; then
+  log "building cargo-deny and cargo-fuzz beside the build ($tools_log)"
+  # Their own throw-away target directory, so they never wait for the test build's lock.
+  nice -n 10 env -u CARGO_TARGET_DIR bash -c '
+    command -v cargo-deny >/dev/null || cargo install cargo-deny --locked --debug --quiet || true
+    cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked --debug --quiet || true
+  ' >"$tools_log" 2>&1 &
+  tools_pid=$!
 fi
 
 # PostgreSQL: use the one on 127.0.0.1:5432 when it answers; else start the machine's cluster;
@@ -95,6 +116,20 @@ if ! pg_ok; then
   trap 'as_pg "$bin/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true' EXIT
   export VIGIL_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:55432/postgres"
   pg_ok || { echo "PostgreSQL did not come up" >&2; exit 1; }
+fi
+
+log "cargo test: building"
+# A build failure is reported by the run below, with the summary.
+cargo test --lib --bins --tests --no-run || true
+if [ -n "$llama_pid" ]; then
+  log "waiting for the llama tier"
+  wait "$llama_pid" || true
+  cat "$llama_log"
+fi
+# Nothing may compile beside the tests: some verdicts rest on measured latency.
+if [ -n "$tools_pid" ]; then
+  wait "$tools_pid" || true
+  tools_pid=""
 fi
 
 log "cargo test"
@@ -134,11 +169,7 @@ fi
 # Licences and banned crates (deny.toml). Advisories are left out: their database cannot be
 # fetched here. cargo-deny is built from crates.io when missing; if that fails, say so and skip.
 log "cargo deny check licenses bans"
-if ! command -v cargo-deny >/dev/null; then
-  # An unoptimised build compiles faster, and checking licences and bans takes it seconds either way.
-  cargo install cargo-deny --locked --debug --quiet >"${TMPDIR:-/tmp}/vigil-cargo-deny-install.log" 2>&1 || true
-  hash -r
-fi
+hash -r
 if command -v cargo-deny >/dev/null; then
   if cargo deny --log-level error check licenses bans; then
     passed=$((passed + 1))
@@ -147,7 +178,7 @@ if command -v cargo-deny >/dev/null; then
     status=1
   fi
 else
-  echo "SKIPPED: cargo-deny could not be installed (${TMPDIR:-/tmp}/vigil-cargo-deny-install.log): licences and bans not checked"
+  echo "SKIPPED: cargo-deny could not be installed ($tools_log): licences and bans not checked"
 fi
 
 # The stream parsers and error answers are fuzzed for a bounded time on every run (seeded from the fixtures);
