@@ -89,7 +89,7 @@ async fn upkeep(store: Arc<dyn Store>, policy: retention::Policy, migrated: bool
 /// The credit of every provider with a `balance` setting, each on its own period.
 async fn credit(store: Arc<dyn Store>, config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let mut jobs = tokio::task::JoinSet::new();
-    for watched in balance::watched(&config.providers, config.probe.timeout) {
+    for watched in balance::watched(config.credit_watch(), config.probe.timeout) {
         let (store, metrics, shutdown, region) =
             (store.clone(), metrics.clone(), shutdown.clone(), config.region.clone());
         jobs.spawn(async move {

@@ -195,12 +195,15 @@ pub struct Watched {
     client: BalanceClient,
 }
 
-/// The providers with a `balance` setting and a key, each with its client (requests time out
-/// after `timeout`); a client that cannot be built is logged and left out.
-pub fn watched(providers: &[ProviderConfig], timeout: Duration) -> Vec<Watched> {
+/// The credit-watch list (`Config::credit_watch`) with a key, each with its client (requests time
+/// out after `timeout`); a client that cannot be built is logged and left out.
+pub fn watched<'a>(
+    credit_watch: impl IntoIterator<Item = (&'a ProviderConfig, &'a BalanceConfig)>,
+    timeout: Duration,
+) -> Vec<Watched> {
     let mut out = Vec::new();
-    for p in providers {
-        let (Some(balance), Some(key)) = (&p.balance, p.api_key.clone()) else { continue };
+    for (p, balance) in credit_watch {
+        let Some(key) = p.api_key.clone() else { continue };
         match BalanceClient::new(&p.name, p.base_url.clone(), key, timeout) {
             Ok(client) => out.push(Watched { provider: p.name.clone(), balance: balance.clone(), client }),
             Err(e) => tracing::warn!(provider = %p.name, error = %e, "credit polling disabled"),
