@@ -15,8 +15,9 @@
 //! Any good probe resets the failure streak, so alternating good/bad probes never open a breaker
 //! that needs two or more failures in a row.
 
-use crate::config::{BaselineConfig, BreakerConfig};
+use crate::config::BreakerConfig;
 use crate::decide::baseline::{worst_excess, Excess, LatencyP95};
+use crate::decide::health::Failover;
 use crate::vocab::breaker::State;
 use crate::vocab::records::{BreakerRecord, BreakerTransition};
 use crate::vocab::sample::{Outcome, Sample};
@@ -39,7 +40,7 @@ pub enum BreakerError {
     },
 }
 
-/// Breaker rules, taken from `[breaker]` and `[baseline].failover_factor`.
+/// Breaker rules, taken from `[breaker]` and the failover rule (`decide::health::Failover`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerSettings {
     /// Failed probes in a row that open it (0 disables).
@@ -56,13 +57,13 @@ pub struct BreakerSettings {
 
 impl BreakerSettings {
     /// Settings from the validated config.
-    pub fn from_config(breaker: &BreakerConfig, baseline: &BaselineConfig) -> Self {
+    pub fn from_config(breaker: &BreakerConfig, failover: Failover) -> Self {
         let dur = |d: std::time::Duration| Duration::from_std(d).unwrap_or(Duration::MAX);
         BreakerSettings {
             consecutive_failures: breaker.consecutive_failures,
             failure_window: dur(breaker.failure_window),
             latency_trips: breaker.latency_trips,
-            failover_factor: baseline.failover_factor,
+            failover_factor: failover.factor,
             open_for: dur(breaker.open_for),
         }
     }

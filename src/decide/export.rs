@@ -5,18 +5,18 @@
 //! costs go in, the document comes out. `rank` orders the targets serving the same model in this
 //! region, best first: closed before half_open before open, then lower error rate, then lower P95
 //! TTFT (unknown last), then lower cost (unknown last). A chain keeps its configured order for
-//! healthy targets, moves demoted ones (half_open, flapping, last probe failed or over its own
-//! failover deadline) behind them, and drops open ones, each with the reason.
+//! targets whose health (`decide::health`, judged by the monitor) is clean, moves the others
+//! (waiting, half_open, flapping, last probe failed or over its failover deadline) behind them,
+//! and drops open ones, each with the health's reason; nothing here judges health again.
 //!
-//! Before a P95 has its minimum sample count, the failover deadline rests on a provisional P95:
-//! the order statistic that bounds the true P95 from above with 95 % confidence (distribution-free:
-//! the k-th smallest of n values exceeds the P95 with probability P[Binomial(n, 0.95) < k]), or the
-//! largest value seen while n is too small for that bound (n < 59); the confidence reached is
-//! published with it. No deadline is published below the P50 minimum count (30 by default).
+//! The published failover deadlines (provisional ones with the confidence reached) are the
+//! health rule's own ([`Failover::deadline`]).
 
 use crate::config::chain::{ChainConfig, SkippedMember};
-use crate::decide::baseline::{failover_threshold, Baseline};
+use crate::decide::baseline::Baseline;
+use crate::decide::health::{Failover, P95Bound};
 use crate::vocab::breaker::State;
+use crate::vocab::health::Health;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
@@ -27,8 +27,6 @@ use std::time::Duration;
 pub const SCHEMA_VERSION: u32 = 2;
 /// The document expires after this many probe intervals.
 pub const EXPIRES_AFTER_INTERVALS: u32 = 3;
-/// Confidence that a provisional P95 is at or above the true P95.
-pub const PROVISIONAL_CONFIDENCE: f64 = 0.95;
 
 /// The breaker rules, as a router needs them to act like vigil's own breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -56,38 +54,12 @@ pub struct ExportParams {
     pub probe_interval: Duration,
     /// Baseline window.
     pub window: Duration,
-    /// Router threshold = factor × P95.
-    pub failover_factor: f64,
+    /// The failover rule: deadline = factor × P95 (or its provisional bound).
+    pub failover: Failover,
     /// Breaker rules published for routers.
     pub breaker: BreakerParams,
-    /// Fewest samples for a provisional deadline (`baseline.min_samples_p50`).
-    pub provisional_min_samples: u64,
     /// Configured failover chains.
     pub chains: Vec<ChainConfig>,
-}
-
-/// An upper confidence bound on a P95 from fewer samples than a stable P95 needs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct P95Bound {
-    /// The bound, in the metric's unit (ms).
-    pub value: f64,
-    /// Samples it rests on.
-    pub samples: u64,
-    /// Probability that the true P95 is at or below `value`.
-    pub confidence: f64,
-}
-
-/// The last probe of a target.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LastProbe {
-    /// Whether it failed.
-    pub failed: bool,
-    /// Its outcome name (`server_error`, …).
-    pub outcome: String,
-    /// Its TTFB.
-    pub ttfb_ms: Option<f64>,
-    /// Its TTFT.
-    pub ttft_ms: Option<f64>,
 }
 
 /// Everything known about one target over the window.
@@ -107,8 +79,6 @@ pub struct TargetStats {
     pub errors: u64,
     /// Breaker state now.
     pub breaker: State,
-    /// Why the breaker is in its state, when it moved.
-    pub breaker_reason: Option<String>,
     /// When an open breaker will let one probe through.
     pub next_half_open: Option<DateTime<Utc>>,
     /// What one probe costs, when known.
@@ -117,10 +87,8 @@ pub struct TargetStats {
     pub ttfb_p95_bound: Option<P95Bound>,
     /// Upper bound on the TTFT P95 while the P95 is not yet published.
     pub ttft_p95_bound: Option<P95Bound>,
-    /// The most recent probe.
-    pub last: Option<LastProbe>,
-    /// The target flaps (alternating good and failed probes); demoted in chains.
-    pub flapping: bool,
+    /// Its health, as the monitor judged it (chains demote what is not clean).
+    pub health: Health,
 }
 
 /// P50/P95/P99 in the document.
@@ -282,59 +250,6 @@ pub fn format_window(d: Duration) -> String {
     }
 }
 
-/// The order statistic (1-based rank `k` of `n` values) bounding the P95 from above with
-/// [`PROVISIONAL_CONFIDENCE`], and the confidence reached; the largest value (`k = n`) when no
-/// rank reaches it. `None` for `n = 0`.
-pub fn p95_upper_rank(n: u64) -> Option<(u64, f64)> {
-    if n == 0 {
-        return None;
-    }
-    // Remembered per `n`: every publish asks again for each young target, and the sum below is
-    // O(n) logarithms and exponentials.
-    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u64, (u64, f64)>>> =
-        std::sync::OnceLock::new();
-    let known = KNOWN.get_or_init(Default::default);
-    if let Some(r) = known.lock().ok().and_then(|m| m.get(&n).copied()) {
-        return Some(r);
-    }
-    let r = upper_rank(n);
-    if let Ok(mut m) = known.lock() {
-        // Bounded: `n` is a window's sample count, a few thousand values at most in practice.
-        if m.len() < 65_536 {
-            m.insert(n, r);
-        }
-    }
-    Some(r)
-}
-
-/// [`p95_upper_rank`] computed, for `n > 0`.
-fn upper_rank(n: u64) -> (u64, f64) {
-    // P[Binomial(n, 0.95) <= j], summed upwards in log space (n is at most a few thousand).
-    let (p, q) = (0.95f64, 0.05f64);
-    let nf = n as f64;
-    let mut log_pmf = nf * q.ln(); // j = 0
-    let mut cdf = log_pmf.exp();
-    for j in 0..n {
-        // P[Bin <= j] >= target: the (j+1)-th smallest bounds the P95.
-        if cdf >= PROVISIONAL_CONFIDENCE {
-            return (j + 1, cdf.min(1.0));
-        }
-        let jf = j as f64;
-        log_pmf += ((nf - jf) / (jf + 1.0)).ln() + (p / q).ln();
-        cdf += log_pmf.exp();
-    }
-    (n, 1.0 - p.powf(nf))
-}
-
-/// The provisional P95 bound from `n` values, reading the k-th smallest through `quantile`
-/// (nearest-rank quantile over the same values).
-pub fn p95_upper_bound(n: u64, quantile: impl FnOnce(f64) -> Option<f64>) -> Option<P95Bound> {
-    let (k, confidence) = p95_upper_rank(n)?;
-    // Nearest rank ceil(q·n) = k for q just under k/n.
-    let q = (k as f64 - 0.5) / n as f64;
-    quantile(q).map(|value| P95Bound { value, samples: n, confidence })
-}
-
 fn error_rate(t: &TargetStats) -> Option<f64> {
     (t.probes > 0).then(|| t.errors.min(t.probes) as f64 / t.probes as f64)
 }
@@ -359,37 +274,15 @@ pub fn failover_order(a: &TargetStats, b: &TargetStats) -> Ordering {
         .then_with(|| a.target.cmp(&b.target))
 }
 
-/// A deadline: factor × P95 when published, else factor × its bound once `min` samples exist.
-struct Deadline {
-    ms: Option<f64>,
-    /// The P95 it rests on.
-    p95: Option<f64>,
-    bound: Option<P95Bound>,
-}
-
-fn deadline(base: &Baseline, bound: Option<P95Bound>, factor: f64, min: u64) -> Deadline {
-    match (base.p95, bound) {
-        (Some(p), _) => Deadline { ms: Some(failover_threshold(p, factor)), p95: Some(p), bound: None },
-        (None, Some(b)) if b.samples >= min => {
-            Deadline { ms: Some(failover_threshold(b.value, factor)), p95: Some(b.value), bound: Some(b) }
-        }
-        _ => Deadline { ms: None, p95: None, bound: None },
-    }
-}
-
-/// The target and its deadlines, computed once per document.
+/// The target and its published row, computed once per document.
 struct Judged<'a> {
     stats: &'a TargetStats,
     row: TargetThresholds,
-    ttfb_p95: Option<f64>,
-    ttft_p95: Option<f64>,
 }
 
 fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
-    let factor = params.failover_factor;
-    let min = params.provisional_min_samples;
-    let fb = deadline(&t.ttfb, t.ttfb_p95_bound, factor, min);
-    let ft = deadline(&t.ttft, t.ttft_p95_bound, factor, min);
+    let fb = params.failover.deadline(&t.ttfb, t.ttfb_p95_bound);
+    let ft = params.failover.deadline(&t.ttft, t.ttft_p95_bound);
     let basis = (fb.bound.is_some() || ft.bound.is_some()).then(|| {
         let bounds = [fb.bound, ft.bound];
         let used = bounds.iter().flatten();
@@ -414,36 +307,10 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
         provisional: basis.is_some(),
         provisional_basis: basis,
         breaker: t.breaker,
-        flapping: t.flapping,
+        flapping: t.health.flapping,
         rank: 0,
     };
-    Judged { stats: t, row, ttfb_p95: fb.p95, ttft_p95: ft.p95 }
-}
-
-/// Why a usable target goes behind the healthy ones (empty: healthy).
-fn demotions(j: &Judged<'_>) -> Vec<String> {
-    let t = j.stats;
-    let mut why = Vec::new();
-    if t.breaker == State::HalfOpen {
-        why.push("breaker half_open: the next probe decides".to_string());
-    }
-    if t.flapping {
-        why.push("flapping".to_string());
-    }
-    if let Some(last) = &t.last {
-        if last.failed {
-            why.push(format!("last probe failed: {}", last.outcome));
-        } else {
-            let over = |name: &str, value: Option<f64>, p95: Option<f64>, limit: Option<f64>| match (value, p95, limit)
-            {
-                (Some(v), Some(p), Some(l)) if v > l && p > 0.0 => Some(format!("{name} p95 {:.1}x baseline", v / p)),
-                _ => None,
-            };
-            why.extend(over("ttft", last.ttft_ms, j.ttft_p95, j.row.failover_ttft_ms));
-            why.extend(over("ttfb", last.ttfb_ms, j.ttfb_p95, j.row.failover_ttfb_ms));
-        }
-    }
-    why
+    Judged { stats: t, row }
 }
 
 fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<String>) -> ChainEntry {
@@ -478,18 +345,18 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
         for j in mine {
             position += 1;
             if j.stats.breaker == State::Open {
-                let mut reason = format!("breaker open: {}", j.stats.breaker_reason.as_deref().unwrap_or("tripped"));
+                let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
                 if let Some(at) = j.stats.next_half_open {
                     reason.push_str(&format!(" (trial probe at {})", at.to_rfc3339_opts(SecondsFormat::Secs, true)));
                 }
                 dropped.push(entry(j, position, ChainStatus::Dropped, Some(reason)));
                 continue;
             }
-            let why = demotions(j);
-            if why.is_empty() {
+            let health = &j.stats.health;
+            if health.is_clean() {
                 healthy.push(entry(j, position, ChainStatus::Healthy, None));
             } else {
-                demoted.push(entry(j, position, ChainStatus::Demoted, Some(why.join("; "))));
+                demoted.push(entry(j, position, ChainStatus::Demoted, health.reason.clone()));
             }
         }
     }
@@ -517,7 +384,7 @@ pub fn build(params: &ExportParams, targets: &[TargetStats]) -> Thresholds {
         expires_at: params.generated_at + interval * EXPIRES_AFTER_INTERVALS as i32,
         region: params.region.clone(),
         window: format_window(params.window),
-        failover_factor: params.failover_factor,
+        failover_factor: params.failover.factor,
         probe_interval_s: params.probe_interval.as_secs().max(1),
         breaker: params.breaker,
         targets: judged.into_iter().map(|j| j.row).collect(),
@@ -580,6 +447,7 @@ impl Thresholds {
 mod tests {
     use super::*;
     use crate::config::chain::ChainMember;
+    use crate::decide::health::{p95_upper_bound, BreakerView, ProbeVerdict};
     use chrono::TimeZone;
     use serde_json::Value;
 
@@ -622,7 +490,7 @@ mod tests {
             generated_at: Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid time"),
             probe_interval: Duration::from_secs(60),
             window: Duration::from_secs(7 * 86_400),
-            failover_factor: 2.0,
+            failover: Failover { factor: 2.0, provisional_min_samples: 30 },
             breaker: BreakerParams {
                 consecutive_failures: 2,
                 failure_window_s: 120,
@@ -630,7 +498,6 @@ mod tests {
                 open_for_s: 300,
                 failover_factor: 2.0,
             },
-            provisional_min_samples: 30,
             chains: vec![],
         }
     }
@@ -657,14 +524,17 @@ mod tests {
             probes: 10_000,
             errors: 4,
             breaker: State::Closed,
-            breaker_reason: None,
             next_half_open: None,
             cost_per_probe_usd: Some(0.00002),
             ttfb_p95_bound: None,
             ttft_p95_bound: None,
-            last: None,
-            flapping: false,
+            health: health(State::Closed, None, Some(ProbeVerdict::Within), false),
         }
+    }
+
+    /// Health as the monitor judges it, through the one rule.
+    fn health(state: State, reason: Option<&str>, last: Option<ProbeVerdict>, flapping: bool) -> Health {
+        crate::decide::health::judge(BreakerView { state, reason }, last.as_ref(), flapping)
     }
 
     fn keys(v: &Value) -> Value {
@@ -708,31 +578,6 @@ mod tests {
         }
         assert_eq!(t["provisional"], false);
         assert!(t["ttft_ms"]["p95"].is_null() && t["tokens_per_s"]["p50"].is_null());
-    }
-
-    #[test]
-    fn the_p95_upper_rank_is_the_smallest_order_statistic_with_95_percent_confidence() {
-        assert_eq!(p95_upper_rank(0), None);
-        // Below 59 values even the largest bounds the P95 with less than 95 % confidence.
-        let (k, c) = p95_upper_rank(30).expect("some");
-        assert_eq!(k, 30);
-        assert!((c - (1.0 - 0.95f64.powi(30))).abs() < 1e-9, "{c}");
-        let (k, c) = p95_upper_rank(59).expect("some");
-        assert_eq!(k, 59);
-        assert!(c >= 0.95, "{c}");
-        // With 100 values the 99th smallest is the bound: P[Bin(100, .95) <= 98] ≈ 0.963.
-        let (k, c) = p95_upper_rank(100).expect("some");
-        assert_eq!(k, 99);
-        assert!((0.95..0.97).contains(&c), "{c}");
-        let (k, c) = p95_upper_rank(299).expect("some");
-        assert!(c >= 0.95 && k < 299 && k > 290, "{k} {c}");
-        // The quantile asked for lands on rank k by nearest rank.
-        let mut asked = 0.0;
-        p95_upper_bound(100, |q| {
-            asked = q;
-            Some(1.0)
-        });
-        assert_eq!((asked * 100.0_f64).ceil() as u64, 99);
     }
 
     #[test]
@@ -912,8 +757,12 @@ mod tests {
     fn slow_failing_half_open_and_flapping_targets_are_demoted_and_open_ones_dropped() {
         let (p, mut all) = three();
         // openrouter: last TTFT 960 ms against a P95 of 400 ms (deadline 800 ms).
-        all[2].last =
-            Some(LastProbe { failed: false, outcome: "ok".into(), ttfb_ms: Some(200.0), ttft_ms: Some(960.0) });
+        all[2].health = health(
+            State::Closed,
+            None,
+            Some(ProbeVerdict::Slow { over: vec!["ttft".into()], reason: "ttft p95 2.4x baseline".into() }),
+            false,
+        );
         let doc = build(&p, &all);
         assert_eq!(
             order(&doc),
@@ -926,17 +775,18 @@ mod tests {
         assert_eq!(doc.chains[0].order[2].reason.as_deref(), Some("ttft p95 2.4x baseline"));
         assert_eq!(doc.chains[0].order[2].position, 1);
 
-        all[1].last = Some(LastProbe { failed: true, outcome: "server_error".into(), ttfb_ms: None, ttft_ms: None });
+        all[1].health = health(State::Closed, None, Some(ProbeVerdict::Failed("server_error".into())), false);
         let doc = build(&p, &all);
         assert_eq!(order(&doc)[0].0, "anthropic");
         assert_eq!(doc.chains[0].order[2].reason.as_deref(), Some("last probe failed: server_error"));
 
+        let why = "2 failed probes within 120s: server_error, server_error";
         all[1].breaker = State::Open;
-        all[1].breaker_reason = Some("2 failed probes within 120s: server_error, server_error".into());
+        all[1].health = health(State::Open, Some(why), Some(ProbeVerdict::Failed("server_error".into())), false);
         all[1].next_half_open = Some(p.generated_at + chrono::Duration::minutes(5));
-        all[0].flapping = true;
-        all[2].last = None;
+        all[0].health = health(State::Closed, None, Some(ProbeVerdict::Within), true);
         all[2].breaker = State::HalfOpen;
+        all[2].health = health(State::HalfOpen, None, Some(ProbeVerdict::Within), false);
         let doc = build(&p, &all);
         let c = &doc.chains[0];
         assert_eq!(

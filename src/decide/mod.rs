@@ -8,6 +8,7 @@ pub mod breaker;
 pub mod canary;
 pub mod credit;
 pub(crate) mod export;
+pub mod health;
 pub mod price_table;
 pub mod pricing;
 pub(crate) mod report;

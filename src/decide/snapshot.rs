@@ -28,7 +28,9 @@ pub struct TargetView {
     pub errors: i64,
     /// Breaker state, why, since when, and when the next half-open probe is due.
     pub breaker: Explanation,
-    /// Its state changes too often: changes are not paged, routers demote it.
+    /// Its health: the one judgement every reader shows (`decide::health`).
+    pub health: crate::vocab::health::Health,
+    /// Its state changes too often: changes are not paged, routers demote it (= `health.flapping`).
     pub flapping: bool,
 }
 
@@ -41,6 +43,9 @@ pub struct Snapshot {
     pub targets: Vec<Arc<TargetView>>,
     /// The latest sample of each target in the other regions sharing the store (status page).
     pub elsewhere: Arc<Vec<Sample>>,
+    /// The other regions' published view of each target (`target_status`): their health as they
+    /// judged it, which the status page shows in their columns.
+    pub elsewhere_health: Arc<Vec<crate::vocab::records::TargetStatus>>,
     /// The latest credit reading of each watched provider, by provider (status page), as the
     /// pipeline last read them from shared storage: readers never query the store for them.
     pub credits: Arc<BTreeMap<String, crate::vocab::records::BalanceReading>>,

@@ -373,7 +373,6 @@ pub(crate) fn planner_for(
 pub(crate) fn page_settings(config: &Config) -> crate::io::http::status_page::PageSettings {
     crate::io::http::status_page::PageSettings {
         region: config.region.clone(),
-        failover_factor: config.baseline.failover_factor,
         min_samples: config.baseline.min_samples_p95,
         window: config.baseline.window,
         interval: config.probe.interval,

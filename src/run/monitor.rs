@@ -1,17 +1,20 @@
-//! The decision stage: turns each sample into baselines, window error counts and breaker state,
-//! persists them, and publishes read-only snapshots (router export, target explanations) that
-//! the HTTP layer and the metrics read.
+//! The decision stage: turns each sample into baselines, window error counts, breaker state and
+//! the target's health (judged here once per sample, by `decide::health`), persists them, and
+//! publishes read-only snapshots (router export, target explanations) that the HTTP layer and
+//! the metrics read.
 
 use crate::config::Config;
 use crate::decide::baseline::{Baseline, Baselines, LatencyP95, Metric};
 use crate::decide::breaker::{Breaker, BreakerSettings, Probe, Transition};
 use crate::decide::export::{self, ExportParams, TargetStats};
+use crate::decide::health::{self, BreakerView, Deadlines, Failover, ProbeVerdict};
 use crate::decide::snapshot::{Snapshot, TargetView};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Query, Record};
 use crate::io::store::{SampleQuery, Store, StoreError};
 use crate::vocab::breaker::State;
-use crate::vocab::records::{BreakerRecord, Rollup};
+use crate::vocab::health::Health;
+use crate::vocab::records::{BreakerRecord, Rollup, TargetStatus};
 use crate::vocab::sample::Sample;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, Utc};
@@ -23,15 +26,16 @@ pub struct Monitor {
     region: String,
     probe_interval: std::time::Duration,
     baseline_window: std::time::Duration,
-    failover_factor: f64,
+    failover: Failover,
     settings: BreakerSettings,
     baselines: Baselines,
     breakers: HashMap<Target, Breaker>,
     last: HashMap<Target, Sample>,
+    /// What each target's latest probe said, judged once when it arrived.
+    verdicts: HashMap<Target, ProbeVerdict>,
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
-    provisional_min_samples: u64,
     flapping: crate::decide::alert::FlappingSet,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
     persisted: HashMap<Target, BreakerRecord>,
@@ -69,21 +73,22 @@ impl Built {
 impl Monitor {
     /// An empty monitor for `targets` following the config's `[baseline]` and `[breaker]`.
     pub fn new(config: &Config, targets: Vec<Target>, now: DateTime<Utc>) -> Self {
-        let settings = BreakerSettings::from_config(&config.breaker, &config.baseline);
+        let failover = Failover::of(&config.baseline);
+        let settings = BreakerSettings::from_config(&config.breaker, failover);
         let breakers = targets.iter().map(|t| (t.clone(), Breaker::new(settings, now))).collect();
         Monitor {
             region: config.region.clone(),
             probe_interval: config.probe.interval,
             baseline_window: config.baseline.window,
-            failover_factor: config.baseline.failover_factor,
+            failover,
             settings,
             baselines: Baselines::new(&config.baseline),
             breakers,
             last: HashMap::new(),
+            verdicts: HashMap::new(),
             cost: HashMap::new(),
             targets,
             chains: config.chains.clone(),
-            provisional_min_samples: config.baseline.min_samples_p50,
             flapping: Default::default(),
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
@@ -174,7 +179,8 @@ impl Monitor {
     /// The newest stored sample of each target (last probe and cost), so an export built after a
     /// restart or by `vigil thresholds` judges and ranks exactly as the running daemon did.
     async fn load_last_samples(&mut self, store: &dyn Store) -> Result<(), StoreError> {
-        for t in &self.targets {
+        for t in self.targets.clone() {
+            let t = &t;
             if self.last.contains_key(t) {
                 continue;
             }
@@ -188,6 +194,8 @@ impl Monitor {
                 if let Some(c) = s.cost_usd {
                     self.cost.insert(t.clone(), c);
                 }
+                let deadlines = self.deadlines(t, Utc::now());
+                self.verdicts.insert(t.clone(), health::verdict(&s, &deadlines));
                 self.last.insert(t.clone(), s);
                 self.built.changed.insert(t.clone());
             }
@@ -209,11 +217,10 @@ impl Monitor {
 
     /// As [`Monitor::observe`], the sample counting `weight` times in the baselines' percentiles.
     pub fn observe_weighted(&mut self, sample: &Sample, weight: u32, now: DateTime<Utc>) -> Option<Transition> {
-        // Judge against the baseline as it was before this probe joined it.
-        let p95 = LatencyP95 {
-            ttfb: self.baselines.get(&sample.target, Metric::Ttfb, now).p95,
-            ttft: self.baselines.get(&sample.target, Metric::Ttft, now).p95,
-        };
+        // Judge against the baseline as it was before this probe joined it (breaker and health alike).
+        let deadlines = self.deadlines(&sample.target, now);
+        let p95 = LatencyP95 { ttfb: deadlines.ttfb.published(), ttft: deadlines.ttft.published() };
+        let verdict = health::verdict(sample, &deadlines);
         self.baselines.record_weighted(sample, weight);
         // Keys are cloned only for a target seen the first time: a sample arrives every 60 ms
         // at 1,000 targets, and each clone of a target is four allocations.
@@ -230,6 +237,12 @@ impl Monitor {
             Some(v) => *v = sample.clone(),
             None => {
                 self.last.insert(t.clone(), sample.clone());
+            }
+        }
+        match self.verdicts.get_mut(t) {
+            Some(v) => *v = verdict,
+            None => {
+                self.verdicts.insert(t.clone(), verdict);
             }
         }
         if !self.built.changed.contains(t) {
@@ -258,6 +271,54 @@ impl Monitor {
             self.built.changed.insert(target.clone());
         }
         moved
+    }
+
+    /// A target's failover deadlines as of `now` (provisional ones while its P95 is unpublished).
+    fn deadlines(&mut self, t: &Target, now: DateTime<Utc>) -> Deadlines {
+        let (ttfb, ttft) = (self.baselines.get(t, Metric::Ttfb, now), self.baselines.get(t, Metric::Ttft, now));
+        let (ttfb_bound, ttft_bound) =
+            (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
+        Deadlines { ttfb: self.failover.deadline(&ttfb, ttfb_bound), ttft: self.failover.deadline(&ttft, ttft_bound) }
+    }
+
+    /// The provisional P95 bound of a metric whose P95 is not yet published.
+    fn p95_bound(
+        &mut self,
+        t: &Target,
+        metric: Metric,
+        base: &Baseline,
+        now: DateTime<Utc>,
+    ) -> Option<health::P95Bound> {
+        match base.p95 {
+            Some(_) => None,
+            None => health::p95_upper_bound(base.count, |q| self.baselines.quantile_any(t, metric, q, now)),
+        }
+    }
+
+    /// A target's health now: its breaker, its latest probe's verdict and the flapping mark,
+    /// through the one rule.
+    pub fn health(&self, t: &Target) -> Health {
+        let explained = self.breakers.get(t).map(|b| b.explain());
+        let breaker = BreakerView {
+            state: explained.as_ref().map_or(State::Closed, |e| e.state),
+            reason: explained.as_ref().and_then(|e| e.reason.as_deref()),
+        };
+        health::judge(breaker, self.verdicts.get(t), self.flapping.is_flapping(t))
+    }
+
+    /// This region's view of each target it probes, to publish for the other regions
+    /// (`target_status`); `over_latency` is the latency alert's sustained evidence.
+    pub fn statuses(&self, now: DateTime<Utc>, over_latency: impl Fn(&Target) -> bool) -> Vec<TargetStatus> {
+        self.targets
+            .iter()
+            .map(|t| TargetStatus {
+                target: t.clone(),
+                health: self.health(t),
+                over_latency: over_latency(t),
+                breaker: self.breakers.get(t).map_or(State::Closed, |b| b.state()),
+                updated_at: now,
+            })
+            .collect()
     }
 
     /// The current breaker of a target.
@@ -310,21 +371,21 @@ impl Monitor {
             generated_at: now,
             probe_interval: self.probe_interval,
             window: self.baseline_window,
-            failover_factor: self.failover_factor,
+            failover: self.failover,
             breaker: export::BreakerParams {
                 consecutive_failures: self.settings.consecutive_failures,
                 failure_window_s: self.settings.failure_window.num_seconds().max(0) as u64,
                 latency_trips: self.settings.latency_trips,
                 open_for_s: self.settings.open_for.num_seconds().max(0) as u64,
-                failover_factor: self.settings.failover_factor,
+                failover_factor: self.failover.factor,
             },
-            provisional_min_samples: self.provisional_min_samples,
             chains: self.chains.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),
             targets: built.views.clone(),
             elsewhere: Arc::default(),
+            elsewhere_health: Arc::default(),
             credits: Arc::default(),
             flapping: self.flapping.clone(),
             probe_plan: None,
@@ -351,12 +412,9 @@ impl Monitor {
         }
         let ttfb = b.get("ttfb").copied().unwrap_or_default();
         let ttft = b.get("ttft").copied().unwrap_or_default();
-        let mut bound = |base: &Baseline, metric: Metric| match base.p95 {
-            Some(_) => None,
-            None => export::p95_upper_bound(base.count, |q| self.baselines.quantile_any(t, metric, q, now)),
-        };
-        let (ttfb_p95_bound, ttft_p95_bound) = (bound(&ttfb, Metric::Ttfb), bound(&ttft, Metric::Ttft));
-        let flapping = self.flapping.is_flapping(t);
+        let (ttfb_p95_bound, ttft_p95_bound) =
+            (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
+        let health = self.health(t);
         let stats = TargetStats {
             target: t.clone(),
             ttfb,
@@ -365,18 +423,11 @@ impl Monitor {
             probes: u64::try_from(probes).unwrap_or(0),
             errors: u64::try_from(errors).unwrap_or(0),
             breaker: state,
-            breaker_reason: breaker.as_ref().and_then(|e| e.reason.clone()),
             next_half_open: breaker.as_ref().and_then(|e| e.next_half_open),
             cost_per_probe_usd: self.cost.get(t).copied(),
             ttfb_p95_bound,
             ttft_p95_bound,
-            last: self.last.get(t).map(|s| export::LastProbe {
-                failed: s.outcome.is_failure(),
-                outcome: s.outcome.as_str().to_string(),
-                ttfb_ms: s.ttfb_ms,
-                ttft_ms: s.ttft_ms,
-            }),
-            flapping,
+            health: health.clone(),
         };
         let view = TargetView {
             key: TargetKey::from(t),
@@ -386,7 +437,8 @@ impl Monitor {
             probes,
             errors,
             breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
-            flapping,
+            flapping: health.flapping,
+            health,
         };
         (stats, view)
     }

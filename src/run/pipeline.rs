@@ -19,8 +19,9 @@ use crate::decide::snapshot::SharedSnapshot;
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Context, LinkHandle, Record, Reply};
 use crate::run::monitor::Monitor;
+use crate::vocab::health::HealthState;
 use crate::vocab::ready::Liveness;
-use crate::vocab::records::BalanceReading;
+use crate::vocab::records::{BalanceReading, TargetStatus};
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
@@ -58,6 +59,8 @@ pub struct Pipeline {
     context: Context,
     /// The last sample seen of each target in each other region, as shown on the status page.
     elsewhere: std::collections::HashMap<Target, Sample>,
+    /// The other regions' latest published view of each target (status page), kept like `elsewhere`.
+    elsewhere_health: std::collections::HashMap<Target, TargetStatus>,
     /// The latest credit reading of each watched provider, as shown on the status page.
     credits: Arc<std::collections::BTreeMap<String, BalanceReading>>,
     provider_status: crate::vocab::provider_status::SharedProviderStatus,
@@ -183,6 +186,7 @@ impl Pipeline {
             alerts: s.alerts,
             context: Context::default(),
             elsewhere: Default::default(),
+            elsewhere_health: Default::default(),
             credits: Arc::default(),
             provider_status: s.provider_status,
             planner: s.planner,
@@ -204,18 +208,14 @@ impl Pipeline {
         let engine = &self.alerts.engine;
         let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
         let spent = engine.spent_today(now) + pending;
-        let unwell: std::collections::HashSet<Target> = engine
-            .target_statuses(now)
-            .into_iter()
-            .filter(|s| s.state != crate::vocab::records::TargetHealth::Ok)
-            .map(|s| s.target)
-            .collect();
         // A set, so each target spells its two keys once whatever the number of open incidents.
         let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
         let monitor = &self.monitor;
         let failing = &self.failing;
         let in_trouble = |t: &Target| {
-            unwell.contains(t)
+            let health = monitor.health(t);
+            health.flapping
+                || matches!(health.state, HealthState::Degraded | HealthState::HalfOpen | HealthState::Down)
                 || failing.contains(t)
                 || monitor.breaker(t).is_some_and(|b| b.state() != crate::vocab::breaker::State::Closed)
                 || (!open.is_empty()
@@ -316,8 +316,9 @@ impl Pipeline {
             self.metrics.set_flapping(t, false);
         }
         a.flapping_before = a.flapping.targets();
-        // This region's view of each target, for the other regions' scope.
-        self.link.store(Record::TargetStatus(a.engine.target_statuses(now)));
+        // This region's view of each target, for the other regions' scope and status pages.
+        let engine = &a.engine;
+        self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
         let items = crate::io::notify::outbox::items_for(&notes, &a.channels, now);
         if !items.is_empty() {
             self.link.store(Record::Outbox(items));
@@ -433,6 +434,8 @@ impl Pipeline {
         // The status page keeps showing a region that went quiet, with its age, for a while.
         let shown_from = now - ELSEWHERE_SHOWN_FOR;
         self.elsewhere.retain(|_, s| s.started_at >= shown_from);
+        self.elsewhere_health.retain(|_, s| s.updated_at >= shown_from);
+        snapshot.elsewhere_health = Arc::new(self.elsewhere_health.values().cloned().collect());
         let mut shown: Vec<Sample> = self.elsewhere.values().cloned().collect();
         shown.sort_by(|x, y| x.target.cmp(&y.target));
         snapshot.elsewhere = Arc::new(shown);
@@ -491,6 +494,7 @@ impl Pipeline {
             }
             Reply::Context(c) => {
                 self.elsewhere.extend(c.elsewhere.iter().map(|s| (s.target.clone(), s.clone())));
+                self.elsewhere_health.extend(c.statuses.iter().map(|s| (s.target.clone(), s.clone())));
                 // Readings come oldest first: the last is the one shown. A read that found none
                 // (storage down) leaves the last known shown; readers drop it once a day old.
                 let mut credits = (*self.credits).clone();

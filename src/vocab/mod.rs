@@ -1,8 +1,9 @@
 //! The ground deck: the words every other deck shares (a target and its sample, the breaker's
-//! state, stored records, notices, readiness). It imports nothing of vigil's own.
+//! state, a target's health, stored records, notices, readiness). It imports nothing of vigil's own.
 
 pub mod breaker;
 pub mod canary;
+pub mod health;
 pub mod notice;
 pub mod provider_status;
 pub mod ready;

@@ -2,6 +2,7 @@
 //! them, and neither needs to know how the other works.
 
 use crate::vocab::breaker::State;
+use crate::vocab::health::Health;
 use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -113,54 +114,15 @@ pub struct OutboxItem {
     pub last_error: Option<String>,
 }
 
-/// How one region currently sees one target, as published for the other regions (scope).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TargetHealth {
-    /// Answering within its thresholds.
-    Ok,
-    /// Answering, but over its latency threshold with sustained evidence.
-    Degraded,
-    /// Failing (last probes failed or breaker open).
-    Down,
-    /// Breaker half-open: one probe decides.
-    HalfOpen,
-    /// Changing state too often to page on each change.
-    Flapping,
-}
-
-impl TargetHealth {
-    /// Stored name: `ok`, `degraded`, `down`, `half_open`, `flapping`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TargetHealth::Ok => "ok",
-            TargetHealth::Degraded => "degraded",
-            TargetHealth::Down => "down",
-            TargetHealth::HalfOpen => "half_open",
-            TargetHealth::Flapping => "flapping",
-        }
-    }
-
-    /// Parses a stored name; unknown names read as `ok` so a newer peer never breaks an older one.
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "degraded" => TargetHealth::Degraded,
-            "down" => TargetHealth::Down,
-            "half_open" => TargetHealth::HalfOpen,
-            "flapping" => TargetHealth::Flapping,
-            _ => TargetHealth::Ok,
-        }
-    }
-}
-
 /// One row of `target_status`: what one region's instance currently sees of one target.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TargetStatus {
     /// The target, with the publishing region.
     pub target: Target,
-    /// Overall state.
-    pub state: TargetHealth,
-    /// Over its own latency threshold with sustained evidence (k of n probes).
+    /// Its health as that region judged it (the one judgement; see `vocab::health`).
+    pub health: Health,
+    /// Over its alert latency threshold with sustained evidence (k of n probes): the
+    /// `latency_degraded` rule's evidence, which the scope of a latency incident counts.
     pub over_latency: bool,
     /// That region's breaker for the target.
     pub breaker: State,

@@ -6,9 +6,9 @@ use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
 use vigil::io::store::{Prune, SampleQuery, Store, StoreError};
 use vigil::vocab::breaker::State;
+use vigil::vocab::health::{Health, HealthState};
 use vigil::vocab::records::{
-    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, StateJson, TargetHealth,
-    TargetStatus,
+    BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, StateJson, TargetStatus,
 };
 use vigil::vocab::sample::Outcome;
 
@@ -42,15 +42,15 @@ async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture)
     let now = micros(Utc::now());
     let row = |region: &str, route: Option<&str>, state, over, breaker, age: i64| TargetStatus {
         target: target("openrouter", "meta-llama/llama-3-70b-instruct", route, region),
-        state,
+        health: health(state, region == "ap"),
         over_latency: over,
         breaker,
         updated_at: now - Duration::seconds(age),
     };
     let rows = vec![
-        row("eu", Some("DeepInfra"), TargetHealth::Degraded, true, State::Closed, 5),
-        row("us", None, TargetHealth::Down, false, State::Open, 3),
-        row("ap", None, TargetHealth::Flapping, false, State::HalfOpen, 600),
+        row("eu", Some("DeepInfra"), HealthState::Degraded, true, State::Closed, 5),
+        row("us", None, HealthState::Down, false, State::Open, 3),
+        row("ap", None, HealthState::HalfOpen, false, State::HalfOpen, 600),
     ];
     fx.store.publish_target_status(&rows).await.expect("publish");
     let fresh = fx.store.target_statuses(now - Duration::seconds(60), None).await.expect("read");
@@ -58,12 +58,34 @@ async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture)
     let others = fx.store.target_statuses(now - Duration::seconds(60), Some("eu")).await.expect("read");
     assert_eq!(others, vec![rows[1].clone()], "what the other regions published, without eu's own");
     // A newer write replaces the region's row.
-    let healed = row("us", None, TargetHealth::Ok, false, State::Closed, 0);
+    let healed = row("us", None, HealthState::Ok, false, State::Closed, 0);
     fx.store.publish_target_status(std::slice::from_ref(&healed)).await.expect("replace");
     let all = fx.store.target_statuses(now - Duration::hours(1), None).await.expect("read");
     assert_eq!(all.len(), 3);
     assert_eq!(all.iter().find(|r| r.target.region == "us"), Some(&healed));
-    assert_eq!(all.iter().find(|r| r.target.region == "ap").map(|r| r.state), Some(TargetHealth::Flapping));
+    let ap = all.iter().find(|r| r.target.region == "ap").expect("ap");
+    assert_eq!((ap.health.state, ap.health.flapping), (HealthState::HalfOpen, true), "state and mark both kept");
+    assert_eq!(ap.health.reason.as_deref(), Some("breaker half_open: the next probe decides; flapping"));
+    // A row an older peer wrote, when flapping was a state of its own: read as ok and flapping.
+    fx.exec("UPDATE target_status SET state = 'flapping', flapping = false, reason = NULL WHERE region = 'ap'").await;
+    let all = fx.store.target_statuses(now - Duration::hours(1), None).await.expect("read");
+    let ap = all.iter().find(|r| r.target.region == "ap").expect("ap");
+    assert_eq!((ap.health.state, ap.health.flapping, ap.health.reason.as_deref()), (HealthState::Ok, true, None));
+}
+
+/// A health as the monitor publishes it (the reason as the rule words it).
+fn health(state: HealthState, flapping: bool) -> Health {
+    let mut why: Vec<&str> = Vec::new();
+    match state {
+        HealthState::Down => why.push("last probe failed: server_error"),
+        HealthState::HalfOpen => why.push("breaker half_open: the next probe decides"),
+        HealthState::Degraded => why.push("ttft p95 2.4x baseline"),
+        HealthState::Ok | HealthState::Waiting => {}
+    }
+    if flapping {
+        why.push("flapping");
+    }
+    Health { state, flapping, reason: (!why.is_empty()).then(|| why.join("; ")), over: Vec::new() }
 }
 
 async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {
@@ -71,7 +93,7 @@ async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {
     let t = target("openrouter", "m", None, "eu");
     let status = TargetStatus {
         target: t.clone(),
-        state: TargetHealth::Ok,
+        health: health(HealthState::Ok, false),
         over_latency: false,
         breaker: State::Closed,
         updated_at: now,
@@ -230,17 +252,17 @@ async fn upserts_larger_than_one_statement_keep_the_last_write_per_key(fx: Fixtu
 
     let status = |i: usize, state| TargetStatus {
         target: t(i),
-        state,
+        health: health(state, false),
         over_latency: false,
         breaker: State::Closed,
         updated_at: now,
     };
-    let mut rows: Vec<TargetStatus> = (0..1_200).map(|i| status(i, TargetHealth::Ok)).collect();
-    rows.push(status(1_100, TargetHealth::Down));
+    let mut rows: Vec<TargetStatus> = (0..1_200).map(|i| status(i, HealthState::Ok)).collect();
+    rows.push(status(1_100, HealthState::Down));
     fx.store.publish_target_status(&rows).await.expect("publish");
     let back = fx.store.target_statuses(now - Duration::seconds(1), None).await.expect("read");
     assert_eq!(back.len(), 1_200);
-    assert_eq!(back.iter().find(|r| r.target == t(1_100)).map(|r| r.state), Some(TargetHealth::Down));
+    assert_eq!(back.iter().find(|r| r.target == t(1_100)).map(|r| r.health.state), Some(HealthState::Down));
 }
 
 async fn breaker_state_and_transitions_persist(fx: Fixture) {
@@ -682,7 +704,7 @@ fn reading_at(at: chrono::DateTime<Utc>, usd: f64) -> BalanceReading {
 fn status_at(region: &str, at: chrono::DateTime<Utc>) -> TargetStatus {
     TargetStatus {
         target: target("groq", "llama-3.1-8b-instant", None, region),
-        state: TargetHealth::Ok,
+        health: health(HealthState::Ok, false),
         over_latency: false,
         breaker: State::Closed,
         updated_at: at,

@@ -18,7 +18,6 @@ use super::Severity;
 use crate::decide::baseline::{worst_excess, LatencyP95};
 use crate::decide::credit::burn_rate;
 use crate::vocab::breaker::State;
-use crate::vocab::records::{TargetHealth, TargetStatus};
 use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -290,31 +289,11 @@ impl AlertEngine {
         self.state.histories.values().filter(|h| h.flapping).filter_map(|h| h.target.clone()).collect()
     }
 
-    /// This region's view of each target it probes, to publish for the other regions.
-    pub fn target_statuses(&self, now: DateTime<Utc>) -> Vec<TargetStatus> {
-        let k = self.cfg.latency_k;
-        self.state
-            .histories
-            .values()
-            .filter_map(|h| {
-                let target = h.target.clone()?;
-                let breaker = h.breaker.unwrap_or(State::Closed);
-                let over_latency = h.slow_count() >= k;
-                let last_failed = h.recent.back().is_some_and(|(_, o, _)| o.is_failure());
-                let state = if h.flapping {
-                    TargetHealth::Flapping
-                } else if breaker == State::Open || last_failed {
-                    TargetHealth::Down
-                } else if breaker == State::HalfOpen {
-                    TargetHealth::HalfOpen
-                } else if over_latency {
-                    TargetHealth::Degraded
-                } else {
-                    TargetHealth::Ok
-                };
-                Some(TargetStatus { target, state, over_latency, breaker, updated_at: now })
-            })
-            .collect()
+    /// Whether `target` (of this region) has the latency alert's sustained evidence: `latency_k`
+    /// of its last `latency_n` ok probes over `latency_factor` × P95 (published in `target_status`
+    /// for the scope of latency incidents; the target's health is the monitor's judgement).
+    pub fn over_latency(&self, target: &Target) -> bool {
+        self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
     }
 
     /// Probe spend of the UTC day of `now` as evaluated so far (what `probe_budget_exceeded` compares).
@@ -1397,8 +1376,6 @@ mod tests {
             if m == 40 {
                 assert!(e.is_flapping(&t));
                 assert_eq!(e.flapping_targets(), vec![t.clone()]);
-                let st = e.target_statuses(at_s(m * 10));
-                assert!(st.iter().any(|s| s.target == t && s.state == TargetHealth::Flapping));
             }
             sent.extend(n.into_iter().map(|n| (m, n)));
         }

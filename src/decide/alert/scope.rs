@@ -4,7 +4,8 @@
 use super::rules::Elsewhere;
 use super::rules::ModelKey;
 use crate::vocab::breaker::State;
-use crate::vocab::records::{TargetHealth, TargetStatus};
+use crate::vocab::health::HealthState;
+use crate::vocab::records::TargetStatus;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
@@ -15,10 +16,10 @@ pub fn elsewhere_from(rows: &[TargetStatus], region: &str, fresh_since: DateTime
         let t = &r.target;
         let e = out.entry((t.provider.clone(), t.model.clone(), t.route.clone())).or_default();
         e.regions += 1;
-        e.failing += u32::from(matches!(r.state, TargetHealth::Down | TargetHealth::HalfOpen));
+        e.failing += u32::from(matches!(r.health.state, HealthState::Down | HealthState::HalfOpen));
         e.over_latency += u32::from(r.over_latency);
         e.breaker_open += u32::from(r.breaker != State::Closed);
-        e.flapping += u32::from(r.state == TargetHealth::Flapping);
+        e.flapping += u32::from(r.health.flapping);
     }
     out
 }
@@ -26,13 +27,14 @@ pub fn elsewhere_from(rows: &[TargetStatus], region: &str, fresh_since: DateTime
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::health::Health;
     use crate::vocab::target::Target;
 
-    fn row(region: &str, state: TargetHealth, over: bool, breaker: State, age_s: i64) -> TargetStatus {
+    fn row(region: &str, state: HealthState, over: bool, breaker: State, age_s: i64) -> TargetStatus {
         let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);
         TargetStatus {
             target: Target { provider: "p".into(), model: "m".into(), route: None, region: region.into() },
-            state,
+            health: Health { state, flapping: region == "me", ..Health::default() },
             over_latency: over,
             breaker,
             updated_at: now - chrono::Duration::seconds(age_s),
@@ -42,11 +44,11 @@ mod tests {
     #[test]
     fn counts_other_fresh_regions_by_what_they_see() {
         let rows = vec![
-            row("eu", TargetHealth::Down, false, State::Open, 1),
-            row("us", TargetHealth::Degraded, true, State::Closed, 2),
-            row("ap", TargetHealth::HalfOpen, false, State::HalfOpen, 3),
-            row("sa", TargetHealth::Down, false, State::Open, 600),
-            row("me", TargetHealth::Flapping, false, State::Closed, 1),
+            row("eu", HealthState::Down, false, State::Open, 1),
+            row("us", HealthState::Degraded, true, State::Closed, 2),
+            row("ap", HealthState::HalfOpen, false, State::HalfOpen, 3),
+            row("sa", HealthState::Down, false, State::Open, 600),
+            row("me", HealthState::Ok, false, State::Closed, 1),
         ];
         let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);
         let e = elsewhere_from(&rows, "eu", now - chrono::Duration::seconds(60));

@@ -196,7 +196,7 @@ mod tests {
                 + chrono::Duration::seconds(secs),
             probe_interval: std::time::Duration::from_secs(60),
             window: std::time::Duration::from_secs(86_400),
-            failover_factor: factor,
+            failover: crate::decide::health::Failover { factor, provisional_min_samples: 30 },
             breaker: BreakerParams {
                 consecutive_failures: 3,
                 failure_window_s: 120,
@@ -204,7 +204,6 @@ mod tests {
                 open_for_s: 300,
                 failover_factor: factor,
             },
-            provisional_min_samples: 30,
             chains: vec![],
         };
         build(&params, &[])

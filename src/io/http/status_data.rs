@@ -2,9 +2,9 @@
 //! row per target, one cell per region, the credit lines.
 
 use super::trend::TrendSeries;
-use crate::decide::baseline::{exceeds_failover, Baseline, LatencyP95};
+use crate::decide::baseline::Baseline;
 use crate::decide::breaker::Explanation;
-use crate::vocab::breaker::State as BreakerState;
+use crate::vocab::health::Health;
 use crate::vocab::sample::{Outcome, Sample};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -20,8 +20,9 @@ pub struct StatusData {
     pub rows: Vec<StatusRow>,
     /// Watched credit balances.
     pub credits: Vec<Credit>,
-    /// A probe slower than this × the baseline P95 is degraded.
-    pub failover_factor: f64,
+    /// `baseline.failover_factor`, as the published export states it: the legend's "degraded =
+    /// … over N× the P95" (the judgement itself is the monitor's; see `decide::health`).
+    pub failover_factor: Option<f64>,
     /// Samples a P95 needs before it is published.
     pub min_samples: u64,
     /// Seconds between automatic reloads.
@@ -62,8 +63,8 @@ pub struct Cell {
     pub ttft: Option<Baseline>,
     /// Breaker (known for this region only).
     pub breaker: Option<Explanation>,
-    /// Its state changes too often (known for this region only): changes are not paged.
-    pub flapping: bool,
+    /// Its health as that region judged it (the one judgement; `waiting` where none is known).
+    pub health: Health,
     /// Its interval in the adaptive plan (known for this region only).
     pub probe: Option<crate::decide::adaptive::TargetPlan>,
 }
@@ -94,58 +95,6 @@ pub struct Credit {
     pub min_usd: f64,
     /// The latest reading (when, USD left).
     pub reading: Option<(DateTime<Utc>, f64)>,
-}
-
-/// How a cell is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Health {
-    /// Answering within its baseline.
-    Ok,
-    /// TTFB or TTFT above the failover factor × P95.
-    Degraded,
-    /// Breaker half-open: the next probe decides.
-    HalfOpen,
-    /// Breaker open, or the latest probe failed.
-    Down,
-    /// Not probed yet.
-    Pending,
-}
-
-impl Health {
-    /// CSS class and label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Ok => "ok",
-            Health::Degraded => "degraded",
-            Health::HalfOpen => "half_open",
-            Health::Down => "down",
-            Health::Pending => "waiting",
-        }
-    }
-}
-
-impl Cell {
-    /// The state shown: the breaker first, then the latest probe against the baseline.
-    pub fn health(&self, factor: f64) -> Health {
-        match self.breaker.as_ref().map(|b| b.state) {
-            Some(BreakerState::Open) => return Health::Down,
-            Some(BreakerState::HalfOpen) => return Health::HalfOpen,
-            _ => {}
-        }
-        let Some(last) = &self.last else { return Health::Pending };
-        if last.outcome.is_failure() {
-            Health::Down
-        } else if exceeds_failover(
-            last.ttfb_ms,
-            last.ttft_ms,
-            LatencyP95 { ttfb: self.ttfb.and_then(|b| b.p95), ttft: self.ttft.and_then(|b| b.p95) },
-            factor,
-        ) {
-            Health::Degraded
-        } else {
-            Health::Ok
-        }
-    }
 }
 
 impl From<&Sample> for ShownProbe {

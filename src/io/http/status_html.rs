@@ -4,15 +4,15 @@
 use super::canary::CanaryView;
 use super::status_data::Cell;
 use super::status_data::Credit;
-use super::status_data::Health;
 use super::status_data::ShownProbe;
 use super::status_data::StatusData;
 use super::status_data::StatusRow;
-use crate::decide::baseline::{failover_threshold, Baseline};
+use crate::decide::baseline::Baseline;
 use crate::decide::breaker::Explanation;
 use crate::io::markup::Text;
 use crate::vocab::breaker::State as BreakerState;
 use crate::vocab::canary::CanaryRun;
+use crate::vocab::health::HealthState;
 use crate::vocab::provider_status::ProviderStatus;
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
@@ -54,10 +54,6 @@ fn window_span(hours: i64) -> String {
 
 /// One metric's cell over its failover threshold (the single-metric case of
 /// [`crate::decide::baseline::exceeds_failover`]).
-fn over(value: Option<f64>, base: Option<Baseline>, factor: f64) -> bool {
-    matches!((value, base.and_then(|b| b.p95)), (Some(v), Some(p95)) if v > failover_threshold(p95, factor))
-}
-
 /// "P95 312 ms", or "P95 — (42 samples, need 300)" while the baseline is too young.
 fn baseline_text(b: &Baseline, min_samples: u64) -> String {
     match b.p95 {
@@ -147,9 +143,10 @@ fn target_label(row: &StatusRow) -> Markup {
     }
 }
 
-fn metric_line(name: &str, value: Option<f64>, base: Option<Baseline>, min_samples: u64, factor: f64) -> Markup {
+/// One metric of the last probe; `over` when the health judged it over its failover deadline.
+fn metric_line(name: &str, value: Option<f64>, base: Option<Baseline>, min_samples: u64, over: bool) -> Markup {
     let shown = value.map_or_else(|| "—".to_string(), ms);
-    let class = if over(value, base, factor) { "v over" } else { "v" };
+    let class = if over { "v over" } else { "v" };
     html! {
         div class="m" {
             span class="k" { (name) } " " b class=(class) { (shown) }
@@ -189,11 +186,11 @@ fn failure_text(last: &ShownProbe) -> String {
 
 /// What one target shows in one region's column.
 pub(crate) fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> Markup {
-    let health = cell.health(data.failover_factor).as_str();
-    let f = data.failover_factor;
+    let health = cell.health.state.as_str();
+    let over = |metric: &str| cell.health.over.iter().any(|m| m == metric);
     html! {
-        span class={ "pill " (health) } { (health) }
-        @if cell.flapping {
+        span class={ "pill " (health) } title=[cell.health.reason.as_deref()] { (health) }
+        @if cell.health.flapping {
             " " span class="pill half_open"
                 title="its state changes too often: changes are not paged until it settles" { "flapping" }
         }
@@ -204,8 +201,8 @@ pub(crate) fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> M
             None => { " " span class="muted" { "no probe yet" } }
             Some(last) => {
                 " " span class="age" title=(stamp(last.at)) { (ago(last.at, now)) }
-                (metric_line("TTFT", last.ttft_ms, cell.ttft, data.min_samples, f))
-                (metric_line("TTFB", last.ttfb_ms, cell.ttfb, data.min_samples, f))
+                (metric_line("TTFT", last.ttft_ms, cell.ttft, data.min_samples, over("ttft")))
+                (metric_line("TTFB", last.ttfb_ms, cell.ttfb, data.min_samples, over("ttfb")))
                 @if last.outcome.is_failure() {
                     div class="err" { (Text(&failure_text(last))) }
                 }
@@ -455,12 +452,12 @@ fn targets_html(data: &StatusData, now: DateTime<Utc>) -> Markup {
                 tbody {
                     @for row in &data.rows {
                         @let local = row.cells.first().and_then(Option::as_ref);
-                        tr class=(local.map_or("", |c| c.health(data.failover_factor).as_str())) {
+                        tr class=(local.map_or("", |c| c.health.state.as_str())) {
                             th scope="row" class="target" { (target_label(row)) }
                             @for (i, region) in data.regions.iter().enumerate() {
                                 @match row.cells.get(i).and_then(Option::as_ref) {
                                     Some(cell) => {
-                                        td class={ "cell " (cell.health(data.failover_factor).as_str()) }
+                                        td class={ "cell " (cell.health.state.as_str()) }
                                             data-label=(Text(region)) { (cell_html(cell, data, now)) }
                                     }
                                     None => { td class="none" data-label=(Text(region)) { "not probed here" } }
@@ -541,10 +538,12 @@ fn reported_model(v: &CanaryView) -> Markup {
 
 /// The page, as a complete HTML document.
 pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
-    let mut counts: Vec<(Health, usize)> =
-        [Health::Ok, Health::Degraded, Health::HalfOpen, Health::Down, Health::Pending].map(|h| (h, 0)).to_vec();
+    let mut counts: Vec<(HealthState, usize)> =
+        [HealthState::Ok, HealthState::Degraded, HealthState::HalfOpen, HealthState::Down, HealthState::Waiting]
+            .map(|h| (h, 0))
+            .to_vec();
     for cell in data.rows.iter().filter_map(|r| r.cells.first().and_then(Option::as_ref)) {
-        let h = cell.health(data.failover_factor);
+        let h = cell.health.state;
         if let Some(c) = counts.iter_mut().find(|(x, _)| *x == h) {
             c.1 += 1;
         }
@@ -573,7 +572,7 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
                 header {
                     h1 { "vigil " span class="muted" { "· " (region) } } "\n"
                     p class="summary" {
-                        @for (h, n) in counts.iter().filter(|(h, n)| *n > 0 || *h == Health::Ok) {
+                        @for (h, n) in counts.iter().filter(|(h, n)| *n > 0 || *h == HealthState::Ok) {
                             span class={ "pill " (h.as_str()) } { (n) " " (h.as_str()) }
                         }
                     }
@@ -581,8 +580,11 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
                     p class="meta" {
                         (targets) " targets in " (region) (others) " · updated "
                         time datetime=(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) { (stamp(now)) }
-                        " · reloads every " (data.refresh_s) " s · degraded = TTFB or TTFT over "
-                        (data.failover_factor) "× the P95 of the last " (window_span(data.trend_hours))
+                        " · reloads every " (data.refresh_s) " s"
+                        @if let Some(f) = data.failover_factor {
+                            " · degraded = last TTFB or TTFT over " (f) "× the P95 of the last "
+                            (window_span(data.trend_hours))
+                        }
                     }
                     "\n"
                 }
@@ -637,7 +639,7 @@ mod tests {
                 indicator: HOSTILE.into(),
                 ..ProviderStatus::default()
             }],
-            failover_factor: 2.0,
+            failover_factor: Some(2.0),
             refresh_s: 30,
             trend_hours: 168,
             ..StatusData::default()

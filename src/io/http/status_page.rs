@@ -27,14 +27,12 @@ use super::status_html::render;
 const REFRESH_MIN_S: u64 = 10;
 const REFRESH_MAX_S: u64 = 60;
 
-/// What the page needs from the config: this region, the baseline's failover factor, window and
-/// minimum count, the probe interval (the page reloads with it) and the watched credits.
+/// What the page needs from the config: this region, the baseline's window and minimum count,
+/// the probe interval (the page reloads with it) and the watched credits.
 #[derive(Debug, Clone)]
 pub struct PageSettings {
     /// This instance's region.
     pub region: String,
-    /// `baseline.failover_factor`.
-    pub failover_factor: f64,
     /// `baseline.min_samples_p95`.
     pub min_samples: u64,
     /// `baseline.window`: how far the trend sparklines reach back.
@@ -48,7 +46,6 @@ pub struct PageSettings {
 /// What the page needs from the config and the trend cache (the rest is in the snapshot).
 pub struct StatusPage {
     region: String,
-    failover_factor: f64,
     min_samples: u64,
     refresh_s: u64,
     /// Providers whose credit is watched, with their `balance.min_usd`.
@@ -62,7 +59,6 @@ impl StatusPage {
         StatusPage {
             trends: Arc::new(TrendCache::new(store, &settings.region, settings.window)),
             region: settings.region,
-            failover_factor: settings.failover_factor,
             min_samples: settings.min_samples,
             refresh_s: settings.interval.as_secs().clamp(REFRESH_MIN_S, REFRESH_MAX_S),
             credit: settings.credit,
@@ -74,7 +70,7 @@ impl StatusPage {
         let mut data = StatusData {
             region: self.region.clone(),
             regions: vec![self.region.clone()],
-            failover_factor: self.failover_factor,
+            failover_factor: snap.thresholds.as_ref().map(|t| t.failover_factor),
             min_samples: self.min_samples,
             refresh_s: self.refresh_s,
             trend_hours: self.trends.hours(),
@@ -94,7 +90,7 @@ impl StatusPage {
                     ttfb: Some(v.baselines.get("ttfb").copied().unwrap_or_default()),
                     ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
                     breaker: Some(v.breaker.clone()),
-                    flapping: v.flapping,
+                    health: v.health.clone(),
                     probe: snap.probe_plan.as_ref().and_then(|p| p.get(&k.target).cloned()),
                 })],
                 trend: Vec::new(),
@@ -121,6 +117,18 @@ impl StatusPage {
             let cells = &mut data.rows[row].cells;
             cells.resize(data.regions.len(), None);
             cells[col] = Some(Cell { last: Some(ShownProbe::from(s)), ..Cell::default() });
+        }
+        // Their health as they published it; a region that published no row shows `waiting`.
+        for st in snap.elsewhere_health.iter() {
+            let t = &st.target;
+            let (Some(&row), Some(&col)) =
+                (index.get(&(t.provider.clone(), t.model.clone(), t.route.clone())), column.get(t.region.as_str()))
+            else {
+                continue;
+            };
+            if let Some(cell) = data.rows[row].cells.get_mut(col).and_then(Option::as_mut) {
+                cell.health = st.health.clone();
+            }
         }
         for row in &mut data.rows {
             row.cells.resize(data.regions.len(), None);
@@ -180,13 +188,14 @@ pub async fn page(State(s): State<HttpState>) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::super::status_data::Health;
     use super::super::status_html::{cell_html, spark_points, SPARK_H, SPARK_PAD, SPARK_W};
     use super::*;
     use crate::config::Config;
     use crate::decide::baseline::Baseline;
     use crate::decide::breaker::Explanation;
+    use crate::decide::health::{self, BreakerView, Deadlines, Failover};
     use crate::vocab::breaker::State as BreakerState;
+    use crate::vocab::health::{Health, HealthState};
     use crate::vocab::sample::{Outcome, Sample};
     use chrono::TimeZone;
 
@@ -219,15 +228,24 @@ mod tests {
         }
     }
 
+    /// A cell of this region, its health judged by the one rule as the monitor judges it.
     fn local(last: Option<ShownProbe>, b: BreakerState) -> Cell {
-        Cell {
-            last,
-            ttfb: base(1000, Some(150.0)),
-            ttft: base(1000, Some(312.0)),
-            breaker: Some(breaker(b)),
-            flapping: false,
-            probe: None,
-        }
+        let (ttfb, ttft) = (base(1000, Some(150.0)), base(1000, Some(312.0)));
+        let rule = Failover { factor: 2.0, provisional_min_samples: 30 };
+        let deadlines = Deadlines {
+            ttfb: rule.deadline(&ttfb.unwrap_or_default(), None),
+            ttft: rule.deadline(&ttft.unwrap_or_default(), None),
+        };
+        let verdict = last.as_ref().map(|l| {
+            let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+            let mut s = Sample::new(t, l.at, l.at);
+            (s.outcome, s.ttfb_ms, s.ttft_ms) = (l.outcome, l.ttfb_ms, l.ttft_ms);
+            health::verdict(&s, &deadlines)
+        });
+        let explained = breaker(b);
+        let health =
+            health::judge(BreakerView { state: b, reason: explained.reason.as_deref() }, verdict.as_ref(), false);
+        Cell { last, ttfb, ttft, breaker: Some(explained), health, probe: None }
     }
 
     fn data(rows: Vec<StatusRow>, regions: &[&str]) -> StatusData {
@@ -236,7 +254,7 @@ mod tests {
             regions: regions.iter().map(|r| r.to_string()).collect(),
             rows,
             credits: Vec::new(),
-            failover_factor: 2.0,
+            failover_factor: Some(2.0),
             min_samples: 300,
             refresh_s: 30,
             trend_hours: 168,
@@ -257,25 +275,34 @@ mod tests {
     }
 
     #[test]
-    fn states_follow_breaker_then_outcome_then_baseline() {
-        let f = 2.0;
-        let ok = local(Some(probe(Outcome::Ok, Some(100.0), Some(300.0))), BreakerState::Closed);
-        assert_eq!(ok.health(f), Health::Ok);
-        let slow_ttft = local(Some(probe(Outcome::Ok, Some(100.0), Some(625.0))), BreakerState::Closed);
-        assert_eq!(slow_ttft.health(f), Health::Degraded, "625 ms > 2 × 312 ms");
-        let slow_ttfb = local(Some(probe(Outcome::Ok, Some(301.0), Some(300.0))), BreakerState::Closed);
-        assert_eq!(slow_ttfb.health(f), Health::Degraded);
-        let at_limit = local(Some(probe(Outcome::Ok, Some(300.0), Some(624.0))), BreakerState::Closed);
-        assert_eq!(at_limit.health(f), Health::Ok, "not over the limit");
-        let failed = local(Some(probe(Outcome::ServerError, None, None)), BreakerState::Closed);
-        assert_eq!(failed.health(f), Health::Down);
-        let open = local(Some(probe(Outcome::Ok, Some(10.0), Some(10.0))), BreakerState::Open);
-        assert_eq!(open.health(f), Health::Down, "an open breaker is down whatever the last probe");
-        let half = local(Some(probe(Outcome::ServerError, None, None)), BreakerState::HalfOpen);
-        assert_eq!(half.health(f), Health::HalfOpen);
-        assert_eq!(local(None, BreakerState::Closed).health(f), Health::Pending);
-        let young = Cell { ttft: base(42, None), ..slow_ttft };
-        assert_eq!(young.health(f), Health::Ok, "no P95 yet: nothing to be slow against");
+    fn each_cell_shows_the_health_it_was_given_and_marks_the_metric_over() {
+        let shown = |c: &Cell| {
+            let html = cell_html(c, &data(vec![], &["eu"]), now()).into_string();
+            (c.health.state, html)
+        };
+        let (state, html) = shown(&local(Some(probe(Outcome::Ok, Some(100.0), Some(625.0))), BreakerState::Closed));
+        assert_eq!(state, HealthState::Degraded, "625 ms > 2 × 312 ms");
+        assert!(
+            html.contains(r#"<span class="pill degraded" title="ttft p95 2.0x baseline">degraded</span>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<b class="v over">625 ms</b>"#) && html.contains(r#"<b class="v">100 ms</b>"#),
+            "{html}"
+        );
+        let (state, _) = shown(&local(Some(probe(Outcome::Ok, Some(300.0), Some(624.0))), BreakerState::Closed));
+        assert_eq!(state, HealthState::Ok, "at the limit is not over it");
+        let (state, html) = shown(&local(Some(probe(Outcome::Ok, Some(10.0), Some(10.0))), BreakerState::Open));
+        assert_eq!(state, HealthState::Down, "an open breaker is down whatever the last probe");
+        assert!(html.contains(r#"title="breaker open: 3 failed probes in 120s: server_error""#), "{html}");
+        let (state, html) = shown(&local(None, BreakerState::Closed));
+        assert_eq!(state, HealthState::Waiting);
+        assert!(html.contains(r#"<span class="pill waiting" title="not probed yet">waiting</span>"#), "{html}");
+        // Whatever the cell's numbers, the page shows the judgement it was handed.
+        let mut handed = local(Some(probe(Outcome::Ok, Some(100.0), Some(300.0))), BreakerState::Closed);
+        handed.health =
+            Health { state: HealthState::Degraded, reason: Some("judged elsewhere".into()), ..Health::default() };
+        assert!(shown(&handed).1.contains(r#"<span class="pill degraded" title="judged elsewhere">"#));
     }
 
     #[test]
@@ -330,7 +357,11 @@ mod tests {
 
     #[test]
     fn other_regions_get_their_own_column_and_gaps_say_so() {
-        let there = Cell { last: Some(probe(Outcome::Ok, Some(90.0), Some(250.0))), ..Cell::default() };
+        let there = Cell {
+            last: Some(probe(Outcome::Ok, Some(90.0), Some(250.0))),
+            health: Health { state: HealthState::Ok, ..Health::default() },
+            ..Cell::default()
+        };
         let rows = vec![
             row(
                 "a",
@@ -340,7 +371,14 @@ mod tests {
             row(
                 "b",
                 "m",
-                vec![None, Some(Cell { last: Some(probe(Outcome::Timeout, None, None)), ..Cell::default() })],
+                vec![
+                    None,
+                    Some(Cell {
+                        last: Some(probe(Outcome::Timeout, None, None)),
+                        health: Health { state: HealthState::Down, ..Health::default() },
+                        ..Cell::default()
+                    }),
+                ],
             ),
         ];
         let html = render(&data(rows, &["eu-west-1", "us-east-1"]), now());
@@ -482,6 +520,11 @@ mod tests {
             probes: 0,
             errors: 0,
             breaker: breaker(BreakerState::Closed),
+            health: Health {
+                state: HealthState::Ok,
+                flapping: target.route.as_deref() == Some("B"),
+                ..Health::default()
+            },
             flapping: target.route.as_deref() == Some("B"),
         };
         let mut seen = Sample::new(t("A", "eu"), now(), now());
@@ -494,6 +537,17 @@ mod tests {
                 Sample::new(t("C", "ap"), now(), now()),
                 Sample::new(t("B", "ap"), now(), now()),
             ]),
+            elsewhere_health: Arc::new(vec![crate::vocab::records::TargetStatus {
+                target: t("A", "us"),
+                health: Health {
+                    state: HealthState::Degraded,
+                    reason: Some("ttft p95 3.1x baseline".into()),
+                    ..Health::default()
+                },
+                over_latency: true,
+                breaker: BreakerState::Closed,
+                updated_at: now(),
+            }]),
             credits: Default::default(),
             flapping: Default::default(),
             probe_plan: None,
@@ -510,7 +564,11 @@ mod tests {
         assert_eq!(a.ttft.map(|b| b.count), Some(7));
         assert!(d.rows[0].cells[2].as_ref().is_some_and(|c| c.breaker.is_none() && c.ttft.is_none()));
         assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.last.is_none()), "B not probed yet here");
-        assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.flapping) && !a.flapping, "B flaps here, A does not");
+        assert!(d.rows[1].cells[0].as_ref().is_some_and(|c| c.health.flapping) && !a.health.flapping, "B flaps here");
+        let us = d.rows[0].cells[2].as_ref().expect("A in us");
+        assert_eq!(us.health.state, HealthState::Degraded, "another region's cell shows the health it published");
+        let ap = d.rows[1].cells[1].as_ref().expect("B in ap");
+        assert_eq!(ap.health.state, HealthState::Waiting, "a region that published no row is waiting, not ok");
         let html = cell_html(d.rows[1].cells[0].as_ref().expect("B here"), &d, now()).into_string();
         assert!(html.contains(">flapping</span>"), "{html}");
 

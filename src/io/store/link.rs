@@ -717,7 +717,7 @@ pub async fn latest_elsewhere(
 mod tests {
     use super::*;
     use crate::vocab::breaker::State;
-    use crate::vocab::records::TargetHealth;
+    use crate::vocab::health::{Health, HealthState};
     use crate::vocab::target::Target;
 
     /// Every kind of record survives a spool line: the spool is how nothing is lost while the
@@ -748,7 +748,12 @@ mod tests {
             }]),
             Record::TargetStatus(vec![TargetStatus {
                 target: t.clone(),
-                state: TargetHealth::Down,
+                health: Health {
+                    state: HealthState::Down,
+                    flapping: false,
+                    reason: Some("breaker open".into()),
+                    over: vec![],
+                },
                 over_latency: false,
                 breaker: State::Open,
                 updated_at: now,

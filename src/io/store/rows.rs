@@ -3,6 +3,7 @@
 
 use crate::vocab::breaker::State;
 use crate::vocab::canary::{CanaryRun, Logprobs, ModelIdentity};
+use crate::vocab::health::{Health, HealthState};
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
@@ -10,7 +11,6 @@ use crate::vocab::records::BreakerTransition;
 use crate::vocab::records::OutboxItem;
 use crate::vocab::records::Rollup;
 use crate::vocab::records::Sighting;
-use crate::vocab::records::TargetHealth;
 use crate::vocab::records::TargetStatus;
 use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
@@ -223,7 +223,17 @@ pub(crate) fn balance_of(row: &impl StoredRow) -> Result<BalanceReading, sqlx::E
 pub(crate) fn target_status_of(row: &impl StoredRow) -> Result<TargetStatus, sqlx::Error> {
     Ok(TargetStatus {
         target: target_of(row)?,
-        state: TargetHealth::parse(&row.text("state")?),
+        health: {
+            let state = row.text("state")?;
+            Health {
+                state: HealthState::parse(&state),
+                // `flapping` was a state before it was a mark of its own: rows of older peers.
+                flapping: row.flag("flapping")? || state == "flapping",
+                reason: row.opt_text("reason")?,
+                // Not stored: only this region's status page marks the metric over.
+                over: Vec::new(),
+            }
+        },
         over_latency: row.flag("over_latency")?,
         breaker: breaker_state(row, "breaker")?,
         updated_at: row.time("updated_at")?,

@@ -514,28 +514,31 @@ pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> Vec<Stmt> {
         rows,
         |r| target_key(&r.target),
         "target_status",
-        "region, provider, model, route, state, over_latency, breaker, updated_at",
+        "region, provider, model, route, state, flapping, reason, over_latency, breaker, updated_at",
         |r, args| {
             args.extend([
                 Arg::from(&r.target.region),
                 Arg::from(&r.target.provider),
                 Arg::from(&r.target.model),
                 Arg::from(r.target.route_label()),
-                Arg::from(r.state.as_str()),
+                Arg::from(r.health.state.as_str()),
+                Arg::from(r.health.flapping),
+                Arg::from(r.health.reason.as_deref()),
                 Arg::from(r.over_latency),
                 Arg::from(r.breaker.as_str()),
                 Arg::from(r.updated_at),
             ])
         },
         "ON CONFLICT (region, provider, model, route) DO UPDATE SET state = excluded.state, \
-         over_latency = excluded.over_latency, breaker = excluded.breaker, updated_at = excluded.updated_at",
+         flapping = excluded.flapping, reason = excluded.reason, over_latency = excluded.over_latency, breaker = excluded.breaker, updated_at = excluded.updated_at",
     )
 }
 
 /// Status rows written at or after `since`.
 pub(crate) fn target_statuses(since: DateTime<Utc>, except_region: Option<&str>) -> Stmt {
     let mut st = Stmt::new(
-        "SELECT region, provider, model, route, state, over_latency, breaker, updated_at FROM target_status \
+        "SELECT region, provider, model, route, state, flapping, reason, over_latency, breaker, updated_at \
+         FROM target_status \
          WHERE updated_at >= ",
     );
     st.push_arg(since);

@@ -225,7 +225,7 @@ pub fn simulate(config: &Config, now: DateTime<Utc>, seed: u64) -> History {
     });
     // Breakers: each target's probes through its own breaker, judged against the week's TTFB and
     // TTFT P95s once as many probes as a published P95 needs have been seen (none before).
-    let settings = BreakerSettings::from_config(&config.breaker, &config.baseline);
+    let settings = BreakerSettings::from_config(&config.breaker, crate::decide::health::Failover::of(&config.baseline));
     for (target, series) in targets.iter().zip(&probes) {
         let week_p95 = |metric: fn(&Sample) -> Option<f64>| {
             let mut v: Vec<f64> = series.iter().filter(|s| s.outcome == Outcome::Ok).filter_map(metric).collect();
