@@ -96,6 +96,8 @@ pub fn validate(
         if name.is_empty() {
             return Err(invalid(format!("chain[{i}].name"), "must not be empty"));
         }
+        // The name becomes a key in every router format and a line in logs and headers.
+        super::parse::no_controls(&format!("chain[{i}].name"), &name)?;
         if !names.insert(name.clone()) {
             return Err(invalid(format!("chain[{i}].name"), format!("duplicate chain name {name:?}")));
         }
@@ -233,5 +235,17 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
         assert_eq!(e, "chain[0].targets[1]: \"openai/gpt-4o-2024-08-06\" is already in this chain");
         let e = load("[[chain]]\nname = \"a\"\ntarget = []\n", true).expect_err("unknown key");
         assert!(e.starts_with("chain"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_in_a_chain_name_are_refused_naming_the_key() {
+        for name in ["a\\u0000b", "a\\nb", "a\\u001b[31m", "a\\tb", "a\\u007fb"] {
+            let text = format!(
+                "[[chain]]\nname = \"ok\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n\
+                 [[chain]]\nname = \"{name}\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n"
+            );
+            let e = load(&text, true).expect_err(name);
+            assert_eq!(e, "chain[1].name: must not contain control characters (CR, LF, tab, NUL, …)", "{name}");
+        }
     }
 }

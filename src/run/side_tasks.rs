@@ -44,7 +44,12 @@ pub(crate) fn start(config: &Config, shared: Shared, shutdown: &CancellationToke
         Task::spawn_optional(
             "status pages",
             status_pages(
-                provider_status::poller::StatusPagePoller::new(&config.status_pages, provider_status, store.clone()),
+                provider_status::poller::StatusPagePoller::new(
+                    &config.status_pages,
+                    crate::io::probe::scrub::Secrets::of_config(config),
+                    provider_status,
+                    store.clone(),
+                ),
                 shutdown.clone(),
             ),
         ),

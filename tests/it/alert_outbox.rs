@@ -4,6 +4,7 @@
 
 use crate::support::alert_receiver as receiver;
 use crate::support::store as store_support;
+use crate::support::until;
 
 use chrono::{DateTime, Utc};
 use receiver::{Receiver, Reply};
@@ -391,3 +392,90 @@ store_support::on_both_stores!(
     when_the_owner_dies_another_region_takes_over_within_one_lease,
     a_single_region_owns_every_incident_and_pages_as_before,
 );
+
+/// A loopback server that accepts every connection and never answers; how many it holds.
+async fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (url, accepted, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_channel_never_delays_another_channels_page() {
+    use std::sync::atomic::Ordering;
+    use vigil::config::AlertmanagerConfig;
+    use vigil::io::notify::alertmanager::AlertmanagerNotifier;
+    let fx = Fixture::sqlite().await;
+    // The hanging channels' own timeout: the bound every assertion below is derived from.
+    let hang = Duration::from_secs(8);
+    let (hole, accepted, _server) = black_hole().await;
+    let hung = |name: &str| -> Arc<dyn Notifier> {
+        let cfg = AlertmanagerConfig {
+            name: name.into(),
+            url: SecretString::from(hole.clone()),
+            repost_every: Duration::from_secs(1),
+            ends_after: Duration::from_secs(300),
+        };
+        Arc::new(AlertmanagerNotifier::new(&cfg, hang).expect("alertmanager"))
+    };
+    let fast = Receiver::start(Reply::new(200, "")).await;
+    let channels = vec![hung("am-1"), hung("am-2"), webhook(&fast, Duration::from_secs(5))];
+    let metrics = Arc::new(Metrics::new("eu-west-1").expect("metrics"));
+    let cfg = OutboxConfig {
+        poll_every: Duration::from_millis(100),
+        ..OutboxConfig::with_deadline(Duration::from_secs(86400))
+    };
+    let ob = Arc::new(Outbox::new(fx.store.clone(), channels, cfg, metrics));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let (ob, stop) = (ob.clone(), stop.clone());
+        async move { ob.run(stop).await }
+    });
+
+    enqueue(fx.store.as_ref(), &[note("first")], &ob.channels(), Utc::now()).await.expect("enqueue");
+    until(hang, "both hanging channels sending and the fast one paged", async || {
+        accepted.load(Ordering::SeqCst) >= 2 && fast.acknowledged().len() == 1
+    })
+    .await;
+    // A page while both hanging sends are still in flight (they end only at their timeout).
+    let second_at = std::time::Instant::now();
+    enqueue(fx.store.as_ref(), &[note("second")], &ob.channels(), Utc::now()).await.expect("enqueue");
+    until(hang, "the fast channel's second page, before the hanging channels' timeout", async || {
+        fast.acknowledged().len() == 2
+    })
+    .await;
+    assert!(second_at.elapsed() < hang, "paged while the hung channels still wait on their first send");
+    let far = Utc::now() + chrono::Duration::days(2);
+    let waiting = |channel: &'static str| {
+        let store = fx.store.clone();
+        async move { store.due(None, Some(channel), far, 10).await.expect("due") }
+    };
+    for am in ["am-1", "am-2"] {
+        let items = waiting(am).await;
+        assert_eq!(items.len(), 2, "{am}: both pages still owed");
+        assert!(items.iter().all(|i| i.attempts == 0), "{am}: no attempt had ended yet: {items:?}");
+    }
+    // Each hung channel gives up on its own timeout and retries on its own; the fast one is done.
+    until(hang * 3, "each hung channel records its failed attempt", async || {
+        let (a, b) = (waiting("am-1").await, waiting("am-2").await);
+        [a, b].iter().all(|items| items.iter().any(|i| i.attempts >= 1 && i.last_error.is_some()))
+    })
+    .await;
+    assert!(waiting("webhook").await.is_empty(), "the fast channel's items are delivered");
+    let k = keys(&fast);
+    assert_eq!(k.len(), 2, "each page once: {k:?}");
+    assert_ne!(k[0], k[1]);
+    stop.cancel();
+    // A step still in flight at the stop is finished first: at most one more timeout.
+    tokio::time::timeout(hang * 2, run).await.expect("the worker stops").expect("no panic");
+    assert_eq!(fast.acknowledged().len(), 2, "nothing sent twice");
+}

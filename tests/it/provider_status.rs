@@ -10,6 +10,7 @@ use std::time::Duration;
 use url::Url;
 use vigil::config::{Config, StatusPageSource, StatusPagesConfig};
 use vigil::io::feeds::provider_status::poller::StatusPagePoller;
+use vigil::io::probe::scrub::Secrets;
 use vigil::run::demo::standin::{Script, StandIn};
 use vigil::vocab::provider_status::{annotation_for, SharedProviderStatus};
 
@@ -56,7 +57,13 @@ async fn poller_reads_good_malformed_failing_and_hanging_pages_and_stores_incide
     let store = vigil::io::store::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("store");
     store.migrate().await.expect("migrate");
     let shared = SharedProviderStatus::default();
-    let poller = StatusPagePoller::with_timeout(&config, shared.clone(), store.clone(), Duration::from_millis(500));
+    let poller = StatusPagePoller::with_timeout(
+        &config,
+        Secrets::default(),
+        shared.clone(),
+        store.clone(),
+        Duration::from_millis(500),
+    );
 
     // Storage keeps microseconds.
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
@@ -241,4 +248,97 @@ async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
     let html = vigil::io::weekly::html::document(&report, &[], vigil::io::weekly::html::ImageSource::DataUri);
     assert!(html.contains("Providers' own incidents"), "the summary has the section");
     assert!(html.contains("30 min"), "the lead is shown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_shaped_text_on_a_providers_status_page_is_redacted_on_the_status_page_and_in_v1_targets() {
+    const OWN_KEY: &str = "sk-test-vigils-own-key-5e1f";
+    const FOREIGN: &str = "sk-live-abcdefghij0123456789";
+    let body = crate::support::fixture("openai-chat-stream-usage.sse");
+    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    // An open incident quoting vigil's own key and a bearer token in every text field, and a
+    // page whose shape is wrong in a way the parse error quotes.
+    let leaky = serde_json::json!({
+        "page": {"name": format!("Status {OWN_KEY}")},
+        "status": {"indicator": "major", "description": format!("Authorization: Bearer {FOREIGN}")},
+        "components": [{"id": "c1", "name": format!("Chat {OWN_KEY}"), "status": "partial_outage"}],
+        "incidents": [{
+            "id": "inc1",
+            "name": format!("Errors for key {OWN_KEY}, try Bearer {FOREIGN}"),
+            "status": "investigating",
+            "impact": "major",
+            "created_at": chrono::Utc::now().to_rfc3339(),
+            "shortlink": format!("https://stspg.example.invalid/x?key={OWN_KEY}"),
+            "components": [{"name": format!("Chat {OWN_KEY}")}]
+        }]
+    })
+    .to_string()
+    .into_bytes();
+    let quoted = format!(r#"{{"status": {{"indicator": "minor"}}, "components": [{{"id": "c", "name": "n", "status": "s", "group": "{FOREIGN}"}}]}}"#)
+        .into_bytes();
+    let pages = StandIn::start(move |req| match req.path_only() {
+        "/leaky/api/v2/summary.json" => Script::json(200, &leaky),
+        "/quoted/api/v2/summary.json" => Script::json(200, &quoted),
+        _ => Script::status(404),
+    })
+    .await
+    .expect("stand-in");
+    let data = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        r#"
+region = "test-1"
+[storage]
+url = "sqlite://{data}/vigil.db"
+data_dir = "{data}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:0"
+[probe]
+interval = "1s"
+timeout = "900ms"
+status_page_every = "1s"
+[[provider]]
+name = "leaky"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1"]
+status_page_url = "{pages}/leaky"
+[[provider]]
+name = "quoted"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["m1"]
+status_page_url = "{pages}/quoted"
+"#,
+        base = provider.base_url(),
+        pages = pages.base_url(),
+        data = data.path().display(),
+    );
+    let env: BTreeMap<String, String> = [("VIGIL_TEST_KEY".to_string(), OWN_KEY.to_string())].into();
+    let config = Config::from_toml(&text, &env).expect("valid config");
+    let daemon = crate::support::daemon::spawn_app(config).await;
+    let http = reqwest::Client::new();
+    let targets = daemon.url("/v1/targets");
+    let read = || async {
+        let t = http.get(&targets).send().await.expect("targets").text().await.expect("body");
+        let v: serde_json::Value = serde_json::from_str(&t).expect("json");
+        (t, v)
+    };
+    let (api, v) = crate::support::settle(Duration::from_secs(20), read, |(_, v)| {
+        let p = v["provider_status"].as_array().cloned().unwrap_or_default();
+        let by = |n: &str| p.iter().find(|x| x["provider"] == n).cloned().unwrap_or_default();
+        by("leaky")["incidents"].as_array().is_some_and(|i| !i.is_empty()) && !by("quoted")["last_error"].is_null()
+    })
+    .await;
+    let page = http.get(daemon.url("/")).send().await.expect("page").text().await.expect("html");
+    for (what, text) in [("/v1/targets", &api), ("the status page", &page)] {
+        assert!(!text.contains(OWN_KEY) && !text.contains(FOREIGN), "{what} shows a key:\n{text}");
+    }
+    let leaky = v["provider_status"].as_array().expect("list").iter().find(|x| x["provider"] == "leaky").cloned();
+    let incident = leaky.as_ref().map(|l| l["incidents"][0]["name"].clone()).unwrap_or_default();
+    assert_eq!(incident, "Errors for key [redacted], try Bearer [redacted]", "{api}");
+    assert!(page.contains("Errors for key [redacted]"), "the incident is still quoted, scrubbed:\n{page}");
+    daemon.stop_within(Duration::from_secs(15)).await;
 }

@@ -176,3 +176,74 @@ async fn the_daemon_uses_secrets_read_from_files_and_never_logs_them() {
         assert!(!log.contains(s), "{s} was logged:\n{log}");
     }
 }
+
+/// Runs `vigil <args…>` and waits at most `bound` for it: a hang is a failure, not a stuck test.
+fn vigil_within(args: &[&str], config: &std::path::Path, bound: Duration) -> (Option<i32>, String) {
+    let mut child = vigil()
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil runs");
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                std::io::Read::read_to_string(&mut e, &mut err).expect("stderr");
+            }
+            return (status.code(), err);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vigil {args:?} still running after {bound:?}: it hung on a secret file");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_fifo_a_device_an_oversized_file_or_a_key_with_a_line_feed_is_a_config_error_never_a_hang() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("key-fifo");
+    let c_path = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+    // SAFETY: mkfifo reads a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let oversized = dir.path().join("key-huge");
+    std::fs::write(&oversized, "sk-test-".repeat(70 * 1024 / 8)).expect("write");
+    let two_lines = secret(dir.path(), "key-two-lines", "sk-test-line-one\nsk-test-line-two");
+    let cases: [(&std::path::Path, &str); 5] = [
+        (&fifo, "is a FIFO"),
+        (std::path::Path::new("/dev/zero"), "is a device"),
+        (&oversized, "larger than 64 KB"),
+        (&two_lines, "control character (line feed)"),
+        (dir.path(), "is a directory"),
+    ];
+    let config = dir.path().join("vigil.toml");
+    // Bound far above a config check (milliseconds), far below "forever".
+    let bound = Duration::from_secs(20);
+    for (path, why) in cases {
+        std::fs::write(
+            &config,
+            format!(
+                "[storage]\ndata_dir = \"{}\"\n[[provider]]\nname = \"openai\"\napi_key_file = \"{}\"\n",
+                dir.path().display(),
+                path.display()
+            ),
+        )
+        .expect("write config");
+        for command in [&["check-config"][..], &["run"][..]] {
+            let (code, err) = vigil_within(command, &config, bound);
+            assert_eq!(code, Some(2), "{command:?} with {}: {err}", path.display());
+            let named = format!("provider[0].api_key_file: {}", path.display());
+            assert!(err.contains(&named) && err.contains(why), "{command:?}: expected {named:?} … {why:?} in:\n{err}");
+            assert!(!err.contains("sk-test-line"), "the content is never echoed:\n{err}");
+        }
+    }
+    assert!(!dir.path().join("vigil.db").exists(), "run refused before opening storage");
+}

@@ -36,7 +36,125 @@ store_support::on_both_stores!(
     the_retention_job_removes_what_its_policy_expires_from_every_table,
     canary_runs_round_trip_newest_last_by_region_and_purge,
     an_unknown_stored_breaker_state_is_an_error_naming_it,
+    a_record_spool_replayed_twice_or_cut_midway_stores_each_record_once,
+    an_older_database_with_duplicated_transitions_upgrades_to_one_row_each,
 );
+
+/// Copies the spool segments of `from` into `to` (the first `n` of them, oldest first, or all).
+fn copy_segments(from: &std::path::Path, to: &std::path::Path, n: Option<usize>) -> usize {
+    std::fs::create_dir_all(to).expect("mkdir");
+    let mut names: Vec<_> = std::fs::read_dir(from).expect("list").map(|e| e.expect("entry").path()).collect();
+    names.sort();
+    names.truncate(n.unwrap_or(names.len()));
+    for p in &names {
+        std::fs::copy(p, to.join(p.file_name().expect("name"))).expect("copy");
+    }
+    names.len()
+}
+
+/// What a replay of the record spool left in the store: transitions, outbox items, canary runs,
+/// rollups and breaker states.
+async fn stored_counts(fx: &Fixture, since: chrono::DateTime<Utc>) -> [usize; 5] {
+    let until = since + Duration::days(1);
+    let s = fx.store.as_ref();
+    [
+        s.transitions_between(None, since, until).await.expect("transitions").len(),
+        s.outbox_between(None, since, until).await.expect("outbox").len(),
+        s.canary_runs(None, since, 10_000).await.expect("canary").len(),
+        s.rollups_between(None, since - Duration::hours(1), Some(until)).await.expect("rollups").len(),
+        s.load_breakers(None).await.expect("breakers").len(),
+    ]
+}
+
+async fn a_record_spool_replayed_twice_or_cut_midway_stores_each_record_once(fx: Fixture) {
+    use vigil::io::store::link::{Link, Record};
+    use vigil::io::store::spool::SpoolOf;
+    let now = micros(Utc::now());
+    let t = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
+    let tr = |k: i64| BreakerTransition {
+        target: t.clone(),
+        from_state: if k % 2 == 0 { State::Closed } else { State::Open },
+        to_state: if k % 2 == 0 { State::Open } else { State::Closed },
+        at: now + Duration::seconds(k),
+        reason: format!("transition {k}"),
+    };
+    let mut records = Vec::new();
+    for k in 0..600 {
+        records.push(Record::Transition(tr(k)));
+        if k % 10 == 0 {
+            records.push(Record::Outbox(vec![outbox_at(now + Duration::seconds(k), k as u32)]));
+            records.push(Record::Canary(vec![canary_run(t.clone(), now + Duration::seconds(k), 6)]));
+        }
+    }
+    let breaker = BreakerRecord { target: t.clone(), state: State::Open, since: now, detail: serde_json::json!({}) };
+    records.push(Record::Breaker(breaker));
+    records.push(Record::Rollups(vec![rollup_at(now, "eu")]));
+    let want = [600, 60, 60, 1, 1];
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written = dir.path().join("written");
+    {
+        let mut spool = SpoolOf::<Record>::open(&written, 64 << 20).expect("spool").with_segment_bytes(16 * 1024);
+        for r in &records {
+            spool.append(std::slice::from_ref(r)).expect("append");
+        }
+    }
+    let segments = std::fs::read_dir(&written).expect("list").count();
+    assert!(segments >= 6, "several segments, so a replay can stop between them: {segments}");
+    let replay = |from: &std::path::Path, n: Option<usize>, into: &str| {
+        let to = dir.path().join(into);
+        copy_segments(from, &to, n);
+        let store = fx.store.clone();
+        async move {
+            let (mut link, _handle) = Link::new(store, SpoolOf::open(&to, 64 << 20).expect("spool"), None);
+            let health = link.health();
+            link.retry().await;
+            assert_eq!(health.spooled(), 0, "replayed to the end");
+        }
+    };
+    // Killed after writing the first half of the segments, before deleting them: the next start
+    // replays them again with the rest.
+    replay(&written, Some(segments / 2), "killed-midway").await;
+    let partial = stored_counts(&fx, now).await;
+    assert!(partial[0] > 0 && partial[0] < 600, "half the transitions were written: {partial:?}");
+    replay(&written, None, "after-restart").await;
+    assert_eq!(stored_counts(&fx, now).await, want, "each record once after a replay cut midway");
+    // And the whole spool once more (killed after the last write, before the last delete).
+    replay(&written, None, "again").await;
+    assert_eq!(stored_counts(&fx, now).await, want, "each record once after replaying everything twice");
+    let back = fx.store.transitions_between(None, now, now + Duration::days(1)).await.expect("read");
+    assert_eq!(back, (0..600).map(tr).collect::<Vec<_>>(), "in order, each once");
+
+    // A transition written directly twice (a call that timed out after committing, then retried).
+    fx.store.append_transition(&tr(0)).await.expect("again");
+    assert_eq!(stored_counts(&fx, now).await[0], 600);
+}
+
+async fn an_older_database_with_duplicated_transitions_upgrades_to_one_row_each(fx: Fixture) {
+    // The schema as an older vigil left it: no key on transitions, the migration not yet applied.
+    fx.exec("DROP INDEX breaker_transitions_natural_key").await;
+    fx.exec(
+        "CREATE INDEX breaker_transitions_region_target_at ON breaker_transitions (region, provider, model, route, at)",
+    )
+    .await;
+    fx.exec("DELETE FROM _sqlx_migrations WHERE version = 20261201000060").await;
+    let now = micros(Utc::now());
+    let a = transition_at(now);
+    let b = BreakerTransition { from_state: State::Open, to_state: State::HalfOpen, ..transition_at(now) };
+    let c = transition_at(now + Duration::seconds(1));
+    // What replays of that version left behind: copies of a, b and c.
+    for t in [&a, &a, &b, &a, &c, &c, &b] {
+        fx.store.append_transition(t).await.expect("append without a key");
+    }
+    let store = fx.store.clone();
+    let window = async || store.transitions_between(None, now, now + Duration::hours(1)).await.expect("read");
+    assert_eq!(window().await.len(), 7, "the duplicates an older vigil left");
+    fx.store.migrate().await.expect("the upgrade applies over duplicates");
+    assert_eq!(window().await, vec![a.clone(), b.clone(), c.clone()]);
+    fx.store.append_transition(&a).await.expect("append");
+    assert_eq!(window().await.len(), 3, "and stay once from now on");
+    fx.store.migrate().await.expect("migrating again is a no-op");
+}
 
 async fn target_status_is_one_row_per_region_and_target_read_by_age(fx: Fixture) {
     let now = micros(Utc::now());
@@ -324,16 +442,20 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
     fx.store.enqueue(std::slice::from_ref(&a)).await.expect("enqueue again is ignored");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 3);
 
-    let due = fx.store.due(None, now + Duration::seconds(10), 10).await.expect("due");
+    let due = fx.store.due(None, None, now + Duration::seconds(10), 10).await.expect("due");
     assert_eq!(due, vec![a.clone(), b.clone()], "c is not due yet; oldest first");
-    assert_eq!(fx.store.due(None, now + Duration::seconds(10), 1).await.expect("limit"), vec![a.clone()]);
+    assert_eq!(fx.store.due(None, None, now + Duration::seconds(10), 1).await.expect("limit"), vec![a.clone()]);
+    let one = fx.store.due(None, Some("pagerduty-1"), now + Duration::seconds(10), 10).await.expect("one channel");
+    assert_eq!(one, vec![b.clone()], "each channel reads only its own items");
+    let channels = fx.store.due_channels(None, now + Duration::seconds(10)).await.expect("channels");
+    assert_eq!(channels, vec!["pagerduty-1".to_string(), "slack".to_string()], "c is not due yet");
 
     fx.store.mark_delivered(a.id, now + Duration::seconds(11)).await.expect("delivered");
     fx.store.mark_retry(b.id, now + Duration::seconds(60), "HTTP 503").await.expect("retry");
-    let due = fx.store.due(None, now + Duration::seconds(20), 10).await.expect("due after");
+    let due = fx.store.due(None, None, now + Duration::seconds(20), 10).await.expect("due after");
     assert!(due.is_empty(), "a delivered, b retries later, c not due: {due:?}");
 
-    let retried = fx.store.due(None, now + Duration::seconds(60), 10).await.expect("b due again");
+    let retried = fx.store.due(None, None, now + Duration::seconds(60), 10).await.expect("b due again");
     assert_eq!(retried.len(), 1);
     assert_eq!((retried[0].id, retried[0].attempts), (b.id, 1));
     assert_eq!(retried[0].last_error.as_deref(), Some("HTTP 503"));
@@ -341,10 +463,13 @@ async fn outbox_items_move_through_their_lifecycle(fx: Fixture) {
 
     fx.store.mark_abandoned(b.id, now + Duration::seconds(61), "HTTP 400: invalid routing key").await.expect("abandon");
     assert_eq!(fx.store.outbox_depth().await.expect("depth"), 1, "only c is left");
-    assert_eq!(fx.store.due(None, now + Duration::seconds(200), 10).await.expect("due"), vec![c.clone()]);
-    assert_eq!(fx.store.due(Some("eu-west-1"), now + Duration::seconds(200), 10).await.expect("own region"), vec![c]);
+    assert_eq!(fx.store.due(None, None, now + Duration::seconds(200), 10).await.expect("due"), vec![c.clone()]);
+    assert_eq!(
+        fx.store.due(Some("eu-west-1"), None, now + Duration::seconds(200), 10).await.expect("own region"),
+        vec![c]
+    );
     assert!(
-        fx.store.due(Some("us-east-1"), now + Duration::seconds(200), 10).await.expect("other region").is_empty(),
+        fx.store.due(Some("us-east-1"), None, now + Duration::seconds(200), 10).await.expect("other region").is_empty(),
         "an instance never takes another region's items"
     );
 }

@@ -318,3 +318,41 @@ async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
     println!("{last}");
     daemon.stop_within(PATIENCE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_spool_entries_are_skipped_with_a_warning_and_the_daemon_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (samples_dir, records_dir) = (dir.path().join("spool"), dir.path().join("spool-records"));
+    let now = Utc::now();
+    let waiting: Vec<Sample> = (0..3)
+        .map(|i| full_sample(target("openai", "gpt-4o-mini", None, "eu"), now - ChronoDuration::seconds(i)))
+        .collect();
+    Spool::open(&samples_dir, 1 << 20).expect("spool").append(&waiting).expect("spooled");
+    let segment = |d: &Path, seq: u64| d.join(format!("segment-{seq:020}.jsonl"));
+    // A directory and binary junk named like segments in the sample spool, a directory in the record spool.
+    std::fs::create_dir_all(segment(&samples_dir, 7)).expect("dir");
+    std::fs::write(segment(&samples_dir, 8), [0xA5u8; 512]).expect("junk");
+    std::fs::create_dir_all(segment(&records_dir, 1)).expect("dir");
+
+    let text = format!(
+        "region = \"eu\"\n[storage]\nurl = \"{}\"\ndata_dir = \"{}\"\nbatch_age = \"100ms\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sqlite_url(dir.path()),
+        dir.path().display()
+    );
+    let config = vigil::config::Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("config");
+    let options = vigil::run::app::AppOptions { demo: true, ..Default::default() };
+    let daemon = crate::support::daemon::spawn_app_with(config, options).await;
+    let store = store::open(&sqlite_url(dir.path())).await.expect("open");
+    let want: BTreeSet<Uuid> = waiting.iter().map(|s| s.id).collect();
+    until(PATIENCE, "the readable segment replayed past the bad entries", async || {
+        let q = SampleQuery { target: Some(target("openai", "gpt-4o-mini", None, "eu")), ..SampleQuery::default() };
+        let Ok(rows) = store.samples(&q).await else { return false };
+        want.iter().all(|id| rows.iter().any(|s| s.id == *id))
+    })
+    .await;
+    let base = daemon.base.clone();
+    until(PATIENCE, "ready", async || reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200))
+        .await;
+    daemon.stop_within(PATIENCE).await;
+    assert!(segment(&samples_dir, 7).is_dir() && segment(&records_dir, 1).is_dir(), "left for the operator");
+}

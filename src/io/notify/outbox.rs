@@ -2,7 +2,9 @@
 //! worker sends due items, marks them delivered, or reschedules them with exponential backoff
 //! and jitter (never sooner than `Retry-After`) until `alerts.delivery_deadline`, then abandons
 //! them with the reason. Item ids are derived from the notification, so enqueuing the same
-//! notification twice stores it once, and they are the idempotency key receivers see.
+//! notification twice stores it once, and they are the idempotency key receivers see. Each
+//! channel is delivered on its own loop, in order: a hung or slow channel holds back only its
+//! own items (up to its timeout, then by its own backoff), never another channel's page.
 //!
 //! Shared incidents (one target or provider, the same key in every region) are paged once for
 //! all regions sharing the database: before sending, the worker records its region's sighting
@@ -298,22 +300,14 @@ impl Outbox {
         Ok(Lease::Send(Some(Seen { affected: 0, regions })))
     }
 
-    /// One step: sends every item due at `now` (channels in parallel, each channel in order).
+    /// One step of every channel at once (tests step the worker with it; the daemon runs
+    /// [`Outbox::run`], where each channel steps on its own): renews leases, sends every item
+    /// due at `now` (channels in parallel, each channel in order), gives up on items of channels
+    /// no longer configured.
     pub async fn deliver_pending(&self, now: DateTime<Utc>) -> Result<DeliveryReport, StoreError> {
         self.renew(now).await?;
-        for (name, n) in &self.notifiers {
-            if let Err(e) = n.tick(now).await {
-                self.metrics.delivery_failed(name);
-                tracing::warn!(channel = %name, error = %e, "channel re-send failed; will retry next step");
-            }
-        }
-        let due = self.store.due(self.cfg.region.as_deref(), now, self.cfg.batch).await?;
-        let mut per_channel: BTreeMap<String, Vec<OutboxItem>> = BTreeMap::new();
-        for item in due {
-            per_channel.entry(item.channel.clone()).or_default().push(item);
-        }
-        let results = join_all(per_channel.into_iter().map(|(c, items)| self.deliver_channel(c, items, now))).await;
-        let mut report = DeliveryReport::default();
+        let results = join_all(self.notifiers.iter().map(|(name, n)| self.channel_step(name, n, now))).await;
+        let mut report = DeliveryReport { abandoned: self.abandon_orphans(now).await?, ..DeliveryReport::default() };
         for r in results {
             let (outcomes, deferred) = r?;
             report.deferred += deferred;
@@ -328,6 +322,38 @@ impl Outbox {
         report.depth = self.store.outbox_depth().await?;
         self.metrics.set_outbox_depth(report.depth);
         Ok(report)
+    }
+
+    /// One channel's step: its re-sends, then its due items in order. Only this channel's
+    /// timeouts bound it; no other channel waits for it.
+    async fn channel_step(
+        &self,
+        name: &str,
+        notifier: &Arc<dyn Notifier>,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<Outcome>, usize), StoreError> {
+        if let Err(e) = notifier.tick(now).await {
+            self.metrics.delivery_failed(name);
+            tracing::warn!(channel = %name, error = %e, "channel re-send failed; will retry next step");
+        }
+        let due = self.store.due(self.cfg.region.as_deref(), Some(name), now, self.cfg.batch).await?;
+        self.deliver_channel(name.to_string(), due, now).await
+    }
+
+    /// Gives up on due items of channels that are no longer configured; how many.
+    async fn abandon_orphans(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let region = self.cfg.region.as_deref();
+        let mut abandoned = 0;
+        for channel in self.store.due_channels(region, now).await? {
+            if self.notifiers.contains_key(&channel) {
+                continue;
+            }
+            for item in self.store.due(region, Some(&channel), now, self.cfg.batch).await? {
+                self.abandon(&item, now, &format!("channel {channel} is no longer configured")).await?;
+                abandoned += 1;
+            }
+        }
+        Ok(abandoned)
     }
 
     async fn deliver_channel(
@@ -420,21 +446,54 @@ impl Outbox {
         }
     }
 
-    /// Runs steps until `shutdown` is cancelled; a storage error is logged and retried next step.
+    /// Runs until `shutdown` is cancelled: every channel steps on its own loop (a hung or slow
+    /// channel delays only its own pages, up to its own timeout), and one more loop renews
+    /// leases, gives up on items of removed channels and publishes the depth. A storage error
+    /// is logged and retried next step; a step in flight at the stop is finished first.
     pub async fn run(&self, shutdown: CancellationToken) {
-        loop {
-            let busy = match self.deliver_pending(Utc::now()).await {
-                Ok(r) => r.delivered + r.abandoned > 0 && r.deferred == 0 && r.retried == 0,
+        let channels = join_all(self.notifiers.iter().map(|(name, n)| self.channel_loop(name, n, &shutdown)));
+        tokio::join!(channels, self.upkeep_loop(&shutdown));
+    }
+
+    async fn channel_loop(&self, name: &str, notifier: &Arc<dyn Notifier>, shutdown: &CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let busy = match self.channel_step(name, notifier, Utc::now()).await {
+                // Straight on while items go out; a pause after a failure or an empty step.
+                Ok((outcomes, deferred)) => {
+                    !outcomes.is_empty() && deferred == 0 && !outcomes.iter().any(|o| matches!(o, Outcome::Retried))
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "outbox step failed; retrying");
+                    tracing::warn!(channel = %name, error = %e, "outbox step failed; retrying");
                     false
                 }
             };
-            let pause = if busy { Duration::ZERO } else { self.cfg.poll_every };
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(pause) => {}
+            if !busy {
+                self.pause(shutdown).await;
             }
+        }
+    }
+
+    async fn upkeep_loop(&self, shutdown: &CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let now = Utc::now();
+            let step = async {
+                self.renew(now).await?;
+                self.abandon_orphans(now).await?;
+                self.store.outbox_depth().await
+            };
+            match step.await {
+                Ok(depth) => self.metrics.set_outbox_depth(depth),
+                Err(e) => tracing::warn!(error = %e, "outbox upkeep failed; retrying"),
+            }
+            self.pause(shutdown).await;
+        }
+    }
+
+    /// Waits `poll_every` or until the stop, whichever comes first.
+    async fn pause(&self, shutdown: &CancellationToken) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(self.cfg.poll_every) => {}
         }
     }
 }

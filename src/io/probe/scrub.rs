@@ -49,6 +49,22 @@ impl Secrets {
         Secrets::new(values)
     }
 
+    /// Every secret vigil itself is configured with: each provider's (see [`Secrets::of`]), the
+    /// API token and the alert channels' URLs, keys and signing secrets. For text from outside
+    /// that belongs to no one probe (providers' status pages).
+    pub fn of_config(c: &crate::config::Config) -> Secrets {
+        let exposed = |s: &secrecy::SecretString| s.expose_secret().to_string();
+        let mut values: Vec<String> = c.providers.iter().flat_map(|p| Secrets::of(p).0).collect();
+        values.extend(c.http.api_token.iter().map(exposed));
+        let a = &c.alerts;
+        values.extend(a.slack.iter().map(|x| exposed(&x.webhook_url)));
+        values.extend(a.email.iter().map(|x| exposed(&x.smtp_url)));
+        values.extend(a.pagerduty.iter().map(|x| exposed(&x.routing_key)));
+        values.extend(a.webhook.iter().flat_map(|x| std::iter::once(&x.url).chain(&x.secret)).map(exposed));
+        values.extend(a.alertmanager.iter().map(|x| exposed(&x.url)));
+        Secrets::new(values)
+    }
+
     /// Secrets from plain values; empty and very short ones are ignored.
     pub fn new(values: impl IntoIterator<Item = String>) -> Secrets {
         let mut v: Vec<String> = values.into_iter().filter(|s| s.trim().len() >= MIN_SECRET_LEN).collect();

@@ -220,8 +220,18 @@ impl<B: Backend> OutboxStore for B {
         self.run_all(items.iter().map(sql::enqueue).collect()).await.map(|_| ())
     }
 
-    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError> {
-        read(self, sql::due(region, now, limit), rows::outbox_of).await
+    async fn due(
+        &self,
+        region: Option<&str>,
+        channel: Option<&str>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        read(self, sql::due(region, channel, now, limit), rows::outbox_of).await
+    }
+
+    async fn due_channels(&self, region: Option<&str>, now: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
+        read(self, sql::due_channels(region, now), |row| row.text("channel")).await
     }
 
     async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {

@@ -290,21 +290,39 @@ impl Pending {
         self.breakers.is_empty() && self.rollups.is_empty() && self.alert_states.is_empty() && self.statuses.is_none()
     }
 
+    /// Queues a state (newest wins) and hands an ordered record back.
     fn take(&mut self, r: Record) -> Option<Record> {
+        self.queue(r, true)
+    }
+
+    /// As [`Pending::take`] for a record read back from the spool: older than anything queued
+    /// since, so it fills only keys with nothing newer waiting.
+    fn take_spooled(&mut self, r: Record) -> Option<Record> {
+        self.queue(r, false)
+    }
+
+    fn queue(&mut self, r: Record, newest: bool) -> Option<Record> {
+        fn put<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: V, newest: bool) {
+            if newest {
+                map.insert(k, v);
+            } else {
+                map.entry(k).or_insert(v);
+            }
+        }
         match r {
             Record::Breaker(b) => {
-                self.breakers.insert(format!("{}|{}", b.target.region, b.target.id()), b);
+                put(&mut self.breakers, format!("{}|{}", b.target.region, b.target.id()), b, newest);
                 None
             }
             Record::Rollups(rs) => {
                 for r in rs {
-                    self.rollups
-                        .insert((format!("{}|{}", r.target.region, r.target.id()), r.metric.clone(), r.hour), r);
+                    let key = (format!("{}|{}", r.target.region, r.target.id()), r.metric.clone(), r.hour);
+                    put(&mut self.rollups, key, r, newest);
                 }
                 None
             }
             Record::AlertState { region, state } => {
-                self.alert_states.insert(region, state);
+                put(&mut self.alert_states, region, state, newest);
                 None
             }
             Record::TargetStatus(rows) => {
@@ -497,11 +515,16 @@ impl Link {
 
     async fn replay(&mut self) -> Result<(), StoreError> {
         while self.health.spooled() > 0 {
-            let batch = self.with_spool(|s| s.oldest()).await.map_err(|e| StoreError::Other(e.to_string()))?;
+            let (batch, waiting) = self
+                .with_spool(|s| s.oldest().map(|b| (b, s.len())))
+                .await
+                .map_err(|e| StoreError::Other(e.to_string()))?;
+            // An unreadable segment skipped by `oldest` no longer counts as waiting.
+            self.health.set_spooled(waiting);
             let Some(SpooledBatch { seq, records }) = batch else { break };
             let n = records.len();
             for r in records {
-                match self.pending.take(r) {
+                match self.pending.take_spooled(r) {
                     // Spooled states rejoin the newest-wins queue, behind anything newer already queued.
                     None => {}
                     Some(ordered) => self.write(&ordered).await?,
@@ -771,5 +794,36 @@ mod tests {
         }
         let line = serde_json::to_string(&Record::Canary(Vec::new())).expect("spools");
         assert_eq!(line, r#"{"record":"canary","items":[]}"#);
+    }
+
+    /// A state read back from the spool is older than one queued since: it never replaces it.
+    #[test]
+    fn a_spooled_state_never_replaces_a_newer_one_already_queued() {
+        let now = Utc::now();
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let breaker = |state| BreakerRecord { target: t.clone(), state, since: now, detail: serde_json::json!({}) };
+        let rollup = |count| Rollup { target: t.clone(), metric: "ttft".into(), hour: now, count, histogram: vec![] };
+        let mut p = Pending::default();
+        assert_eq!(p.take(Record::Breaker(breaker(State::Closed))), None);
+        assert_eq!(p.take(Record::Rollups(vec![rollup(9)])), None);
+        assert_eq!(p.take_spooled(Record::Breaker(breaker(State::Open))), None);
+        assert_eq!(p.take_spooled(Record::Rollups(vec![rollup(3)])), None);
+        let other = Target { model: "n".into(), ..t.clone() };
+        let spooled_only =
+            BreakerRecord { target: other, state: State::Open, since: now, detail: serde_json::json!({}) };
+        assert_eq!(p.take_spooled(Record::Breaker(spooled_only.clone())), None);
+        let states: Vec<Record> = p.drain();
+        assert!(states.contains(&Record::Breaker(breaker(State::Closed))), "{states:?}");
+        assert!(states.contains(&Record::Breaker(spooled_only)), "a key with nothing newer is filled: {states:?}");
+        assert!(states.contains(&Record::Rollups(vec![rollup(9)])), "{states:?}");
+        assert_eq!(states.len(), 3, "{states:?}");
+        let ordered = Record::Transition(BreakerTransition {
+            target: t.clone(),
+            from_state: State::Closed,
+            to_state: State::Open,
+            at: now,
+            reason: "r".into(),
+        });
+        assert_eq!(p.take_spooled(ordered.clone()), Some(ordered), "ordered records are written, not queued");
     }
 }

@@ -381,7 +381,7 @@ pub trait StateStore: Send + Sync {
     async fn save_breaker(&self, record: &BreakerRecord) -> Result<(), StoreError>;
     /// Loads breaker states (`region: None` for all regions).
     async fn load_breakers(&self, region: Option<&str>) -> Result<Vec<BreakerRecord>, StoreError>;
-    /// Appends to the transition history.
+    /// Appends to the transition history; the same transition (target, `at`, from, to) again is ignored.
     async fn append_transition(&self, t: &BreakerTransition) -> Result<(), StoreError>;
     /// Newest transitions first, for one region (and one target when given).
     async fn transitions(
@@ -420,8 +420,16 @@ pub trait StateStore: Send + Sync {
 pub trait OutboxStore: Send + Sync {
     /// Adds notifications to the outbox (ignored when the id exists).
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError>;
-    /// Undelivered items due at `now`, oldest first; only `region`'s when given.
-    async fn due(&self, region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxItem>, StoreError>;
+    /// Undelivered items due at `now`, oldest first; only `region`'s and only `channel`'s when given.
+    async fn due(
+        &self,
+        region: Option<&str>,
+        channel: Option<&str>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError>;
+    /// The channels with undelivered items due at `now` (only `region`'s when given), by name.
+    async fn due_channels(&self, region: Option<&str>, now: DateTime<Utc>) -> Result<Vec<String>, StoreError>;
     /// Marks an item delivered.
     async fn mark_delivered(&self, id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError>;
     /// Records a failed attempt and when to try next.

@@ -93,13 +93,22 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
             found.push((seq, entry.path()));
         }
         found.sort();
+        // Numbers of skipped entries are never reused either: a new segment must not collide.
+        let next_seq = found.last().map_or(1, |(seq, _)| seq + 1);
         let mut segments = VecDeque::new();
         for (seq, path) in found {
-            let data = fs::read(&path).map_err(io_err(&path))?;
-            let samples = parse_lines::<T>(&data, &path).len() as u64;
-            segments.push_back(Segment { seq, path, bytes: data.len() as u64, samples });
+            // A bad entry (a directory or FIFO named like a segment, a file that cannot be read)
+            // is left where it is, with a warning: it must not cost the daemon its start.
+            match read_segment(&path) {
+                Ok(data) => {
+                    let samples = parse_lines::<T>(&data, &path).len() as u64;
+                    segments.push_back(Segment { seq, path, bytes: data.len() as u64, samples });
+                }
+                Err(why) => {
+                    tracing::warn!(file = %path.display(), error = %why, "skipping a spool entry that is not a readable segment")
+                }
+            }
         }
-        let next_seq = segments.back().map_or(1, |s| s.seq + 1);
         let spool = SpoolOf {
             dir,
             max_bytes,
@@ -198,11 +207,24 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         Ok(dropped)
     }
 
-    /// Reads the oldest segment back, skipping a torn or corrupt line with a warning.
-    pub fn oldest(&self) -> Result<Option<SpooledBatch<T>>, SpoolError> {
-        let Some(seg) = self.segments.front() else { return Ok(None) };
-        let data = fs::read(&seg.path).map_err(io_err(&seg.path))?;
-        Ok(Some(SpooledBatch { seq: seg.seq, records: parse_lines(&data, &seg.path) }))
+    /// Reads the oldest segment back, skipping a torn or corrupt line with a warning. A segment
+    /// that can no longer be read is left on disk, dropped from the queue with a warning and the
+    /// next one is read: one bad file must not hold every later record back for good.
+    pub fn oldest(&mut self) -> Result<Option<SpooledBatch<T>>, SpoolError> {
+        while let Some(seg) = self.segments.front() {
+            match read_segment(&seg.path) {
+                Ok(data) => return Ok(Some(SpooledBatch { seq: seg.seq, records: parse_lines(&data, &seg.path) })),
+                Err(why) => {
+                    tracing::warn!(file = %seg.path.display(), error = %why, records = seg.samples,
+                        "skipping a spool segment that can no longer be read; left on disk");
+                    if self.segments.len() == 1 {
+                        self.current = None;
+                    }
+                    self.segments.pop_front();
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes a replayed segment.
@@ -234,6 +256,16 @@ where
     })
     .await;
     joined.unwrap_or_else(|e| Err(SpoolError::Io { path: Default::default(), source: io::Error::other(e) }))
+}
+
+/// A segment's bytes, if `path` is a regular file that reads: checked before opening, since
+/// opening a FIFO blocks and reading a directory fails.
+fn read_segment(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    fs::read(path).map_err(|e| e.to_string())
 }
 
 /// Parses JSON lines; a bad line is skipped (a torn last line is the expected crash case).
@@ -299,6 +331,39 @@ mod tests {
         }
         assert_eq!(back, batch);
         assert!(spool.is_empty());
+    }
+
+    #[test]
+    fn bad_entries_named_like_segments_are_skipped_not_fatal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = |seq: u64| dir.path().join(format!("{PREFIX}{seq:020}{SUFFIX}"));
+        let batch: Vec<Sample> = (0..4).map(sample).collect();
+        {
+            let mut spool = Spool::open(dir.path(), 1 << 20).expect("open").with_segment_bytes(1);
+            spool.append(&batch[..2]).expect("append");
+            spool.append(&batch[2..]).expect("append");
+        }
+        // seq 1 and 2 hold two samples each; then a directory, a FIFO and binary junk named like segments.
+        fs::create_dir(name(3)).expect("dir");
+        let fifo = std::ffi::CString::new(name(4).display().to_string()).expect("path");
+        // SAFETY: mkfifo reads a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+        fs::write(name(5), [0xff, 0x00, 0xfe, b'\n', 0x01]).expect("junk");
+        let mut spool = Spool::open(dir.path(), 1 << 20).expect("bad entries do not stop the open");
+        assert_eq!(spool.len(), 4, "the two good segments are indexed; the junk one holds nothing readable");
+        // A segment that turns unreadable after the open is skipped at replay, not retried forever.
+        fs::remove_file(name(2)).expect("remove");
+        fs::create_dir(name(2)).expect("dir in its place");
+        let mut back = Vec::new();
+        while let Some(b) = spool.oldest().expect("read") {
+            back.extend(b.records);
+            spool.remove(b.seq).expect("remove");
+        }
+        assert_eq!(back, batch[..2].to_vec());
+        assert!(spool.is_empty());
+        spool.append(&batch[..1]).expect("a new segment after the skipped ones");
+        assert!(name(6).is_file(), "numbered past every entry found, never colliding");
+        assert!(name(3).is_dir() && name(2).is_dir(), "bad entries are left for the operator");
     }
 
     #[test]

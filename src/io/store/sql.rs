@@ -369,11 +369,13 @@ pub(crate) fn load_breakers(region: Option<&str>) -> Stmt {
     st
 }
 
-/// Appends one breaker transition.
+/// Appends one breaker transition unless the same one (target, time, from, to) is stored.
 pub(crate) fn append_transition(t: &BreakerTransition) -> Stmt {
+    // Keyed by (region, target, at, from, to): a replayed spool line is stored once. No conflict
+    // target named, so a database whose migrations are still pending takes the row as before.
     Stmt::new(
         "INSERT INTO breaker_transitions (provider, model, route, region, from_state, to_state, at, reason) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
     )
     .arg(&t.target.provider)
     .arg(&t.target.model)
@@ -425,14 +427,26 @@ pub(crate) fn enqueue(i: &OutboxItem) -> Stmt {
     .arg(&i.region)
 }
 
-/// Pending items due at `now`, oldest first, of one region or all.
-pub(crate) fn due(region: Option<&str>, now: DateTime<Utc>, limit: i64) -> Stmt {
+/// Pending items due at `now`, oldest first, of one region or all, of one channel or all.
+pub(crate) fn due(region: Option<&str>, channel: Option<&str>, now: DateTime<Utc>, limit: i64) -> Stmt {
     Stmt::new(format!(
         "SELECT {OUTBOX_COLUMNS} FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL \
-         AND next_attempt_at <= $1 AND (CAST($3 AS TEXT) IS NULL OR region = $3) ORDER BY created_at, id LIMIT $2"
+         AND next_attempt_at <= $1 AND (CAST($3 AS TEXT) IS NULL OR region = $3) \
+         AND (CAST($4 AS TEXT) IS NULL OR channel = $4) ORDER BY created_at, id LIMIT $2"
     ))
     .arg(now)
     .arg(limit.max(0))
+    .arg(region)
+    .arg(channel)
+}
+
+/// The channels with pending items due at `now`, of one region or all.
+pub(crate) fn due_channels(region: Option<&str>, now: DateTime<Utc>) -> Stmt {
+    Stmt::new(
+        "SELECT DISTINCT channel FROM alert_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL \
+         AND next_attempt_at <= $1 AND (CAST($2 AS TEXT) IS NULL OR region = $2) ORDER BY channel",
+    )
+    .arg(now)
     .arg(region)
 }
 
@@ -769,7 +783,8 @@ mod tests {
             load_breakers(Some("eu")),
             transitions("eu", Some(&t), 3),
             transitions_between(None, now, now),
-            due(Some("eu"), now, 1),
+            due(Some("eu"), Some("slack"), now, 1),
+            due_channels(Some("eu"), now),
             mark_delivered(Uuid::nil(), now),
             mark_retry(Uuid::nil(), now, "e"),
             mark_abandoned(Uuid::nil(), now, "e"),

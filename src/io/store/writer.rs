@@ -270,7 +270,12 @@ impl Writer {
     }
 
     async fn replay_segment(&mut self) -> Result<(), StoreError> {
-        let batch = self.with_spool(|s| s.oldest()).await.map_err(|e| StoreError::Other(e.to_string()))?;
+        let (batch, waiting) = self
+            .with_spool(|s| s.oldest().map(|b| (b, s.len())))
+            .await
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        // An unreadable segment skipped by `oldest` no longer counts as waiting.
+        self.health.spooled.store(waiting, Ordering::Relaxed);
         let Some(SpooledBatch { seq, records: samples }) = batch else { return Ok(()) };
         for chunk in samples.chunks(self.batch_size) {
             self.write(chunk).await?;

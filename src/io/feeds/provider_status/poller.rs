@@ -1,12 +1,17 @@
 //! The status page poller: its own task that reads each configured provider's Statuspage
 //! summary every `probe.status_page_every`, with a short timeout and a capped body, publishes
 //! the latest state to readers and keeps incidents and component states in storage. A slow,
-//! broken or hostile page delays only this task, never the probes.
+//! broken or hostile page delays only this task, never the probes. Every text a page sends (and
+//! every error quoting it) is scrubbed as provider error text is before anyone sees it: the
+//! unauthenticated status page, `/v1/targets`, alerts and storage show `[redacted]` for vigil's
+//! own secrets and key-shaped tokens.
 
 use super::statuspage::parse_summary;
+use super::statuspage::Summary;
 use super::statuspage::SUMMARY_PATH;
 use crate::config::{StatusPageSource, StatusPagesConfig};
 use crate::io::bounded::{read_capped, API_BODY_LIMIT};
+use crate::io::probe::scrub::{clean, Secrets};
 use crate::io::store::FeedStore;
 use crate::vocab::provider_status::ProviderIncident;
 use crate::vocab::provider_status::ProviderStatus;
@@ -29,6 +34,40 @@ pub struct StatusPagePoller {
     client: reqwest::Client,
     shared: SharedProviderStatus,
     store: Arc<dyn FeedStore>,
+    secrets: Secrets,
+}
+
+/// Most bytes kept of one scrubbed text (the parser already cut it to 300 characters).
+const MAX_TEXT_BYTES: usize = 1200;
+
+/// A page's text made safe to show: configured secrets and key-like tokens redacted.
+fn scrubbed(text: &str, secrets: &Secrets) -> String {
+    clean(text, secrets, MAX_TEXT_BYTES, true)
+}
+
+/// Every text field of a summary, scrubbed.
+fn scrub_summary(mut s: Summary, secrets: &Secrets) -> Summary {
+    let text = |t: &mut String| *t = scrubbed(t, secrets);
+    if let Some(n) = s.page_name.as_mut() {
+        text(n);
+    }
+    text(&mut s.indicator);
+    text(&mut s.description);
+    for c in &mut s.components {
+        for t in [&mut c.id, &mut c.name, &mut c.status] {
+            text(t);
+        }
+    }
+    for i in &mut s.incidents {
+        for t in [&mut i.id, &mut i.name, &mut i.status, &mut i.impact] {
+            text(t);
+        }
+        i.components.iter_mut().for_each(text);
+        if let Some(l) = i.shortlink.as_mut() {
+            text(l);
+        }
+    }
+    s
 }
 
 /// Why one page read failed (logged and shown, never fatal).
@@ -37,14 +76,21 @@ fn fail(e: impl std::fmt::Display) -> String {
 }
 
 impl StatusPagePoller {
-    /// A poller for `config`, publishing into `shared` and writing to `store`.
-    pub fn new(config: &StatusPagesConfig, shared: SharedProviderStatus, store: Arc<dyn FeedStore>) -> Self {
-        Self::with_timeout(config, shared, store, FETCH_TIMEOUT)
+    /// A poller for `config`, publishing into `shared` and writing to `store`, redacting
+    /// `secrets` (and key-like tokens) from every text a page sends.
+    pub fn new(
+        config: &StatusPagesConfig,
+        secrets: Secrets,
+        shared: SharedProviderStatus,
+        store: Arc<dyn FeedStore>,
+    ) -> Self {
+        Self::with_timeout(config, secrets, shared, store, FETCH_TIMEOUT)
     }
 
-    /// As [`Poller::new`] with another per-read bound (tests use a short one).
+    /// As [`StatusPagePoller::new`] with another per-read bound (tests use a short one).
     pub fn with_timeout(
         config: &StatusPagesConfig,
+        secrets: Secrets,
         shared: SharedProviderStatus,
         store: Arc<dyn FeedStore>,
         timeout: Duration,
@@ -56,7 +102,7 @@ impl StatusPagePoller {
             .user_agent(concat!("vigil/", env!("CARGO_PKG_VERSION"), " (status page poller)"))
             .build()
             .unwrap_or_default();
-        StatusPagePoller { sources: config.pages.clone(), every: config.every, timeout, client, shared, store }
+        StatusPagePoller { sources: config.pages.clone(), every: config.every, timeout, client, shared, store, secrets }
     }
 
     /// How often the pages are read; `None` when no page is configured.
@@ -139,8 +185,16 @@ impl StatusPagePoller {
         }
     }
 
-    /// One page's summary, or why not.
-    async fn read(&self, source: &StatusPageSource) -> Result<super::statuspage::Summary, String> {
+    /// One page's summary, or why not; both scrubbed (a parse error may quote the page).
+    async fn read(&self, source: &StatusPageSource) -> Result<Summary, String> {
+        match self.read_raw(source).await {
+            Ok(summary) => Ok(scrub_summary(summary, &self.secrets)),
+            Err(why) => Err(scrubbed(&why, &self.secrets)),
+        }
+    }
+
+    /// One page's summary as the page sent it, or why not.
+    async fn read_raw(&self, source: &StatusPageSource) -> Result<Summary, String> {
         let mut base = source.url.clone();
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
