@@ -40,6 +40,7 @@ mod probe_standin;
 mod prompt_cache;
 mod provider_incident_alert;
 mod provider_status;
+mod reload;
 mod router_export;
 mod secret_files;
 mod status_page;
