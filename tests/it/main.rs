@@ -17,6 +17,7 @@ mod alerting;
 mod alertmanager;
 mod baseline_accuracy;
 mod bounded_bodies;
+mod bounded_memory;
 mod build_hygiene;
 mod canary;
 mod check_config_reach;
