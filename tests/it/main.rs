@@ -50,5 +50,6 @@ mod store_disk_faults;
 mod store_outage;
 mod store_regions;
 mod store_startup_faults;
+mod store_vanish;
 mod watchman;
 mod weekly_report;
