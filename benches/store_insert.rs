@@ -142,7 +142,7 @@ async fn bench_sqlite(data: &[Sample], batch: usize) -> Result<(f64, f64), Strin
         .map_err(|e| e.to_string())?;
     s.migrate().await.map_err(|e| e.to_string())?;
     let rate = insert_rate(&s, data, batch).await;
-    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(s.pool()).await.map_err(|e| e.to_string())?;
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&s.pool()).await.map_err(|e| e.to_string())?;
     let count = s.count_samples(&Default::default()).await.map_err(|e| e.to_string())?;
     s.pool().close().await;
     let bytes = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();

@@ -5,7 +5,6 @@ use crate::decide::baseline::Baselines;
 use crate::io::metrics::Metrics;
 use crate::io::probe::{Planned, Prober};
 use crate::io::store::SampleQuery;
-use crate::run::app::{App, AppOptions};
 use crate::run::monitor::Monitor;
 use crate::run::scheduler::Scheduler;
 use crate::vocab::sample::Sample;
@@ -13,7 +12,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 /// vigil: synthetic health probes for LLM API providers.
 #[derive(Debug, Parser)]
@@ -518,97 +516,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// What ended one run of the daemon.
-enum Stop {
-    /// SIGTERM or Ctrl-C: exit.
-    Exit,
-    /// SIGHUP with a valid config: drain, then run again with it.
-    Reload(Box<Config>),
-}
-
-/// Runs the daemon; SIGHUP re-reads `path` and, when the new config is valid, drains and starts
-/// again with it (a bad one is logged and the running daemon carries on). SIGTERM and Ctrl-C
-/// drain and exit; if the drain overruns its bound by far, the process exits non-zero anyway.
+/// Runs the daemon until SIGTERM or Ctrl-C; SIGHUP and `POST /-/reload` re-read `path` and
+/// apply it when it builds, keeping the running daemon otherwise (`run::daemon`).
 async fn run_daemon(path: Option<PathBuf>, demo: bool) -> anyhow::Result<()> {
-    let mut config = load(path.as_ref())?;
-    loop {
-        let app = App::build(config, AppOptions { demo, ..AppOptions::default() }).await?;
-        if let Some(addr) = app.local_addr() {
-            tracing::info!(%addr, "http listening");
-        }
-        let shutdown = CancellationToken::new();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let watcher = tokio::spawn(watch_signals(path.clone(), shutdown.clone(), stop_tx));
-        app.run_until_stopped(shutdown).await.context("vigil run")?;
-        watcher.abort();
-        match stop_rx.await {
-            Ok(Stop::Reload(next)) => {
-                tracing::info!("configuration reloaded; starting again");
-                config = *next;
-            }
-            Ok(Stop::Exit) | Err(_) => return Ok(()),
-        }
-    }
-}
-
-/// Turns signals into a stop of the running daemon and says which kind.
-async fn watch_signals(path: Option<PathBuf>, shutdown: CancellationToken, stop: tokio::sync::oneshot::Sender<Stop>) {
-    loop {
-        match next_signal().await {
-            Signal::Hangup => match load(path.as_ref()) {
-                Ok(c) => {
-                    tracing::info!("SIGHUP: new configuration is valid; draining to apply it");
-                    let _ = stop.send(Stop::Reload(Box::new(c)));
-                    shutdown.cancel();
-                    return;
-                }
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new configuration refused; keeping the running one")
-                }
-            },
-            Signal::Terminate => {
-                tracing::info!("shutdown requested; draining in-flight probes");
-                let _ = stop.send(Stop::Exit);
-                shutdown.cancel();
-                // The drain is bounded by STOP_WITHIN; this is the guard against a bug in it.
-                tokio::time::sleep(crate::run::app::STOP_WITHIN * 2).await;
-                tracing::error!(bound = ?crate::run::app::STOP_WITHIN, "stop overran its bound twice over; exiting now");
-                std::process::exit(1);
-            }
-        }
-    }
-}
-
-enum Signal {
-    Terminate,
-    Hangup,
-}
-
-async fn next_signal() -> Signal {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+    let file = path.clone().or_else(|| Some(PathBuf::from("vigil.toml")));
+    let settings = crate::run::daemon::Settings {
+        load: Box::new(move || {
+            let config = Config::load(path.as_deref(), &ProcessEnv)?;
+            log_providers(&config, false);
+            Ok(config)
+        }),
+        file,
+        demo,
     };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let wait = |kind: SignalKind| async move {
-            match signal(kind) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => Signal::Terminate,
-            _ = wait(SignalKind::terminate()) => Signal::Terminate,
-            _ = wait(SignalKind::hangup()) => Signal::Hangup,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        ctrl_c.await;
-        Signal::Terminate
+    match crate::run::daemon::run(settings).await {
+        Ok(()) => Ok(()),
+        Err(crate::run::daemon::DaemonError::Config(e)) => Err(e.into()),
+        Err(crate::run::daemon::DaemonError::App(e)) => Err(anyhow::Error::from(e).context("vigil run")),
+        Err(e) => Err(e.into()),
     }
 }
 

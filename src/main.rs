@@ -18,6 +18,9 @@ fn main() {
         }
     };
     runtime.block_on(run());
+    // Dropping a runtime waits for every blocking task; one still busy at the stop (a models
+    // list being parsed) must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
 }
 
 /// glibc gives every thread that allocates (async workers, blocking-pool threads, one thread per

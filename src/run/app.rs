@@ -1,9 +1,13 @@
 //! Wiring: `App::build(Config)` opens the listener, store and prober; `run_until_stopped`
-//! runs scheduler, pipeline and HTTP until the shutdown token fires, then drains.
+//! runs scheduler, pipeline and HTTP until the shutdown token fires, then drains. A reload
+//! builds in two steps: `App::prepare` does everything that can fail (listener, store, data
+//! directory, alert channels) while the old daemon still runs, `Prepared::start` the rest once
+//! it drained (the spools and the stored state it left).
 
 use crate::config::Config;
 use crate::decide::snapshot::SharedSnapshot;
 use crate::io::http::api::Feed;
+use crate::io::http::reload::ReloadSender;
 use crate::io::http::status_page::StatusPage;
 use crate::io::http::{router, HttpState, SchedulerRunning};
 use crate::io::metrics::Metrics;
@@ -57,6 +61,14 @@ pub enum AppError {
     /// The spool directory could not be opened.
     #[error("storage.data_dir: {0}")]
     Spool(#[from] store::SpoolError),
+    /// The data directory cannot take the spools' files (not a directory, read-only, no permission).
+    #[error("storage.data_dir: {path}: {source}")]
+    DataDir {
+        /// The directory that failed.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An alert channel could not be set up.
     #[error("alerts: {0}")]
     Alerts(String),
@@ -71,6 +83,25 @@ pub enum AppError {
         /// Its panic message, or that it returned.
         why: String,
     },
+}
+
+impl AppError {
+    /// The key at fault and why, for `new configuration refused: <key>: <why>`.
+    pub fn refusal(&self) -> (String, String) {
+        let (key, why) = match self {
+            AppError::NothingToProbe => {
+                ("provider", "nothing to probe: no provider is configured with its key set".to_string())
+            }
+            AppError::Bind { addr, source } => ("http.listen", format!("{addr}: {source}")),
+            AppError::Store(e) => ("storage.url", e.to_string()),
+            AppError::Spool(e) => ("storage.data_dir", e.to_string()),
+            AppError::DataDir { path, source } => ("storage.data_dir", format!("{}: {source}", path.display())),
+            AppError::Alerts(e) => ("alerts", e.clone()),
+            AppError::Demo(e) => ("--demo", e.to_string()),
+            other => ("daemon", other.to_string()),
+        };
+        (key.to_string(), why)
+    }
 }
 
 /// How long a stop may take in all: probes in flight get [`PROBE_DRAIN`], storing what is left
@@ -110,6 +141,28 @@ pub struct AppOptions {
     pub demo: bool,
     /// With `demo`: start this far into the misbehaving host's schedule (tests; zero otherwise).
     pub demo_elapsed: Duration,
+    /// Serve on this listener instead of binding `http.listen` (a reload keeping its address).
+    pub listener: Option<std::net::TcpListener>,
+    /// Where `POST /-/reload` sends its requests (the process's reload controller, if any).
+    pub reload: Option<ReloadSender>,
+}
+
+/// A daemon built as far as it can be while the one it replaces still runs: listener bound,
+/// store opened and migrated, data directory checked, alert channels built.
+/// [`Prepared::start`] finishes it.
+pub struct Prepared {
+    config: Config,
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    scheduler: Scheduler,
+    store: Arc<dyn Store>,
+    /// Why the database could not be used at open (it spools until it can).
+    unavailable: Option<String>,
+    notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
+    published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),
+    demo: Option<crate::run::demo::Demo>,
+    canary: Option<crate::run::canary_runner::CanaryRunner>,
+    reload: Option<ReloadSender>,
 }
 
 /// A built, not yet running, daemon.
@@ -129,11 +182,24 @@ pub struct App {
     _demo: Option<crate::run::demo::Demo>,
     /// The model-change canary, when `probe.canary.enabled`.
     canary: Option<crate::run::canary_runner::CanaryRunner>,
+    /// The alert channels, built.
+    notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
+    /// The spool of breaker transitions and other records.
+    records: store::spool::SpoolOf<crate::io::store::link::Record>,
+    reload: Option<ReloadSender>,
 }
 
 impl App {
     /// Binds the listener and prepares every stage.
-    pub async fn build(mut config: Config, opts: AppOptions) -> Result<App, AppError> {
+    pub async fn build(config: Config, opts: AppOptions) -> Result<App, AppError> {
+        App::prepare(config, opts).await?.start().await
+    }
+
+    /// Everything of [`App::build`] that can fail before the running daemon must stop: the
+    /// listener (bound, or the one given), the store (opened and migrated; an unreachable
+    /// database is tolerated as at start), the data directory (it takes new files), the alert
+    /// channels.
+    pub async fn prepare(mut config: Config, opts: AppOptions) -> Result<Prepared, AppError> {
         let demo = if opts.demo {
             crate::run::demo::use_demo_cadence(&mut config);
             if crate::run::demo::use_demo_database(&mut config) {
@@ -151,9 +217,7 @@ impl App {
         if plans.is_empty() {
             return Err(AppError::NothingToProbe);
         }
-        let listener = TcpListener::bind(config.http.listen)
-            .await
-            .map_err(|source| AppError::Bind { addr: config.http.listen, source })?;
+        let listener = listener_for(&config, opts.listener).await?;
         let metrics = Arc::new(Metrics::with_detail(&config.region, config.metrics.detail)?);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
@@ -168,44 +232,24 @@ impl App {
             })
             .filter(|c| !c.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
+        let notifiers = build_notifiers(&config, demo.is_some())?;
+        check_data_dir(&config.storage.data_dir)?;
         let (store, unavailable) = open_store_or_why(&config).await?;
-        let migrated = unavailable.is_none();
-        if demo.is_some() && migrated {
+        if demo.is_some() && unavailable.is_none() {
             crate::run::demo::history::seed_if_empty(store.as_ref(), &config, Utc::now()).await?;
         }
-        let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
-        if !spool.is_empty() {
-            tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
-        }
-        let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
-        if let Some(why) = &unavailable {
-            // `/readyz` says why from the first moment, not only after the first failed write.
-            writer.health().failed(format!("storage unavailable at start: {why}"));
-        }
-        let mut monitor = Monitor::new(&config, targets, Utc::now());
-        let loaded = match migrated {
-            true => match monitor.load(store.as_ref(), Utc::now()).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
-                    false
-                }
-            },
-            false => false,
-        };
-        Ok(App {
+        Ok(Prepared {
             config,
             listener,
             metrics,
             scheduler,
             store,
-            migrated,
-            writer,
-            monitor,
-            loaded,
-            canary,
+            unavailable,
+            notifiers,
             published,
-            _demo: demo,
+            demo,
+            canary,
+            reload: opts.reload,
         })
     }
 
@@ -236,15 +280,16 @@ impl App {
             published,
             _demo,
             canary,
+            notifiers,
+            records,
+            reload,
         } = self;
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
         let writer = writer.with_liveness(liveness.clone());
         let health = writer.health();
-        let spool =
-            store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
-        let outbox = build_outbox(&config, &store, &metrics, _demo.is_some())?;
+        let outbox = build_outbox(&config, &store, &metrics, notifiers);
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
         let alerting = restore_alerting(&config, store.as_ref(), outbox.channels(), model_notices.clone()).await;
         let plan = ContextPlan {
@@ -252,7 +297,7 @@ impl App {
             every: config.probe.interval,
             credit_providers: alerting.credit_providers(),
         };
-        let (link, link_handle) = Link::new(store.clone(), spool, Some(plan));
+        let (link, link_handle) = Link::new(store.clone(), records, Some(plan));
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
         // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
@@ -262,7 +307,6 @@ impl App {
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let canary_shown = crate::vocab::canary::SharedCanary::default();
         let app = router(HttpState {
-            metrics: metrics.clone(),
             checks: vec![
                 running.clone(),
                 liveness.clone(),
@@ -273,11 +317,10 @@ impl App {
             writer: Some(health.clone()),
             link: Some(link_health),
             snapshot: snapshot.clone(),
-            api_token: config.http.api_token.clone(),
-            status: Some(Arc::new(StatusPage::new(page_settings(&config), store.clone()))),
-            feed: Arc::new(Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
             provider_status: provider_status.clone(),
             canary: canary_shown.clone(),
+            reload,
+            ..http_state(&config, &metrics, &store)
         });
         let server = serve_http(listener, app, config.probe.concurrency, &shutdown);
 
@@ -340,6 +383,95 @@ impl App {
         tracing::info!("stopped cleanly");
         Ok(())
     }
+}
+
+impl Prepared {
+    /// Finishes the build once no other daemon runs on this data directory and store: opens
+    /// the spools (replaying what an earlier run left) and loads the stored baselines and breakers.
+    pub async fn start(self) -> Result<App, AppError> {
+        let Prepared {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            unavailable,
+            notifiers,
+            published,
+            demo,
+            canary,
+            reload,
+        } = self;
+        let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
+        if !spool.is_empty() {
+            tracing::info!(spooled = spool.len(), "samples left in the spool by an earlier run will be replayed");
+        }
+        let records =
+            store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
+        let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        if let Some(why) = &unavailable {
+            // `/readyz` says why from the first moment, not only after the first failed write.
+            writer.health().failed(format!("storage unavailable at start: {why}"));
+        }
+        let migrated = unavailable.is_none();
+        let mut monitor = Monitor::new(&config, published.1.clone(), Utc::now());
+        let loaded = match migrated {
+            true => match monitor.load(store.as_ref(), Utc::now()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
+                    false
+                }
+            },
+            false => false,
+        };
+        Ok(App {
+            config,
+            listener,
+            metrics,
+            scheduler,
+            store,
+            migrated,
+            writer,
+            monitor,
+            loaded,
+            canary,
+            published,
+            _demo: demo,
+            notifiers,
+            records,
+            reload,
+        })
+    }
+}
+
+/// The listener to serve on: `given` (a reload keeping its address), else `http.listen` bound.
+async fn listener_for(config: &Config, given: Option<std::net::TcpListener>) -> Result<TcpListener, AppError> {
+    let addr = config.http.listen;
+    let bound = match given {
+        Some(l) => l.set_nonblocking(true).and_then(|()| TcpListener::from_std(l)),
+        None => TcpListener::bind(addr).await,
+    };
+    bound.map_err(|source| AppError::Bind { addr, source })
+}
+
+/// The data directory must take the spools' files: each spool directory is created if missing
+/// and a file is created and removed in it. A full disk passes (vigil runs and spools what it
+/// can); a regular file, a read-only file system or a missing permission does not.
+fn check_data_dir(dir: &std::path::Path) -> Result<(), AppError> {
+    for sub in ["spool", "spool-records"] {
+        let path = dir.join(sub);
+        std::fs::create_dir_all(&path).map_err(|source| AppError::DataDir { path: path.clone(), source })?;
+        let probe = path.join(format!(".write-check-{}", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {}
+            Err(source) => return Err(AppError::DataDir { path, source }),
+        }
+    }
+    Ok(())
 }
 
 /// The alert stage as the last run left it: the engine's saved state when storage answers in
@@ -434,22 +566,47 @@ async fn wind_down(
     }
 }
 
-/// Builds the notification channels and the durable outbox that delivers through them; the demo
-/// also pages to the log, so its alerts are seen without any channel configured.
-fn build_outbox(
+/// The HTTP state's parts that come from the config alone; the app fills in the live ones.
+fn http_state(config: &Config, metrics: &Arc<Metrics>, store: &Arc<dyn Store>) -> HttpState {
+    HttpState {
+        metrics: metrics.clone(),
+        checks: Vec::new(),
+        writer: None,
+        link: None,
+        snapshot: SharedSnapshot::default(),
+        api_token: config.http.api_token.clone(),
+        status: Some(Arc::new(StatusPage::new(page_settings(config), store.clone()))),
+        feed: Arc::new(Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
+        provider_status: Default::default(),
+        canary: Default::default(),
+        reload: None,
+    }
+}
+
+/// Builds the notification channels; the demo also pages to the log, so its alerts are seen
+/// without any channel configured.
+fn build_notifiers(
     config: &Config,
-    store: &Arc<dyn Store>,
-    metrics: &Arc<Metrics>,
     demo: bool,
-) -> Result<Arc<crate::io::notify::outbox::Outbox>, AppError> {
-    use crate::io::notify::outbox::{lease_ttl_for, Outbox, OutboxConfig};
+) -> Result<Vec<Arc<dyn crate::io::notify::notifier::Notifier>>, AppError> {
     let mut notifiers =
         crate::io::notify::channels::build_notifiers(&config.alerts, crate::io::notify::notifier::DEFAULT_TIMEOUT)
             .map_err(|e| AppError::Alerts(format!("{}: {}", e.channel, e.message)))?;
     if demo {
         notifiers.push(Arc::new(crate::io::notify::log::LogNotifier));
     }
-    Ok(Arc::new(Outbox::new(
+    Ok(notifiers)
+}
+
+/// The durable outbox that delivers through `notifiers`.
+fn build_outbox(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    metrics: &Arc<Metrics>,
+    notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
+) -> Arc<crate::io::notify::outbox::Outbox> {
+    use crate::io::notify::outbox::{lease_ttl_for, Outbox, OutboxConfig};
+    Arc::new(Outbox::new(
         store.clone(),
         notifiers,
         OutboxConfig {
@@ -458,7 +615,7 @@ fn build_outbox(
             ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
         },
         metrics.clone(),
-    )))
+    ))
 }
 
 /// The alert engine's saved state, if storage answers in time; a fresh engine otherwise.

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod canary_runner;
+pub mod daemon;
 #[cfg(feature = "demo")]
 pub mod demo;
 /// Without the `demo` feature: the same entry points, refusing to start.

@@ -213,6 +213,7 @@ async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
         feed: Arc::new(vigil::io::http::api::Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
         provider_status: Default::default(),
         canary: Default::default(),
+        reload: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -223,7 +223,7 @@ async fn database_with_data(dir: &Path) -> PathBuf {
     let store = SqliteStore::open(&url, store::ACQUIRE_TIMEOUT).await.expect("open");
     store.migrate().await.expect("migrate");
     store.insert_samples(&bulky(3_000)).await.expect("insert");
-    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(store.pool()).await.expect("checkpoint");
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&store.pool()).await.expect("checkpoint");
     store.pool().close().await;
     dir.join("vigil.db")
 }

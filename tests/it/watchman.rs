@@ -2,84 +2,17 @@
 //! its PostgreSQL host goes dark, stops within its bound on SIGTERM with what it could not store
 //! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
 
+use crate::support::process::{free_port, Daemon};
 use crate::support::store as store_support;
 use crate::support::tcp_proxy;
 use crate::support::{fixture, settle};
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use store_support::PgTestDb;
 use tcp_proxy::{Mode, TcpProxy};
 use vigil::io::store::SampleQuery;
 use vigil::run::demo::standin::{Script, StandIn};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-/// A running `vigil run`, its stderr kept in a file.
-struct Daemon {
-    child: tokio::process::Child,
-    base: String,
-    log: std::path::PathBuf,
-}
-
-impl Daemon {
-    async fn start(config: &Path, port: u16, log: &Path) -> Daemon {
-        let err = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("VIGIL_TEST_KEY", "sk-test-watchman")
-            .env("VIGIL_LOG", "info")
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("vigil starts");
-        let d = Daemon { child, base: format!("http://127.0.0.1:{port}"), log: log.to_owned() };
-        d.eventually("listening", |body| body.is_some(), "/healthz").await;
-        d
-    }
-
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let r = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
-        let status = r.status().as_u16();
-        Some((status, r.text().await.ok()?))
-    }
-
-    /// Polls `path` until `ok(body)` holds (bounded), returning the last answer.
-    async fn eventually(&self, what: &str, ok: impl Fn(Option<&(u16, String)>) -> bool, path: &str) -> (u16, String) {
-        let held = crate::support::poll_until(Duration::from_secs(30), || async {
-            let got = self.get(path).await;
-            ok(got.as_ref()).then(|| got.unwrap_or_default())
-        });
-        held.await.unwrap_or_else(|| panic!("{what}: never held; log:\n{}", self.log()))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Sends `signal` (`-TERM`, `-HUP`) with kill(1).
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("running").to_string();
-        let ok = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
-        assert!(ok.success());
-    }
-
-    /// SIGTERM, then how long the stop took and whether it exited 0.
-    async fn stop(mut self) -> (Duration, bool, String) {
-        let t0 = Instant::now();
-        self.signal("-TERM");
-        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
-        let took = t0.elapsed();
-        let ok = matches!(status, Ok(Ok(s)) if s.success());
-        (took, ok, self.log())
-    }
-}
 
 /// Sum of `vigil_probes_total` over every outcome.
 fn probes_total(metrics: &str) -> u64 {
@@ -221,10 +154,8 @@ async fn sighup_applies_a_valid_config_and_keeps_running_on_a_bad_one() {
 
     std::fs::write(&config, "[probe]\ninterval = \"soon\"\n").expect("config");
     vigil.signal("-HUP");
-    let refused = |log: &String| log.contains("SIGHUP: new configuration refused");
-    let log = settle(Duration::from_secs(5), || async { vigil.log() }, refused).await;
-    assert!(log.contains("SIGHUP: new configuration refused"), "{log}");
-    assert!(log.contains("probe.interval"), "the refusal names the key: {log}");
+    let log = vigil.log_until(Duration::from_secs(5), "new configuration refused: probe.interval: ").await;
+    assert!(log.contains("\"soon\""), "the refusal says why: {log}");
     let before = provider.requests().len();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(provider.requests().len() > before, "still probing with the old config");

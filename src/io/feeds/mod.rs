@@ -2,6 +2,7 @@
 //! pages and models lists.
 
 pub mod balance;
+pub mod model_list_reader;
 pub mod model_lists;
 pub mod prices;
 pub mod provider_status;

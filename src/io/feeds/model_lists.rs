@@ -10,11 +10,12 @@
 //! so a server that never lists what it serves (llama.cpp answers any model name) raises
 //! nothing. Reads are bounded (timeout, capped body) and go through the probes' proxy and trust
 //! settings; a failed or malformed answer is logged and keeps the last findings. Probes never
-//! wait on this task.
+//! wait on this task. A list is parsed as it streams in (`model_list_reader`), keeping only the
+//! configured models: any answer under the cap costs well under a megabyte; the per-model
+//! answers of Anthropic and Gemini are not read at all (their status says it).
 
 use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
-use crate::decide::alert::deprecation::{listed_models, openrouter_expirations};
-use crate::io::bounded::read_capped;
+use crate::io::feeds::model_list_reader::read_list;
 use crate::vocab::notice::{DeprecationSource, Notice};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -27,7 +28,7 @@ use std::time::Duration;
 /// Whole-request bound for one models read (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes read of a models list: OpenRouter's full list (every model with its description
-/// and prices) is a few megabytes.
+/// and prices) is a few megabytes. The bytes are parsed as they arrive, never held.
 pub const MODELS_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// File in `storage.data_dir` remembering which models each endpoint listed.
 pub const SEEN_FILE: &str = "models-seen.json";
@@ -253,34 +254,38 @@ impl ModelsPoller {
         match p.kind {
             ProviderKind::Openai => {
                 let url = crate::io::probe::join(&p.base_url, "models")?;
-                let (status, body) = self.get(p, client, url).await?;
-                if !(200..300).contains(&status) {
-                    return Err(format!("HTTP {status}"));
-                }
-                let ids = listed_models(&body).map_err(|e| format!("not a models list: {e}"))?;
-                if ids.is_empty() {
+                let wanted: std::collections::BTreeSet<String> = p.models.iter().cloned().collect();
+                let facts = self
+                    .get(p, client, url, |resp| async move {
+                        if !resp.status().is_success() {
+                            return Err(format!("HTTP {}", resp.status().as_u16()));
+                        }
+                        read_list(resp, MODELS_BODY_LIMIT, wanted).await
+                    })
+                    .await?;
+                if facts.ids == 0 {
                     return Err("the models list is empty".into());
                 }
                 for m in &p.models {
-                    reading.listed.insert(m.clone(), ids.iter().any(|id| id == m));
+                    reading.listed.insert(m.clone(), facts.listed.contains(m));
                 }
                 if crate::decide::pricing::is_openrouter(p) {
-                    let expires = openrouter_expirations(&body).unwrap_or_default();
-                    reading.expires = expires.into_iter().filter(|(id, _)| p.models.iter().any(|m| m == id)).collect();
+                    reading.expires = facts.expires;
                 }
             }
             ProviderKind::Anthropic | ProviderKind::Gemini => {
                 let mut last_error = None;
                 for m in &p.models {
                     let url = crate::io::probe::join(&p.base_url, &format!("models/{m}"))?;
-                    match self.get(p, client, url).await {
-                        Ok((status, _)) if (200..300).contains(&status) => {
+                    // The status says it all; the body is never read.
+                    match self.get(p, client, url, |resp| async move { Ok(resp.status().as_u16()) }).await {
+                        Ok(status) if (200..300).contains(&status) => {
                             reading.listed.insert(m.clone(), true);
                         }
-                        Ok((404, _)) => {
+                        Ok(404) => {
                             reading.listed.insert(m.clone(), false);
                         }
-                        Ok((status, _)) => last_error = Some(format!("{m}: HTTP {status}")),
+                        Ok(status) => last_error = Some(format!("{m}: HTTP {status}")),
                         Err(e) => last_error = Some(format!("{m}: {e}")),
                     }
                 }
@@ -293,13 +298,17 @@ impl ModelsPoller {
         Ok(reading)
     }
 
-    /// A GET with the provider's credentials; the status and the (capped) body.
-    async fn get(
+    /// A GET with the provider's credentials, its answer given to `answer`, all within the timeout.
+    async fn get<T, F>(
         &self,
         p: &ProviderConfig,
         client: &reqwest::Client,
         url: url::Url,
-    ) -> Result<(u16, bytes::Bytes), String> {
+        answer: impl FnOnce(reqwest::Response) -> F,
+    ) -> Result<T, String>
+    where
+        F: std::future::Future<Output = Result<T, String>>,
+    {
         let mut req = client.get(url).header("accept", "application/json");
         if let Some(key) = &p.api_key {
             let key = secrecy::ExposeSecret::expose_secret(key);
@@ -315,9 +324,7 @@ impl ModelsPoller {
         let work = async {
             // The URL never goes into the error: a Gemini-style key could sit in a query string.
             let resp = req.send().await.map_err(|e| e.without_url().to_string())?;
-            let status = resp.status().as_u16();
-            let body = read_capped(resp, MODELS_BODY_LIMIT).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((status, body))
+            answer(resp).await
         };
         match tokio::time::timeout(self.timeout + Duration::from_millis(100), work).await {
             Ok(r) => r,

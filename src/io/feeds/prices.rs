@@ -208,7 +208,7 @@ async fn fetch(client: &reqwest::Client, p: &ProviderConfig, model: &str) -> Res
     if !resp.status().is_success() {
         return Err(fail(format!("HTTP {}", resp.status().as_u16())));
     }
-    let body = crate::io::bounded::read_capped(resp, crate::io::bounded::API_BODY_LIMIT)
+    let body = crate::io::bounded::read_capped(resp, crate::io::bounded::ENDPOINTS_BODY_LIMIT)
         .await
         .map_err(|e| fail(e.to_string()))?;
     parse_endpoints(&body).map_err(|source| PricingError::Parse { url: url.clone(), source })

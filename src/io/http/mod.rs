@@ -3,6 +3,7 @@
 
 pub mod api;
 pub(crate) mod canary;
+pub mod reload;
 pub mod server;
 mod status_data;
 mod status_html;
@@ -16,7 +17,7 @@ use crate::vocab::ready::ReadyCheck;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use secrecy::SecretString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +72,8 @@ pub struct HttpState {
     pub provider_status: crate::vocab::provider_status::SharedProviderStatus,
     /// The latest canary run of each target (empty while the canary is off).
     pub canary: crate::vocab::canary::SharedCanary,
+    /// Where `POST /-/reload` sends its request (`None`: no reload controller in this process).
+    pub reload: Option<reload::ReloadSender>,
 }
 
 /// The router; tests call it without a socket.
@@ -87,6 +90,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/-/reload", post(reload::reload))
         .with_state(state)
 }
 

@@ -45,6 +45,10 @@ pub(crate) trait Backend: Send + Sync {
     async fn migrate(&self) -> Result<(), StoreError>;
     /// [`AdminStore::integrity`].
     fn integrity(&self) -> Result<(), String>;
+    /// [`AdminStore::vanished`]; only a database that is a file can lose it.
+    fn vanished(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// [`SampleStore::insert_samples`].
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError>;
     /// [`SampleStore::purge_samples_before`].
@@ -87,6 +91,10 @@ impl<B: Backend> AdminStore for B {
 
     fn integrity(&self) -> Result<(), String> {
         Backend::integrity(self)
+    }
+
+    fn vanished(&self) -> Result<(), String> {
+        Backend::vanished(self)
     }
 
     async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {

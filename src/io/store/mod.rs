@@ -115,12 +115,14 @@ pub(crate) fn pg_connect_error(e: &sqlx::Error, target: &str, waited: Duration) 
     StoreError::Unavailable(format!("{why} [{target}]"))
 }
 
-/// The `/readyz` condition for damaged storage: "storage corrupt: …" while
-/// [`AdminStore::integrity`] fails.
+/// The `/readyz` condition for storage that cannot be trusted with writes: "storage file
+/// deleted: …" or "storage file replaced: …" while [`AdminStore::vanished`] fails, else
+/// "storage corrupt: …" while [`AdminStore::integrity`] fails.
 pub struct IntegrityCheck(pub Arc<dyn Store>);
 
 impl crate::vocab::ready::ReadyCheck for IntegrityCheck {
     fn ready(&self) -> Result<(), String> {
+        self.0.vanished()?;
         self.0.integrity().map_err(|why| format!("storage corrupt: {why}"))
     }
 }
@@ -313,9 +315,15 @@ pub trait AdminStore: Send + Sync {
     /// Cheap reachability check for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
     /// `Err(why)` once the stored data is known to be damaged: found by the integrity check at
-    /// open (SQLite `PRAGMA quick_check`) or by a query failing as corrupt since. Never clears
-    /// by itself; repair or restore the database and restart.
+    /// open (SQLite `PRAGMA quick_check`) or by a query failing as corrupt since; no query runs
+    /// on a corrupt SQLite file. Clears only with another file (restart, or a file put in its
+    /// place, which is opened again).
     fn integrity(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// `Err(why)` while the database file named by `storage.url` is no longer the file opened
+    /// (deleted, or another file put in its place): no query runs until it is opened again.
+    fn vanished(&self) -> Result<(), String> {
         Ok(())
     }
     /// Removes at most `limit` rows of `what` older than `cutoff` (one short statement, so a

@@ -1,4 +1,11 @@
 //! SQLite store: the embedded default (WAL, busy timeout), one file, readable with the `sqlite3` shell.
+//!
+//! The file is watched: before every query the path is compared with the file opened (device
+//! and inode). A file deleted or replaced under the running daemon is noticed at the next query
+//! (and by `/readyz` at once): queries fail as unavailable (samples are spooled, nothing goes
+//! into the unlinked inode), and after [`REOPEN_AFTER`] the old connections are closed and the
+//! path is opened again (created if missing, checked, migrated), so the spool is replayed into
+//! the file now there. A file known to be corrupt takes no query at all.
 
 use super::backend::Backend;
 use super::corruption;
@@ -22,8 +29,9 @@ use sqlx::sqlite::{
     SqliteRow, SqliteSynchronous,
 };
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite};
+use std::path::Path;
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -41,12 +49,64 @@ pub const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(10);
 const QUICK_CHECK_ROWS: i64 = 10;
 /// SQLite's primary result code for an operation stopped by the progress handler.
 const SQLITE_INTERRUPT: i64 = 9;
+/// How long after a file is found deleted or replaced it is opened again: time for the old
+/// connections to finish, and for an operator to finish putting a file in place.
+pub const REOPEN_AFTER: Duration = Duration::from_secs(5);
+/// Longest the old connections may take to close before a reopen (else it is tried later).
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// SQLite implementation of [`super::Store`].
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// How to open the file again.
+    opts: SqliteConnectOptions,
+    acquire_timeout: Duration,
+    check_budget: Duration,
+    /// The pool on the file opened, and that file's identity.
+    open: RwLock<Opened>,
     /// Why the file is known to be damaged (quick_check at open, or a query failing as corrupt since).
     corrupt: Mutex<Option<String>>,
+    /// Why the path no longer names the file opened, and since when.
+    gone: Mutex<Option<(String, Instant)>>,
+    /// Held by the one query that reopens the file.
+    reopening: tokio::sync::Mutex<()>,
+}
+
+/// An open pool and the identity of its file.
+struct Opened {
+    pool: SqlitePool,
+    id: Option<FileId>,
+}
+
+/// Where a file lives: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    #[cfg(unix)]
+    fn of(meta: &std::fs::Metadata) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        Some(FileId { dev: meta.dev(), ino: meta.ino() })
+    }
+
+    #[cfg(not(unix))]
+    fn of(_meta: &std::fs::Metadata) -> Option<FileId> {
+        None
+    }
+
+    /// The identity of the file at `path`, created empty if missing (SQLite reads an empty file
+    /// as an empty database); `None` for an in-memory database or a path that cannot be read.
+    fn at(path: &Path) -> Option<FileId> {
+        if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            return None;
+        }
+        if !path.exists() {
+            let _ = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
+        }
+        std::fs::metadata(path).ok().and_then(|m| FileId::of(&m))
+    }
 }
 
 /// Fixed-width UTC text, so comparing the text compares the times.
@@ -87,18 +147,16 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
         }
-        let corrupt = if check_budget.is_zero() { None } else { quick_check(&opts, check_budget).await };
-        if let Some(why) = &corrupt {
-            tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; samples are spooled until it is repaired or restored");
-        }
-        // Lazy, so a file that cannot be used yet (corrupt, disk full) still gives a store whose
-        // calls fail as `Unavailable` instead of stopping the daemon at start.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(acquire_timeout)
-            .after_release(|conn, _| Box::pin(async move { in_step_with_sqlite(conn).await }))
-            .connect_lazy_with(opts);
-        Ok(SqliteStore { pool, corrupt: Mutex::new(corrupt) })
+        let (opened, corrupt) = connect(&opts, acquire_timeout, check_budget).await;
+        Ok(SqliteStore {
+            opts,
+            acquire_timeout,
+            check_budget,
+            open: RwLock::new(opened),
+            corrupt: Mutex::new(corrupt),
+            gone: Mutex::new(None),
+            reopening: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// Maps a query failure, remembering corruption for [`super::Store::integrity`].
@@ -115,9 +173,176 @@ impl SqliteStore {
     }
 
     /// The underlying pool (benchmarks and tests inspect the schema through it).
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+    pub fn pool(&self) -> SqlitePool {
+        self.open.read().unwrap_or_else(|e| e.into_inner()).pool.clone()
     }
+
+    /// `Err(why)` while the path no longer names the file opened (deleted, or another file put
+    /// there); noticed here first, so `/readyz` says so at once.
+    pub fn vanished(&self) -> Result<(), String> {
+        let mut gone = self.gone.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((why, _)) = gone.as_ref() {
+            return Err(why.clone());
+        }
+        let id = self.open.read().unwrap_or_else(|e| e.into_inner()).id;
+        let Some(id) = id else { return Ok(()) };
+        let path = self.opts.get_filename();
+        let why = match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!(
+                "storage file deleted: {} was removed while vigil had it open; samples are spooled until it is opened again",
+                path.display()
+            ),
+            Ok(m) if FileId::of(&m).is_some_and(|now| now != id) => format!(
+                "storage file replaced: {} is no longer the file vigil opened; samples are spooled until it is opened again",
+                path.display()
+            ),
+            _ => return Ok(()),
+        };
+        tracing::error!(file = %path.display(), error = %why, "SQLite database file gone from under vigil; writes stop until it is opened again");
+        *gone = Some((why.clone(), Instant::now()));
+        Err(why)
+    }
+
+    /// The pool to run a query on, or why no query may run: the file is gone (reopened once
+    /// [`REOPEN_AFTER`] has passed) or known to be corrupt.
+    async fn pool_for_query(&self) -> Result<SqlitePool, StoreError> {
+        if self.vanished().is_err() {
+            self.reopen().await;
+            self.vanished().map_err(StoreError::Unavailable)?;
+        }
+        if let Some(why) = self.corrupt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(StoreError::Unavailable(format!("storage corrupt: {why}")));
+        }
+        Ok(self.pool())
+    }
+
+    /// Opens the path again once the file has been gone for [`REOPEN_AFTER`]: the old pool is
+    /// closed first, then the `-wal` and `-shm` files the vanished database left at the path are
+    /// set aside (SQLite leaves them when its file was moved or deleted, and would read the old
+    /// WAL's pages as the new file's, then checkpoint them into it), then the file now there is
+    /// opened, checked and migrated.
+    async fn reopen(&self) {
+        let Ok(_one) = self.reopening.try_lock() else { return };
+        let due = self.gone.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, since)| since.elapsed());
+        if due.is_none_or(|d| d < REOPEN_AFTER) {
+            return;
+        }
+        let file = self.opts.get_filename().display().to_string();
+        if tokio::time::timeout(CLOSE_WAIT, self.pool().close()).await.is_err() {
+            tracing::warn!(%file, "old SQLite connections still busy; reopening later");
+            return;
+        }
+        if !set_aside_leftovers(self.opts.get_filename()) {
+            self.retry_later();
+            return;
+        }
+        let (opened, mut corrupt) = connect(&self.opts, self.acquire_timeout, self.check_budget).await;
+        if corrupt.is_none() {
+            let mut found = None;
+            let migrated = migrate_pool(&opened.pool, |e| {
+                found = corruption(&e);
+                map_sqlx(e)
+            })
+            .await;
+            match (migrated, found) {
+                (Ok(()), _) => {}
+                (Err(_), Some(why)) => corrupt = Some(why),
+                (Err(e), None) => {
+                    tracing::error!(%file, error = %e, "SQLite database opened again but not migrated; retrying later");
+                    opened.pool.close().await;
+                    self.retry_later();
+                    return;
+                }
+            }
+        }
+        *self.open.write().unwrap_or_else(|e| e.into_inner()) = opened;
+        *self.corrupt.lock().unwrap_or_else(|e| e.into_inner()) = corrupt;
+        *self.gone.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        tracing::warn!(%file, "SQLite database file opened again; spooled samples are replayed into it");
+    }
+
+    /// The next reopen waits another [`REOPEN_AFTER`].
+    fn retry_later(&self) {
+        if let Some((_, since)) = self.gone.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            *since = Instant::now();
+        }
+    }
+}
+
+/// Moves the WAL left beside `db` by a database that vanished to `<db>-wal.vanished-<unix time>`
+/// (its last writes, for whoever wants to recover them) and removes its shared-memory index;
+/// false when the WAL is still there (the path must not be opened over it).
+fn set_aside_leftovers(db: &Path) -> bool {
+    let beside = |suffix: &str| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let wal = beside("-wal");
+    if wal.exists() {
+        let aside = beside(&format!("-wal.vanished-{}", Utc::now().timestamp()));
+        match std::fs::rename(&wal, &aside) {
+            Ok(()) => {
+                tracing::warn!(wal = %wal.display(), kept = %aside.display(), "WAL of the vanished database set aside")
+            }
+            Err(e) => {
+                tracing::error!(wal = %wal.display(), error = %e, "WAL of the vanished database not set aside; not reopening yet");
+                return false;
+            }
+        }
+    }
+    let shm = beside("-shm");
+    if let Err(e) = std::fs::remove_file(&shm) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::error!(shm = %shm.display(), error = %e, "shared-memory index of the vanished database not removed; not reopening yet");
+            return false;
+        }
+    }
+    true
+}
+
+/// A lazy pool on the file `opts` names, its identity, and why it is corrupt if
+/// `PRAGMA quick_check` (within `check_budget`; zero skips it) says so.
+async fn connect(
+    opts: &SqliteConnectOptions,
+    acquire_timeout: Duration,
+    check_budget: Duration,
+) -> (Opened, Option<String>) {
+    let id = FileId::at(opts.get_filename());
+    let corrupt = if check_budget.is_zero() { None } else { quick_check(opts, check_budget).await };
+    if let Some(why) = &corrupt {
+        tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; nothing is written into it and samples are spooled until it is repaired or restored");
+    }
+    // Lazy, so a file that cannot be used yet (corrupt, disk full) still gives a store whose
+    // calls fail as `Unavailable` instead of stopping the daemon at start.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(acquire_timeout)
+        .after_release(|conn, _| Box::pin(async move { in_step_with_sqlite(conn).await }))
+        .connect_lazy_with(opts.clone());
+    (Opened { pool, id }, corrupt)
+}
+
+/// Applies the migrations on `pool`, refusing a database ahead of this binary; `fail` maps
+/// (and may remember) a query's failure.
+async fn migrate_pool(pool: &SqlitePool, mut fail: impl FnMut(sqlx::Error) -> StoreError) -> Result<(), StoreError> {
+    let known = newest_version(&MIGRATOR);
+    let exists: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+            .fetch_one(pool)
+            .await
+            .map_err(&mut fail)?;
+    if exists > 0 {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(pool).await.map_err(&mut fail)?;
+        if let Some(found) = found.filter(|f| *f > known) {
+            return Err(StoreError::SchemaAhead { found, known });
+        }
+    }
+    MIGRATOR.run(pool).await.map_err(|e| match e {
+        sqlx::migrate::MigrateError::Execute(inner) => fail(inner),
+        other => map_migrate(other, known),
+    })
 }
 
 /// Whether a connection coming back to the pool may be reused. SQLite rolls a transaction back
@@ -264,12 +489,14 @@ impl Backend for SqliteStore {
     type Row = SqliteRow;
 
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
-        let done = query(stmt).execute(&self.pool).await.map_err(|e| self.fail(e))?;
+        let pool = self.pool_for_query().await?;
+        let done = query(stmt).execute(&pool).await.map_err(|e| self.fail(e))?;
         Ok(done.rows_affected())
     }
 
     async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(|e| self.fail(e))?;
+        let pool = self.pool_for_query().await?;
+        let mut tx = pool.begin().await.map_err(|e| self.fail(e))?;
         let mut changed = 0;
         for stmt in stmts {
             changed += query(stmt).execute(&mut *tx).await.map_err(|e| self.fail(e))?.rows_affected();
@@ -279,7 +506,8 @@ impl Backend for SqliteStore {
     }
 
     async fn rows(&self, stmt: Stmt) -> Result<Vec<SqliteRow>, StoreError> {
-        query(stmt).fetch_all(&self.pool).await.map_err(|e| self.fail(e))
+        let pool = self.pool_for_query().await?;
+        query(stmt).fetch_all(&pool).await.map_err(|e| self.fail(e))
     }
 
     fn integrity(&self) -> Result<(), String> {
@@ -294,29 +522,17 @@ impl Backend for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let known = newest_version(&MIGRATOR);
-        let exists: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| self.fail(e))?;
-        if exists > 0 {
-            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| self.fail(e))?;
-            if let Some(found) = found.filter(|f| *f > known) {
-                return Err(StoreError::SchemaAhead { found, known });
-            }
-        }
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
-            other => map_migrate(other, known),
-        })
+        let pool = self.pool_for_query().await?;
+        migrate_pool(&pool, |e| self.fail(e)).await
+    }
+
+    fn vanished(&self) -> Result<(), String> {
+        SqliteStore::vanished(self)
     }
 
     async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let cutoff = ts(cutoff);
+        let pool = self.pool_for_query().await?;
         let mut removed = 0;
         loop {
             let n = sqlx::query(
@@ -324,7 +540,7 @@ impl Backend for SqliteStore {
             )
             .bind(&cutoff)
             .bind(PURGE_BATCH)
-            .execute(&self.pool)
+            .execute(&pool)
             .await
             .map_err(|e| self.fail(e))?
             .rows_affected();
@@ -340,10 +556,11 @@ impl Backend for SqliteStore {
     async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         let (table, cond) = (what.table(), what.condition().replace("{c}", "?1"));
         let sql = format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} LIMIT ?2)");
+        let pool = self.pool_for_query().await?;
         let res = sqlx::query(AssertSqlSafe(sql))
             .bind(ts(cutoff))
             .bind(i64::from(limit))
-            .execute(&self.pool)
+            .execute(&pool)
             .await
             .map_err(|e| self.fail(e))?;
         Ok(res.rows_affected())

@@ -59,15 +59,22 @@ impl WriterHealth {
     /// `storage unreachable since 2026-11-30T10:42:03Z: …; 1,234 samples spooled`.
     pub fn ready(&self) -> Result<(), String> {
         let state = self.state.lock().map_err(|_| "writer health lock poisoned".to_owned())?;
-        match state.down_since {
-            None => Ok(()),
-            Some(since) => Err(format!(
-                "storage unreachable since {}: {}; {} samples spooled",
-                since.to_rfc3339_opts(SecondsFormat::Secs, true),
-                state.last_error.as_deref().unwrap_or("unknown error"),
-                thousands(self.spooled())
-            )),
-        }
+        let Some(since) = state.down_since else { return Ok(()) };
+        let error = state.last_error.as_deref().unwrap_or("unknown error");
+        // A store that answers but takes no writes (a corrupt or vanished file) is not unreachable;
+        // its own readiness line says why.
+        let what = match ["storage corrupt: ", "storage file deleted: ", "storage file replaced: "]
+            .iter()
+            .any(|refusal| error.contains(refusal))
+        {
+            true => "storage refuses writes",
+            false => "storage unreachable",
+        };
+        Err(format!(
+            "{what} since {}: {error}; {} samples spooled",
+            since.to_rfc3339_opts(SecondsFormat::Secs, true),
+            thousands(self.spooled())
+        ))
     }
 
     /// True while storage is known to be down.

@@ -1,4 +1,5 @@
-//! What the integration tests share: a running daemon with a config builder (`daemon`), real
+//! What the integration tests share: a running daemon with a config builder (`daemon`), the
+//! binary as a child process (`process`), real
 //! loopback peers (`alert_receiver`, `smtp_server`, `tcp_proxy`), `promtool`, the both-backends
 //! store fixtures and rule builders (`store`), wire fixtures (`fixture`), waiting for a condition
 //! (`eventually`), and tool tiers that skip with a printed reason where a tool is missing.
@@ -7,6 +8,7 @@
 pub mod alert_receiver;
 pub mod cli;
 pub mod daemon;
+pub mod process;
 pub mod promtool;
 pub mod smtp_server;
 pub mod store;

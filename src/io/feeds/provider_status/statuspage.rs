@@ -1,8 +1,10 @@
 //! Parses the Atlassian Statuspage v2 `summary.json` document (also served by pages hosted
 //! elsewhere that keep the same API) into vigil's component and incident records. Unknown fields
 //! are ignored and optional ones may be missing; a document without the `status` object or with
-//! the wrong shape is rejected as malformed.
+//! the wrong shape is rejected as malformed. Each list keeps a bounded number of entries, the
+//! rest skipped as they are read, so what a capped body costs stays small whatever it holds.
 
+use crate::io::bounded::AtMost;
 use crate::vocab::provider_status::ProviderComponent;
 use crate::vocab::provider_status::ProviderIncident;
 use chrono::{DateTime, Utc};
@@ -35,15 +37,25 @@ pub struct Summary {
     pub incidents: Vec<ProviderIncident>,
 }
 
+/// Entries kept of each list of a summary (the rest are skipped as read): far more than any
+/// real page has, few enough that a capped body of a million empty entries stays small.
+const MAX_COMPONENTS: usize = 500;
+/// See [`MAX_COMPONENTS`]: open incidents kept (newest first, as pages list them).
+const MAX_INCIDENTS: usize = 50;
+/// See [`MAX_COMPONENTS`]: components an incident, or one of its updates, names.
+const MAX_PER_INCIDENT: usize = 50;
+/// See [`MAX_COMPONENTS`]: updates of an incident read for the components they name.
+const MAX_UPDATES: usize = 20;
+
 #[derive(Deserialize)]
 struct RawSummary {
     #[serde(default)]
     page: Option<RawPage>,
     status: RawStatus,
     #[serde(default)]
-    components: Vec<RawComponent>,
+    components: AtMost<RawComponent, MAX_COMPONENTS>,
     #[serde(default)]
-    incidents: Vec<RawIncident>,
+    incidents: AtMost<RawIncident, MAX_INCIDENTS>,
 }
 
 #[derive(Deserialize)]
@@ -85,9 +97,9 @@ struct RawIncident {
     #[serde(default)]
     shortlink: Option<String>,
     #[serde(default)]
-    components: Vec<RawNamed>,
+    components: AtMost<RawNamed, MAX_PER_INCIDENT>,
     #[serde(default)]
-    incident_updates: Vec<RawUpdate>,
+    incident_updates: AtMost<RawUpdate, MAX_UPDATES>,
 }
 
 #[derive(Deserialize)]
@@ -98,7 +110,7 @@ struct RawNamed {
 #[derive(Deserialize)]
 struct RawUpdate {
     #[serde(default)]
-    affected_components: Option<Vec<RawAffected>>,
+    affected_components: Option<AtMost<RawAffected, MAX_PER_INCIDENT>>,
 }
 
 #[derive(Deserialize)]
