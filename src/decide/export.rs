@@ -16,6 +16,7 @@
 
 use crate::config::chain::{ChainConfig, SkippedMember};
 use crate::decide::baseline::{failover_threshold, Baseline};
+use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -64,6 +65,8 @@ pub struct ExportParams {
     pub provisional_min_samples: u64,
     /// Configured failover chains.
     pub chains: Vec<ChainConfig>,
+    /// How a router calls each configured provider (for the router-native formats).
+    pub providers: Vec<RouterProvider>,
 }
 
 /// An upper confidence bound on a P95 from fewer samples than a stable P95 needs.
@@ -186,6 +189,9 @@ pub struct TargetThresholds {
     pub flapping: bool,
     /// Failover order among targets serving the same model here, 1 = best.
     pub rank: u32,
+    /// When an open breaker lets one probe through (for LiteLLM's cooldown; not in the document).
+    #[serde(skip)]
+    pub next_half_open: Option<DateTime<Utc>>,
 }
 
 /// Where a target stands in a chain now.
@@ -264,6 +270,9 @@ pub struct Thresholds {
     pub targets: Vec<TargetThresholds>,
     /// Failover chains, in configured order.
     pub chains: Vec<ChainOrder>,
+    /// How a router calls each configured provider (the router-native formats; not in the document).
+    #[serde(skip)]
+    pub providers: Vec<RouterProvider>,
 }
 
 fn rfc3339_secs<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -416,6 +425,7 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
         breaker: t.breaker,
         flapping: t.flapping,
         rank: 0,
+        next_half_open: t.next_half_open,
     };
     Judged { stats: t, row, ttfb_p95: fb.p95, ttft_p95: ft.p95 }
 }
@@ -522,6 +532,7 @@ pub fn build(params: &ExportParams, targets: &[TargetStats]) -> Thresholds {
         breaker: params.breaker,
         targets: judged.into_iter().map(|j| j.row).collect(),
         chains,
+        providers: params.providers.clone(),
     }
 }
 
@@ -570,9 +581,9 @@ impl Thresholds {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// YAML.
-    pub fn to_yaml(&self) -> Result<String, serde_norway::Error> {
-        serde_norway::to_string(self)
+    /// YAML that YAML 1.1 loaders read back as the JSON document (timestamps quoted).
+    pub fn to_yaml(&self) -> Result<String, serde_json::Error> {
+        Ok(crate::decide::router_formats::yaml::to_string(&serde_json::to_value(self)?))
     }
 }
 
@@ -632,6 +643,7 @@ mod tests {
             },
             provisional_min_samples: 30,
             chains: vec![],
+            providers: vec![],
         }
     }
 

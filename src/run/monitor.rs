@@ -31,6 +31,8 @@ pub struct Monitor {
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
+    /// How a router calls each configured provider (the export's router formats).
+    router_providers: Vec<crate::decide::router_formats::provider::RouterProvider>,
     provisional_min_samples: u64,
     flapping: crate::decide::alert::FlappingSet,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
@@ -83,6 +85,7 @@ impl Monitor {
             cost: HashMap::new(),
             targets,
             chains: config.chains.clone(),
+            router_providers: config.providers.iter().map(Into::into).collect(),
             provisional_min_samples: config.baseline.min_samples_p50,
             flapping: Default::default(),
             persisted: HashMap::new(),
@@ -320,6 +323,7 @@ impl Monitor {
             },
             provisional_min_samples: self.provisional_min_samples,
             chains: self.chains.clone(),
+            providers: self.router_providers.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),

@@ -206,6 +206,7 @@ mod tests {
             },
             provisional_min_samples: 30,
             chains: vec![],
+            providers: vec![],
         };
         build(&params, &[])
     }
