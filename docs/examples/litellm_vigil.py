@@ -28,14 +28,8 @@ class VigilRouter:
             if e.code == 304 and self.router is not None:
                 return False
             raise
-        settings = config["router_settings"]
-        # A new Router per version: construction is cheap and needs no network.
-        self.router = Router(
-            model_list=config["model_list"],
-            fallbacks=settings["fallbacks"],
-            allowed_fails=settings["allowed_fails"],
-            cooldown_time=settings["cooldown_time"],
-        )
+        # The document as it is; a new Router per version: construction is cheap and needs no network.
+        self.router = Router(model_list=config["model_list"], **config["router_settings"])
         self.config, self.etag = config, etag
         return True
 

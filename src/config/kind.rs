@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The Azure OpenAI data-plane API version used when `base_url` does not name one
+/// (`?api-version=`): the newest generally available version when the adapter was written.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
 /// Protocol family of a provider; one adapter each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -15,6 +15,7 @@
 use crate::config::chain::{ChainConfig, SkippedMember};
 use crate::decide::baseline::Baseline;
 use crate::decide::health::{Failover, P95Bound};
+use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
 use crate::vocab::health::Health;
 use crate::vocab::target::{Target, TargetKey};
@@ -60,6 +61,8 @@ pub struct ExportParams {
     pub breaker: BreakerParams,
     /// Configured failover chains.
     pub chains: Vec<ChainConfig>,
+    /// How a router calls each configured provider (for the router-native formats).
+    pub providers: Vec<RouterProvider>,
 }
 
 /// Everything known about one target over the window.
@@ -154,6 +157,9 @@ pub struct TargetThresholds {
     pub flapping: bool,
     /// Failover order among targets serving the same model here, 1 = best.
     pub rank: u32,
+    /// When an open breaker lets one probe through (for LiteLLM's cooldown; not in the document).
+    #[serde(skip)]
+    pub next_half_open: Option<DateTime<Utc>>,
 }
 
 /// Where a target stands in a chain now.
@@ -232,6 +238,9 @@ pub struct Thresholds {
     pub targets: Vec<TargetThresholds>,
     /// Failover chains, in configured order.
     pub chains: Vec<ChainOrder>,
+    /// How a router calls each configured provider (the router-native formats; not in the document).
+    #[serde(skip)]
+    pub providers: Vec<RouterProvider>,
 }
 
 fn rfc3339_secs<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -309,6 +318,7 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
         breaker: t.breaker,
         flapping: t.health.flapping,
         rank: 0,
+        next_half_open: t.next_half_open,
     };
     Judged { stats: t, row }
 }
@@ -389,6 +399,7 @@ pub fn build(params: &ExportParams, targets: &[TargetStats]) -> Thresholds {
         breaker: params.breaker,
         targets: judged.into_iter().map(|j| j.row).collect(),
         chains,
+        providers: params.providers.clone(),
     }
 }
 
@@ -437,9 +448,9 @@ impl Thresholds {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// YAML.
-    pub fn to_yaml(&self) -> Result<String, serde_norway::Error> {
-        serde_norway::to_string(self)
+    /// YAML that YAML 1.1 loaders read back as the JSON document (timestamps quoted).
+    pub fn to_yaml(&self) -> Result<String, serde_json::Error> {
+        Ok(crate::decide::router_formats::yaml::to_string(&serde_json::to_value(self)?))
     }
 }
 
@@ -499,6 +510,7 @@ mod tests {
                 failover_factor: 2.0,
             },
             chains: vec![],
+            providers: vec![],
         }
     }
 

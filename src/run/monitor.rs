@@ -36,6 +36,8 @@ pub struct Monitor {
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
+    /// How a router calls each configured provider (the export's router formats).
+    router_providers: Vec<crate::decide::router_formats::provider::RouterProvider>,
     flapping: crate::decide::alert::FlappingSet,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
     persisted: HashMap<Target, BreakerRecord>,
@@ -89,6 +91,7 @@ impl Monitor {
             cost: HashMap::new(),
             targets,
             chains: config.chains.clone(),
+            router_providers: config.providers.iter().map(Into::into).collect(),
             flapping: Default::default(),
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
@@ -380,6 +383,7 @@ impl Monitor {
                 failover_factor: self.failover.factor,
             },
             chains: self.chains.clone(),
+            providers: self.router_providers.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),

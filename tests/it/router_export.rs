@@ -1,7 +1,9 @@
 //! The router export on real parts: the daemon's HTTP document and `vigil thresholds` from the same
-//! SQLite store are equal; every format validates against its JSON Schema (Python `jsonschema`);
-//! ETag/304, filters and the Ed25519 signature round trip (verified by the docs' Python snippet);
-//! LiteLLM's `Router` loads the generated config (when the cached venv exists); and the
+//! SQLite store are equal; every format validates against its standalone JSON Schema (Python
+//! `jsonschema`, no registry) after loading with PyYAML, a YAML 1.1 loader; ETag/304, filters and
+//! the Ed25519 signature round trip (verified by the docs' Python snippet); LiteLLM's `Router` loads
+//! the `?format=litellm` document as it is and routes real requests to the chain head's stand-in,
+//! following a reorder, with renamed providers (when the cached venv exists); and the
 //! three-provider chain scenario against a live `vigil run` with stand-ins on loopback.
 
 use crate::support::{fixture, settle};
@@ -536,10 +538,9 @@ async fn seed_history(config: &Config) {
 }
 
 async fn start_daemon(or: &Provider, oa: &Provider, an: &Provider) -> Daemon {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let config = format!(
-        r#"
+    spawn_daemon(|d, port| {
+        format!(
+            r#"
 region = "test-1"
 [storage]
 url = "sqlite://{d}/vigil.db"
@@ -575,11 +576,21 @@ base_url = "{an}/v1"
 api_key_env = "VIGIL_TEST_KEY"
 models = ["claude-sonnet-4-20250514"]
 {CHAIN_TOML}"#,
-        d = dir.path().display(),
-        or = or.standin.base_url(),
-        oa = oa.standin.base_url(),
-        an = an.standin.base_url(),
-    );
+            d = d.display(),
+            or = or.standin.base_url(),
+            oa = oa.standin.base_url(),
+            an = an.standin.base_url(),
+        )
+    })
+    .await
+}
+
+/// `vigil run` on the config `config(data dir, HTTP port)` writes, its store seeded with a week of
+/// good probes per target.
+async fn spawn_daemon(config: impl Fn(&Path, u16) -> String) -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let config = config(dir.path(), port);
     let path = dir.path().join("vigil.toml");
     seed_history(&Config::from_toml(&config, &test_env()).expect("valid config")).await;
     std::fs::write(&path, config).expect("write config");
@@ -824,4 +835,241 @@ fn the_router_doc_quotes_every_example_verbatim() {
     }
     assert!(n >= 4, "the four examples: stdlib consumer, signature check, LiteLLM, OpenRouter");
     assert!(!doc.contains("half-open"), "one spelling: half_open");
+}
+
+// ---------------------------------------------------------------- LiteLLM follows the export as it is
+
+/// Loads a `?format=litellm` file into LiteLLM exactly as the document says — `Router(model_list=…,
+/// **router_settings)`, the proxy's reading of the same file — and sends `argv[4]` streamed
+/// requests for model group `argv[2]` carrying `argv[3]`. Prints the router_settings keys the
+/// proxy would refuse and what each request got.
+const LITELLM_AS_IT_IS: &str = r#"
+import json, sys
+import yaml
+from litellm import Router
+try:
+    from litellm.router_api import router_init_args
+except ImportError:  # LiteLLM before the Rust core
+    router_init_args = Router.get_valid_args
+
+config = yaml.safe_load(open(sys.argv[1]))
+unknown = sorted(set(config["router_settings"]) - set(router_init_args()))
+router = Router(model_list=config["model_list"], **config["router_settings"])
+answers = []
+for _ in range(int(sys.argv[4])):
+    try:
+        reply = router.completion(model=sys.argv[2], messages=[{"role": "user", "content": sys.argv[3]}], stream=True)
+        answers.append("ok: " + "".join(chunk.choices[0].delta.content or "" for chunk in reply))
+    except Exception as e:
+        answers.append(f"{type(e).__name__}: {e}")
+print(json.dumps({"unknown": unknown, "answers": answers}))
+"#;
+
+/// What LiteLLM got for each request, after checking the settings are all the proxy's.
+fn through_litellm(py: &Path, file: &Path, group: &str, marker: &str, requests: usize) -> Vec<String> {
+    let out = Command::new(py)
+        .arg("-c")
+        .arg(LITELLM_AS_IT_IS)
+        .arg(file)
+        .args([group, marker, &requests.to_string()])
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .env("VIGIL_TEST_KEY", "sk-test-providers")
+        .output()
+        .expect("run LiteLLM");
+    assert!(out.status.success(), "LiteLLM: {}", text(&out));
+    let said: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(said["unknown"], serde_json::json!([]), "router_settings the proxy would ignore");
+    said["answers"].as_array().expect("answers").iter().map(|a| a.as_str().unwrap_or("").to_string()).collect()
+}
+
+/// Requests a stand-in received whose messages carry `marker` (LiteLLM's, not vigil's probes).
+fn carrying(p: &Provider, marker: &str) -> Vec<vigil::run::demo::standin::RequestRecord> {
+    p.standin.requests().into_iter().filter(|r| String::from_utf8_lossy(&r.body).contains(marker)).collect()
+}
+
+/// The `?format=litellm` document once `want` holds for it (bounded), as bytes and as a value.
+async fn litellm_doc(
+    http: &reqwest::Client,
+    base: &str,
+    what: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> (Vec<u8>, serde_json::Value) {
+    let fetch = || async {
+        let resp = http.get(format!("{base}/v1/thresholds?format=litellm")).bearer_auth(TOKEN).send().await.ok()?;
+        let bytes = resp.bytes().await.ok()?.to_vec();
+        let doc: serde_json::Value = serde_norway::from_slice(&bytes).ok()?;
+        Some((bytes, doc))
+    };
+    let seen = settle(Duration::from_secs(30), fetch, |got| got.as_ref().is_some_and(|(_, d)| want(d))).await;
+    match seen {
+        Some((bytes, doc)) if want(&doc) => (bytes, doc),
+        last => panic!("the LiteLLM document never showed {what}; last seen {:?}", last.map(|(_, d)| d)),
+    }
+}
+
+/// The deployments of model group `group`, in the document's order.
+fn group<'a>(doc: &'a serde_json::Value, group: &str) -> Vec<&'a serde_json::Value> {
+    doc["model_list"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|d| d["model_name"] == group)
+        .collect()
+}
+
+fn head_of(doc: &serde_json::Value, name: &str) -> String {
+    let mut g = group(doc, name);
+    g.sort_by_key(|d| d["litellm_params"]["order"].as_u64());
+    g.first().and_then(|d| d["model_info"]["vigil_target"].as_str()).unwrap_or("").to_string()
+}
+
+const OR_EU: &str = "or-eu/openai/gpt-4o@OpenAI";
+const OA_MAIN: &str = "oa-main/gpt-4o-2024-08-06";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litellm_loads_the_export_as_it_is_routes_to_the_chain_head_and_follows_a_reorder() {
+    if !python_ready() {
+        return;
+    }
+    let py = match litellm_python() {
+        Ok(py) => py,
+        Err(why) => return crate::support::optional_tier_missing(&format!("the LiteLLM routing check: {why}")),
+    };
+    let _timing = crate::support::timing_sensitive().await;
+    let or = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
+    let oa = provider("openai-chat-stream-usage.sse", (503, "openai-error-503.json")).await;
+    // Renamed providers: `or-eu` is OpenRouter by its routes, not by its name.
+    let daemon = spawn_daemon(|d, port| {
+        format!(
+            r#"
+region = "test-1"
+[storage]
+url = "sqlite://{d}/vigil.db"
+data_dir = "{d}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:{port}"
+api_token_env = "VIGIL_TEST_API_TOKEN"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[breaker]
+consecutive_failures = 2
+failure_window = "120s"
+open_for = "60s"
+[[provider]]
+name = "or-eu"
+kind = "openai"
+base_url = "{or}/api/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["openai/gpt-4o"]
+routes = ["OpenAI"]
+[[provider]]
+name = "oa-main"
+kind = "openai"
+base_url = "{oa}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["gpt-4o-2024-08-06"]
+[[chain]]
+name = "chat"
+targets = ["{OR_EU}", "{OA_MAIN}"]
+"#,
+            d = d.display(),
+            or = or.standin.base_url(),
+            oa = oa.standin.base_url(),
+        )
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let base = daemon.base.clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // 1. Healthy: the chain head is or-eu, and every format of this instance fits its schema.
+    let (bytes, doc) = litellm_doc(&http, &base, "or-eu at the head of chat", |d| head_of(d, "chat") == OR_EU).await;
+    let head = group(&doc, "chat")[0];
+    assert_eq!(head["litellm_params"]["model"], "openrouter/openai/gpt-4o", "{head}");
+    assert_eq!(head["litellm_params"]["api_base"], format!("{}/api/v1", or.standin.base_url()));
+    assert_eq!(head["litellm_params"]["api_key"], "os.environ/VIGIL_TEST_KEY");
+    assert_eq!(
+        head["litellm_params"]["extra_body"]["provider"],
+        serde_json::json!({"order": ["OpenAI"], "allow_fallbacks": false})
+    );
+    for (format, schema) in [
+        ("yaml", "thresholds.json"),
+        ("litellm", "litellm.json"),
+        ("openrouter", "openrouter.json"),
+        ("portkey", "portkey.json"),
+    ] {
+        let body =
+            http.get(format!("{base}/v1/thresholds?format={format}")).bearer_auth(TOKEN).send().await.expect("get");
+        let file = dir.path().join(format!("renamed.{format}"));
+        std::fs::write(&file, body.bytes().await.expect("body")).expect("write");
+        validate(schema, &[&file]);
+    }
+    let portkey: serde_json::Value = http
+        .get(format!("{base}/v1/thresholds?format=portkey"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        portkey["configs"]["chat"]["targets"][0]["override_params"],
+        serde_json::json!({"model": "@or-eu/openai/gpt-4o", "provider": {"order": ["OpenAI"], "allow_fallbacks": false}})
+    );
+    let out = run_python(
+        &python(),
+        &format!("import json\nfrom openrouter_provider import provider_preferences\nprint(json.dumps(provider_preferences({base:?}, {TOKEN:?}, 'openai/gpt-4o')))"),
+    );
+    assert!(out.status.success(), "OpenRouter example: {}", text(&out));
+    let preferences: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(preferences, serde_json::json!({"order": ["OpenAI"], "allow_fallbacks": false}));
+
+    // 2. LiteLLM, given the file as it is, sends a real request to the head's stand-in, pinned
+    //    to its route and with the key from the named variable.
+    let first = dir.path().join("litellm-1.yaml");
+    std::fs::write(&first, &bytes).expect("write");
+    let answers = through_litellm(&py, &first, "chat", "via-litellm-one", 1);
+    assert!(answers[0].starts_with("ok: "), "{answers:?}");
+    let got = carrying(&or, "via-litellm-one");
+    assert_eq!(got.len(), 1, "the head's stand-in got the request");
+    assert!(carrying(&oa, "via-litellm-one").is_empty());
+    assert_eq!(got[0].path_only(), "/api/v1/chat/completions");
+    assert_eq!(got[0].header("authorization"), Some("Bearer sk-test-providers"));
+    assert_eq!(
+        got[0].json().expect("json")["provider"],
+        serde_json::json!({"order": ["OpenAI"], "allow_fallbacks": false})
+    );
+
+    // 3. or-eu fails: vigil drops it, oa-main leads, and the next request follows.
+    or.mode.store(FAILING, Ordering::SeqCst);
+    let (bytes, doc) = litellm_doc(&http, &base, "oa-main at the head, or-eu cooling down", |d| {
+        head_of(d, "chat") == OA_MAIN
+            && group(d, "openai/gpt-4o")
+                .iter()
+                .all(|g| g["litellm_params"]["mock_response"] == "litellm.RateLimitError")
+    })
+    .await;
+    let second = dir.path().join("litellm-2.yaml");
+    std::fs::write(&second, &bytes).expect("write");
+    let answers = through_litellm(&py, &second, "chat", "via-litellm-two", 1);
+    assert!(answers[0].starts_with("ok: "), "{answers:?}");
+    assert_eq!(carrying(&oa, "via-litellm-two").len(), 1, "the new head's stand-in got it");
+    assert!(carrying(&or, "via-litellm-two").is_empty(), "the dropped one did not");
+
+    // 4. The open target's own group is still there, cooling down in LiteLLM: its first pick fails
+    //    at once with a 429 that never reaches the provider, the next finds it in cooldown.
+    let gpt = group(&doc, "openai/gpt-4o");
+    assert_eq!(gpt.len(), 1, "the model group did not vanish");
+    assert!(gpt[0]["model_info"]["cooldown_time"].as_u64().is_some_and(|s| (1..=60).contains(&s)), "{}", gpt[0]);
+    let answers = through_litellm(&py, &second, "openai/gpt-4o", "via-litellm-three", 2);
+    assert!(answers[0].contains("RateLimitError"), "{answers:?}");
+    assert!(answers[1].to_lowercase().contains("cooldown"), "{answers:?}");
+    assert!(carrying(&or, "via-litellm-three").is_empty(), "nothing reached the open provider");
+    drop(daemon);
 }

@@ -205,6 +205,7 @@ mod tests {
                 failover_factor: factor,
             },
             chains: vec![],
+            providers: vec![],
         };
         build(&params, &[])
     }

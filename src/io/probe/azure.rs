@@ -12,9 +12,9 @@ use super::RequestSpec;
 use super::Signals;
 use crate::io::probe::sse::SseEvent;
 
-/// The data-plane API version used when `base_url` does not name one (`?api-version=`): the
-/// newest generally available version when this adapter was written.
-pub const DEFAULT_API_VERSION: &str = "2024-10-21";
+/// The data-plane API version used when `base_url` does not name one (`?api-version=`); the
+/// router export gives LiteLLM the same one.
+pub const DEFAULT_API_VERSION: &str = crate::config::AZURE_DEFAULT_API_VERSION;
 
 /// Adapter for `POST {resource}/openai/deployments/{deployment}/chat/completions?api-version=…`;
 /// the target's model is the deployment name.

@@ -1,6 +1,11 @@
-"""Validates documents against vigil's JSON Schemas in docs/schema/ (Draft 2020-12, with cross-file refs).
+"""Validates documents against one of vigil's JSON Schemas in docs/schema/ as a stock validator would.
 
-usage: validate_schema.py SCHEMA_DIR SCHEMA_NAME FILE... (JSON or YAML); exits 1 naming each violation.
+The schema is read on its own (Draft 2020-12, no registry, no other file): a `$ref` that leaves
+the file fails here. Documents are read with PyYAML's `safe_load`, a YAML 1.1 loader (the one
+LiteLLM reads its proxy config with), so a timestamp left unquoted comes back as a datetime and
+fails its `"type": "string"`; JSON is YAML too.
+
+usage: validate_schema.py SCHEMA_DIR SCHEMA_NAME FILE... ; exits 1 naming each violation.
 """
 
 import json
@@ -9,28 +14,32 @@ import sys
 
 import jsonschema
 import yaml
-from referencing import Registry, Resource
 
 
+def refs(node):
+    """Every `$ref` in a schema."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from refs(v)
 
-class NoTimestamps(yaml.SafeLoader):
-    """YAML as JSON sees it: timestamps stay strings."""
-
-
-NoTimestamps.yaml_implicit_resolvers = {
-    k: [r for r in v if r[0] != "tag:yaml.org,2002:timestamp"] for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 schema_dir, name, files = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-schemas = {p.name: json.loads(p.read_text()) for p in schema_dir.glob("*.json")}
-registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
-jsonschema.Draft202012Validator.check_schema(schemas[name])
-validator = jsonschema.Draft202012Validator(
-    schemas[name], registry=registry, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-)
+schema = json.loads((schema_dir / name).read_text())
+outside = [r for r in refs(schema) if not r.startswith("#")]
+if outside:
+    print(f"{name}: $ref outside the file: {outside}")
+    sys.exit(1)
+jsonschema.Draft202012Validator.check_schema(schema)
+validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 bad = 0
 for f in files:
-    doc = yaml.load(pathlib.Path(f).read_text(), Loader=NoTimestamps)
+    doc = yaml.safe_load(pathlib.Path(f).read_text())
     for e in validator.iter_errors(doc):
         bad += 1
         print(f"{f}: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}")
