@@ -4,8 +4,10 @@
 //!
 //! 1. breaker open → `down`; 2. breaker half-open → `half_open`; 3. never probed → `waiting`;
 //! 4. last probe failed → `down`; 5. last probe over its failover deadline → `degraded`;
-//! 6. otherwise `ok`. The flapping mark (from the alert stage's flap detection) is carried beside
-//! the state and demotes in chains as any other reason does.
+//! 6. otherwise `ok`.
+//!
+//! The flapping mark (from the alert stage's flap detection) is carried beside the state and
+//! demotes in chains as any other reason does.
 //!
 //! The failover deadline of a metric is `baseline.failover_factor` × its P95 — the same test the
 //! breaker counts latency trips with ([`crate::decide::baseline::worst_excess`]), against the
