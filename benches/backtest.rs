@@ -55,6 +55,7 @@ fn main() {
         min_samples_p50: 100,
         min_samples_p95: 300,
         min_samples_p99: 1000,
+        adopt_after: None,
     };
     let started = Instant::now();
     let report =

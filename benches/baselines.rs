@@ -132,6 +132,7 @@ fn config() -> BaselineConfig {
         min_samples_p50: 30,
         min_samples_p95: 300,
         min_samples_p99: 2000,
+        adopt_after: None,
     }
 }
 

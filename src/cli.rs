@@ -80,8 +80,12 @@ pub enum Command {
         #[arg(long)]
         demo: bool,
     },
-    /// Print current P50/P95/P99 per target × region × metric.
+    /// Print current P50/P95/P99 per target × region × metric (`baselines adopt TARGET`: adopt a held level).
+    #[command(args_conflicts_with_subcommands = true)]
     Baselines {
+        /// `adopt TARGET`.
+        #[command(subcommand)]
+        command: Option<BaselinesCommand>,
         /// Config file.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -157,6 +161,23 @@ pub enum Command {
     },
     /// Print the man page (roff) to stdout (e.g. `vigil man > vigil.1`).
     Man,
+}
+
+/// `vigil baselines …`.
+#[derive(Debug, Subcommand)]
+pub enum BaselinesCommand {
+    /// Adopt, at once, the level a target's baseline has held out while the target was in
+    /// trouble (what `baseline.adopt_after` does on its own); asks the running daemon.
+    Adopt {
+        /// Target id (`provider/model[@route]`), as `/v1/targets` and `vigil baselines` show it.
+        target: String,
+        /// Config file (the daemon's `http.listen` and `http.api_token`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The daemon's base URL (default: `http://` + `http.listen`, loopback when it listens on every address).
+        #[arg(long)]
+        url: Option<String>,
+    },
 }
 
 /// `vigil alerts …`.
@@ -253,6 +274,47 @@ fn check_storage_url(url: &str) -> Result<(), crate::io::store::StoreError> {
         sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
     };
     parsed.map_err(|e| crate::io::store::StoreError::BadUrl(format!("{}: {e}", crate::config::redact_url(url))))
+}
+
+/// `vigil baselines adopt TARGET`: `POST /-/baselines/adopt` on the running daemon.
+async fn adopt(config: Option<&PathBuf>, target: &str, url: Option<String>) -> anyhow::Result<()> {
+    let c = load(config)?;
+    let base = url.unwrap_or_else(|| {
+        let mut at = c.http.listen;
+        if at.ip().is_unspecified() {
+            at.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        format!("http://{at}")
+    });
+    let endpoint = format!("{}/-/baselines/adopt", base.trim_end_matches('/'));
+    let mut request = reqwest::Client::new().post(&endpoint).query(&[("target", target)]);
+    if let Some(token) = &c.http.api_token {
+        request = request.bearer_auth(secrecy::ExposeSecret::expose_secret(token));
+    }
+    let response = request
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .with_context(|| format!("asking the daemon at {endpoint}"))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    let outcome: serde_json::Value = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+    match outcome["outcome"].as_str() {
+        Some("adopted") => {
+            let a: crate::decide::baseline::Adoption = serde_json::from_value(outcome["adoption"].clone())
+                .with_context(|| format!("the daemon's answer: {body}"))?;
+            println!("{}", a.describe());
+            Ok(())
+        }
+        Some("nothing_held") => {
+            anyhow::bail!("nothing held for {target}: it is not in trouble, or none of its probes in trouble succeeded")
+        }
+        Some("unknown_target") => {
+            anyhow::bail!("{target}: no such target in region {} (ids as `vigil baselines` shows them)", c.region)
+        }
+        Some("stopping") => anyhow::bail!("the daemon at {base} is stopping"),
+        _ => anyhow::bail!("the daemon at {base} answered {status}: {}", body.trim()),
+    }
 }
 
 async fn baselines(
@@ -459,7 +521,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let signature = signer.as_ref().map(|s| (s.sign(&bytes), s.public_key()));
             emit_export(&bytes, signature, out)
         }
-        Command::Baselines { config, json, rebuild, all_regions, demo } => {
+        Command::Baselines { command: Some(BaselinesCommand::Adopt { target, config, url }), .. } => {
+            adopt(config.as_ref(), &target, url).await
+        }
+        Command::Baselines { command: None, config, json, rebuild, all_regions, demo } => {
             let (c, _running) = load_reading(config.as_ref(), demo).await?;
             let store = open_reading(&c, demo).await?;
             baselines(&c, store, json, rebuild, all_regions).await

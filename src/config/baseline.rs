@@ -19,6 +19,9 @@ pub struct BaselineConfig {
     pub min_samples_p95: u64,
     /// Fewest samples for a published P99.
     pub min_samples_p99: u64,
+    /// How long a target's level may stay shifted (held out while it is in trouble) before the
+    /// baseline adopts it; `None` (`"off"`): only `vigil baselines adopt` adopts.
+    pub adopt_after: Option<Duration>,
 }
 
 /// `[baseline]` as written.
@@ -30,6 +33,7 @@ pub(super) struct RawBaseline {
     min_samples_p50: u64,
     min_samples_p95: u64,
     min_samples_p99: u64,
+    adopt_after: String,
 }
 
 impl Default for RawBaseline {
@@ -42,6 +46,9 @@ impl Default for RawBaseline {
             min_samples_p50: 30,
             min_samples_p95: 300,
             min_samples_p99: 2000,
+            // A day: longer than any incident worth a page, short enough that a provider that
+            // really became slower is judged by its new level the next day.
+            adopt_after: "24h".into(),
         }
     }
 }
@@ -60,5 +67,27 @@ pub(super) fn validate(b: &RawBaseline) -> Result<BaselineConfig, ConfigError> {
         min_samples_p50: samples("baseline.min_samples_p50", b.min_samples_p50)?,
         min_samples_p95: samples("baseline.min_samples_p95", b.min_samples_p95)?,
         min_samples_p99: samples("baseline.min_samples_p99", b.min_samples_p99)?,
+        adopt_after: match b.adopt_after.trim() {
+            "off" => None,
+            s => Some(duration_in("baseline.adopt_after", s, MINUTE, 90 * DAY)?),
+        },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::test_util::{env, err_at};
+    use crate::config::Config;
+    use std::time::Duration;
+
+    #[test]
+    fn adopt_after_is_a_day_by_default_off_or_a_duration_in_range() {
+        let load = |text: &str| Config::from_toml(text, &env(&[])).expect("valid");
+        assert_eq!(load("").baseline.adopt_after, Some(Duration::from_secs(86_400)));
+        assert_eq!(load("[baseline]\nadopt_after = \"off\"").baseline.adopt_after, None);
+        assert_eq!(load("[baseline]\nadopt_after = \"90m\"").baseline.adopt_after, Some(Duration::from_secs(5400)));
+        for bad in ["\"10s\"", "\"91d\"", "\"soon\"", "3"] {
+            err_at(&format!("[baseline]\nadopt_after = {bad}"), &[], "baseline.adopt_after");
+        }
+    }
 }

@@ -306,6 +306,7 @@ impl App {
         let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let canary_shown = crate::vocab::canary::SharedCanary::default();
+        let (adopt_tx, adopt_rx) = mpsc::channel(16);
         let app = router(HttpState {
             checks: vec![
                 running.clone(),
@@ -320,6 +321,7 @@ impl App {
             provider_status: provider_status.clone(),
             canary: canary_shown.clone(),
             reload,
+            adopt: Some(adopt_tx),
             ..http_state(&config, &metrics, &store)
         });
         let server = serve_http(listener, app, config.probe.concurrency, &shutdown);
@@ -345,6 +347,7 @@ impl App {
             planner,
             canary: canary_rx,
             canary_shown: canary_shown.clone(),
+            adopt: adopt_rx,
         });
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
@@ -580,6 +583,7 @@ fn http_state(config: &Config, metrics: &Arc<Metrics>, store: &Arc<dyn Store>) -
         provider_status: Default::default(),
         canary: Default::default(),
         reload: None,
+        adopt: None,
     }
 }
 

@@ -39,6 +39,11 @@ pub struct Monitor {
     /// How a router calls each configured provider (the export's router formats).
     router_providers: Vec<crate::decide::router_formats::provider::RouterProvider>,
     flapping: crate::decide::alert::FlappingSet,
+    /// Ids of the targets with an open latency or error incident in this region (from the last
+    /// evaluation): their samples are held out of their baselines like those of an open breaker.
+    incidents: std::collections::HashSet<String>,
+    /// Shifts adopted since the alert engine last took them (the `baseline_shift` notices).
+    adopted: Vec<crate::decide::baseline::Adoption>,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
     persisted: HashMap<Target, BreakerRecord>,
     /// What the last publish built, kept so the next rebuilds only what changed since.
@@ -93,6 +98,8 @@ impl Monitor {
             chains: config.chains.clone(),
             router_providers: config.providers.iter().map(Into::into).collect(),
             flapping: Default::default(),
+            incidents: Default::default(),
+            adopted: Vec::new(),
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
         }
@@ -224,10 +231,24 @@ impl Monitor {
         let deadlines = self.deadlines(&sample.target, now);
         let p95 = LatencyP95 { ttfb: deadlines.ttfb.published(), ttft: deadlines.ttft.published() };
         let verdict = health::verdict(sample, &deadlines);
-        self.baselines.record_weighted(sample, weight);
         // Keys are cloned only for a target seen the first time: a sample arrives every 60 ms
         // at 1,000 targets, and each clone of a target is four allocations.
         let t = &sample.target;
+        if !self.breakers.contains_key(t) {
+            self.breakers.insert(t.clone(), Breaker::new(self.settings, now));
+        }
+        let mut transition = None;
+        let mut in_trouble = !self.incidents.is_empty() && self.incidents.contains(&t.id());
+        if let Some(breaker) = self.breakers.get_mut(t) {
+            // A sample taken with the breaker open or half-open (or the one that opens it) is
+            // trouble: it must not teach the baseline that judges the next trial.
+            in_trouble |= breaker.state() != State::Closed;
+            transition = breaker.observe(Probe::from(sample), p95, now);
+            in_trouble |= breaker.state() != State::Closed;
+        }
+        if let Some(adoption) = self.baselines.record_guarded(sample, weight, in_trouble) {
+            self.adopted_shift(adoption);
+        }
         if let Some(c) = sample.cost_usd {
             match self.cost.get_mut(t) {
                 Some(v) => *v = c,
@@ -251,11 +272,40 @@ impl Monitor {
         if !self.built.changed.contains(t) {
             self.built.changed.insert(t.clone());
         }
-        if !self.breakers.contains_key(t) {
-            self.breakers.insert(t.clone(), Breaker::new(self.settings, now));
-        }
-        let breaker = self.breakers.get_mut(t)?;
-        breaker.observe(Probe::from(sample), p95, now)
+        transition
+    }
+
+    /// Notes the targets with an open latency or error incident (by id), after each evaluation.
+    pub fn set_incidents(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.incidents = ids.into_iter().collect();
+    }
+
+    /// Adopts what a target has held out of its baseline now (`vigil baselines adopt`); `None`
+    /// when nothing is held for it.
+    pub fn adopt(&mut self, target: &Target, now: DateTime<Utc>) -> Option<crate::decide::baseline::Adoption> {
+        let adoption = self.baselines.adopt(target, now, true)?;
+        self.adopted_shift(adoption.clone());
+        Some(adoption)
+    }
+
+    /// A configured target by its id (`provider/model[@route]`).
+    pub fn target_by_id(&self, id: &str) -> Option<&Target> {
+        self.targets.iter().find(|t| t.id() == id)
+    }
+
+    fn adopted_shift(&mut self, adoption: crate::decide::baseline::Adoption) {
+        let t = &adoption.target;
+        tracing::warn!(target = %t, provider = %t.provider, model = %t.model, region = %t.region,
+            since = %adoption.since, weight = adoption.weight, by_request = adoption.by_request,
+            "{}", adoption.describe());
+        self.baselines.refresh(adoption.at);
+        self.built.changed.insert(t.clone());
+        self.adopted.push(adoption);
+    }
+
+    /// The shifts adopted since the last call, for the alert engine's `baseline_shift` facet.
+    pub fn take_adoptions(&mut self) -> Vec<crate::decide::baseline::Adoption> {
+        std::mem::take(&mut self.adopted)
     }
 
     /// Moves open breakers whose wait is over to half-open.
@@ -554,6 +604,73 @@ mod tests {
         assert_eq!(m.tick(later).len(), 1);
         let snap = m.publish(later, Some(&metrics));
         assert_eq!(snap.targets[0].breaker.state, State::HalfOpen);
+    }
+
+    /// The issue's scenario at a 1 s interval (`min_samples_p95 = 40`): the target is made 3×
+    /// slower at t = 60 s and stays slow until t = 90 s. Before the guard its P95 learned the
+    /// slowdown and a trial passed at t = 67 s while it was still slow.
+    fn slowdown(adopt_after: &str, slow_until: i64) -> (Monitor, Vec<(i64, State)>) {
+        let text = format!(
+            "region = \"eu\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n\
+             [baseline]\nmin_samples_p95 = 40\nadopt_after = \"{adopt_after}\"\n[breaker]\nopen_for = \"3s\"\n"
+        );
+        let config = Config::from_toml(&text, &std::collections::BTreeMap::new()).expect("config");
+        let mut m = Monitor::new(&config, vec![target("a")], t0());
+        let mut states = Vec::new();
+        for i in 0..slow_until + 30 {
+            let ttfb = if (60..slow_until).contains(&i) { 270.0 } else { 90.0 + (i % 5) as f64 };
+            m.tick_target(&target("a"), at(i));
+            m.observe(&probe("a", i, Outcome::Ok, ttfb), at(i));
+            states.push((i, m.breaker(&target("a")).map_or(State::Closed, |b| b.state())));
+        }
+        (m, states)
+    }
+
+    #[test]
+    fn a_slow_target_stays_out_for_the_whole_slowdown_and_comes_back_after_it() {
+        let (mut m, states) = slowdown("24h", 90);
+        let during: Vec<_> = states.iter().filter(|(i, _)| (62..90).contains(i)).collect();
+        assert!(
+            during.iter().all(|(_, s)| *s != State::Closed),
+            "never closed while slow (trials judged against the level before): {during:?}"
+        );
+        assert_eq!(states.last().map(|s| s.1), Some(State::Closed), "back after the slowdown");
+        let p95 = m.baseline(&target("a"), Metric::Ttft, at(120)).p95.expect("p95");
+        assert!(p95 < 200.0, "the slowdown never joined the baseline: TTFT P95 {p95}");
+        assert!(m.take_adoptions().is_empty(), "30 s is no lasting shift");
+    }
+
+    #[test]
+    fn a_lasting_shift_is_adopted_after_adopt_after_and_the_target_comes_back() {
+        // Slow from 60 s to 200 s: a shift, adopted a minute after it began.
+        let (mut m, states) = slowdown("1m", 200);
+        let adopted = m.take_adoptions();
+        assert_eq!(adopted.len(), 1, "{adopted:?}");
+        let a = &adopted[0];
+        assert!(a.at - a.since >= chrono::Duration::seconds(60) && a.at < at(130), "{a:?}");
+        assert!(a.after.p95.is_some_and(|p| p > 500.0), "the slow level: {a:?}");
+        let back = states.iter().find(|(i, s)| *i > 62 && *s == State::Closed).map(|s| s.0);
+        assert!(back.is_some_and(|i| i < 140), "judged against the adopted level, it passes its trial: {states:?}");
+        let p95 = m.baseline(&target("a"), Metric::Ttft, at(230)).p95.expect("p95");
+        assert!(p95 > 500.0, "the baseline describes the new level: {p95}");
+    }
+
+    #[test]
+    fn a_held_level_is_adopted_on_request_and_the_notice_is_queued() {
+        let text =
+            "region = \"eu\"\n[probe]\ninterval = \"1s\"\ntimeout = \"900ms\"\n[baseline]\nadopt_after = \"off\"\n";
+        let config = Config::from_toml(text, &std::collections::BTreeMap::new()).expect("config");
+        let mut m = Monitor::new(&config, vec![target("a")], t0());
+        m.observe(&probe("a", 0, Outcome::Ok, 100.0), at(0));
+        assert!(m.adopt(&target("a"), at(1)).is_none(), "not in trouble: nothing held");
+        m.set_incidents([target("a").id()]);
+        m.observe(&probe("a", 2, Outcome::Ok, 400.0), at(2));
+        assert_eq!(m.baseline(&target("a"), Metric::Ttfb, at(3)).count, 1, "held out during the incident");
+        assert_eq!(m.target_by_id("p/a"), Some(&target("a")));
+        let a = m.adopt(&target("a"), at(3)).expect("adopted");
+        assert!(a.by_request && a.samples == 1);
+        assert_eq!(m.take_adoptions(), vec![a]);
+        assert!(m.baseline(&target("a"), Metric::Ttfb, at(3)).count >= 4, "weighted to three quarters");
     }
 
     #[test]

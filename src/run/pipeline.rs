@@ -16,6 +16,7 @@
 use crate::decide::alert::rules::{self, AlertEngine, BreakerChange};
 use crate::decide::baseline::Metric;
 use crate::decide::snapshot::SharedSnapshot;
+use crate::io::http::adopt::{AdoptOutcome, AdoptRequest};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Context, LinkHandle, Record, Reply};
 use crate::run::monitor::Monitor;
@@ -75,6 +76,8 @@ pub struct Pipeline {
     /// Canary runs from the canary task, and where the latest of each target is published.
     canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
     canary_shown: crate::vocab::canary::SharedCanary,
+    /// Requests to adopt a target's held level at once (`POST /-/baselines/adopt`).
+    adopt: mpsc::Receiver<AdoptRequest>,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -165,6 +168,8 @@ pub struct Stages {
     pub canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
     /// Where the latest canary run of each target is published for readers.
     pub canary_shown: crate::vocab::canary::SharedCanary,
+    /// Requests to adopt a held baseline level, from HTTP (nothing arrives in a process without one).
+    pub adopt: mpsc::Receiver<AdoptRequest>,
 }
 
 impl Pipeline {
@@ -195,7 +200,25 @@ impl Pipeline {
             replan_due: false,
             canary: s.canary,
             canary_shown: s.canary_shown,
+            adopt: s.adopt,
         }
+    }
+
+    /// Adopts a target's held level on request and answers with the outcome.
+    fn adopt_on_request(&mut self, request: AdoptRequest, now: DateTime<Utc>) {
+        let outcome = match self.monitor.target_by_id(&request.target).cloned() {
+            None => AdoptOutcome::UnknownTarget { target: request.target },
+            Some(t) => match self.monitor.adopt(&t, now) {
+                Some(adoption) => {
+                    // The notice goes out with the next evaluation; the export shows the new level now.
+                    self.urgent = true;
+                    AdoptOutcome::Adopted { adoption }
+                }
+                None => AdoptOutcome::NothingHeld { target: request.target },
+            },
+        };
+        // The asker may have gone (timed out); the adoption stands either way.
+        let _ = request.reply.send(outcome);
     }
 
     /// Plans the probes again from what is known at `now`: costs, today's spend (evaluated plus
@@ -292,7 +315,8 @@ impl Pipeline {
             }
         }
         let canaries = canaries.iter().collect();
-        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries }, now);
+        let shifts = self.monitor.take_adoptions();
+        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries, shifts }, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
             for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
@@ -316,6 +340,8 @@ impl Pipeline {
             self.metrics.set_flapping(t, false);
         }
         a.flapping_before = a.flapping.targets();
+        // Targets in an open latency or error incident are in trouble: the baselines hold their samples.
+        self.monitor.set_incidents(a.engine.in_trouble());
         // This region's view of each target, for the other regions' scope and status pages.
         let engine = &a.engine;
         self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
@@ -520,6 +546,7 @@ impl Pipeline {
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
         let mut canary_open = true;
+        let mut adopt_open = true;
         loop {
             tokio::select! {
                 sample = rx.recv() => match sample {
@@ -530,6 +557,10 @@ impl Pipeline {
                     Some(run) => self.guarded("canary", |p| p.process_canary(run)),
                     // The canary task ended (off, or stopping): nothing more comes.
                     None => canary_open = false,
+                },
+                request = self.adopt.recv(), if adopt_open => match request {
+                    Some(r) => self.guarded("adopt", |p| p.adopt_on_request(r, Utc::now())),
+                    None => adopt_open = false,
                 },
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
                 _ = publish.tick() => {
@@ -635,6 +666,7 @@ balance = { min_usd = 5.0 }
         let planner =
             crate::run::app::planner_for(&config, targets.clone(), crate::decide::adaptive::SharedPlan::default());
         let (_canary_tx, canary) = mpsc::channel(1);
+        let (_adopt_tx, adopt) = mpsc::channel(1);
         let pipeline = Pipeline::new(Stages {
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),
             writer,
@@ -648,6 +680,7 @@ balance = { min_usd = 5.0 }
             planner,
             canary,
             canary_shown: Default::default(),
+            adopt,
         });
         Rig { pipeline, store, snapshot, written, stop, _dir: dir }
     }

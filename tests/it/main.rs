@@ -16,6 +16,7 @@ mod alert_scenario;
 mod alerting;
 mod alertmanager;
 mod baseline_accuracy;
+mod baseline_guard;
 mod bounded_bodies;
 mod bounded_memory;
 mod build_hygiene;

@@ -216,6 +216,7 @@ async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
         provider_status: Default::default(),
         canary: Default::default(),
         reload: None,
+        adopt: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -1,7 +1,8 @@
 //! `vigil alerts backtest`: replays stored samples (and breaker transitions) through the same
 //! [`AlertEngine`] the daemon runs, with time injected, one round per probe interval, baselines
 //! grown by the daemon's own [`Baselines`] from the rollups before the window (read once per
-//! target and hour: one sample barely moves a week's P95); and reports the
+//! target and hour: one sample barely moves a week's P95), with the daemon's baseline guard
+//! (samples in trouble held out, shifts adopted after `baseline.adopt_after`); and reports the
 //! incidents that would have opened, how long each lasted and how long after the first bad
 //! probe it opened (time to detect). Pure: the caller reads storage.
 
@@ -15,6 +16,7 @@ use super::AlertStatus;
 use super::Notification;
 use crate::config::BaselineConfig;
 use crate::decide::baseline::{exceeds_failover, Baselines, LatencyP95, Metric};
+use crate::vocab::breaker::State;
 use crate::vocab::records::{BreakerTransition, Rollup};
 use crate::vocab::sample::Sample;
 use chrono::{DateTime, Utc};
@@ -179,6 +181,12 @@ pub fn replay(
     trans.sort_by_key(|t| t.at);
     let mut trans = trans.into_iter().peekable();
     let mut tracker = Tracker::default();
+    // The daemon's baseline guard, replayed: samples taken with the breaker open or half-open, or
+    // inside an open latency or error incident, are held out of the baseline.
+    let mut breaker: HashMap<&crate::vocab::target::Target, State> = HashMap::new();
+    let mut in_trouble: std::collections::HashSet<String> = Default::default();
+    let mut shifts = Vec::new();
+    let mut changes = Vec::new();
     // A baseline moves by one sample in thousands: recompute it once per target and hour.
     let mut cached: HashMap<crate::vocab::target::Target, (i64, BaselineP95)> = HashMap::new();
     let mut i = 0;
@@ -189,7 +197,16 @@ pub fn replay(
         let mut batch: Vec<(&Sample, BaselineP95)> = Vec::new();
         while i < order.len() && order[i].started_at < round_end {
             let s = order[i];
-            b.record(s);
+            while let Some(t) = trans.next_if(|t| t.at <= s.started_at) {
+                breaker.insert(&t.target, t.to_state);
+                changes.push(change(t));
+            }
+            let troubled = breaker.get(&s.target).is_some_and(|st| *st != State::Closed)
+                || (!in_trouble.is_empty() && in_trouble.contains(&s.target.id()));
+            if let Some(adopted) = b.record_guarded(s, 1, troubled) {
+                cached.remove(&adopted.target);
+                shifts.push(adopted);
+            }
             let hour = s.started_at.timestamp().div_euclid(3600);
             let base = match cached.get(&s.target) {
                 Some((h, base)) if *h == hour => *base,
@@ -206,24 +223,23 @@ pub fn replay(
             batch.push((s, base));
             i += 1;
         }
-        let mut changes = Vec::new();
         while let Some(t) = trans.next_if(|t| t.at < round_end) {
-            changes.push(BreakerChange {
-                target: t.target.clone(),
-                from: t.from_state,
-                to: t.to_state,
-                reason: t.reason.clone(),
-            });
+            breaker.insert(&t.target, t.to_state);
+            changes.push(change(t));
         }
+        let changes = std::mem::take(&mut changes);
         if !batch.is_empty() || !changes.is_empty() {
             let probes = batch
                 .iter()
                 .map(|(s, base)| RoundProbe { sample: s, baseline: *base, elsewhere: Default::default() })
                 .collect();
-            let notes = engine
-                .evaluate(&Round { probes, breaker: changes, credits: Vec::new(), canaries: Vec::new() }, round_end);
+            let notes = engine.evaluate(
+                &Round { probes, breaker: changes, shifts: std::mem::take(&mut shifts), ..Round::default() },
+                round_end,
+            );
             report.rounds += 1;
             tracker.take(&notes, round_end, &mut report);
+            in_trouble = engine.in_trouble().into_iter().collect();
         }
         report.until = Some(round_end);
         // Jump over gaps (the daemon was down) instead of evaluating empty rounds one by one.
@@ -243,6 +259,10 @@ pub fn replay(
     }
     report.by_kind = summarize(&report.incidents);
     report
+}
+
+fn change(t: &BreakerTransition) -> BreakerChange {
+    BreakerChange { target: t.target.clone(), from: t.from_state, to: t.to_state, reason: t.reason.clone() }
 }
 
 /// Follows incidents through the notifications and bad streaks through the samples.

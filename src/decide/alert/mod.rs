@@ -56,11 +56,14 @@ pub enum AlertKind {
     /// The canary's answers or the provider's reported model changed against the target's own
     /// history (`[probe.canary]`; see [`crate::decide::canary::detect`]).
     ModelChanged,
+    /// A target's level stayed shifted for `baseline.adopt_after` (or `vigil baselines adopt`
+    /// was asked) and its baseline adopted the new level; the notice says both levels.
+    BaselineShift,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 14] = [
+    pub const ALL: [AlertKind; 15] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -75,6 +78,7 @@ impl AlertKind {
         AlertKind::ModelDeprecated,
         AlertKind::ProviderIncident,
         AlertKind::ModelChanged,
+        AlertKind::BaselineShift,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -94,6 +98,7 @@ impl AlertKind {
             AlertKind::ModelDeprecated => "model_deprecated",
             AlertKind::ProviderIncident => "provider_incident",
             AlertKind::ModelChanged => "model_changed",
+            AlertKind::BaselineShift => "baseline_shift",
         }
     }
 
@@ -110,7 +115,7 @@ impl AlertKind {
             | AlertKind::ModelDeprecated
             | AlertKind::ProviderIncident
             | AlertKind::ModelChanged => Severity::Warning,
-            AlertKind::BreakerClosed => Severity::Info,
+            AlertKind::BreakerClosed | AlertKind::BaselineShift => Severity::Info,
         }
     }
 }

@@ -100,6 +100,8 @@ pub struct Round<'a> {
     pub credits: Vec<CreditCheck>,
     /// Canary runs finished since the last round (judged for `model_changed` only).
     pub canaries: Vec<&'a crate::vocab::canary::CanaryRun>,
+    /// Shifts the baselines adopted since the last round (`baseline_shift`).
+    pub shifts: Vec<crate::decide::baseline::Adoption>,
 }
 
 /// One ok probe judged against the latency threshold.
@@ -296,6 +298,18 @@ impl AlertEngine {
         self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
     }
 
+    /// Ids of this region's targets with an open `latency_degraded` or `errors` facet: in trouble,
+    /// so the monitor holds their samples out of their baselines.
+    pub fn in_trouble(&self) -> Vec<String> {
+        self.state
+            .facets
+            .values()
+            .filter(|f| matches!(f.alert.kind, AlertKind::LatencyDegraded | AlertKind::Errors))
+            .filter(|f| f.alert.region == self.cfg.region)
+            .filter_map(|f| f.alert.target.clone())
+            .collect()
+    }
+
     /// Probe spend of the UTC day of `now` as evaluated so far (what `probe_budget_exceeded` compares).
     pub fn spent_today(&self, now: DateTime<Utc>) -> f64 {
         if self.state.budget_day == Some(now.date_naive()) {
@@ -326,6 +340,7 @@ impl AlertEngine {
         self.credit_verdicts(round, suspect, &mut verdicts);
         self.provider_incident_verdicts(&mut verdicts);
         self.canary_verdicts(round, &mut verdicts);
+        self.shift_verdicts(round, &mut verdicts);
         for v in verdicts {
             self.apply(v, now);
         }
@@ -468,6 +483,26 @@ impl AlertEngine {
             let mut alert = Alert::new(AlertKind::ModelChanged, &region, &t.provider, Some(t), summary);
             alert.current = Some(run.score());
             out.push(Verdict { alert, holds });
+        }
+    }
+
+    /// `baseline_shift`: holds on the round a target's baseline adopted a shifted level (an event,
+    /// like `model_changed`), and clears after `resolve_after` evaluations without another.
+    fn shift_verdicts(&self, round: &Round<'_>, out: &mut Vec<Verdict>) {
+        let region = &self.cfg.region;
+        let mut adopted = BTreeSet::new();
+        for a in &round.shifts {
+            let t = &a.target;
+            let mut alert = Alert::new(AlertKind::BaselineShift, region, &t.provider, Some(t), a.describe());
+            alert.current = a.after.p95;
+            alert.baseline = a.before.p95;
+            adopted.insert(alert.dedup_key.clone());
+            out.push(Verdict { alert, holds: true });
+        }
+        for t in self.state.facets.values() {
+            if t.alert.kind == AlertKind::BaselineShift && !adopted.contains(&t.alert.dedup_key) {
+                out.push(Verdict { alert: t.alert.clone(), holds: false });
+            }
         }
     }
 

@@ -9,15 +9,17 @@
 //! memory does not grow with its length. Persisted rollups are hdrhistogram V2 bytes.
 //!
 //! Files: [`codec`] (sparse histograms and their V2 bytes), [`window`] (an hour window of one
-//! series), [`failover`] (the metrics and the failover predicate); this file holds the
-//! [`Baselines`] API over them.
+//! series), [`failover`] (the metrics and the failover predicate), [`guard`] (samples taken in
+//! trouble held out, and a lasting shift adopted); this file holds the [`Baselines`] API over them.
 
 mod codec;
 mod failover;
+mod guard;
 mod window;
 
 pub use codec::{rollup_quantile, HIGHEST, LOWEST, SIGFIG};
 pub use failover::{exceeds_failover, failover_threshold, worst_excess, Excess, LatencyP95, Metric};
+pub use guard::{Adoption, Level, ADOPTED_SHARE_PERCENT};
 
 use crate::config::BaselineConfig;
 use crate::vocab::records::Rollup;
@@ -108,6 +110,10 @@ pub struct Baselines {
     folded_from: Option<i64>,
     /// Samples too late for their hour (already folded), left out of the baselines.
     late: u64,
+    /// `baseline.adopt_after`: how long a shift is held before it is adopted (`None`: only on request).
+    adopt_after: Option<chrono::Duration>,
+    /// What each target in trouble measured, held out of its baseline.
+    shifts: HashMap<Target, guard::Shift>,
 }
 
 impl Baselines {
@@ -121,6 +127,8 @@ impl Baselines {
             hold_from: i64::MIN,
             folded_from: None,
             late: 0,
+            adopt_after: config.adopt_after.and_then(|d| chrono::Duration::from_std(d).ok()),
+            shifts: HashMap::new(),
         }
     }
 
@@ -182,6 +190,81 @@ impl Baselines {
                 series.invalidate(slot);
             }
         }
+    }
+
+    /// Records a sample as the guard allows ([`guard`]): while the target is `in_trouble` (breaker
+    /// open or half-open, or an open latency or error incident) its probe and error counts stay
+    /// real but its values are held beside the baseline instead of joining it; the first sample
+    /// out of trouble drops what was held (the level came back). A shift held for
+    /// `baseline.adopt_after` is adopted and returned.
+    pub fn record_guarded(&mut self, sample: &Sample, weight: u32, in_trouble: bool) -> Option<Adoption> {
+        if !in_trouble {
+            if let Some(shift) = self.shifts.remove(&sample.target) {
+                tracing::debug!(target = %sample.target, held = shift.samples, since = %shift.since,
+                    "trouble over; held samples dropped");
+            }
+            self.record_weighted(sample, weight);
+            return None;
+        }
+        self.record_weighted(sample, 0);
+        let shift = match self.shifts.get_mut(&sample.target) {
+            Some(s) => s,
+            None => self.shifts.entry(sample.target.clone()).or_insert_with(|| guard::Shift::new(sample.started_at)),
+        };
+        shift.hold(sample, weight);
+        let due = self.adopt_after.is_some_and(|after| sample.started_at - shift.since >= after);
+        if due {
+            self.adopt(&sample.target, sample.started_at, false)
+        } else {
+            None
+        }
+    }
+
+    /// When a target's current shift began, if it is held.
+    pub fn held_since(&self, target: &Target) -> Option<DateTime<Utc>> {
+        self.shifts.get(target).map(|s| s.since)
+    }
+
+    /// Takes what a target has held into its baseline now, counted so it is
+    /// [`ADOPTED_SHARE_PERCENT`] of the window's values (its P50 and P95 describe the new level);
+    /// `None` when nothing with values is held. The values join the hour of `now`.
+    pub fn adopt(&mut self, target: &Target, now: DateTime<Utc>, by_request: bool) -> Option<Adoption> {
+        let shift = self.shifts.get(target)?;
+        let metric = if shift.count(Metric::Ttft) > 0 { Metric::Ttft } else { Metric::Ttfb };
+        let held = shift.count(metric);
+        if held == 0 {
+            return None;
+        }
+        let before = self.get(target, metric, now);
+        let shift = self.shifts.remove(target)?;
+        let weight = guard::adopted_weight(before.count, held);
+        let hour = hour_of(now);
+        let create = hour >= self.hold_from;
+        let series = self.series.entry(target.clone()).or_default();
+        for m in Metric::ALL {
+            let slot = m.slot();
+            let values = guard::weighted(&shift.held[slot], weight);
+            if values.is_empty() {
+                continue;
+            }
+            if let Some(h) = series.metrics[slot].held_mut(hour, create) {
+                h.tally.packed = h.tally.packed.merged(&values, false);
+                h.tally.count += sparse_total(&values);
+                h.version = h.version.wrapping_add(1);
+                series.invalidate(slot);
+            }
+        }
+        Some(Adoption {
+            target: target.clone(),
+            since: shift.since,
+            at: now,
+            metric,
+            before: Level { p50: before.p50, p95: before.p95 },
+            after: shift.level(metric),
+            samples: held,
+            weight,
+            by_request,
+        })
     }
 
     /// Moves every series' window to `now` and recomputes what changed; returns series recomputed.
@@ -476,6 +559,7 @@ mod tests {
             min_samples_p50: min,
             min_samples_p95: min,
             min_samples_p99: min,
+            adopt_after: Some(StdDuration::from_secs(3600)),
         }
     }
 
@@ -545,6 +629,72 @@ mod tests {
         weighted.record_weighted(&sample(&t, now, 9000.0, Outcome::Ok), 0);
         assert_eq!(weighted.get(&t, Metric::Ttfb, now).count, 120, "weight 0 stays out of the percentiles");
         assert_eq!(weighted.window_counts(&t).0, 81, "but counts as a probe");
+    }
+
+    #[test]
+    fn samples_in_trouble_are_held_out_and_dropped_when_the_level_comes_back() {
+        let mut b = Baselines::new(&config(10));
+        let t = target("A");
+        for m in 0..20 {
+            b.record_guarded(&sample(&t, t0() + Duration::seconds(m), 100.0, Outcome::Ok), 1, false);
+        }
+        let now = t0() + Duration::minutes(1);
+        let before = b.get(&t, Metric::Ttfb, now);
+        for m in 20..40 {
+            let adopted = b.record_guarded(&sample(&t, t0() + Duration::seconds(m), 900.0, Outcome::Ok), 1, true);
+            assert!(adopted.is_none(), "far from adopt_after");
+        }
+        assert_eq!(b.get(&t, Metric::Ttfb, now), before, "twenty slow samples in trouble moved nothing");
+        assert_eq!(b.window_counts(&t).0, 40, "but every probe is counted");
+        assert_eq!(b.held_since(&t), Some(t0() + Duration::seconds(20)));
+        b.record_guarded(&sample(&t, t0() + Duration::seconds(40), 100.0, Outcome::Ok), 1, false);
+        assert_eq!(b.held_since(&t), None, "out of trouble: the held level is dropped");
+        assert_eq!(b.adopt(&t, now, true), None, "nothing left to adopt");
+        assert_eq!(b.get(&t, Metric::Ttfb, now).count, 21);
+    }
+
+    #[test]
+    fn a_shift_held_for_adopt_after_is_adopted_once_as_the_new_level() {
+        // adopt_after is an hour in `config`; a week of 100 ms, then a level of 300 ms in trouble.
+        let mut b = Baselines::new(&config(10));
+        let t = target("A");
+        for m in 0..600 {
+            b.record_guarded(&sample(&t, t0() + Duration::minutes(m), 100.0, Outcome::Ok), 1, false);
+        }
+        let start = t0() + Duration::minutes(600);
+        let mut adopted = Vec::new();
+        for m in 0..=60 {
+            let at = start + Duration::minutes(m);
+            adopted.extend(b.record_guarded(&sample(&t, at, 300.0 + m as f64 % 7.0, Outcome::Ok), 1, true));
+        }
+        assert_eq!(adopted.len(), 1, "one adoption, after an hour: {adopted:?}");
+        let a = &adopted[0];
+        assert_eq!(
+            (a.since, a.at, a.metric, a.samples, a.by_request),
+            (start, start + Duration::hours(1), Metric::Ttft, 61, false)
+        );
+        assert!(a.before.p95.is_some_and(|p| p < 160.0) && a.after.p95.is_some_and(|p| p > 450.0), "{a:?}");
+        assert_eq!(a.weight, 30, "61 held × 30 ≥ three times the 600 in the window");
+        let now = start + Duration::hours(1);
+        let base = b.get(&t, Metric::Ttfb, now);
+        assert!(base.p50.is_some_and(|p| p > 299.0), "the new level is the median now: {base:?}");
+        assert!(base.p95.is_some_and(|p| p > 299.0 && p < 310.0), "and its P95: {base:?}");
+        assert!(a.describe().contains("TTFT p50 150 ms p95 150 ms → p50 45"), "{}", a.describe());
+        assert_eq!(b.held_since(&t), None);
+    }
+
+    #[test]
+    fn adopting_on_request_needs_a_held_level_and_a_failed_sample_holds_no_value() {
+        let mut b = Baselines::new(&BaselineConfig { adopt_after: None, ..config(1) });
+        let t = target("A");
+        b.record_guarded(&sample(&t, t0(), 100.0, Outcome::Ok), 1, false);
+        assert_eq!(b.adopt(&t, t0(), true), None, "not in trouble");
+        b.record_guarded(&sample(&t, t0() + Duration::days(30), 0.0, Outcome::ServerError), 1, true);
+        assert_eq!(b.adopt(&t, t0(), true), None, "in trouble, but no value held");
+        assert!(b.held_since(&t).is_some(), "still held: the next ok sample may bring a value");
+        b.record_guarded(&sample(&t, t0() + Duration::days(30), 500.0, Outcome::Ok), 1, true);
+        let a = b.adopt(&t, t0() + Duration::days(30), true).expect("adopted");
+        assert!(a.by_request && a.after.p50 == Some(750.079), "TTFT 1.5 × 500 ms: {a:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP surface (axum): `/metrics`, `/healthz`, `/readyz`, the `/v1` API and the status
 //! page. Handlers only read shared snapshots; nothing here drives probes.
 
+pub mod adopt;
 pub mod api;
 pub(crate) mod canary;
 pub mod reload;
@@ -74,6 +75,8 @@ pub struct HttpState {
     pub canary: crate::vocab::canary::SharedCanary,
     /// Where `POST /-/reload` sends its request (`None`: no reload controller in this process).
     pub reload: Option<reload::ReloadSender>,
+    /// Where `POST /-/baselines/adopt` sends its request (`None`: no pipeline in this process).
+    pub adopt: Option<adopt::AdoptSender>,
 }
 
 /// The router; tests call it without a socket.
@@ -91,6 +94,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/-/reload", post(reload::reload))
+        .route("/-/baselines/adopt", post(adopt::adopt))
         .with_state(state)
 }
 

@@ -44,21 +44,8 @@ pub type ReloadSender = mpsc::Sender<ReloadRequest>;
 /// `POST /-/reload`: 200 applied, 422 refused, 503 stopping or no controller in this process,
 /// 401 without the right bearer token, 403 when no token is configured.
 pub async fn reload(State(s): State<HttpState>, headers: HeaderMap) -> Response {
-    let Some(token) = &s.api_token else {
-        return (
-            StatusCode::FORBIDDEN,
-            "POST /-/reload needs a bearer token: set http.api_token (VIGIL_API_TOKEN or http.api_token_file)\n",
-        )
-            .into_response();
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !bool::from(given.as_bytes().ct_eq(token.expose_secret().as_bytes())) {
-        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n")
-            .into_response();
+    if let Some(refused) = admin_refusal(&s, &headers, "POST /-/reload") {
+        return refused;
     }
     let outcome = match &s.reload {
         None => None,
@@ -77,6 +64,27 @@ pub async fn reload(State(s): State<HttpState>, headers: HeaderMap) -> Response 
         ReloadOutcome::Stopping => StatusCode::SERVICE_UNAVAILABLE,
     };
     (status, Json(outcome)).into_response()
+}
+
+/// The bearer-token check of the admin endpoints (`/-/…`): the refusal to answer with, if any —
+/// closed (403) without a configured token, 401 without the right one. `what` names the
+/// endpoint in the refusal.
+pub(super) fn admin_refusal(s: &HttpState, headers: &HeaderMap, what: &str) -> Option<Response> {
+    let Some(token) = &s.api_token else {
+        let why = format!("{what} needs a bearer token: set http.api_token (VIGIL_API_TOKEN or http.api_token_file)\n");
+        return Some((StatusCode::FORBIDDEN, why).into_response());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(token.expose_secret().as_bytes())) {
+        let refused =
+            (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n");
+        return Some(refused.into_response());
+    }
+    None
 }
 
 #[cfg(test)]
