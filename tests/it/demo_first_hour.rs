@@ -178,32 +178,34 @@ fn run_demo(dir: &Path) -> (Daemon, String, Vec<String>) {
 }
 
 /// `GET /v1/thresholds?{query}` of a running daemon, parsed (LiteLLM's is YAML, a YAML parser
-/// reads the JSON ones too).
-async fn thresholds(http: &reqwest::Client, addr: &str, query: &str) -> serde_json::Value {
-    let resp = http.get(format!("http://{addr}/v1/thresholds?{query}")).send().await.expect("thresholds");
-    assert!(resp.status().is_success(), "{query}: {}", resp.status());
-    let body = resp.bytes().await.expect("body");
-    serde_norway::from_slice(&body).unwrap_or_else(|e| panic!("{query}: {e}: {}", String::from_utf8_lossy(&body)))
+/// reads the JSON ones too); an error until the daemon has published its first document (503).
+async fn thresholds(http: &reqwest::Client, addr: &str, query: &str) -> Result<serde_json::Value, String> {
+    let resp = http.get(format!("http://{addr}/v1/thresholds?{query}")).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("{query}: {}", resp.status()));
+    }
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    serde_norway::from_slice(&body).map_err(|e| format!("{query}: {e}: {}", String::from_utf8_lossy(&body)))
 }
 
 /// Whether every router format has content for chain `chain` (and OpenRouter for the demo's
 /// routed Llama): the JSON order, LiteLLM's model group, Portkey's config, OpenRouter's `order`.
 async fn every_format_shows(http: &reqwest::Client, addr: &str, chain: &str) -> Result<(), String> {
-    let doc = thresholds(http, addr, "format=json").await;
+    let doc = thresholds(http, addr, "format=json").await?;
     let order = doc["chains"].as_array().and_then(|c| c.iter().find(|c| c["name"] == chain)).map(|c| &c["order"]);
     if !order.and_then(|o| o.as_array()).is_some_and(|o| !o.is_empty()) {
         return Err(format!("json: no order for {chain}: {doc}"));
     }
-    let lite = thresholds(http, addr, "format=litellm").await;
+    let lite = thresholds(http, addr, "format=litellm").await?;
     let group = lite["model_list"].as_array().map_or(0, |l| l.iter().filter(|d| d["model_name"] == chain).count());
     if group == 0 {
         return Err(format!("litellm: no group {chain}: {lite}"));
     }
-    let portkey = thresholds(http, addr, "format=portkey").await;
+    let portkey = thresholds(http, addr, "format=portkey").await?;
     if !portkey["configs"][chain]["targets"].as_array().is_some_and(|t| !t.is_empty()) {
         return Err(format!("portkey: no config {chain}: {portkey}"));
     }
-    let openrouter = thresholds(http, addr, "format=openrouter").await;
+    let openrouter = thresholds(http, addr, "format=openrouter").await?;
     let llama = &openrouter["models"][vigil::run::demo::profiles::LLAMA]["provider"]["order"];
     if !llama.as_array().is_some_and(|o| !o.is_empty()) {
         return Err(format!("openrouter: no route order for Llama: {openrouter}"));
