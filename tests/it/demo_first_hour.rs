@@ -193,7 +193,7 @@ async fn thresholds(http: &reqwest::Client, addr: &str, query: &str) -> Result<s
 async fn every_format_shows(http: &reqwest::Client, addr: &str, chain: &str) -> Result<(), String> {
     let doc = thresholds(http, addr, "format=json").await?;
     let order = doc["chains"].as_array().and_then(|c| c.iter().find(|c| c["name"] == chain)).map(|c| &c["order"]);
-    if !order.and_then(|o| o.as_array()).is_some_and(|o| !o.is_empty()) {
+    if order.and_then(|o| o.as_array()).is_none_or(|o| o.is_empty()) {
         return Err(format!("json: no order for {chain}: {doc}"));
     }
     let lite = thresholds(http, addr, "format=litellm").await?;
@@ -202,12 +202,12 @@ async fn every_format_shows(http: &reqwest::Client, addr: &str, chain: &str) -> 
         return Err(format!("litellm: no group {chain}: {lite}"));
     }
     let portkey = thresholds(http, addr, "format=portkey").await?;
-    if !portkey["configs"][chain]["targets"].as_array().is_some_and(|t| !t.is_empty()) {
+    if portkey["configs"][chain]["targets"].as_array().is_none_or(|t| t.is_empty()) {
         return Err(format!("portkey: no config {chain}: {portkey}"));
     }
     let openrouter = thresholds(http, addr, "format=openrouter").await?;
     let llama = &openrouter["models"][vigil::run::demo::profiles::LLAMA]["provider"]["order"];
-    if !llama.as_array().is_some_and(|o| !o.is_empty()) {
+    if llama.as_array().is_none_or(|o| o.is_empty()) {
         return Err(format!("openrouter: no route order for Llama: {openrouter}"));
     }
     Ok(())
