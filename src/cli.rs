@@ -152,6 +152,9 @@ pub enum Command {
         /// Config file.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Validate as `run --demo` would: with the simulated providers, which `[[chain]]` may name.
+        #[arg(long)]
+        demo: bool,
     },
     /// Print a shell completion script (e.g. `vigil completions bash > /etc/bash_completion.d/vigil`).
     Completions {
@@ -448,15 +451,42 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 /// The config of a reading command: with `demo`, the demo's own database and its providers,
 /// served on loopback while the command runs (the report reads their published prices).
 async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Config, Option<crate::run::demo::Demo>)> {
-    let mut config = Config::load(path.map(PathBuf::as_path), &ProcessEnv)?;
+    let mut config = Config::load_with(path.map(PathBuf::as_path), &ProcessEnv, &demo_declared(demo))?;
     log_providers(&config, demo);
     if !demo {
         return Ok((config, None));
     }
     let _ = crate::run::demo::use_demo_database(&mut config);
     let running = crate::run::demo::start_demo(crate::run::demo::history::SEED).await.context("--demo")?;
-    config.providers.extend(running.providers.iter().cloned());
+    running.attach(&mut config);
     Ok((config, Some(running)))
+}
+
+/// The providers `--demo` adds, as config validation sees them (none without `--demo`), so
+/// `[[chain]]` may name demo targets.
+fn demo_declared(demo: bool) -> Vec<crate::config::ProviderConfig> {
+    if demo {
+        crate::run::demo::declared_providers()
+    } else {
+        Vec::new()
+    }
+}
+
+/// `check-config --demo`'s note: the providers the demo adds (not printed as `[[provider]]`) and
+/// the chain it adds when no `[[chain]]` names them.
+fn demo_note(c: &Config) -> String {
+    let declared = crate::run::demo::declared_providers();
+    let names: Vec<&str> = declared.iter().map(|p| p.name.as_str()).collect();
+    let ours = |provider: &str| names.contains(&provider);
+    let chain = match c.chains.iter().any(|ch| ch.members.iter().any(|m| ours(&m.provider))) {
+        true => "no demo chain added: [[chain]] names demo targets".to_string(),
+        false => format!(
+            "chain {:?} added: {}",
+            crate::run::demo::DEMO_CHAIN,
+            crate::run::demo::demo_chain_targets().join(", ")
+        ),
+    };
+    format!("--demo adds providers {} (simulated on loopback); {chain}", names.join(", "))
 }
 
 /// Opens and migrates the store; the demo's is seeded with a simulated week when empty.
@@ -477,6 +507,9 @@ fn log_providers(config: &Config, demo: bool) {
         enabled.push("none");
     }
     if demo {
+        // The declared demo providers validation saw are named once, as the demo.
+        let declared = crate::run::demo::declared_providers();
+        enabled.retain(|n| !declared.iter().any(|p| p.name == *n));
         enabled.push("demo-* (simulated)");
     }
     let skipped: Vec<String> = config.skipped.iter().map(|(name, var)| format!("{name} ({var} unset)")).collect();
@@ -488,13 +521,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, demo } => run_daemon(config, demo).await,
         Command::Probe { config, target, json, demo, no_fail } => {
-            let mut c = Config::load(config.as_deref(), &ProcessEnv)?;
+            let mut c = Config::load_with(config.as_deref(), &ProcessEnv, &demo_declared(demo))?;
             log_providers(&c, demo);
             // Kept alive until the round is done: the simulated providers answer from it.
             let running = match demo {
                 true => {
                     let d = crate::run::demo::start_demo(rand::random()).await.context("--demo")?;
-                    c.providers.extend(d.providers.iter().cloned());
+                    d.attach(&mut c);
                     Some(d)
                 }
                 false => None,
@@ -556,10 +589,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::CheckConfig { config } => {
-            let c = load(config.as_ref())?;
+        Command::CheckConfig { config, demo } => {
+            let c = Config::load_with(config.as_deref(), &ProcessEnv, &demo_declared(demo))?;
+            log_providers(&c, demo);
+            let mut notes = price_notes(&c);
+            if demo {
+                notes.push(demo_note(&c));
+            }
             // What `run` refuses with exit 2 is refused here too, after the config is shown.
-            print!("{}", c.redacted_toml_with(&price_notes(&c)));
+            print!("{}", c.redacted_toml_with(&notes));
             if Planned::all(&c.providers, &c.region).is_empty() {
                 anyhow::bail!(crate::run::app::AppError::NothingToProbe);
             }
@@ -587,8 +625,8 @@ async fn run_daemon(path: Option<PathBuf>, demo: bool) -> anyhow::Result<()> {
     let file = path.clone().or_else(|| Some(PathBuf::from("vigil.toml")));
     let settings = crate::run::daemon::Settings {
         load: Box::new(move || {
-            let config = Config::load(path.as_deref(), &ProcessEnv)?;
-            log_providers(&config, false);
+            let config = Config::load_with(path.as_deref(), &ProcessEnv, &demo_declared(demo))?;
+            log_providers(&config, demo);
             Ok(config)
         }),
         file,

@@ -19,6 +19,13 @@ pub struct RawChain {
     targets: Vec<String>,
 }
 
+impl RawChain {
+    /// A chain as the file would write it (`vigil run --demo` adds its own this way).
+    pub fn new(name: impl Into<String>, targets: Vec<String>) -> Self {
+        RawChain { name: name.into(), targets }
+    }
+}
+
 /// One member of a chain, resolved against the configured providers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainMember {

@@ -173,6 +173,13 @@ impl Config {
 
     /// Loads `path`, or `vigil.toml` in the working directory when it exists, else built-in defaults.
     pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        Config::load_with(path, env, &[])
+    }
+
+    /// [`load`](Self::load) with `added` providers (the `--demo` ones) appended to the configured
+    /// ones before anything that names providers is checked, so `[[chain]]` members and
+    /// maintenance windows may name them; a configured provider of the same name is an error.
+    pub fn load_with(path: Option<&Path>, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
         let text = match path {
             Some(p) => std::fs::read_to_string(p)
                 .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
@@ -182,11 +189,16 @@ impl Config {
                 Err(source) => return Err(ConfigError::Read { path: "vigil.toml".into(), source }),
             },
         };
-        Config::from_toml(&text, env)
+        Config::from_toml_with(&text, env, added)
     }
 
     /// Parses and validates a TOML document with environment overrides applied.
     pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        Config::from_toml_with(text, env, &[])
+    }
+
+    /// [`from_toml`](Self::from_toml) with `added` providers, as [`load_with`](Self::load_with).
+    pub fn from_toml_with(text: &str, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
             invalid("config", format!("{}{span}", e.message()))
@@ -197,22 +209,28 @@ impl Config {
             let key = e.path().to_string();
             invalid(if key == "." { "config".into() } else { key }, e.into_inner().message().to_string())
         })?;
-        let mut config = validate(raw, env)?;
+        let mut config = validate(raw, env, added)?;
         config.source = source;
         Ok(config)
     }
 }
 
 /// The whole file validated, section by section in the order the file is documented; the first
-/// problem found is the error.
-fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+/// problem found is the error. `added` providers join the configured ones before anything names them.
+fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
     validate_region(&raw.region)?;
     let storage = storage::validate(&raw.storage, &raw.baseline)?;
     let http = http::validate(raw.http, env)?;
     let (probe, adaptive) = probe::validate(&raw.probe, env)?;
     let baseline = baseline::validate(&raw.baseline)?;
     let breaker = breaker::validate(&raw.breaker)?;
-    let resolved = providers::validate(raw.provider, env)?;
+    let mut resolved = providers::validate(raw.provider, env)?;
+    for p in added {
+        if resolved.names().contains(&p.name.as_str()) {
+            return Err(invalid("provider", format!("{:?} is the name of a --demo provider; rename yours", p.name)));
+        }
+        resolved.providers.push(p.clone());
+    }
     alerts::check_maintenance_providers(&raw.alerts, &resolved.names())?;
     let status_pages = status_pages::validate(&raw.probe.status_page_every, &raw.alerts, resolved.pages)?;
     let alerts = alerts::validate(raw.alerts, env)?;

@@ -3,11 +3,13 @@
 //!
 //! A pure function of its inputs: baselines, error counts, breaker states, the last probe and probe
 //! costs go in, the document comes out. `rank` orders the targets serving the same model in this
-//! region, best first: closed before half_open before open, then lower error rate, then lower P95
-//! TTFT (unknown last), then lower cost (unknown last). A chain keeps its configured order for
-//! targets whose health (`decide::health`, judged by the monitor) is clean, moves the others
-//! (waiting, half_open, flapping, last probe failed or over its failover deadline) behind them,
-//! and drops open ones, each with the health's reason; nothing here judges health again.
+//! region, best first: closed before half_open before open, then targets whose replies pass every
+//! capability check before those failing one (`Health::failing`: they ignore the system prompt),
+//! then lower error rate, then lower P95 TTFT (unknown last), then lower cost (unknown last). A
+//! chain keeps its configured order for targets whose health (`decide::health`, judged by the
+//! monitor) is clean, moves the others (waiting, half_open, flapping, last probe failed or over
+//! its failover deadline, replies failing a capability) behind them, and drops open ones, each
+//! with the health's reason; nothing here judges health again.
 //!
 //! The published failover deadlines (provisional ones with the confidence reached) are the
 //! health rule's own ([`Failover::deadline`]).
@@ -277,6 +279,8 @@ fn cmp_known_first(a: Option<f64>, b: Option<f64>) -> Ordering {
 pub fn failover_order(a: &TargetStats, b: &TargetStats) -> Ordering {
     a.breaker
         .cmp(&b.breaker)
+        // A target that answers, but not as asked, goes behind every one that answers as asked.
+        .then_with(|| a.health.failing.is_empty().cmp(&b.health.failing.is_empty()).reverse())
         .then_with(|| cmp_known_first(error_rate(a), error_rate(b)))
         .then_with(|| cmp_known_first(a.ttft.p95, b.ttft.p95))
         .then_with(|| cmp_known_first(a.cost_per_probe_usd, b.cost_per_probe_usd))
@@ -546,7 +550,7 @@ mod tests {
 
     /// Health as the monitor judges it, through the one rule.
     fn health(state: State, reason: Option<&str>, last: Option<ProbeVerdict>, flapping: bool) -> Health {
-        crate::decide::health::judge(BreakerView { state, reason }, last.as_ref(), flapping)
+        crate::decide::health::judge(BreakerView { state, reason }, last.as_ref(), &[], flapping)
     }
 
     fn keys(v: &Value) -> Value {
@@ -639,6 +643,46 @@ mod tests {
         slow_steady.ttft.p95 = Some(900.0);
         let doc = build(&params(), &[fast_flaky, slow_steady]);
         assert_eq!(ranks(&doc), [("B".into(), 1), ("A".into(), 2)]);
+    }
+
+    #[test]
+    fn a_target_ignoring_the_system_prompt_ranks_after_clean_ones_and_is_demoted_with_the_reason() {
+        use crate::decide::health::{Capability, CapabilityFailure};
+        let ignores = [CapabilityFailure { capability: Capability::SystemPrompt, replies: 3 }];
+        // A: fastest, no errors, cheapest — rank 1 by every other key — but its replies ignore the prompt.
+        let mut a = stats("A", LLAMA);
+        (a.errors, a.ttft.p95, a.cost_per_probe_usd) = (0, Some(100.0), Some(0.0));
+        a.health = crate::decide::health::judge(
+            BreakerView { state: State::Closed, reason: None },
+            Some(&ProbeVerdict::Within),
+            &ignores,
+            false,
+        );
+        let mut b = stats("B", LLAMA);
+        b.errors = 40;
+        let mut c = stats("C", LLAMA);
+        c.breaker = State::HalfOpen;
+        c.health = health(State::HalfOpen, None, Some(ProbeVerdict::Within), false);
+        let mut p = params();
+        p.chains = vec![ChainConfig {
+            name: "llama".into(),
+            members: vec![member("openrouter", LLAMA, Some("A")), member("openrouter", LLAMA, Some("B"))],
+            skipped: vec![],
+        }];
+        let doc = build(&p, &[a, b, c]);
+        assert_eq!(ranks(&doc), [("B".into(), 1), ("A".into(), 2), ("C".into(), 3)], "the breaker still ranks first");
+        let row = doc.targets.iter().find(|t| t.key.route.as_deref() == Some("A")).expect("A");
+        assert_eq!(row.breaker, State::Closed, "it answers: the breaker stays closed");
+        let chain = &doc.chains[0];
+        let got: Vec<(&str, ChainStatus, Option<&str>)> =
+            chain.order.iter().map(|e| (e.key.route.as_deref().unwrap_or(""), e.status, e.reason.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                ("B", ChainStatus::Healthy, None),
+                ("A", ChainStatus::Demoted, Some("replies ignore the system prompt (last 3 of 3)"))
+            ]
+        );
     }
 
     #[test]

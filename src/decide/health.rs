@@ -4,10 +4,14 @@
 //!
 //! 1. breaker open → `down`; 2. breaker half-open → `half_open`; 3. never probed → `waiting`;
 //! 4. last probe failed → `down`; 5. last probe over its failover deadline → `degraded`;
-//! 6. otherwise `ok`.
+//! 6. its last N judged replies all failed a capability the probe checks (they ignore the
+//!    system prompt) → `degraded`; 7. otherwise `ok`.
 //!
 //! The flapping mark (from the alert stage's flap detection) is carried beside the state and
-//! demotes in chains as any other reason does.
+//! demotes in chains as any other reason does. A capability failure is named in the reason
+//! (`replies ignore the system prompt (last 3 of 3)`) and in [`Health::failing`], which the
+//! router export ranks on; the breaker does not count it (the target answers). N is
+//! `alerts.error_probes`, the same count that fires `adherence_failed` ([`CapabilityRule`]).
 //!
 //! The failover deadline of a metric is `baseline.failover_factor` × its P95 — the same test the
 //! breaker counts latency trips with ([`crate::decide::baseline::worst_excess`]), against the
@@ -17,12 +21,13 @@
 //! probability P[Binomial(n, 0.95) < k]), or the largest value seen while n is too small for that
 //! bound (n < 59). No deadline exists below the P50 minimum count (30 by default).
 
-use crate::config::BaselineConfig;
+use crate::config::{AlertsConfig, BaselineConfig};
 use crate::decide::baseline::{failover_threshold, Baseline, Metric};
 use crate::vocab::breaker::State;
 use crate::vocab::health::{Health, HealthState};
 use crate::vocab::sample::Sample;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
 /// Confidence that a provisional P95 is at or above the true P95.
 pub const PROVISIONAL_CONFIDENCE: f64 = 0.95;
@@ -121,6 +126,107 @@ pub fn verdict(sample: &Sample, deadlines: &Deadlines) -> ProbeVerdict {
     }
 }
 
+/// A capability the probe checks in each reply. One variant today; a tool-call or
+/// structured-output check joins as another variant with its sample field in [`Capability::of`],
+/// and the rule, the reason and the rank follow without change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    /// The reply follows the probe's system prompt (the sample's `adherence_ok`).
+    SystemPrompt,
+}
+
+impl Capability {
+    /// Every capability checked, in the order reasons name them.
+    pub const ALL: [Capability; 1] = [Capability::SystemPrompt];
+
+    /// The name in [`Health::failing`]: `system_prompt`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::SystemPrompt => "system_prompt",
+        }
+    }
+
+    /// What the reason says when the replies fail it.
+    fn failed(self) -> &'static str {
+        match self {
+            Capability::SystemPrompt => "replies ignore the system prompt",
+        }
+    }
+
+    /// The sample's verdict on it; `None` when the reply was not judged (a failed probe, an HTTP target).
+    pub fn of(self, sample: &Sample) -> Option<bool> {
+        match self {
+            Capability::SystemPrompt => sample.adherence_ok,
+        }
+    }
+}
+
+/// How many judged replies in a row must fail a capability before the target is demoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapabilityRule {
+    /// `alerts.error_probes` (at least 1): the same N as the `adherence_failed` alert.
+    pub replies: u32,
+}
+
+impl CapabilityRule {
+    /// The rule of `[alerts]`.
+    pub fn of(alerts: &AlertsConfig) -> Self {
+        CapabilityRule { replies: alerts.error_probes.max(1) }
+    }
+
+    fn n(self) -> usize {
+        self.replies.max(1) as usize
+    }
+}
+
+/// One capability the last judged replies all failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapabilityFailure {
+    /// Which.
+    pub capability: Capability,
+    /// How many replies in a row failed it (the rule's N).
+    pub replies: u32,
+}
+
+impl CapabilityFailure {
+    /// `replies ignore the system prompt (last 3 of 3)`.
+    pub fn reason(&self) -> String {
+        format!("{} (last {} of {})", self.capability.failed(), self.replies, self.replies)
+    }
+}
+
+/// One target's last judged replies per capability (at most the rule's N each), kept by the monitor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replies {
+    /// Per capability in [`Capability::ALL`] order, oldest first.
+    judged: [VecDeque<bool>; Capability::ALL.len()],
+}
+
+impl Replies {
+    /// Adds the verdicts `sample` carries; a reply not judged leaves the history as it was.
+    pub fn record(&mut self, sample: &Sample, rule: CapabilityRule) {
+        for (cap, judged) in Capability::ALL.iter().zip(self.judged.iter_mut()) {
+            if let Some(ok) = cap.of(sample) {
+                judged.push_back(ok);
+                while judged.len() > rule.n() {
+                    judged.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The capabilities whose last N judged replies all failed (none while fewer than N were judged).
+    pub fn failures(&self, rule: CapabilityRule) -> Vec<CapabilityFailure> {
+        let n = rule.n();
+        Capability::ALL
+            .iter()
+            .zip(&self.judged)
+            .filter(|(_, judged)| judged.len() >= n && judged.iter().rev().take(n).all(|ok| !ok))
+            .map(|(cap, _)| CapabilityFailure { capability: *cap, replies: n as u32 })
+            .collect()
+    }
+}
+
 /// The breaker's part of the judgement.
 #[derive(Debug, Clone, Copy)]
 pub struct BreakerView<'a> {
@@ -130,9 +236,14 @@ pub struct BreakerView<'a> {
     pub reason: Option<&'a str>,
 }
 
-/// The rule (module docs): one target's health from its breaker, its latest probe's verdict and
-/// the flapping mark.
-pub fn judge(breaker: BreakerView<'_>, last: Option<&ProbeVerdict>, flapping: bool) -> Health {
+/// The rule (module docs): one target's health from its breaker, its latest probe's verdict, the
+/// capabilities its last replies all failed and the flapping mark.
+pub fn judge(
+    breaker: BreakerView<'_>,
+    last: Option<&ProbeVerdict>,
+    failing: &[CapabilityFailure],
+    flapping: bool,
+) -> Health {
     let mut why: Vec<String> = Vec::new();
     let state = match (breaker.state, last) {
         (State::Open, _) => {
@@ -149,6 +260,8 @@ pub fn judge(breaker: BreakerView<'_>, last: Option<&ProbeVerdict>, flapping: bo
         }
         (State::Closed, Some(ProbeVerdict::Failed(_))) => HealthState::Down,
         (State::Closed, Some(ProbeVerdict::Slow { .. })) => HealthState::Degraded,
+        // It answers, but not as asked: usable, behind every target that does.
+        (State::Closed, Some(ProbeVerdict::Within)) if !failing.is_empty() => HealthState::Degraded,
         (State::Closed, Some(ProbeVerdict::Within)) => HealthState::Ok,
     };
     if flapping {
@@ -160,12 +273,19 @@ pub fn judge(breaker: BreakerView<'_>, last: Option<&ProbeVerdict>, flapping: bo
             Some(ProbeVerdict::Slow { reason, .. }) => why.push(reason.clone()),
             _ => {}
         }
+        why.extend(failing.iter().map(CapabilityFailure::reason));
     }
     let over = match last {
         Some(ProbeVerdict::Slow { over, .. }) => over.clone(),
         _ => Vec::new(),
     };
-    Health { state, flapping, reason: (!why.is_empty()).then(|| why.join("; ")), over }
+    Health {
+        state,
+        flapping,
+        reason: (!why.is_empty()).then(|| why.join("; ")),
+        over,
+        failing: failing.iter().map(|f| f.capability.as_str().to_string()).collect(),
+    }
 }
 
 /// An upper confidence bound on a P95 from fewer samples than a stable P95 needs.
@@ -288,7 +408,7 @@ mod tests {
         assert_eq!(failed, ProbeVerdict::Failed("server_error".into()), "a failure is a failure, however slow");
         assert_eq!(verdict(&probe(Outcome::Ok, 5_000.0, 9_000.0), &Deadlines::default()), ProbeVerdict::Within);
 
-        let h = |b: BreakerView<'_>, v: Option<&ProbeVerdict>, f: bool| judge(b, v, f);
+        let h = |b: BreakerView<'_>, v: Option<&ProbeVerdict>, f: bool| judge(b, v, &[], f);
         assert_eq!(h(closed(), Some(&within), false), Health { state: HealthState::Ok, ..Health::default() });
         let deg = h(closed(), Some(&slow), false);
         assert_eq!((deg.state, deg.reason.as_deref()), (HealthState::Degraded, Some("ttft p95 2.4x baseline")));
@@ -308,6 +428,64 @@ mod tests {
         let waiting = h(closed(), None, false);
         assert_eq!((waiting.state, waiting.reason.as_deref()), (HealthState::Waiting, Some("not probed yet")));
         assert!(h(closed(), Some(&within), false).is_clean() && !h(closed(), Some(&within), true).is_clean());
+    }
+
+    fn reply(ok: Option<bool>) -> Sample {
+        let mut s = probe(if ok.is_some() { Outcome::Ok } else { Outcome::ServerError }, 90.0, 200.0);
+        s.adherence_ok = ok;
+        s
+    }
+
+    #[test]
+    fn replies_that_ignore_the_system_prompt_n_in_a_row_demote_and_one_obeying_reply_clears_it() {
+        let rule = CapabilityRule { replies: 3 };
+        let mut r = Replies::default();
+        for ok in [Some(true), Some(false), Some(false)] {
+            r.record(&reply(ok), rule);
+        }
+        assert!(r.failures(rule).is_empty(), "two of the last three disobeyed: not yet");
+        r.record(&reply(None), rule);
+        assert!(r.failures(rule).is_empty(), "a reply not judged (failed probe) changes nothing");
+        r.record(&reply(Some(false)), rule);
+        let failing = r.failures(rule);
+        assert_eq!(failing, [CapabilityFailure { capability: Capability::SystemPrompt, replies: 3 }]);
+        assert_eq!(failing[0].reason(), "replies ignore the system prompt (last 3 of 3)");
+        let mut fresh = Replies::default();
+        fresh.record(&reply(Some(false)), rule);
+        fresh.record(&reply(Some(false)), rule);
+        assert!(fresh.failures(rule).is_empty(), "fewer than N judged replies judge nothing");
+        let one = CapabilityRule { replies: 0 };
+        assert_eq!(fresh.failures(one).len(), 1, "N is at least 1");
+
+        // Through the rule: degraded, with the reason, the breaker's state kept.
+        let within = ProbeVerdict::Within;
+        let h = judge(closed(), Some(&within), &failing, false);
+        assert_eq!(h.state, HealthState::Degraded);
+        assert_eq!(h.reason.as_deref(), Some("replies ignore the system prompt (last 3 of 3)"));
+        assert_eq!(h.failing, ["system_prompt"]);
+        assert!(h.over.is_empty() && !h.is_clean(), "demoted in chains");
+        let slow = ProbeVerdict::Slow { over: vec!["ttft".into()], reason: "ttft p95 2.4x baseline".into() };
+        let both = judge(closed(), Some(&slow), &failing, true);
+        assert_eq!(
+            (both.state, both.reason.as_deref()),
+            (
+                HealthState::Degraded,
+                Some("flapping; ttft p95 2.4x baseline; replies ignore the system prompt (last 3 of 3)")
+            )
+        );
+        let failed = ProbeVerdict::Failed("server_error".into());
+        let down = judge(closed(), Some(&failed), &failing, false);
+        assert_eq!(down.state, HealthState::Down, "a failure outranks a capability failure");
+        assert_eq!(
+            down.reason.as_deref(),
+            Some("last probe failed: server_error; replies ignore the system prompt (last 3 of 3)")
+        );
+        let open = judge(BreakerView { state: State::Open, reason: Some("tripped") }, Some(&within), &failing, false);
+        assert_eq!((open.state, open.reason.as_deref()), (HealthState::Down, Some("breaker open: tripped")));
+        assert_eq!(open.failing, ["system_prompt"], "still named, so the rank keeps it behind");
+        r.record(&reply(Some(true)), rule);
+        assert!(r.failures(rule).is_empty(), "one obeying reply clears it");
+        assert_eq!(judge(closed(), Some(&within), &r.failures(rule), false).state, HealthState::Ok);
     }
 
     #[test]

@@ -208,7 +208,7 @@ impl App {
             let demo =
                 crate::run::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
-            config.providers.extend(demo.providers.iter().cloned());
+            demo.attach(&mut config);
             Some(demo)
         } else {
             None

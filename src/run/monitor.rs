@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::decide::baseline::{Baseline, Baselines, LatencyP95, Metric};
 use crate::decide::breaker::{Breaker, BreakerSettings, Probe, Transition};
 use crate::decide::export::{self, ExportParams, TargetStats};
-use crate::decide::health::{self, BreakerView, Deadlines, Failover, ProbeVerdict};
+use crate::decide::health::{self, BreakerView, CapabilityRule, Deadlines, Failover, ProbeVerdict, Replies};
 use crate::decide::snapshot::{Snapshot, TargetView};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Query, Record};
@@ -33,6 +33,10 @@ pub struct Monitor {
     last: HashMap<Target, Sample>,
     /// What each target's latest probe said, judged once when it arrived.
     verdicts: HashMap<Target, ProbeVerdict>,
+    /// Each target's last judged replies per capability (system prompt obeyed), for the health rule.
+    replies: HashMap<Target, Replies>,
+    /// How many failed replies in a row demote (`alerts.error_probes`, as `adherence_failed`).
+    capability: CapabilityRule,
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
@@ -93,6 +97,8 @@ impl Monitor {
             breakers,
             last: HashMap::new(),
             verdicts: HashMap::new(),
+            replies: HashMap::new(),
+            capability: CapabilityRule::of(&config.alerts),
             cost: HashMap::new(),
             targets,
             chains: config.chains.clone(),
@@ -186,8 +192,9 @@ impl Monitor {
         out
     }
 
-    /// The newest stored sample of each target (last probe and cost), so an export built after a
-    /// restart or by `vigil thresholds` judges and ranks exactly as the running daemon did.
+    /// The newest stored samples of each target (last probe and cost, and the last N replies'
+    /// capability verdicts), so an export built after a restart or by `vigil thresholds` judges
+    /// and ranks exactly as the running daemon did.
     async fn load_last_samples(&mut self, store: &dyn Store) -> Result<(), StoreError> {
         for t in self.targets.clone() {
             let t = &t;
@@ -197,10 +204,15 @@ impl Monitor {
             let q = SampleQuery {
                 region: Some(self.region.clone()),
                 target: Some(t.clone()),
-                limit: Some(1),
+                limit: Some(i64::from(self.capability.replies.max(1))),
                 ..SampleQuery::default()
             };
-            if let Some(s) = store.samples(&q).await?.into_iter().next() {
+            let newest_first = store.samples(&q).await?;
+            let replies = self.replies.entry(t.clone()).or_default();
+            for s in newest_first.iter().rev() {
+                replies.record(s, self.capability);
+            }
+            if let Some(s) = newest_first.into_iter().next() {
                 if let Some(c) = s.cost_usd {
                     self.cost.insert(t.clone(), c);
                 }
@@ -268,6 +280,10 @@ impl Monitor {
             None => {
                 self.verdicts.insert(t.clone(), verdict);
             }
+        }
+        match self.replies.get_mut(t) {
+            Some(r) => r.record(sample, self.capability),
+            None => self.replies.entry(t.clone()).or_default().record(sample, self.capability),
         }
         if !self.built.changed.contains(t) {
             self.built.changed.insert(t.clone());
@@ -348,15 +364,16 @@ impl Monitor {
         }
     }
 
-    /// A target's health now: its breaker, its latest probe's verdict and the flapping mark,
-    /// through the one rule.
+    /// A target's health now: its breaker, its latest probe's verdict, the capabilities its last
+    /// replies all failed and the flapping mark, through the one rule.
     pub fn health(&self, t: &Target) -> Health {
         let explained = self.breakers.get(t).map(|b| b.explain());
         let breaker = BreakerView {
             state: explained.as_ref().map_or(State::Closed, |e| e.state),
             reason: explained.as_ref().and_then(|e| e.reason.as_deref()),
         };
-        health::judge(breaker, self.verdicts.get(t), self.flapping.is_flapping(t))
+        let failing = self.replies.get(t).map(|r| r.failures(self.capability)).unwrap_or_default();
+        health::judge(breaker, self.verdicts.get(t), &failing, self.flapping.is_flapping(t))
     }
 
     /// This region's view of each target it probes, to publish for the other regions
@@ -704,6 +721,34 @@ mod tests {
         let next_hour = m.publish(at(3600), Some(&metrics));
         assert!(next_hour.targets.iter().zip(&fourth.targets).all(|(n, o)| !Arc::ptr_eq(n, o)));
         assert_eq!(next_hour.targets[1].probes, 1, "b's probe is still in the 7-day window");
+    }
+
+    #[test]
+    fn replies_ignoring_the_system_prompt_n_times_degrade_the_health_and_keep_the_breaker_closed() {
+        let text = "region = \"eu\"\n[probe]\ninterval = \"5s\"\ntimeout = \"5s\"\n[alerts]\nerror_probes = 3\n";
+        let config = Config::from_toml(text, &std::collections::BTreeMap::new()).expect("config");
+        let mut m = Monitor::new(&config, vec![target("a")], t0());
+        let disobeying = |secs: i64| {
+            let mut s = probe("a", secs, Outcome::Ok, 200.0);
+            s.adherence_ok = Some(false);
+            s
+        };
+        for i in 0..2 {
+            m.observe(&disobeying(i), at(i));
+        }
+        assert!(m.health(&target("a")).is_clean(), "two of three: not yet");
+        m.observe(&disobeying(2), at(2));
+        let h = m.health(&target("a"));
+        assert_eq!(h.state, crate::vocab::health::HealthState::Degraded);
+        assert_eq!(h.reason.as_deref(), Some("replies ignore the system prompt (last 3 of 3)"));
+        let snap = m.publish(at(3), None);
+        assert_eq!(snap.targets[0].health, h, "readers see the one judgement");
+        let doc = snap.thresholds.expect("export");
+        assert_eq!(doc.targets[0].breaker, State::Closed, "it answers: the breaker does not count it");
+        let mut obeying = probe("a", 4, Outcome::Ok, 200.0);
+        obeying.adherence_ok = Some(true);
+        m.observe(&obeying, at(4));
+        assert!(m.health(&target("a")).is_clean(), "one obeying reply clears it");
     }
 
     #[test]

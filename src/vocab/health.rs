@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum HealthState {
     /// Answering, its last probe within its failover deadline.
     Ok,
-    /// Answering, but its last probe over its failover deadline.
+    /// Answering, but its last probe over its failover deadline, or its recent replies fail a
+    /// capability the probe checks (they ignore the system prompt).
     Degraded,
     /// Breaker half-open: the next probe decides.
     HalfOpen,
@@ -66,6 +67,10 @@ pub struct Health {
     /// The metrics (`ttft`, `ttfb`) of the last probe that were over their failover deadline.
     #[serde(default)]
     pub over: Vec<String>,
+    /// The capabilities its last judged replies all failed (`system_prompt`): routers rank it
+    /// after targets without any.
+    #[serde(default)]
+    pub failing: Vec<String>,
 }
 
 impl Health {

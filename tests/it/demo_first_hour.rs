@@ -92,6 +92,10 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
     let targets = doc["targets"].as_array().expect("targets");
     assert_eq!(targets.len(), demo_targets.len());
     assert!(targets.iter().all(|t| t["failover_ttfb_ms"].is_f64()), "thresholds at once: {targets:?}");
+    let chains = doc["chains"].as_array().expect("chains");
+    assert_eq!(chains.len(), 1, "the demo's own chain: {chains:?}");
+    assert_eq!(chains[0]["name"], vigil::run::demo::DEMO_CHAIN);
+    assert_eq!(chains[0]["order"].as_array().map(Vec::len), Some(5), "3 Llama routes, Anthropic, Gemini: {chains:?}");
 
     // The table says why a cell is empty instead of a bare dash.
     let mut cmd = vigil_in(dir.path());
@@ -146,12 +150,10 @@ impl Drop for Daemon {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("vigil.toml"), "[http]\nlisten = \"127.0.0.1:0\"\n").expect("config");
-    let started = Instant::now();
-    let mut cmd = vigil_in(dir.path());
+/// `vigil run --demo` in `dir` (its `vigil.toml` written by the caller): the daemon, its HTTP
+/// address and the log lines up to "http listening".
+fn run_demo(dir: &Path) -> (Daemon, String, Vec<String>) {
+    let mut cmd = vigil_in(dir);
     cmd.args(["run", "--demo"]).env("VIGIL_LOG_FORMAT", "json").stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("vigil starts");
     let stderr = child.stderr.take().expect("stderr");
@@ -172,6 +174,51 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
             break v["addr"].as_str().expect("addr").to_string();
         }
     };
+    (daemon, addr, log)
+}
+
+/// `GET /v1/thresholds?{query}` of a running daemon, parsed (LiteLLM's is YAML, a YAML parser
+/// reads the JSON ones too); an error until the daemon has published its first document (503).
+async fn thresholds(http: &reqwest::Client, addr: &str, query: &str) -> Result<serde_json::Value, String> {
+    let resp = http.get(format!("http://{addr}/v1/thresholds?{query}")).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("{query}: {}", resp.status()));
+    }
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    serde_norway::from_slice(&body).map_err(|e| format!("{query}: {e}: {}", String::from_utf8_lossy(&body)))
+}
+
+/// Whether every router format has content for chain `chain` (and OpenRouter for the demo's
+/// routed Llama): the JSON order, LiteLLM's model group, Portkey's config, OpenRouter's `order`.
+async fn every_format_shows(http: &reqwest::Client, addr: &str, chain: &str) -> Result<(), String> {
+    let doc = thresholds(http, addr, "format=json").await?;
+    let order = doc["chains"].as_array().and_then(|c| c.iter().find(|c| c["name"] == chain)).map(|c| &c["order"]);
+    if order.and_then(|o| o.as_array()).is_none_or(|o| o.is_empty()) {
+        return Err(format!("json: no order for {chain}: {doc}"));
+    }
+    let lite = thresholds(http, addr, "format=litellm").await?;
+    let group = lite["model_list"].as_array().map_or(0, |l| l.iter().filter(|d| d["model_name"] == chain).count());
+    if group == 0 {
+        return Err(format!("litellm: no group {chain}: {lite}"));
+    }
+    let portkey = thresholds(http, addr, "format=portkey").await?;
+    if portkey["configs"][chain]["targets"].as_array().is_none_or(|t| t.is_empty()) {
+        return Err(format!("portkey: no config {chain}: {portkey}"));
+    }
+    let openrouter = thresholds(http, addr, "format=openrouter").await?;
+    let llama = &openrouter["models"][vigil::run::demo::profiles::LLAMA]["provider"]["order"];
+    if llama.as_array().is_none_or(|o| o.is_empty()) {
+        return Err(format!("openrouter: no route order for Llama: {openrouter}"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("vigil.toml"), "[http]\nlisten = \"127.0.0.1:0\"\n").expect("config");
+    let started = Instant::now();
+    let (daemon, addr, log) = run_demo(dir.path());
     assert!(log.iter().any(|l| l.contains("seeded 7 days")), "{}", log.join("\n"));
     let http = reqwest::Client::new();
     // A published P95 next to a probe's figures: "P95 312 ms".
@@ -190,6 +237,11 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     assert!(page.matches("no hourly data yet").count() <= 1, "{page}");
     assert!(!page.contains("need 300"), "every P95 is published");
     assert!(!dir.path().join("vigil.db").exists(), "never the real default database");
+    // Routers: the demo's chain in every format, and OpenRouter's route order, in the first minute.
+    let shown = || async { every_format_shows(&http, &addr, vigil::run::demo::DEMO_CHAIN).await };
+    let formats = crate::support::settle(Duration::from_secs(20), shown, |r| r.is_ok()).await;
+    assert_eq!(formats, Ok(()));
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?} after start", started.elapsed());
     screenshot(&format!("http://{addr}/"), &artifacts().join("status-page-demo-first-minute.png"), (1440, 1000)).await;
     drop(daemon);
 }
@@ -229,4 +281,51 @@ async fn the_misbehaving_host_pages_the_log_channel() {
         "{metrics}"
     );
     daemon.stop_within(Duration::from_secs(15)).await;
+}
+
+/// A `[[chain]]` naming demo targets: refused without `--demo` (naming the key), accepted by
+/// `check-config --demo`, `thresholds --demo` and `run --demo`, where it replaces the demo's own
+/// chain and has content in every router format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_may_name_demo_targets_under_demo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let anthropic = format!("demo-anthropic/{}", vigil::run::demo::profiles::ANTHROPIC_MODEL);
+    let together = format!("demo-llama/{}@Together", vigil::run::demo::profiles::LLAMA);
+    std::fs::write(
+        dir.path().join("vigil.toml"),
+        format!("[http]\nlisten = \"127.0.0.1:0\"\n[[chain]]\nname = \"mine\"\ntargets = [\"{anthropic}\", \"{together}\"]\n"),
+    )
+    .expect("config");
+
+    let mut cmd = vigil_in(dir.path());
+    cmd.args(["check-config"]);
+    let refused = output(cmd).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
+    let why = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert!(why.contains(&format!("chain[0].targets[0]: unknown target \"{anthropic}\"")), "{why}");
+
+    let mut cmd = vigil_in(dir.path());
+    cmd.args(["check-config", "--demo"]);
+    let accepted = output(cmd).await;
+    assert_eq!(accepted.status.code(), Some(0), "{}", String::from_utf8_lossy(&accepted.stderr));
+    let shown = String::from_utf8_lossy(&accepted.stdout);
+    assert!(shown.contains("# --demo adds providers demo-llama,"), "{shown}");
+    assert!(shown.contains("no demo chain added"), "{shown}");
+
+    let mut cmd = vigil_in(dir.path());
+    cmd.args(["thresholds", "--demo"]);
+    let doc = json(&output(cmd).await);
+    let names: Vec<&str> =
+        doc["chains"].as_array().expect("chains").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["mine"], "the configured chain, and no demo chain beside it");
+    let order: Vec<&str> =
+        doc["chains"][0]["order"].as_array().expect("order").iter().filter_map(|e| e["target"].as_str()).collect();
+    assert_eq!(order.len(), 2, "{doc}");
+
+    let (daemon, addr, _log) = run_demo(dir.path());
+    let http = reqwest::Client::new();
+    let shown = || async { every_format_shows(&http, &addr, "mine").await };
+    let formats = crate::support::settle(Duration::from_secs(30), shown, |r| r.is_ok()).await;
+    assert_eq!(formats, Ok(()));
+    drop(daemon);
 }

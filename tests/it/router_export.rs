@@ -474,11 +474,12 @@ struct Provider {
     mode: Arc<AtomicU8>,
 }
 
-/// A stand-in answering streamed probes by its mode, and plain (non-streamed) chat calls with a
-/// small completion, so the OpenRouter example can send it a request.
+/// A stand-in answering streamed probes by its mode (the recorded `stream`, its answer the one the
+/// probe's system prompt demands), and plain (non-streamed) chat calls with a small completion, so
+/// the OpenRouter example can send it a request.
 async fn provider(stream: &'static str, error: (u16, &'static str)) -> Provider {
     let mode = Arc::new(AtomicU8::new(NORMAL));
-    let (body, err) = (fixture(stream), fixture(error.1));
+    let (body, err) = (crate::support::daemon::obeying(stream), fixture(error.1));
     let m = mode.clone();
     let standin = StandIn::start(move |req| {
         let streamed = req.json().is_some_and(|j| j["stream"] == true);
@@ -1072,5 +1073,108 @@ targets = ["{OR_EU}", "{OA_MAIN}"]
     assert!(answers[0].contains("RateLimitError"), "{answers:?}");
     assert!(answers[1].to_lowercase().contains("cooldown"), "{answers:?}");
     assert!(carrying(&or, "via-litellm-three").is_empty(), "nothing reached the open provider");
+    drop(daemon);
+}
+
+/// Seed scenario "the provider drops the system prompt": two providers serve one model; `alpha`
+/// answers every probe with the recorded reply that ignores the system prompt, `beta` as asked.
+/// Without the rule `alpha` keeps rank 1 (equal history, first by id); with it, once its last 3
+/// judged replies disobeyed, every format tries `beta` first and `alpha` last, saying why, and
+/// `alpha`'s breaker stays closed (it answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_ignores_the_system_prompt_is_demoted_and_ranked_after_a_clean_one() {
+    let _timing = crate::support::timing_sensitive().await;
+    let stand_in = |body: Vec<u8>| async move {
+        StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1)).with_head_delay(Duration::from_millis(40)))
+            .await
+            .expect("stand-in")
+    };
+    // The recorded reply ("The capital of Mexico is Mexico City.") is not the demanded JSON.
+    let alpha = stand_in(fixture("openai-chat-stream-usage.sse")).await;
+    let beta = stand_in(crate::support::daemon::obeying("openai-chat-stream-usage.sse")).await;
+    let daemon = spawn_daemon(|d, port| {
+        format!(
+            r#"
+region = "test-1"
+[storage]
+url = "sqlite://{d}/vigil.db"
+data_dir = "{d}"
+batch_age = "100ms"
+[http]
+listen = "127.0.0.1:{port}"
+api_token_env = "VIGIL_TEST_API_TOKEN"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[alerts]
+error_probes = 3
+[[provider]]
+name = "alpha"
+kind = "openai"
+base_url = "{a}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["gpt-4o"]
+[[provider]]
+name = "beta"
+kind = "openai"
+base_url = "{b}/v1"
+api_key_env = "VIGIL_TEST_KEY"
+models = ["gpt-4o"]
+[[chain]]
+name = "chat"
+targets = ["alpha/gpt-4o", "beta/gpt-4o"]
+"#,
+            d = d.display(),
+            a = alpha.base_url(),
+            b = beta.base_url(),
+        )
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let base = daemon.base.clone();
+    let why = "replies ignore the system prompt (last 3 of 3)";
+    let doc = wait_for(&http, &base, "beta first, alpha demoted for ignoring the prompt", |(order, dropped)| {
+        dropped.is_empty()
+            && order.len() == 2
+            && order[0] == ("beta/gpt-4o".to_string(), "healthy".to_string(), String::new())
+            && order[1].0 == "alpha/gpt-4o"
+            && order[1].1 == "demoted"
+            && order[1].2.contains(why)
+    })
+    .await;
+    let row = |id: &str| doc["targets"].as_array().and_then(|t| t.iter().find(|t| t["target"] == id)).cloned();
+    let (a, b) = (row("alpha/gpt-4o").expect("alpha"), row("beta/gpt-4o").expect("beta"));
+    assert_eq!((b["rank"].as_u64(), a["rank"].as_u64()), (Some(1), Some(2)), "clean first: {doc}");
+    assert_eq!(a["breaker"], "closed", "it answers: {a}");
+    assert!(alpha.requests().len() >= 3 && beta.requests().len() >= 3, "both were probed");
+
+    // What a router loads: LiteLLM's model group and Portkey's chain config try beta first.
+    let get = |format: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let url = format!("{base}/v1/thresholds?format={format}");
+            let resp = http.get(url).bearer_auth(TOKEN).send().await.expect("format");
+            // LiteLLM's is YAML, the others JSON: a YAML parser reads both.
+            let body = resp.bytes().await.expect("body");
+            serde_norway::from_slice::<serde_json::Value>(&body).expect("a document")
+        }
+    };
+    let lite = get("litellm").await;
+    let models: Vec<&str> = lite["model_list"]
+        .as_array()
+        .expect("model_list")
+        .iter()
+        .filter(|d| d["model_name"] == "gpt-4o")
+        .map(|d| d["litellm_params"]["api_base"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(models, [format!("{}/v1", beta.base_url()), format!("{}/v1", alpha.base_url())], "{lite}");
+    let portkey = get("portkey").await;
+    let targets: Vec<&str> = portkey["configs"]["chat"]["targets"]
+        .as_array()
+        .expect("chat config")
+        .iter()
+        .map(|t| t["override_params"]["model"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(targets, ["@beta/gpt-4o", "@alpha/gpt-4o"], "{portkey}");
     drop(daemon);
 }

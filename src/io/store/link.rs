@@ -776,6 +776,7 @@ mod tests {
                     flapping: false,
                     reason: Some("breaker open".into()),
                     over: vec![],
+                    failing: vec![],
                 },
                 over_latency: false,
                 breaker: State::Open,

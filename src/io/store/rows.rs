@@ -232,6 +232,8 @@ pub(crate) fn target_status_of(row: &impl StoredRow) -> Result<TargetStatus, sql
                 reason: row.opt_text("reason")?,
                 // Not stored: only this region's status page marks the metric over.
                 over: Vec::new(),
+                // Not stored: the reason names it, and only this region ranks on it.
+                failing: Vec::new(),
             }
         },
         over_latency: row.flag("over_latency")?,

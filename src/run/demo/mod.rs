@@ -21,7 +21,7 @@ use url::Url;
 
 use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
 use profiles::{Ask, Draw, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
-pub use setup::{use_demo_cadence, use_demo_database, DEMO_DATABASE, DEMO_INTERVAL};
+pub use setup::{use_demo_cadence, use_demo_database, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
 use trouble::Trouble;
 
@@ -62,6 +62,52 @@ pub async fn start_demo_at(seed: u64, elapsed: Duration) -> std::io::Result<Demo
     standin.keep_records(DEMO_RECORDS);
     let providers = demo_providers(&format!("http://127.0.0.1:{}", standin.addr().port()))?;
     Ok(Demo { standin, providers })
+}
+
+/// Where the declared demo providers point until the stand-in listens (nothing is sent there:
+/// [`Demo::attach`] replaces them before any probe).
+const DECLARED_ORIGIN: &str = "http://127.0.0.1:1";
+
+/// The demo providers as config validation sees them (`Config::load_with`) before the stand-in
+/// listens: the names, kinds, models and routes the running demo serves, so `[[chain]]` members
+/// and maintenance windows may name them.
+pub fn declared_providers() -> Vec<ProviderConfig> {
+    demo_providers(DECLARED_ORIGIN).unwrap_or_default()
+}
+
+/// The members of [`DEMO_CHAIN`]: Llama through the OpenRouter-like `demo-llama` (every route, by
+/// rank), then the direct Anthropic and Gemini models.
+pub fn demo_chain_targets() -> Vec<String> {
+    vec![
+        format!("demo-llama/{LLAMA}"),
+        format!("demo-anthropic/{ANTHROPIC_MODEL}"),
+        format!("demo-gemini/{GEMINI_MODEL}"),
+    ]
+}
+
+impl Demo {
+    /// Puts this demo's providers into `config` (each in place of its declared twin, or added),
+    /// then, when no configured chain names a demo provider, the [`DEMO_CHAIN`] chain, so every
+    /// router format has a chain to show.
+    pub fn attach(&self, config: &mut crate::config::Config) {
+        for p in &self.providers {
+            match config.providers.iter_mut().find(|c| c.name == p.name) {
+                Some(declared) => *declared = p.clone(),
+                None => config.providers.push(p.clone()),
+            }
+        }
+        let ours = |provider: &str| self.providers.iter().any(|p| p.name == provider);
+        let named = config.chains.iter().any(|c| c.members.iter().any(|m| ours(&m.provider)));
+        if named || config.chains.iter().any(|c| c.name == DEMO_CHAIN) {
+            tracing::info!(chains = config.chains.len(), "demo: configured chains kept, no demo chain added");
+            return;
+        }
+        let raw = crate::config::chain::RawChain::new(DEMO_CHAIN, demo_chain_targets());
+        match crate::config::chain::validate(vec![raw], &config.providers, &[]) {
+            Ok(chains) => config.chains.extend(chains),
+            Err(e) => tracing::warn!(error = %e, "demo chain left out"),
+        }
+    }
 }
 
 /// Provider configs for a demo server at `origin` (`http://127.0.0.1:PORT`).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::config::ProviderConfig;
 
-pub use setup::{use_demo_cadence, use_demo_database, DEMO_DATABASE, DEMO_INTERVAL};
+pub use setup::{use_demo_cadence, use_demo_database, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
 
 /// Never built: [`start_demo`] always fails in this build.
 #[derive(Debug)]
@@ -32,6 +32,21 @@ impl StandIn {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+impl Demo {
+    /// Adds nothing: this build never starts a demo.
+    pub fn attach(&self, _config: &mut crate::config::Config) {}
+}
+
+/// No simulated providers in this build.
+pub fn declared_providers() -> Vec<ProviderConfig> {
+    Vec::new()
+}
+
+/// No demo chain in this build.
+pub fn demo_chain_targets() -> Vec<String> {
+    Vec::new()
 }
 
 fn disabled() -> std::io::Error {

@@ -1,9 +1,13 @@
-//! How `--demo` changes a loaded config (its own database, a faster cadence): shared by the
-//! demo proper and by the stand-in compiled without the `demo` feature, which refuses to start.
+//! How `--demo` changes a loaded config (its own database, a faster cadence, the name of its
+//! chain): shared by the demo proper and by the stand-in compiled without the `demo` feature,
+//! which refuses to start.
 
 use std::time::Duration;
 
 use secrecy::SecretString;
+
+/// Name of the failover chain `--demo` adds when no `[[chain]]` names a demo target.
+pub const DEMO_CHAIN: &str = "demo";
 
 /// File name of the demo's own database, in `storage.data_dir`.
 pub const DEMO_DATABASE: &str = "vigil-demo.db";

@@ -240,3 +240,28 @@ pub fn adherent_stream() -> Vec<u8> {
     out.push_str("data: [DONE]\n\n");
     out.into_bytes()
 }
+
+/// A recorded stream (`tests/fixtures/<name>`) whose answer is replaced by the one the probe's
+/// system prompt demands (`{"ok":true}`), so its replies pass the adherence check: the first
+/// non-empty text delta (OpenAI `choices[0].delta.content`, Anthropic `delta.text`) carries it,
+/// later ones are emptied, every other byte stays as recorded.
+pub fn obeying(name: &str) -> Vec<u8> {
+    let mut answered = false;
+    let mut out = String::new();
+    for line in crate::support::fixture_text(name).split_inclusive('\n') {
+        let parsed = line.strip_prefix("data: ").and_then(|j| serde_json::from_str::<serde_json::Value>(j.trim()).ok());
+        let Some(mut v) = parsed else {
+            out.push_str(line);
+            continue;
+        };
+        for path in ["/choices/0/delta/content", "/delta/text"] {
+            if let Some(slot) = v.pointer_mut(path).filter(|s| s.as_str().is_some_and(|t| !t.is_empty())) {
+                *slot = serde_json::Value::from(if answered { "" } else { "{\"ok\":true}" });
+                answered = true;
+            }
+        }
+        out.push_str(&format!("data: {v}\n"));
+    }
+    assert!(answered, "{name} has no text delta to answer in");
+    out.into_bytes()
+}
