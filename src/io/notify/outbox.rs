@@ -98,7 +98,8 @@ pub struct DeliveryReport {
     pub retried: usize,
     /// Items given up (permanent failure, deadline passed, channel gone).
     pub abandoned: usize,
-    /// Due items left for the next step (a channel failed earlier in this step).
+    /// Due items left for the next step (a channel failed earlier in this step, or a first page
+    /// waits for the other regions' view with its incident's later messages).
     pub deferred: usize,
     /// Undelivered items in the outbox after the step.
     pub depth: i64,
