@@ -609,13 +609,14 @@ fn build_outbox(
     metrics: &Arc<Metrics>,
     notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
 ) -> Arc<crate::io::notify::outbox::Outbox> {
-    use crate::io::notify::outbox::{lease_ttl_for, Outbox, OutboxConfig};
+    use crate::io::notify::outbox::{lease_margin, lease_ttl_for, Outbox, OutboxConfig};
     Arc::new(Outbox::new(
         store.clone(),
         notifiers,
         OutboxConfig {
             region: Some(config.region.clone()),
             lease_ttl: lease_ttl_for(config.probe.interval),
+            hold: lease_margin(config.probe.interval),
             ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
         },
         metrics.clone(),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use store_support::Fixture;
 use vigil::config::{PagerDutyConfig, SlackConfig, WebhookConfig};
-use vigil::decide::alert::rules::{AlertEngine, BaselineP95, Elsewhere, Round, RoundProbe};
+use vigil::decide::alert::rules::{AlertEngine, BaselineP95, BreakerChange, Elsewhere, Round, RoundProbe};
 use vigil::decide::alert::settings::RuleConfig;
 use vigil::decide::alert::{Alert, AlertKind, Notification};
 use vigil::io::metrics::Metrics;
@@ -23,6 +23,7 @@ use vigil::io::notify::pagerduty::PagerDutyNotifier;
 use vigil::io::notify::slack::SlackNotifier;
 use vigil::io::notify::webhook::WebhookNotifier;
 use vigil::io::store::Store;
+use vigil::vocab::breaker::State;
 use vigil::vocab::sample::{Outcome, Sample};
 use vigil::vocab::target::Target;
 
@@ -315,7 +316,10 @@ async fn a_global_outage_seen_by_two_regions_pages_once_and_resolves_once(fx: Fi
         enqueue(fx.store.as_ref(), &ns, &["webhook".to_string()], after(m * 60)).await.expect("enqueue");
         us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
     }
-    assert_eq!(pages(&w).len(), 1, "no resolve while us still fires: {:?}", pages(&w));
+    // us's sighting came after the page (which knew of no other region): the scope widened.
+    let got = pages(&w);
+    assert_eq!(got.len(), 2, "no resolve while us still fires, one update for the wider scope: {got:?}");
+    assert!(got[1].1.starts_with("[UPDATE] openrouter/m: errors (eu-west-1; in 2 of 2 regions)"), "{got:?}");
     assert_eq!(us.owned_incidents(), vec!["vigil:openrouter:m:".to_string()], "us took the released lease");
     for m in 5..8 {
         let ns = shared_round(&mut e_us, "us-east-1", true, m * 60);
@@ -323,10 +327,123 @@ async fn a_global_outage_seen_by_two_regions_pages_once_and_resolves_once(fx: Fi
         us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
     }
     let got = pages(&w);
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!(got[1].0, "resolved");
-    assert!(got[1].1.starts_with("[RESOLVED] openrouter/m: errors (us-east-1; in 0 of 2 regions)"), "{got:?}");
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[2].0, "resolved");
+    assert!(got[2].1.starts_with("[RESOLVED] openrouter/m: errors (us-east-1; in 0 of 2 regions)"), "{got:?}");
     assert!(fx.store.sightings("vigil:openrouter:m:").await.expect("sightings").is_empty(), "closed");
+}
+
+/// An engine of `region` that knows one other region probes the target, failing at `secs` (the
+/// breaker opening with it when `breaker_opens`).
+fn two_region_round(engine: &mut AlertEngine, region: &str, secs: i64, breaker_opens: bool) -> Vec<Notification> {
+    let t = Target { region: region.into(), ..target() };
+    let mut s = Sample::new(t.clone(), after(secs), after(secs));
+    s.outcome = Outcome::ServerError;
+    let probe = RoundProbe {
+        sample: &s,
+        baseline: BaselineP95::default(),
+        elsewhere: Elsewhere { regions: 1, ..Elsewhere::default() },
+    };
+    let breaker = if breaker_opens {
+        vec![BreakerChange { target: t, from: State::Closed, to: State::Open, reason: "2 failed probes".into() }]
+    } else {
+        Vec::new()
+    };
+    engine.evaluate(&Round { probes: vec![probe], breaker, ..Round::default() }, after(secs))
+}
+
+/// The body of every webhook delivery.
+fn bodies(w: &Receiver) -> Vec<serde_json::Value> {
+    w.requests().iter().map(|r| r.json()).collect()
+}
+
+async fn a_first_page_waits_for_the_other_regions_view_and_says_global(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let (eu, us) = (shared_outbox(&fx, &w, "eu-west-1"), shared_outbox(&fx, &w, "us-east-1"));
+    let mut e_eu = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let mut e_us = AlertEngine::new(RuleConfig::with_defaults("us-east-1"));
+    let hook = ["webhook".to_string()];
+    for m in 0..2 {
+        let ns = two_region_round(&mut e_eu, "eu-west-1", m * 60, false);
+        enqueue(fx.store.as_ref(), &ns, &hook, after(m * 60)).await.expect("enqueue");
+    }
+    let r = eu.deliver_pending(after(61)).await.expect("eu step");
+    assert_eq!((r.delivered, r.deferred, r.depth), (0, 1, 1), "the page waits for us: {r:?}");
+    assert!(pages(&w).is_empty());
+    assert_eq!(eu.owned_incidents(), vec!["vigil:openrouter:m:".to_string()], "eu holds the lease while it waits");
+    // us sees it too (its status row was not read yet when eu evaluated): its sighting lands.
+    for m in 0..2 {
+        let ns = two_region_round(&mut e_us, "us-east-1", m * 60 + 1, false);
+        enqueue(fx.store.as_ref(), &ns, &hook, after(m * 60 + 1)).await.expect("enqueue");
+    }
+    us.deliver_pending(after(62)).await.expect("us step");
+    assert!(pages(&w).is_empty(), "us records its sighting and sends nothing");
+    eu.deliver_pending(after(63)).await.expect("eu step");
+    let got = bodies(&w);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["title"], "[FIRING] openrouter/m: errors (eu-west-1; in 2 of 2 regions)");
+    assert_eq!(got[0]["seen"], serde_json::json!({"affected": 2, "regions": 2}));
+    assert_eq!(got[0]["alerts"][0]["scope"], serde_json::json!({"scope": "global", "affected": 2, "regions": 2}));
+    // Nothing more to say: no update for a scope the page already had.
+    eu.deliver_pending(after(70)).await.expect("eu step");
+    assert_eq!(bodies(&w).len(), 1);
+}
+
+async fn a_page_before_another_region_joins_is_followed_by_one_update(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let (eu, us) = (shared_outbox(&fx, &w, "eu-west-1"), shared_outbox(&fx, &w, "us-east-1"));
+    let mut e_eu = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let mut e_us = AlertEngine::new(RuleConfig::with_defaults("us-east-1"));
+    let hook = ["webhook".to_string()];
+    for m in 0..2 {
+        let ns = two_region_round(&mut e_eu, "eu-west-1", m * 60, false);
+        enqueue(fx.store.as_ref(), &ns, &hook, after(m * 60)).await.expect("enqueue");
+    }
+    eu.deliver_pending(after(61)).await.expect("eu step");
+    eu.deliver_pending(after(74)).await.expect("eu step");
+    assert!(pages(&w).is_empty(), "held up to one lease margin (15 s at 60 s) after the evaluation");
+    eu.deliver_pending(after(75)).await.expect("eu step");
+    let got = pages(&w);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, "[FIRING] openrouter/m: errors (eu-west-1; in 1 of 2 regions)", "only eu sees it yet");
+    // us fails a minute later: its sighting widens the scope, and eu says so once.
+    for m in 1..3 {
+        let ns = two_region_round(&mut e_us, "us-east-1", m * 60 + 1, false);
+        enqueue(fx.store.as_ref(), &ns, &hook, after(m * 60 + 1)).await.expect("enqueue");
+    }
+    us.deliver_pending(after(122)).await.expect("us step");
+    eu.deliver_pending(after(123)).await.expect("eu step");
+    eu.deliver_pending(after(125)).await.expect("eu step");
+    let got = bodies(&w);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1]["title"], "[UPDATE] openrouter/m: errors (eu-west-1; in 2 of 2 regions)");
+    assert_eq!(got[1]["update"], true);
+    assert_eq!(got[1]["alerts"][0]["scope"], serde_json::json!({"scope": "global", "affected": 2, "regions": 2}));
+}
+
+async fn kinds_joining_while_the_first_page_waits_go_out_in_one_message(fx: Fixture) {
+    let w = Receiver::start(Reply::new(200, "")).await;
+    let eu = shared_outbox(&fx, &w, "eu-west-1");
+    let mut e = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let hook = ["webhook".to_string()];
+    // errors on the 2nd failed probe, the breaker one evaluation later: a page, then an update.
+    let mut made = Vec::new();
+    for (secs, opens) in [(0, false), (5, false), (10, true)] {
+        let ns = two_region_round(&mut e, "eu-west-1", secs, opens);
+        made.extend(ns.iter().map(|n| n.update));
+        enqueue(fx.store.as_ref(), &ns, &hook, after(secs)).await.expect("enqueue");
+        eu.deliver_pending(after(secs + 1)).await.expect("eu step");
+    }
+    assert_eq!(made, [false, true], "the engine made a page and an update");
+    assert!(pages(&w).is_empty(), "the page still waits for the other region");
+    let r = eu.deliver_pending(after(20)).await.expect("eu step");
+    assert_eq!((r.delivered, r.depth), (2, 0), "{r:?}");
+    let got = bodies(&w);
+    assert_eq!(got.len(), 1, "one message: {got:?}");
+    assert_eq!(got[0]["title"], "[FIRING] openrouter/m: breaker_open, errors (eu-west-1; in 1 of 2 regions)");
+    assert_eq!(got[0]["update"], false);
+    eu.deliver_pending(after(40)).await.expect("eu step");
+    assert_eq!(bodies(&w).len(), 1, "nothing after it");
 }
 
 async fn when_the_owner_dies_another_region_takes_over_within_one_lease(fx: Fixture) {
@@ -391,6 +508,9 @@ store_support::on_both_stores!(
     a_global_outage_seen_by_two_regions_pages_once_and_resolves_once,
     when_the_owner_dies_another_region_takes_over_within_one_lease,
     a_single_region_owns_every_incident_and_pages_as_before,
+    a_first_page_waits_for_the_other_regions_view_and_says_global,
+    a_page_before_another_region_joins_is_followed_by_one_update,
+    kinds_joining_while_the_first_page_waits_go_out_in_one_message,
 );
 
 /// A loopback server that accepts every connection and never answers; how many it holds.

@@ -159,3 +159,65 @@ async fn one_page_per_fault_across_regions_none_for_a_heavy_tail_and_one_flappin
     assert!(got.iter().all(|x| x.5 == Some(2)), "each page counts both regions: {all:?}");
     assert!(all.iter().all(|x| x.3 != "vigil:steady:m:"), "the heavy tail never pages: {all:?}");
 }
+
+/// Issue 27 item 6 on real parts: a stand-in that fails in both regions (two daemons at a 1 s
+/// interval on one PostgreSQL, a webhook receiver on loopback), with the breaker opening on the
+/// same failed probe that makes `errors` hold. The first page already says "in 2 of 2 regions"
+/// (the owner waited up to one lease margin, 5 s here, for the other region's sighting), and
+/// the two kinds that joined in one evaluation go out in that one message: no update follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fault_in_every_region_is_paged_as_global_in_one_message() {
+    let _ = crate::support::lost_counter();
+    let _timing = crate::support::timing_sensitive().await;
+    let db = store_support::PgTestDb::create().await;
+    let phase = Arc::new(AtomicU8::new(NORMAL));
+    let p = phase.clone();
+    let provider = StandIn::start(move |_| match p.load(Ordering::SeqCst) {
+        DOWN => Script::json(503, br#"{"error":{"message":"overloaded","type":"server_error"}}"#),
+        _ => stream(Duration::from_millis(20)),
+    })
+    .await
+    .expect("stand-in");
+    let hook = StandIn::start(|_| Script::json(200, b"{}")).await.expect("receiver");
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut running = Vec::new();
+    for region in ["eu-test-1", "us-test-1"] {
+        let config = DaemonConfig::new(&db.url, &data.path().join(region))
+            .region(region)
+            // The breaker opens on the probe that makes `errors` hold (alerts.error_probes = 2).
+            .set("breaker.consecutive_failures", 2)
+            .set("breaker.open_for", "5m")
+            .set("breaker.latency_trips", 50)
+            .webhook(&format!("{}/hook", hook.base_url()))
+            .provider(Provider::openai("shaky", &format!("{}/shaky/v1", provider.base_url())))
+            .key("sk-test-scope");
+        running.push(spawn_app(config.build()).await);
+    }
+    let shaky = "vigil:shaky:m:";
+    // Long enough for each region to read the other's published status (it probes the target too).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(deliveries(&hook).is_empty(), "{:?}", deliveries(&hook));
+
+    phase.store(DOWN, Ordering::SeqCst);
+    wait_for(&hook, "outage page", Duration::from_secs(30), |d| !pages(d, shaky).is_empty()).await;
+    // Past the hold and several evaluations: whatever else would follow has had its chance.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop_all(running, Duration::from_secs(15)).await;
+
+    let firing: Vec<serde_json::Value> = hook
+        .requests()
+        .iter()
+        .filter_map(|r| r.json())
+        .filter(|v| v["incident"] == shaky && v["status"] == "firing")
+        .collect();
+    assert_eq!(firing.len(), 1, "one message for the incident, no update after it: {firing:#?}");
+    let page = &firing[0];
+    assert_eq!(page["update"], false, "{page:#}");
+    let title = page["title"].as_str().unwrap_or_default();
+    assert!(title.starts_with("[FIRING] shaky/m: breaker_open, errors ("), "{title}");
+    assert!(title.ends_with("; in 2 of 2 regions)"), "global on the first page: {title}");
+    assert_eq!(page["seen"], serde_json::json!({"affected": 2, "regions": 2}), "{page:#}");
+    let scopes: Vec<&serde_json::Value> =
+        page["alerts"].as_array().into_iter().flatten().map(|a| &a["scope"]).collect();
+    assert!(!scopes.is_empty() && scopes.iter().all(|s| s["scope"] == "global" && s["affected"] == 2), "{page:#}");
+}

@@ -1366,6 +1366,25 @@ mod tests {
     }
 
     #[test]
+    fn kinds_joining_in_one_evaluation_are_one_page() {
+        let mut e = AlertEngine::new(cfg());
+        let t = target("groq", "llama");
+        let others: Vec<Target> = ["openai", "anthropic", "gemini"].iter().map(|p| target(p, "m")).collect();
+        let mut sent = Vec::new();
+        for m in 0..2 {
+            let mut samples: Vec<Sample> = others.iter().map(|x| timed(x, 100.0, at(m))).collect();
+            samples.push(sample(&t, Outcome::ServerError, at(m)));
+            // The breaker opens on the probe that makes `errors` hold.
+            let changes = if m == 1 { vec![breaker(&t, State::Closed, State::Open)] } else { vec![] };
+            let probes = samples.iter().map(|s| with_baseline(s, Elsewhere::default())).collect();
+            sent.extend(e.evaluate(&Round { probes, breaker: changes, ..Round::default() }, at(m)));
+        }
+        assert_eq!(sent.len(), 1, "one message: {:?}", kinds(&sent));
+        assert!(!sent[0].update);
+        assert!(sent[0].title().starts_with("[FIRING] groq/llama: breaker_open, errors"), "{}", sent[0].title());
+    }
+
+    #[test]
     fn every_model_of_a_provider_failing_is_one_provider_incident() {
         let mut e = AlertEngine::new(cfg());
         let models: Vec<Target> = ["a", "b", "c"].iter().map(|m| target("deepinfra", m)).collect();

@@ -14,9 +14,16 @@
 //! the owner dies another region takes over within one lease (≈ one probe interval). The
 //! resolve goes out once no other region's fresh sighting is still firing. With one region
 //! (or SQLite on one machine) the region always owns its incidents: it behaves as before.
+//!
+//! Scope on the first page: the owner holds an incident's first page until every region probing
+//! its targets has a fresh firing sighting, or one lease margin after the evaluation that opened
+//! it, so a fault seen everywhere is paged as global; later messages of the same incident that
+//! are due meanwhile go out in that one message. When more regions see it firing than the last
+//! message said, the owner sends an `[UPDATE]`.
 
 use super::notifier::DeliveryError;
 use super::notifier::Notifier;
+use crate::decide::alert::AlertKind;
 use crate::decide::alert::AlertStatus;
 use crate::decide::alert::Notification;
 use crate::decide::alert::Scope;
@@ -28,7 +35,7 @@ use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -51,11 +58,19 @@ pub struct OutboxConfig {
     pub region: Option<String>,
     /// How long an incident lease (and a sighting) holds without renewal: one probe interval plus a margin.
     pub lease_ttl: Duration,
+    /// How long a shared incident's first page may wait for the other regions' sightings (one lease margin).
+    pub hold: Duration,
+}
+
+/// The lease margin for a probe interval, max(interval / 4, 5 s): room for one late step, and
+/// how long a first page waits for the other regions' view.
+pub fn lease_margin(probe_interval: Duration) -> Duration {
+    (probe_interval / 4).max(Duration::from_secs(5))
 }
 
 /// The lease length for a probe interval: the interval plus a margin for one late step.
 pub fn lease_ttl_for(probe_interval: Duration) -> Duration {
-    probe_interval + (probe_interval / 4).max(Duration::from_secs(5))
+    probe_interval + lease_margin(probe_interval)
 }
 
 impl OutboxConfig {
@@ -69,6 +84,7 @@ impl OutboxConfig {
             poll_every: Duration::from_secs(2),
             region: None,
             lease_ttl: lease_ttl_for(Duration::from_secs(60)),
+            hold: lease_margin(Duration::from_secs(60)),
         }
     }
 }
@@ -82,7 +98,8 @@ pub struct DeliveryReport {
     pub retried: usize,
     /// Items given up (permanent failure, deadline passed, channel gone).
     pub abandoned: usize,
-    /// Due items left for the next step (a channel failed earlier in this step).
+    /// Due items left for the next step (a channel failed earlier in this step, or a first page
+    /// waits for the other regions' view with its incident's later messages).
     pub deferred: usize,
     /// Undelivered items in the outbox after the step.
     pub depth: i64,
@@ -152,6 +169,8 @@ enum Outcome {
     Delivered,
     Retried,
     Abandoned,
+    /// A first page waiting for the other regions' view: still due, looked at again next step.
+    Held,
 }
 
 /// A shared incident this worker's region sees firing: its sighting and lease are renewed each step.
@@ -159,12 +178,17 @@ enum Outcome {
 struct Watch {
     region: String,
     owned: bool,
+    /// The last firing message this region sent for it, and in how many regions it said it fires.
+    sent: Option<(Notification, u32)>,
 }
 
 /// What the lease says about one notification.
 enum Lease {
     /// This region pages: send, with the count of regions.
     Send(Option<Seen>),
+    /// This region pages, but it is the incident's first page and some region probing it has not
+    /// been heard from yet: wait (until the time given at the latest) so the scope is right.
+    Hold(DateTime<Utc>),
     /// Another region pages (or still fires): record, send nothing.
     Quiet(String),
     /// The owner is resolving at the same moment: look again next step.
@@ -229,12 +253,40 @@ impl Outbox {
             if owned && !w.owned {
                 tracing::info!(incident = %incident, region = %w.region, "took over the incident's lease: its owner stopped renewing");
             }
-            let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(x) = g.get_mut(&incident) {
-                x.owned = owned;
+            // The scope widened since the last message (another region's sighting came after it): say so.
+            let mut widened = None;
+            // Not while it flaps: no change of a flapping incident is sent.
+            let flapping = |n: &Notification| n.alerts.iter().any(|a| a.kind == AlertKind::Flapping);
+            if let Some((last, said)) = w.sent.as_ref().filter(|(last, _)| owned && !flapping(last)) {
+                let firing = self.firing_regions(&incident, &w.region, now).await?;
+                if firing > *said {
+                    widened = Some((scope_update(last, firing, now), firing));
+                }
+            }
+            {
+                let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(x) = g.get_mut(&incident) {
+                    x.owned = owned;
+                    if let (Some((_, said)), Some((_, firing))) = (x.sent.as_mut(), widened.as_ref()) {
+                        // Said once: the update itself counts the regions again when it goes out.
+                        *said = *firing;
+                    }
+                }
+            }
+            if let Some((update, firing)) = widened {
+                tracing::info!(incident = %incident, region = %w.region, regions_firing = firing,
+                    "incident now seen in more regions than its last message said; sending an update");
+                enqueue(self.store.as_ref(), &[update], &self.channels(), now).await?;
             }
         }
         Ok(())
+    }
+
+    /// Regions whose sighting of `incident` says firing and is fresh (this region's always counts).
+    async fn firing_regions(&self, incident: &str, region: &str, now: DateTime<Utc>) -> Result<u32, StoreError> {
+        let ttl = chrono::Duration::from_std(self.cfg.lease_ttl).unwrap_or(chrono::Duration::seconds(75));
+        let all = self.store.sightings(incident).await?;
+        Ok(all.iter().filter(|s| s.firing && (s.region == region || now - s.updated_at <= ttl)).count() as u32)
     }
 
     /// Decides whether this region sends a shared incident's message, recording its sighting.
@@ -257,7 +309,13 @@ impl Outbox {
         {
             let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
             if firing {
-                g.insert(incident.clone(), Watch { region: region.to_string(), owned });
+                let w = g.entry(incident.clone()).or_insert_with(|| Watch {
+                    region: region.to_string(),
+                    owned,
+                    sent: None,
+                });
+                w.region = region.to_string();
+                w.owned = owned;
             } else {
                 g.remove(&incident);
             }
@@ -288,6 +346,13 @@ impl Outbox {
         let known = n.seen.map_or(1, |s| s.regions);
         let regions = probing.max(known).max(all.len() as u32).max(affected);
         if firing {
+            // A first page waits for regions not heard from yet, at most one lease margin after
+            // the evaluation that opened it: a fault seen everywhere is paged as global.
+            let first = !n.update && !n.reminder;
+            let until = n.created_at + chrono::Duration::from_std(self.cfg.hold).unwrap_or_default();
+            if first && affected < regions && now < until {
+                return Ok(Lease::Hold(until));
+            }
             return Ok(Lease::Send(Some(Seen { affected, regions })));
         }
         let still: Vec<&str> =
@@ -316,6 +381,8 @@ impl Outbox {
                     Outcome::Delivered => report.delivered += 1,
                     Outcome::Retried => report.retried += 1,
                     Outcome::Abandoned => report.abandoned += 1,
+                    // Counted in `deferred`: still due.
+                    Outcome::Held => {}
                 }
             }
         }
@@ -364,16 +431,64 @@ impl Outbox {
     ) -> Result<(Vec<Outcome>, usize), StoreError> {
         let mut outcomes = Vec::new();
         let total = items.len();
-        for item in items {
-            let o = self.deliver_one(&channel, item, now).await?;
-            let failed = matches!(o, Outcome::Retried);
+        // The incident each item belongs to (an unreadable payload has none: it is abandoned alone).
+        let notes: Vec<Option<Notification>> =
+            items.iter().map(|i| serde_json::from_value::<Notification>(i.payload.clone()).ok()).collect();
+        let incident = |i: usize| notes[i].as_ref().map(|n| (items[i].region.clone(), n.incident_key()));
+        let mut taken: BTreeSet<usize> = BTreeSet::new();
+        let mut waiting: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut failed = false;
+        for (i, item) in items.iter().enumerate() {
+            if taken.contains(&i) {
+                continue;
+            }
+            // A message of an incident whose earlier message waits: keep their order, next step.
+            if incident(i).is_some_and(|k| waiting.contains(&k)) {
+                continue;
+            }
+            // Later firing messages of the same incident already due go out as one message with this one.
+            let mut later = Vec::new();
+            if let (Some(n), Some(key)) = (&notes[i], incident(i)) {
+                if n.status == AlertStatus::Firing && !n.test {
+                    for (j, note) in notes.iter().enumerate().skip(i + 1) {
+                        if incident(j).as_ref() != Some(&key) {
+                            continue;
+                        }
+                        match note {
+                            Some(m) if m.status == AlertStatus::Firing && !m.test => later.push(j),
+                            // A resolve (or a test) in between: what follows is another story.
+                            _ => break,
+                        }
+                    }
+                }
+            }
+            let absorbed: Vec<&Notification> = later.iter().filter_map(|j| notes[*j].as_ref()).collect();
+            let o = self.deliver_one(&channel, item.clone(), &absorbed, now).await?;
+            match o {
+                Outcome::Held => {
+                    if let Some(k) = incident(i) {
+                        waiting.insert(k);
+                    }
+                }
+                Outcome::Delivered => {
+                    for j in later {
+                        self.store.mark_delivered(items[j].id, now).await?;
+                        taken.insert(j);
+                        outcomes.push(Outcome::Delivered);
+                    }
+                }
+                Outcome::Retried => failed = true,
+                Outcome::Abandoned => {}
+            }
             outcomes.push(o);
             // A channel that just failed would most likely fail again: keep order, try later.
             if failed {
                 break;
             }
         }
-        let deferred = total - outcomes.len();
+        let held = outcomes.iter().filter(|o| matches!(o, Outcome::Held)).count();
+        let handled = outcomes.len() - held;
+        let deferred = total - handled;
         Ok((outcomes, deferred))
     }
 
@@ -385,7 +500,15 @@ impl Outbox {
         Ok(Outcome::Abandoned)
     }
 
-    async fn deliver_one(&self, channel: &str, item: OutboxItem, now: DateTime<Utc>) -> Result<Outcome, StoreError> {
+    /// Sends one item; `later` are firing messages of the same incident due after it, which this
+    /// one carries (their facets, the newest's): the caller marks them delivered when it went out.
+    async fn deliver_one(
+        &self,
+        channel: &str,
+        item: OutboxItem,
+        later: &[&Notification],
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, StoreError> {
         let Some(notifier) = self.notifiers.get(channel) else {
             return self.abandon(&item, now, &format!("channel {channel} is no longer configured")).await;
         };
@@ -393,9 +516,22 @@ impl Outbox {
             Ok(n) => n,
             Err(e) => return self.abandon(&item, now, &format!("unreadable payload: {e}")).await,
         };
+        if !later.is_empty() {
+            tracing::info!(channel, incident = %n.incident_key(), merged = later.len(),
+                "later messages of the incident were due too: one message carries them");
+            n = merged(n, later);
+        }
         if n.shared && !n.test {
             match self.lease(&n, &item.region, item.attempts, now).await? {
-                Lease::Send(seen) => n.seen = seen,
+                Lease::Send(seen) => {
+                    n.seen = seen;
+                    widen_facets(&mut n);
+                }
+                Lease::Hold(until) => {
+                    tracing::debug!(channel, incident = %n.incident_key(), region = %item.region, until = %until,
+                        "first page waits for the other regions' view");
+                    return Ok(Outcome::Held);
+                }
                 Lease::Later(why) => {
                     let next =
                         now + chrono::Duration::from_std(self.cfg.poll_every).unwrap_or(chrono::Duration::seconds(2));
@@ -417,6 +553,14 @@ impl Outbox {
                     self.metrics.alert_sent(a.kind.as_str(), channel);
                 }
                 tracing::info!(channel, kind = %item.kind, dedup_key = %item.dedup_key, attempts = item.attempts + 1, "alert delivered");
+                if n.shared && n.status == AlertStatus::Firing && !n.test {
+                    // What this message said, so a wider scope later is sent as an update.
+                    let said = n.seen.map_or(1, |s| s.affected);
+                    let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(w) = g.get_mut(&n.incident_key()) {
+                        w.sent = Some((n.clone(), said));
+                    }
+                }
                 if n.shared && n.status == AlertStatus::Resolved && !n.test {
                     // The last region's resolve went out: forget the lease and sightings.
                     self.store.close_incident(&n.incident_key()).await?;
@@ -498,9 +642,102 @@ impl Outbox {
     }
 }
 
+/// `first` carrying the later firing messages of its incident: their facets (the newest's), and
+/// still a page when `first` is one; else an update when any of them is one, else a reminder.
+fn merged(mut first: Notification, later: &[&Notification]) -> Notification {
+    let Some(newest) = later.last() else { return first };
+    first.alerts = newest.alerts.clone();
+    first.seen = newest.seen.or(first.seen);
+    if first.update || first.reminder {
+        first.update = first.update || later.iter().any(|l| l.update);
+        first.reminder = !first.update;
+    }
+    first
+}
+
+/// An update of `last` saying the incident now fires in `firing` regions (counted again when sent).
+fn scope_update(last: &Notification, firing: u32, now: DateTime<Utc>) -> Notification {
+    let mut n = last.clone();
+    n.key = hex::encode(Sha256::digest(format!("{}|scope|{firing}|{}", last.key, now.to_rfc3339()).as_bytes()));
+    n.update = true;
+    n.reminder = false;
+    n.created_at = now;
+    n
+}
+
+/// Facets of a message that says the incident fires in several regions count at least those
+/// regions: a region's published status can be an interval older than its sighting.
+fn widen_facets(n: &mut Notification) {
+    let Some(seen) = n.seen.filter(|s| s.affected >= 2 && n.status == AlertStatus::Firing) else { return };
+    for a in &mut n.alerts {
+        a.scope = match a.scope {
+            Scope::Regional => Scope::Global { affected: seen.affected, regions: seen.regions },
+            Scope::Global { affected, regions } => {
+                Scope::Global { affected: affected.max(seen.affected), regions: regions.max(seen.regions) }
+            }
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn firing(key: &str, kinds: &[crate::decide::alert::AlertKind], update: bool, reminder: bool) -> Notification {
+        let at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);
+        let alerts = kinds
+            .iter()
+            .map(|k| crate::decide::alert::Alert::new(*k, "eu", "p", None, k.as_str().to_string()))
+            .collect();
+        Notification {
+            update,
+            reminder,
+            shared: true,
+            incident: "vigil:p".into(),
+            ..Notification::firing(key, "eu", "p", alerts, at)
+        }
+    }
+
+    #[test]
+    fn a_page_carrying_a_later_update_stays_a_page_with_the_newest_facets() {
+        use crate::decide::alert::AlertKind::{BreakerOpen, Errors};
+        let page = firing("page", &[Errors], false, false);
+        let update = firing("update", &[BreakerOpen, Errors], true, false);
+        let m = merged(page.clone(), &[&update]);
+        assert_eq!((m.key.as_str(), m.update, m.reminder), ("page", false, false));
+        assert_eq!(m.alerts, update.alerts);
+        assert_eq!(m.created_at, page.created_at, "the wait counts from the first message");
+        let reminder = firing("reminder", &[Errors], false, true);
+        let m = merged(reminder, &[&update]);
+        assert_eq!((m.update, m.reminder), (true, false), "a reminder carrying an update is an update");
+        assert!(m.title().starts_with("[UPDATE] p: breaker_open, errors"), "{}", m.title());
+    }
+
+    #[test]
+    fn facets_count_at_least_the_regions_that_see_the_incident() {
+        use crate::decide::alert::AlertKind::{BreakerOpen, Errors};
+        let mut n = firing("page", &[BreakerOpen, Errors], false, false);
+        n.alerts[1].scope = Scope::Global { affected: 3, regions: 3 };
+        n.seen = Some(Seen { affected: 2, regions: 3 });
+        widen_facets(&mut n);
+        assert_eq!(n.alerts[0].scope, Scope::Global { affected: 2, regions: 3 });
+        assert_eq!(n.alerts[1].scope, Scope::Global { affected: 3, regions: 3 }, "never narrowed");
+        let mut alone = firing("page", &[Errors], false, false);
+        alone.seen = Some(Seen { affected: 1, regions: 2 });
+        widen_facets(&mut alone);
+        assert_eq!(alone.alerts[0].scope, Scope::Regional);
+        let u = scope_update(&n, 3, n.created_at + chrono::Duration::seconds(30));
+        assert!(u.update && !u.reminder && u.key != n.key && u.alerts == n.alerts);
+    }
+
+    #[test]
+    fn the_first_page_waits_one_lease_margin_at_most() {
+        assert_eq!(lease_margin(Duration::from_secs(60)), Duration::from_secs(15));
+        assert_eq!(lease_margin(Duration::from_secs(1)), Duration::from_secs(5));
+        assert_eq!(lease_ttl_for(Duration::from_secs(60)), Duration::from_secs(75));
+        let cfg = OutboxConfig::with_deadline(Duration::from_secs(86400));
+        assert_eq!(cfg.hold, lease_margin(Duration::from_secs(60)));
+    }
 
     #[test]
     fn backoff_doubles_within_jitter_and_caps() {
