@@ -186,7 +186,10 @@ impl DataDir {
         let mounted = match out {
             Ok(o) if o.status.success() => true,
             Ok(o) => {
-                println!("disk full: SKIPPED, cannot mount a tmpfs here: {}", String::from_utf8_lossy(&o.stderr).trim());
+                println!(
+                    "disk full: SKIPPED, cannot mount a tmpfs here: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
                 false
             }
             Err(e) => {
@@ -229,7 +232,9 @@ type Poll = (Instant, Instant, Option<u16>);
 /// The config variants the run writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
-    Valid { m2: bool },
+    Valid {
+        m2: bool,
+    },
     /// Cut before the first provider: no provider, or broken TOML.
     Truncated,
     /// `interval = "soon"`.
@@ -441,7 +446,8 @@ models = ["h1"]
 
     /// Polls `/readyz` every 250 ms for the whole run, whichever daemon answers on the port.
     fn poll_readyz(&self) {
-        let (polls, polling, url) = (self.polls.clone(), self.polling.clone(), format!("http://127.0.0.1:{}/readyz", self.port));
+        let (polls, polling, url) =
+            (self.polls.clone(), self.polling.clone(), format!("http://127.0.0.1:{}/readyz", self.port));
         tokio::spawn(async move {
             let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
             while polling.load(Ordering::SeqCst) {
@@ -826,7 +832,10 @@ models = ["h1"]
         );
         if !unexplained.is_empty() {
             let some: Vec<&String> = unexplained.iter().take(10).collect();
-            self.violation(format!("{} answered probes not stored and not in flight at a kill: {some:?}", unexplained.len()));
+            self.violation(format!(
+                "{} answered probes not stored and not in flight at a kill: {some:?}",
+                unexplained.len()
+            ));
         }
         if in_flight > bound {
             self.violation(format!("{in_flight} samples in flight at kills, over the bound {bound}"));
@@ -842,8 +851,10 @@ models = ["h1"]
         }
 
         // (b) no duplicate of any record.
-        let dup_ids: i64 =
-            sqlx::query_scalar("SELECT count(*) - count(DISTINCT id) FROM samples").fetch_one(&mut c).await.expect("ids");
+        let dup_ids: i64 = sqlx::query_scalar("SELECT count(*) - count(DISTINCT id) FROM samples")
+            .fetch_one(&mut c)
+            .await
+            .expect("ids");
         let dup_transitions: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT 1 FROM breaker_transitions GROUP BY region, provider, model, route, at, from_state, to_state HAVING count(*) > 1) d",
         )
@@ -898,7 +909,8 @@ models = ["h1"]
         let undelivered: Vec<String> =
             outbox.iter().filter(|(_, d, _)| d.is_none()).map(|(id, _, _)| id.to_string()).collect();
         let never_received: Vec<&String> = delivered.iter().filter(|id| !by_key.contains_key(*id)).collect();
-        let unknown: Vec<&String> = by_key.keys().filter(|k| !outbox.iter().any(|(id, _, _)| id.to_string() == **k)).collect();
+        let unknown: Vec<&String> =
+            by_key.keys().filter(|k| !outbox.iter().any(|(id, _, _)| id.to_string() == **k)).collect();
         let unresolved = self.unresolved();
         let firing = acked
             .iter()
@@ -975,9 +987,9 @@ async fn a_seeded_chaos_run_keeps_every_invariant() {
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or_else(|| u64::from(uuid::Uuid::new_v4().as_fields().0) % 1_000_000_000);
-    let seconds =
-        std::env::var("VIGIL_CHAOS_SECONDS").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(90);
-    let bin = std::env::var_os("VIGIL_CHAOS_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_vigil").into());
+    let seconds = std::env::var("VIGIL_CHAOS_SECONDS").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(90);
+    let bin =
+        std::env::var_os("VIGIL_CHAOS_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_vigil").into());
     println!(
         "chaos seed={seed} seconds={seconds} bin={} (rerun: VIGIL_CHAOS_SEED={seed} VIGIL_CHAOS_SECONDS={seconds} cargo test --test it chaos -- --nocapture)",
         bin.display()
