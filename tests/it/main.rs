@@ -21,6 +21,7 @@ mod bounded_bodies;
 mod bounded_memory;
 mod build_hygiene;
 mod canary;
+mod chaos;
 mod check_config_reach;
 mod cli_honest;
 mod config_bounds;

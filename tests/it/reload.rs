@@ -53,9 +53,7 @@ async fn steady_provider(head_delay: Duration) -> StandIn {
 }
 
 async fn start(data: &Path, text: &str, port: u16) -> Daemon {
-    let file = data.join("vigil.toml");
-    std::fs::write(&file, text).expect("config");
-    Daemon::start_with(&file, port, &data.join("vigil.log"), &[("VIGIL_TEST_RELOAD_TOKEN", TOKEN)]).await
+    Daemon::start_in(data, text, port, &[("VIGIL_TEST_RELOAD_TOKEN", TOKEN)]).await
 }
 
 /// `GET /v1/targets` with the token.

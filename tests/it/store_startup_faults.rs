@@ -13,7 +13,7 @@ use std::time::Duration;
 use store_support::server_url;
 use tcp_proxy::{Mode, TcpProxy};
 use vigil::config::Config;
-use vigil::io::store::{self, Store, StoreError};
+use vigil::io::store::{self, SampleStore, Store, StoreError};
 use vigil::run::app::AppOptions;
 
 /// Short, so a test waits little on a host that never answers.
@@ -101,6 +101,32 @@ async fn a_database_not_accepting_connections_is_unavailable_until_allowed() {
     store.migrate().await.expect("the retry migrates once connections are allowed");
     store.ping().await.expect("reachable");
     expect_tables(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_is_unavailable_until_it_takes_writes() {
+    // A primary demoted to a standby, or a database set read-only for maintenance: every write
+    // fails with SQLSTATE 25006. The chaos run found a start against it failing (exit 1) instead
+    // of spooling.
+    let db = Cleanup::new(false);
+    admin(format!("CREATE DATABASE {}", db.database)).await;
+    let url = db.url(None);
+    let store = store::open_with_timeout(&url, ACQUIRE).await.expect("open");
+    store.migrate().await.expect("migrate while writable");
+    admin(format!("ALTER DATABASE {} SET default_transaction_read_only = on", db.database)).await;
+    let store = store::open_with_timeout(&url, ACQUIRE).await.expect("open again");
+    let err = store.migrate().await.expect_err("a read-only database takes no migration");
+    let StoreError::Unavailable(reason) = &err else { panic!("expected Unavailable, got {err:?}") };
+    assert!(reason.contains("read-only"), "{reason}");
+    let t = crate::support::store::target("openrouter", "m", None, "eu");
+    let sample = crate::support::store::full_sample(t, chrono::Utc::now());
+    let err = SampleStore::insert_samples(store.as_ref(), std::slice::from_ref(&sample)).await.expect_err("no write");
+    assert!(matches!(err, StoreError::Unavailable(_)), "a write is unavailable too: {err:?}");
+
+    admin(format!("ALTER DATABASE {} RESET default_transaction_read_only", db.database)).await;
+    let store = store::open_with_timeout(&url, ACQUIRE).await.expect("open once writable");
+    store.migrate().await.expect("the retry migrates once the database takes writes");
+    assert_eq!(SampleStore::insert_samples(store.as_ref(), &[sample]).await.expect("write"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

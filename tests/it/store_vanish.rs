@@ -43,9 +43,7 @@ async fn steady_provider() -> StandIn {
 
 async fn start(data: &Path, base: &str) -> Daemon {
     let port = free_port();
-    let file = data.join("vigil.toml");
-    std::fs::write(&file, config(data, port, base)).expect("config");
-    Daemon::start(&file, port, &data.join("vigil.log")).await
+    Daemon::start_in(data, &config(data, port, base), port, &[]).await
 }
 
 /// Samples stored in the SQLite file at `data/vigil.db` (opened and closed again).

@@ -139,13 +139,15 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             // PostgreSQL: 08 connection exception, 53 insufficient resources, 57P0x shutdown/cannot
             // connect, 28 / 3D000 a session refused (a pool reconnecting mid-run), XX001/XX002
-            // corruption. SQLite (numeric extended codes), primary: 5 BUSY, 6 LOCKED, 10 IOERR,
+            // corruption, 25006 a read-only transaction (a primary demoted to a standby, a
+            // database set `default_transaction_read_only` for maintenance: writes come back
+            // once it takes them again; as `Other` a start or reload against it failed). SQLite (numeric extended codes), primary: 5 BUSY, 6 LOCKED, 10 IOERR,
             // 11 CORRUPT, 13 FULL, 26 NOTADB.
             let transient = match code.parse::<i64>() {
                 Ok(n) => matches!(n & 0xff, 5 | 6 | 10 | 11 | 13 | 26),
                 Err(_) => {
                     ["08", "53", "57P", "28"].iter().any(|p| code.starts_with(p))
-                        || matches!(code.as_str(), "3D000" | "XX001" | "XX002")
+                        || matches!(code.as_str(), "3D000" | "XX001" | "XX002" | "25006")
                 }
             };
             if transient {

@@ -18,6 +18,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -38,11 +40,14 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     /// Wait this long before answering (longer than the client timeout = a hang).
     pub delay: Option<Duration>,
+    /// A delayed 2xx the client is expected to wait for (shorter than its timeout): counted as
+    /// acknowledged once answered.
+    pub slow: bool,
 }
 
 impl Reply {
     pub fn new(status: u16, body: &str) -> Self {
-        Reply { status, body: body.to_string(), headers: vec![], delay: None }
+        Reply { status, body: body.to_string(), headers: vec![], delay: None, slow: false }
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
@@ -51,7 +56,12 @@ impl Reply {
     }
 
     pub fn hang(delay: Duration) -> Self {
-        Reply { status: 200, body: "late".into(), headers: vec![], delay: Some(delay) }
+        Reply { status: 200, body: "late".into(), headers: vec![], delay: Some(delay), slow: false }
+    }
+
+    /// A 200 after `delay`, which the client waits for (keep it under the client's timeout).
+    pub fn slow(delay: Duration) -> Self {
+        Reply { status: 200, body: "ok".into(), headers: vec![], delay: Some(delay), slow: true }
     }
 }
 
@@ -80,7 +90,13 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req = Received { method: method.to_string(), path: uri.path().to_string(), headers, body };
+    let req = Received {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        headers,
+        body,
+        at: std::time::Instant::now(),
+    };
     let reply = {
         let mut g = inner.lock().expect("receiver lock");
         g.received.push(req.clone());
@@ -89,7 +105,8 @@ async fn handle(
     };
     if let Some(d) = reply.delay {
         tokio::time::sleep(d).await;
-    } else if (200..300).contains(&reply.status) {
+    }
+    if (200..300).contains(&reply.status) && (reply.delay.is_none() || reply.slow) {
         inner.lock().expect("receiver lock").acknowledged.push(req);
     }
     let mut resp = (StatusCode::from_u16(reply.status).expect("status"), reply.body).into_response();

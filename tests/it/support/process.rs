@@ -32,10 +32,23 @@ impl Daemon {
         d
     }
 
+    /// Writes `text` to `dir/vigil.toml` and starts the binary on it with its log in
+    /// `dir/vigil.log`: the start-up every test of the binary on one config file repeats.
+    pub async fn start_in(dir: &Path, text: &str, port: u16, env: &[(&str, &str)]) -> Daemon {
+        let file = dir.join("vigil.toml");
+        std::fs::write(&file, text).expect("config");
+        Daemon::start_with(&file, port, &dir.join("vigil.log"), env).await
+    }
+
     /// Starts the binary without waiting for it to listen.
     pub fn spawn(config: &Path, port: u16, log: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn_bin(Path::new(env!("CARGO_BIN_EXE_vigil")), config, port, log, env)
+    }
+
+    /// [`Daemon::spawn`] of another build of the binary (the chaos run's release build).
+    pub fn spawn_bin(bin: &Path, config: &Path, port: u16, log: &Path, env: &[(&str, &str)]) -> Daemon {
         let err = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"));
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.args(["run", "--config"])
             .arg(config)
             .env("VIGIL_TEST_KEY", "sk-test-watchman")
@@ -95,6 +108,11 @@ impl Daemon {
         let pid = self.pid().to_string();
         let ok = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
         assert!(ok.success());
+    }
+
+    /// Whether the process has exited (and if so whether with 0), without waiting.
+    pub fn exited(&mut self) -> Option<bool> {
+        self.child.try_wait().ok().flatten().map(|s| s.success())
     }
 
     /// Waits (up to `within`) for the process to exit: how long it took and whether it exited 0.
