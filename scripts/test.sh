@@ -137,8 +137,6 @@ log "cargo test"
 export VIGIL_REQUIRE_TOOLS=1
 out=$(mktemp)
 status=0
-# The suite includes the short chaos tier (tests/it/chaos.rs): 90 s of seeded faults against the
-# debug binary built above, about 2 minutes; scripts/chaos.sh builds --release for a long run.
 # The tests whose verdicts rest on measured loopback latency run on their own afterwards, one at a
 # time: beside the rest of the suite on two cores, its load would be in their numbers.
 timing=(alert_scenario:: router_export::a_three_provider_chain)

@@ -304,6 +304,11 @@ impl Monitor {
         Some(adoption)
     }
 
+    /// The targets this region probes, in config order.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+
     /// A configured target by its id (`provider/model[@route]`).
     pub fn target_by_id(&self, id: &str) -> Option<&Target> {
         self.targets.iter().find(|t| t.id() == id)

@@ -20,6 +20,7 @@ use crate::io::http::adopt::{AdoptOutcome, AdoptRequest};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Context, LinkHandle, Record, Reply};
 use crate::run::monitor::Monitor;
+use crate::vocab::breaker::State;
 use crate::vocab::health::HealthState;
 use crate::vocab::ready::Liveness;
 use crate::vocab::records::{BalanceReading, TargetStatus};
@@ -267,7 +268,21 @@ impl Pipeline {
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
         let a = &mut self.alerts;
         let mut round = std::mem::take(&mut a.round);
-        let changes = std::mem::take(&mut a.changes);
+        let mut changes = std::mem::take(&mut a.changes);
+        // The engine hears of breakers through transitions; after a kill its saved state can be
+        // older than the stored breakers (an open it heard of, a close it did not). Whatever it
+        // last heard that is not the breaker's state now is corrected here, or its breaker_open
+        // facet would hold for good.
+        for t in self.monitor.targets() {
+            let now_state = self.monitor.breaker(t).map_or(State::Closed, |b| b.state());
+            let heard = a.engine.breaker_heard(t);
+            if heard.is_some_and(|h| h != now_state) && !changes.iter().any(|c| &c.target == t) {
+                let from = heard.unwrap_or(State::Closed);
+                let reason =
+                    "the breaker's stored state (the alert state saved before a restart was older)".to_string();
+                changes.push(BreakerChange { target: t.clone(), from, to: now_state, reason });
+            }
+        }
         // What the models lists say joins what the responses said: the rule weighs both alike,
         // and only for targets whose probes still work.
         if let Ok(lists) = a.model_lists.read() {
@@ -346,13 +361,19 @@ impl Pipeline {
         let engine = &a.engine;
         self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
         let items = crate::io::notify::outbox::items_for(&notes, &a.channels, now);
-        if !items.is_empty() {
-            self.link.store(Record::Outbox(items));
-        }
         match a.engine.state_json() {
+            // Pages and the state that remembers them travel together (one transaction).
+            Ok(state) if !items.is_empty() => {
+                self.link.store(Record::Evaluated { region: a.region.clone(), state, items })
+            }
             Ok(state) => self.link.store(Record::AlertState { region: a.region.clone(), state }),
-            // Unreachable for the engine's own types; kept from storage until the next evaluation.
-            Err(e) => tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation"),
+            // Unreachable for the engine's own types; the pages go alone, the state at the next evaluation.
+            Err(e) => {
+                tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation");
+                if !items.is_empty() {
+                    self.link.store(Record::Outbox(items));
+                }
+            }
         }
         self.replan(now);
     }

@@ -21,6 +21,7 @@ store_support::on_both_stores!(
     breaker_state_and_transitions_persist,
     outbox_items_move_through_their_lifecycle,
     alert_state_is_one_document_per_region,
+    an_evaluations_pages_and_state_are_stored_together_or_not_at_all,
     balances_read_back_oldest_first,
     a_database_ahead_of_the_binary_is_refused,
     retention_removes_only_samples_older_than_the_cutoff,
@@ -555,6 +556,30 @@ async fn alert_state_is_one_document_per_region(fx: Fixture) {
     assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(v1));
     fx.store.save_alert_state("eu", &state(&v2)).await.expect("replace");
     assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(v2));
+}
+
+async fn an_evaluations_pages_and_state_are_stored_together_or_not_at_all(fx: Fixture) {
+    let now = micros(Utc::now());
+    let item = |channel: &str, text: &str| OutboxItem {
+        id: uuid::Uuid::now_v7(),
+        region: "eu".into(),
+        channel: channel.into(),
+        kind: "errors".into(),
+        dedup_key: "openai/gpt-4o@eu#errors".into(),
+        payload: serde_json::json!({"text": text}),
+        created_at: now,
+        next_attempt_at: now,
+        attempts: 0,
+        last_error: None,
+    };
+    let opened = serde_json::json!({"incidents": {"openai/gpt-4o": "open"}});
+    let (page, mail) = (item("slack", "page"), item("email", "page"));
+    fx.store.enqueue_with_state(&[page.clone(), mail.clone()], "eu", &state(&opened)).await.expect("together");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 2);
+    assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(opened.clone()));
+    // A replay of the same evaluation (spooled, or a write whose answer was lost) adds nothing.
+    fx.store.enqueue_with_state(std::slice::from_ref(&page), "eu", &state(&opened)).await.expect("replayed");
+    assert_eq!(fx.store.outbox_depth().await.expect("depth"), 2);
 }
 
 async fn balances_read_back_oldest_first(fx: Fixture) {

@@ -298,6 +298,11 @@ impl AlertEngine {
         self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
     }
 
+    /// The breaker state the engine last heard of for `target` (from the transitions it was fed).
+    pub fn breaker_heard(&self, target: &Target) -> Option<State> {
+        self.state.histories.get(&Self::history_key(target)).and_then(|h| h.breaker)
+    }
+
     /// Ids of this region's targets with an open `latency_degraded` or `errors` facet: in trouble,
     /// so the monitor holds their samples out of their baselines.
     pub fn in_trouble(&self) -> Vec<String> {

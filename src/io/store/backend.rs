@@ -228,6 +228,17 @@ impl<B: Backend> OutboxStore for B {
         self.run_all(items.iter().map(sql::enqueue).collect()).await.map(|_| ())
     }
 
+    async fn enqueue_with_state(
+        &self,
+        items: &[OutboxItem],
+        region: &str,
+        state: &crate::vocab::records::StateJson,
+    ) -> Result<(), StoreError> {
+        let mut stmts: Vec<_> = items.iter().map(sql::enqueue).collect();
+        stmts.push(sql::save_alert_state(region, state, Utc::now()));
+        self.run_all(stmts).await.map(|_| ())
+    }
+
     async fn due(
         &self,
         region: Option<&str>,

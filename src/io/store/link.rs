@@ -69,6 +69,17 @@ pub enum Record {
     TargetStatus(#[serde(with = "items")] Vec<TargetStatus>),
     /// Canary runs (appended; idempotent on their ids).
     Canary(#[serde(with = "items")] Vec<crate::vocab::canary::CanaryRun>),
+    /// One evaluation's notifications with the engine state that made them, stored in one
+    /// transaction: a kill between the two would leave a page without the incident it opened
+    /// (never resolved) or an incident without its page.
+    Evaluated {
+        /// Region.
+        region: String,
+        /// Engine state after the evaluation.
+        state: crate::vocab::records::StateJson,
+        /// Its notifications.
+        items: Vec<OutboxItem>,
+    },
 }
 
 /// A list record's spool line: `{"record": "rollups", "items": […]}`. A tagged line must be an
@@ -329,6 +340,14 @@ impl Pending {
                 self.statuses = Some(rows);
                 None
             }
+            Record::Evaluated { region, state, items } => {
+                // It carries the region's newest state: an older one still waiting is superseded
+                // (a spooled one, replayed, never overwrites what is queued: it goes first).
+                if newest {
+                    self.alert_states.remove(&region);
+                }
+                Some(Record::Evaluated { region, state, items })
+            }
             other => Some(other),
         }
     }
@@ -563,6 +582,10 @@ impl Link {
             Record::AlertState { region, state } => {
                 let (region, state) = (region.clone(), state.clone());
                 self.call(|s| async move { s.save_alert_state(&region, &state).await }).await
+            }
+            Record::Evaluated { region, state, items } => {
+                let (region, state, items) = (region.clone(), state.clone(), items.clone());
+                self.call(|s| async move { s.enqueue_with_state(&items, &region, &state).await }).await
             }
             Record::TargetStatus(rows) => {
                 let rows = rows.clone();

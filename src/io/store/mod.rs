@@ -430,6 +430,10 @@ pub trait StateStore: Send + Sync {
 pub trait OutboxStore: Send + Sync {
     /// Adds notifications to the outbox (ignored when the id exists).
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError>;
+    /// [`enqueue`](Self::enqueue) and [`StateStore::save_alert_state`] in one transaction: an
+    /// evaluation's pages and the engine state that remembers them are stored together or not at all.
+    async fn enqueue_with_state(&self, items: &[OutboxItem], region: &str, state: &StateJson)
+        -> Result<(), StoreError>;
     /// Undelivered items due at `now`, oldest first; only `region`'s and only `channel`'s when given.
     async fn due(
         &self,
