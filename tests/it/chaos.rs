@@ -1000,11 +1000,10 @@ models = ["h1"]
     }
 }
 
-// Not yet in the test command: it still finds a start-up against a read-only PostgreSQL exiting
-// (`cannot execute CREATE TABLE in a read-only transaction`) instead of probing and spooling
-// (docs/OPERATIONS.md, "Chaos run"). `scripts/chaos.sh` and `cargo test --test it chaos --
-// --ignored` run it.
-#[ignore = "finds a start against a read-only PostgreSQL exiting; run with --ignored or scripts/chaos.sh"]
+// Not yet in the test command: its first runs found three faults, fixed since (docs/OPERATIONS.md,
+// "Chaos run"); it joins once it has passed repeatedly. `scripts/chaos.sh` and `cargo test --test
+// it chaos -- --ignored` run it.
+#[ignore = "kept out of the test command until it has passed repeatedly; run with --ignored or scripts/chaos.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seeded_chaos_run_keeps_every_invariant() {
     let seed = std::env::var("VIGIL_CHAOS_SEED")

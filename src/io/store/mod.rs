@@ -141,14 +141,16 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
             // connect, 28 / 3D000 a session refused (a pool reconnecting mid-run), XX001/XX002
             // corruption, 25006 a read-only transaction (a primary demoted to a standby, a
             // database set `default_transaction_read_only` for maintenance: writes come back
-            // once it takes them again; as `Other` a start or reload against it failed). SQLite (numeric extended codes), primary: 5 BUSY, 6 LOCKED, 10 IOERR,
+            // once it takes them again; as `Other` a start or reload against it failed). SQLite
+            // (numeric extended codes, at most four digits), primary: 5 BUSY, 6 LOCKED, 10 IOERR,
             // 11 CORRUPT, 13 FULL, 26 NOTADB.
-            let transient = match code.parse::<i64>() {
-                Ok(n) => matches!(n & 0xff, 5 | 6 | 10 | 11 | 13 | 26),
-                Err(_) => {
-                    ["08", "53", "57P", "28"].iter().any(|p| code.starts_with(p))
-                        || matches!(code.as_str(), "3D000" | "XX001" | "XX002" | "25006")
-                }
+            // A SQLSTATE is always five characters, and some are all digits (25006): told
+            // apart from SQLite's numeric codes by length, not by whether they parse.
+            let transient = if code.len() == 5 {
+                ["08", "53", "57P", "28"].iter().any(|p| code.starts_with(p))
+                    || matches!(code.as_str(), "3D000" | "XX001" | "XX002" | "25006")
+            } else {
+                code.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 10 | 11 | 13 | 26))
             };
             if transient {
                 StoreError::Unavailable(e.to_string())
@@ -165,9 +167,11 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
 pub(crate) fn corruption(e: &sqlx::Error) -> Option<String> {
     let sqlx::Error::Database(db) = e else { return None };
     let code = db.code()?;
-    let corrupt = match code.parse::<i64>() {
-        Ok(n) => matches!(n & 0xff, 11 | 26),
-        Err(_) => matches!(code.as_ref(), "XX001" | "XX002"),
+    // Five characters: a SQLSTATE (some are all digits); shorter: SQLite's numeric code.
+    let corrupt = if code.len() == 5 {
+        matches!(code.as_ref(), "XX001" | "XX002")
+    } else {
+        code.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 11 | 26))
     };
     corrupt.then(|| db.message().to_owned())
 }
