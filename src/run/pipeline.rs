@@ -272,8 +272,9 @@ impl Pipeline {
         // The engine hears of breakers through transitions; after a kill its saved state can be
         // older than the stored breakers (an open it heard of, a close it did not). Whatever it
         // last heard that is not the breaker's state now is corrected here, or its breaker_open
-        // facet would hold for good.
-        for t in self.monitor.targets() {
+        // facet would hold for good. Only once the stored breakers are restored: before that the
+        // monitor's own are all closed and would tell the engine so.
+        for t in self.monitor.targets().iter().filter(|_| self.loaded) {
             let now_state = self.monitor.breaker(t).map_or(State::Closed, |b| b.state());
             let heard = a.engine.breaker_heard(t);
             if heard.is_some_and(|h| h != now_state) && !changes.iter().any(|c| &c.target == t) {
