@@ -784,6 +784,35 @@ balance = { min_usd = 5.0 }
     }
 
     #[tokio::test]
+    async fn an_alert_engine_that_missed_a_breaker_closing_is_told_once_stored_state_is_restored() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        for i in 0..3 {
+            r.pipeline
+                .process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
+                .await;
+        }
+        r.pipeline.evaluate_alerts(now);
+        let t = target("eu");
+        assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Open), "heard of the trip");
+        // A restart restored breakers newer than the engine's saved state: this one had closed.
+        let closed = crate::vocab::records::BreakerRecord {
+            target: t.clone(),
+            state: State::Closed,
+            since: now,
+            detail: serde_json::json!({}),
+        };
+        r.pipeline.monitor.restore_breakers(std::slice::from_ref(&closed), now);
+        r.pipeline.loaded = false;
+        r.pipeline.evaluate_alerts(now + chrono::Duration::seconds(5));
+        assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Open), "not before the restore is done");
+        r.pipeline.loaded = true;
+        r.pipeline.evaluate_alerts(now + chrono::Duration::seconds(10));
+        assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Closed), "told the stored state");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
     async fn persist_restores_stored_state_before_writing_over_it() {
         let mut r = rig(async |_: &dyn Store| {}).await;
         let now = Utc::now();
