@@ -747,15 +747,19 @@ balance = { min_usd = 5.0 }
         r.stop.cancel();
     }
 
+    /// Three failed probes a second apart: enough to open the breaker.
+    async fn three_failures(p: &mut Pipeline, now: DateTime<Utc>) {
+        for i in 0..3 {
+            p.process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
+                .await;
+        }
+    }
+
     #[tokio::test]
     async fn failing_probes_open_the_breaker_which_is_published_and_stored() {
         let mut r = rig(async |_: &dyn Store| {}).await;
         let now = Utc::now();
-        for i in 0..3 {
-            r.pipeline
-                .process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
-                .await;
-        }
+        three_failures(&mut r.pipeline, now).await;
         for _ in 0..3 {
             let handed = r.written.try_recv().expect("every sample is handed to the writer first");
             assert!(handed.outcome.is_failure());
@@ -787,11 +791,7 @@ balance = { min_usd = 5.0 }
     async fn an_alert_engine_that_missed_a_breaker_closing_is_told_once_stored_state_is_restored() {
         let mut r = rig(async |_: &dyn Store| {}).await;
         let now = Utc::now();
-        for i in 0..3 {
-            r.pipeline
-                .process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
-                .await;
-        }
+        three_failures(&mut r.pipeline, now).await;
         r.pipeline.evaluate_alerts(now);
         let t = target("eu");
         assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Open), "heard of the trip");
