@@ -459,7 +459,7 @@ impl Thresholds {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::chain::ChainMember;
     use crate::decide::health::{p95_upper_bound, BreakerView, ProbeVerdict};
@@ -499,7 +499,8 @@ mod tests {
 
     const LLAMA: &str = "meta-llama/llama-3-70b-instruct";
 
-    fn params() -> ExportParams {
+    /// The parameters the export and router-format tests share (eu-west-1, 60 s, 7 days, factor 2).
+    pub(crate) fn params() -> ExportParams {
         ExportParams {
             region: "eu-west-1".into(),
             generated_at: Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid time"),

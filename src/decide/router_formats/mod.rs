@@ -106,10 +106,9 @@ mod tests {
     use crate::config::chain::{ChainConfig, ChainMember};
     use crate::config::{ProviderConfig, ProviderKind};
     use crate::decide::baseline::Baseline;
-    use crate::decide::export::{build, BreakerParams, ExportParams, TargetStats};
+    use crate::decide::export::{build, ExportParams, TargetStats};
     use crate::vocab::breaker::State;
     use crate::vocab::target::Target;
-    use chrono::TimeZone;
     use secrecy::SecretString;
 
     const GPT: &str = "openai/gpt-4o";
@@ -170,18 +169,6 @@ mod tests {
             provider("gem", ProviderKind::Gemini, "https://generativelanguage.googleapis.com/v1beta", &[], Some("G")),
         ];
         let params = ExportParams {
-            region: "eu-west-1".into(),
-            generated_at: chrono::Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("time"),
-            probe_interval: std::time::Duration::from_secs(60),
-            window: std::time::Duration::from_secs(7 * 86_400),
-            failover: crate::decide::health::Failover { factor: 2.0, provisional_min_samples: 30 },
-            breaker: BreakerParams {
-                consecutive_failures: 2,
-                failure_window_s: 120,
-                latency_trips: 2,
-                open_for_s: 300,
-                failover_factor: 2.0,
-            },
             chains: vec![ChainConfig {
                 name: "chat".into(),
                 members: vec![
@@ -192,6 +179,7 @@ mod tests {
                 skipped: vec![],
             }],
             providers: configs.iter().map(RouterProvider::from).collect(),
+            ..crate::decide::export::tests::params()
         };
         let targets = vec![
             stats("or-eu", GPT, Some("OpenAI"), 400.0),
