@@ -273,3 +273,46 @@ async fn post_reload_needs_the_token_and_applies_a_new_address_without_losing_th
     let (_, clean, log) = vigil.stop().await;
     assert!(clean, "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_daemon_failing_its_last_step_after_the_drain_gives_way_to_the_previous_one() {
+    // The one step that runs only after the old daemon has drained is opening the new data
+    // directory's spools. The new directory passes the build's check; while the old daemon
+    // drains (its probe takes 4 s), its `spool` directory is replaced by a regular file.
+    let provider = steady_provider(Duration::from_secs(4)).await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let text = config(data.path(), port, &provider.base_url(), &["m1"], "5s", "");
+    let vigil = start(data.path(), &text, port).await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let next = config(data.path(), port, &provider.base_url(), &["m1", "m2"], "5s", "").replace(
+        &format!("data_dir = \"{}\"", data.path().display()),
+        &format!("data_dir = \"{}\"", elsewhere.path().display()),
+    );
+    std::fs::write(data.path().join("vigil.toml"), next).expect("config");
+    probe_just_started(&provider).await;
+    vigil.signal("-HUP");
+    vigil.log_until(Duration::from_secs(10), "draining the running daemon to apply it").await;
+    let spool = elsewhere.path().join("spool");
+    std::fs::remove_dir_all(&spool).expect("the build made the spool directory");
+    std::fs::write(&spool, "not a directory").expect("a file in its place");
+
+    let log = vigil.log_until(Duration::from_secs(20), "starting the previous one again").await;
+    assert!(log.contains("new configuration refused: storage.data_dir: "), "the failed step is named; log:\n{log}");
+    let base = vigil.base.clone();
+    let ready = settle(
+        Duration::from_secs(20),
+        || async { vigil.get("/readyz").await.map(|(s, _)| s) },
+        |s| *s == Some(200),
+    )
+    .await;
+    assert_eq!(ready, Some(200), "the previous configuration runs again on the same address; log:\n{}", vigil.log());
+    let shown = targets(&base).await;
+    assert!(shown.contains("\"steady/m1\"") && !shown.contains("\"steady/m2\""), "the previous targets: {shown}");
+    let before = provider.requests().len();
+    settle(Duration::from_secs(15), || async { provider.requests().len() }, |n| *n > before).await;
+    assert!(provider.requests().len() > before, "probing goes on; log:\n{}", vigil.log());
+    let (_, clean, log) = vigil.stop().await;
+    assert!(clean, "{log}");
+    assert!(!log.contains("configuration reloaded"), "the new configuration never ran; log:\n{log}");
+}

@@ -104,7 +104,6 @@ async fn a_database_not_accepting_connections_is_unavailable_until_allowed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "passes, but takes about 20 minutes (a wait not yet understood); run with --ignored"]
 async fn a_read_only_database_is_unavailable_until_it_takes_writes() {
     // A primary demoted to a standby, or a database set read-only for maintenance: every write
     // fails with SQLSTATE 25006. The chaos run found a start against it failing (exit 1) instead

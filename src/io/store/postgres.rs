@@ -74,7 +74,7 @@ const DUPLICATE_CODES: [&str; 3] = ["42P07", "23505", "42710"];
 /// PostgreSQL implementation of [`super::Store`].
 pub struct PgStore {
     pool: PgPool,
-    /// For the direct session [`super::Store::migrate`] opens first, to say exactly why it fails.
+    /// For the sessions outside the pool that [`super::Store::migrate`] runs on.
     opts: PgConnectOptions,
     /// The URL with its password redacted, named in every "unavailable" reason.
     target: String,
@@ -125,18 +125,53 @@ impl PgStore {
 
     /// Opens one session outside the pool, so a refusal is reported as what it is: the pool
     /// retries refused connections until its timeout and would only say it timed out.
-    async fn check_session(&self) -> Result<(), StoreError> {
+    async fn session(&self) -> Result<PgConnection, StoreError> {
         match tokio::time::timeout(self.acquire_timeout, PgConnection::connect_with(&self.opts)).await {
-            Ok(Ok(conn)) => {
-                let _ = conn.close().await;
-                Ok(())
-            }
+            Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(pg_connect_error(&e, &self.target, self.acquire_timeout)),
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {:?}: the host accepts no connection or never replies [{}]",
                 self.acquire_timeout, self.target
             ))),
         }
+    }
+
+    /// Migrates on `conn`, a session of its own: sqlx's migrator takes a session-level advisory
+    /// lock and, when a statement fails (a read-only database, SQLSTATE 25006), returns without
+    /// releasing it. On a pooled session the lock would outlive the failure and every later
+    /// migration — this daemon's retry, another region's start — would wait for that session
+    /// to idle out (10 minutes and more); closing the session releases it at once.
+    async fn migrate_on(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+        let known = newest_version(&MIGRATOR);
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.fail(e))?;
+        if exists {
+            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|e| self.fail(e))?;
+            if let Some(found) = found.filter(|f| *f > known) {
+                return Err(StoreError::SchemaAhead { found, known });
+            }
+        }
+        // `run_direct` is `run` on a bare connection: `run(&mut conn)` asks for an `Acquire`
+        // bound the async trait's `Send` check cannot prove (sqlx names it for that reason).
+        MIGRATOR.run_direct(None, &mut *conn, false).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
+            other => map_migrate(other, known),
+        })?;
+        // A cheap sanity read of every table vigil keeps state in: a damaged page or index
+        // (XX001/XX002) is recorded for `/readyz` now rather than on the first real use.
+        sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM breaker_state), EXISTS (SELECT 1 FROM alert_outbox), \
+             EXISTS (SELECT 1 FROM alert_state), EXISTS (SELECT 1 FROM rollups)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| self.fail(e))
     }
 
     /// Chooses how sample batches are sent (the benchmark compares them).
@@ -460,36 +495,12 @@ impl Backend for PgStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let known = newest_version(&MIGRATOR);
-        self.check_session().await?;
-        let mut conn = self.conn().await?;
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| self.fail(e))?;
-        if exists {
-            let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|e| self.fail(e))?;
-            if let Some(found) = found.filter(|f| *f > known) {
-                return Err(StoreError::SchemaAhead { found, known });
-            }
-        }
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
-            other => map_migrate(other, known),
-        })?;
-        // A cheap sanity read of every table vigil keeps state in: a damaged page or index
-        // (XX001/XX002) is recorded for `/readyz` now rather than on the first real use.
-        sqlx::query(
-            "SELECT EXISTS (SELECT 1 FROM breaker_state), EXISTS (SELECT 1 FROM alert_outbox), \
-             EXISTS (SELECT 1 FROM alert_state), EXISTS (SELECT 1 FROM rollups)",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
+        // A session of its own, opened directly so a failure says exactly why (not the pool's
+        // generic timeout), and closed whatever happened (see `migrate_on`).
+        let mut conn = self.session().await?;
+        let result = self.migrate_on(&mut conn).await;
+        let _ = conn.close().await;
+        result
     }
 
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
