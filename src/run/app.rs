@@ -287,7 +287,7 @@ impl App {
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
-        let writer = writer.with_liveness(liveness.clone());
+        let writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
         let health = writer.health();
         let outbox = build_outbox(&config, &store, &metrics, notifiers);
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
@@ -298,6 +298,7 @@ impl App {
             credit_providers: alerting.credit_providers(),
         };
         let (link, link_handle) = Link::new(store.clone(), records, Some(plan));
+        let link = link.with_stop_signal(shutdown.clone());
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
         // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.

@@ -336,6 +336,7 @@ impl World {
     }
 
     fn count(&mut self, fault: &'static str) {
+        println!("{}   {fault}", self.at());
         *self.faults.entry(fault).or_default() += 1;
     }
 
@@ -1029,6 +1030,13 @@ async fn a_seeded_chaos_run_keeps_every_invariant() {
     let _ = writeln!(summary, " total {total}");
     summary.push_str(&figures);
     println!("{summary}");
+    if !world.violations.is_empty() {
+        // The daemon's whole log (every start of the run, appended) outlives the failed run.
+        let kept = std::env::temp_dir().join(format!("vigil-chaos-{seed}.log"));
+        if std::fs::copy(world.log_path(), &kept).is_ok() {
+            println!("the daemon's log: {}", kept.display());
+        }
+    }
     assert!(
         world.violations.is_empty(),
         "chaos seed={seed} broke {} invariant(s) (rerun: VIGIL_CHAOS_SEED={seed} VIGIL_CHAOS_SECONDS={seconds}):\n{}\n{summary}",

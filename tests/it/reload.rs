@@ -300,12 +300,9 @@ async fn a_new_daemon_failing_its_last_step_after_the_drain_gives_way_to_the_pre
     let log = vigil.log_until(Duration::from_secs(20), "starting the previous one again").await;
     assert!(log.contains("new configuration refused: storage.data_dir: "), "the failed step is named; log:\n{log}");
     let base = vigil.base.clone();
-    let ready = settle(
-        Duration::from_secs(20),
-        || async { vigil.get("/readyz").await.map(|(s, _)| s) },
-        |s| *s == Some(200),
-    )
-    .await;
+    let ready =
+        settle(Duration::from_secs(20), || async { vigil.get("/readyz").await.map(|(s, _)| s) }, |s| *s == Some(200))
+            .await;
     assert_eq!(ready, Some(200), "the previous configuration runs again on the same address; log:\n{}", vigil.log());
     let shown = targets(&base).await;
     assert!(shown.contains("\"steady/m1\"") && !shown.contains("\"steady/m2\""), "the previous targets: {shown}");

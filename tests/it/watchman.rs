@@ -108,6 +108,46 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_write_hangs_on_a_host_just_gone_dark_spools_that_batch() {
+    // The host goes dark a moment before SIGTERM, so a write is in flight and hangs when the
+    // stop begins. Left to its own 5 s timeout it outlived the stop bound and its batch was
+    // abandoned with the writer task: lost, while the log said "stopped cleanly" (chaos run).
+    let body = fixture("openai-chat-stream-usage.sse");
+    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
+    let db = PgTestDb::create().await;
+    let proxy = TcpProxy::to_postgres().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let text = config_text(&proxy.url_for(&db.url), data.path(), port, &provider.base_url(), "");
+    std::fs::write(&config, text).expect("config");
+    let log = data.path().join("vigil.log");
+    let vigil = Daemon::start(&config, port, &log).await;
+    let store = vigil::io::store::open(&db.url).await.expect("store");
+    let count = || async { store.count_samples(&SampleQuery::default()).await.unwrap_or(0) };
+    settle(Duration::from_secs(10), count, |n| *n >= 2).await;
+
+    proxy.set_mode(Mode::Blackhole).await;
+    // A probe a second and a 200 ms batch age: the next write starts, and hangs, within this wait.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let (took, clean, text) = vigil.stop().await;
+    assert!(clean, "exit 0; log:\n{text}");
+    assert!(took < Duration::from_secs(15), "stop took {took:?}; log:\n{text}");
+    assert!(!text.contains("task still busy at the stop bound"), "nothing abandoned at the stop; log:\n{text}");
+    let answered = provider.requests().len() as i64;
+
+    proxy.set_mode(Mode::Forward).await;
+    let vigil = Daemon::start(&config, port, &log).await;
+    let stored = settle(Duration::from_secs(15), count, |n| *n >= answered).await;
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    assert!(stored >= answered, "stored {stored} of {answered} answered before the stop; log:\n{text}");
+    let answered = provider.requests().len() as i64;
+    let stored = store.count_samples(&SampleQuery::default()).await.expect("count");
+    assert_eq!(stored, answered, "one stored sample per answered probe (0 lost, 0 duplicated); log:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_during_a_hanging_probe_keeps_its_bound() {
     // Headers come after 25 s: far past the stop bound, inside the probe's own timeout.
     let provider =

@@ -285,6 +285,8 @@ pub struct Link {
     next_attempt: Instant,
     /// Context reads skipped since the last one made while calls were failing.
     context_skipped: u32,
+    /// Fires when the daemon's stop begins, before the channels close (see `with_stop_signal`).
+    stop_signal: Option<CancellationToken>,
 }
 
 /// Newest-wins states not yet stored, and whether the spool must be replayed first.
@@ -390,8 +392,24 @@ impl Link {
             backoff: RETRY_MIN,
             next_attempt: Instant::now(),
             context_skipped: 0,
+            stop_signal: None,
         };
         (link, LinkHandle { records: rec_tx, queries: q_tx, replies: r_rx })
+    }
+
+    /// Bounds every store call from the moment `stop` fires to [`STOP_CALL_TIMEOUT`], the call
+    /// in flight included, and reads no more context. The link itself ends only when the
+    /// pipeline's handle is dropped (after the probes drained); without this, a context read
+    /// begun just before the stop (three calls of up to [`CALL_TIMEOUT`] each on a database
+    /// gone dark) outlived the daemon's stop bound and the records pending were abandoned
+    /// with the task instead of spooled.
+    pub fn with_stop_signal(mut self, stop: CancellationToken) -> Self {
+        self.stop_signal = Some(stop);
+        self
+    }
+
+    fn stop_begun(&self) -> bool {
+        self.stop_signal.as_ref().is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Overrides [`CALL_TIMEOUT`] (tests use short ones).
@@ -436,7 +454,7 @@ impl Link {
                     None => {}
                 },
                 _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => self.retry().await,
-                _ = context.tick(), if self.plan.is_some() => self.read_context().await,
+                _ = context.tick(), if self.plan.is_some() && !self.stop_begun() => self.read_context().await,
             }
             if !records_open && self.records.is_empty() && self.queries.is_closed() {
                 break;
@@ -604,9 +622,14 @@ impl Link {
         F: FnOnce(Arc<dyn Store>) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let result = match timeout(self.call_timeout, f(self.store.clone())).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Unavailable(format!("store call timed out after {:?}", self.call_timeout))),
+        let result = tokio::select! {
+            r = timeout(self.call_timeout, f(self.store.clone())) => match r {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Unavailable(format!("store call timed out after {:?}", self.call_timeout))),
+            },
+            () = super::cut_after_stop(self.stop_signal.as_ref(), STOP_CALL_TIMEOUT) => {
+                Err(StoreError::Unavailable(format!("store call cut {STOP_CALL_TIMEOUT:?} into the daemon's stop")))
+            }
         };
         match &result {
             Ok(_) => self.health.ok(),

@@ -33,6 +33,19 @@ pub use spool::{Spool, SpoolError};
 pub use window::load_window;
 pub use writer::{Writer, WriterHealth};
 
+/// Resolves `grace` after `stop` fires, never without a signal: raced against a store call, it
+/// cuts a call begun before a daemon's stop (a write to a host just gone dark) to `grace`, so the
+/// task holding it still stops within its bound and spools what the call carried.
+pub(crate) async fn cut_after_stop(stop: Option<&tokio_util::sync::CancellationToken>, grace: Duration) {
+    match stop {
+        Some(stop) => {
+            stop.cancelled().await;
+            tokio::time::sleep(grace).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// How long a query waits for a pooled connection before the store counts as unreachable.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 

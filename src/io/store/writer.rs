@@ -133,6 +133,8 @@ pub struct Writer {
     health: Arc<WriterHealth>,
     liveness: Option<Arc<crate::vocab::ready::Liveness>>,
     stopping: bool,
+    /// Fires when the daemon's stop begins, before the channel closes (see `with_stop_signal`).
+    stop_signal: Option<CancellationToken>,
 }
 
 impl Writer {
@@ -154,7 +156,23 @@ impl Writer {
             health,
             liveness: None,
             stopping: false,
+            stop_signal: None,
         }
+    }
+
+    /// Bounds every store write from the moment `stop` fires to [`STOP_WRITE_TIMEOUT`], the
+    /// write in flight included. The writer itself ends only when its channel closes (after
+    /// the probes drained); without this, a write to a database gone dark, begun just before
+    /// the stop, could run its full [`WRITE_TIMEOUT`] past the daemon's stop bound and the
+    /// batch it carried would be abandoned with the task instead of spooled.
+    pub fn with_stop_signal(mut self, stop: CancellationToken) -> Self {
+        self.stop_signal = Some(stop);
+        self
+    }
+
+    /// True once the daemon's stop has begun.
+    fn stop_begun(&self) -> bool {
+        self.stopping || self.stop_signal.as_ref().is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Beats `liveness` whenever samples are stored or spooled (`/readyz`).
@@ -197,7 +215,8 @@ impl Writer {
         self.next_retry = Instant::now();
         let mut deadline: Option<Instant> = None;
         loop {
-            let retry_at = (self.health.spooled() > 0).then_some(self.next_retry);
+            // No replay once the stop has begun: what is spooled stays for the next start.
+            let retry_at = (self.health.spooled() > 0 && !self.stop_begun()).then_some(self.next_retry);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 msg = rx.recv() => match msg {
@@ -243,7 +262,7 @@ impl Writer {
         let pending = std::mem::take(&mut self.buf);
         for batch in pending.chunks(self.batch_size) {
             // Behind the spool; and at shutdown a database already down gets no last chance.
-            if self.health.spooled() > 0 || (self.stopping && self.health.is_down()) {
+            if self.health.spooled() > 0 || (self.stop_begun() && self.health.is_down()) {
                 self.spool_append(batch.to_vec()).await;
                 continue;
             }
@@ -300,9 +319,16 @@ impl Writer {
 
     /// One bounded store write; failures are recorded in the health handle.
     async fn write(&self, batch: &[Sample]) -> Result<u64, StoreError> {
-        let result = match timeout(self.write_timeout, self.store.insert_samples(batch)).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Unavailable(format!("write timed out after {:?}", self.write_timeout))),
+        // The last flush (`stopping`) has its own short timeout already.
+        let stop = self.stop_signal.as_ref().filter(|_| !self.stopping);
+        let result = tokio::select! {
+            r = timeout(self.write_timeout, self.store.insert_samples(batch)) => match r {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Unavailable(format!("write timed out after {:?}", self.write_timeout))),
+            },
+            () = super::cut_after_stop(stop, STOP_WRITE_TIMEOUT) => {
+                Err(StoreError::Unavailable(format!("write cut {STOP_WRITE_TIMEOUT:?} into the daemon's stop")))
+            }
         };
         match &result {
             Ok(n) => {
