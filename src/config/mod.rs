@@ -34,7 +34,7 @@ pub mod tls;
 mod toml_doc;
 
 pub use self::alerts::{
-    AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
+    AlertmanagerConfig, DEFAULT_RUNBOOK_URL, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
 };
 pub use self::baseline::BaselineConfig;
 pub use self::breaker::BreakerConfig;
