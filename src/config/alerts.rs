@@ -370,12 +370,16 @@ fn webhook(raw: Vec<RawWebhook>, env: &dyn Env) -> Result<Vec<WebhookConfig>, Co
 /// because Alertmanager, Grafana and PagerDuty show it where a relative path leads nowhere.
 fn runbook_url(raw: &str) -> Result<String, ConfigError> {
     let raw = raw.trim();
-    let url = Url::parse(raw).map_err(|e| invalid("alerts.runbook_url", format!("{raw:?} is not an absolute URL: {e}")))?;
+    let url =
+        Url::parse(raw).map_err(|e| invalid("alerts.runbook_url", format!("{raw:?} is not an absolute URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(invalid("alerts.runbook_url", format!("{raw:?} must be an http or https URL")));
     }
     if url.fragment().is_some() {
-        return Err(invalid("alerts.runbook_url", format!("{raw:?} must not carry a #fragment: vigil appends one per kind")));
+        return Err(invalid(
+            "alerts.runbook_url",
+            format!("{raw:?} must not carry a #fragment: vigil appends one per kind"),
+        ));
     }
     Ok(raw.to_string())
 }
@@ -401,7 +405,13 @@ fn alertmanager(
             return Err(invalid(format!("alerts.alertmanager[{i}].ends_after"), "must be longer than repost_every"));
         }
         let name = channel_name(a.name, "alertmanager", i);
-        alertmanager.push(AlertmanagerConfig { name, url, repost_every, ends_after, runbook_url: runbook_url.to_string() });
+        alertmanager.push(AlertmanagerConfig {
+            name,
+            url,
+            repost_every,
+            ends_after,
+            runbook_url: runbook_url.to_string(),
+        });
     }
     Ok(alertmanager)
 }

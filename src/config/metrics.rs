@@ -88,7 +88,11 @@ mod tests {
         assert_eq!(c.metrics.detail, Detail::Standard);
         let c = Config::from_toml("[metrics]\ndetail = \"compact\"", &keys).expect("valid");
         assert_eq!(c.metrics.detail, Detail::Compact);
-        assert!(Detail::Compact < Detail::Standard && Detail::Standard < Detail::Histograms && Detail::Histograms < Detail::Full);
+        assert!(
+            Detail::Compact < Detail::Standard
+                && Detail::Standard < Detail::Histograms
+                && Detail::Histograms < Detail::Full
+        );
         let c = Config::from_toml("[metrics]\ndetail = \"full\"", &keys).expect("valid");
         assert_eq!(c.metrics.detail, crate::config::Detail::Full);
         let c = Config::from_toml("[metrics]\ndetail = \"histograms\"", &keys).expect("valid");

@@ -34,7 +34,8 @@ pub mod tls;
 mod toml_doc;
 
 pub use self::alerts::{
-    AlertmanagerConfig, DEFAULT_RUNBOOK_URL, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
+    AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
+    DEFAULT_RUNBOOK_URL,
 };
 pub use self::baseline::BaselineConfig;
 pub use self::breaker::BreakerConfig;

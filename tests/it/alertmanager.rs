@@ -55,7 +55,8 @@ fn binary() -> Option<String> {
 /// A ready Alertmanager, or `None` (skipped with the reason printed) when it or amtool is missing.
 async fn start() -> Option<Alertmanager> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = "route:\n  receiver: blackhole\n  group_by: [incident]\n  group_wait: 1s\nreceivers:\n  - name: blackhole\n";
+    let config =
+        "route:\n  receiver: blackhole\n  group_by: [incident]\n  group_wait: 1s\nreceivers:\n  - name: blackhole\n";
     start_with(dir, config).await
 }
 
@@ -244,8 +245,7 @@ fn expected_receiver(alertname: &str, severity: &str, region: Option<&str>) -> S
 fn route_of(labels: &BTreeMap<String, String>) -> String {
     let mut args = vec!["config".to_string(), "routes".into(), "test".into(), format!("--config.file={SHIPPED}")];
     args.extend(labels.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")));
-    let out =
-        Command::new("amtool").args(&args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("amtool runs");
+    let out = Command::new("amtool").args(&args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("amtool runs");
     assert!(out.status.success(), "amtool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -374,19 +374,20 @@ fn shipped_for_test(hooks: &Receiver, dir: &std::path::Path) -> String {
 }
 
 async fn post_alerts(url: &str, alerts: &[serde_json::Value]) {
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/api/v2/alerts"))
-        .json(&alerts)
-        .send()
-        .await
-        .expect("POST alerts");
+    let resp =
+        reqwest::Client::new().post(format!("{url}/api/v2/alerts")).json(&alerts).send().await.expect("POST alerts");
     assert!(resp.status().is_success(), "{}", resp.text().await.unwrap_or_default());
 }
 
 /// A firing vigil notification about one target with these facets (kind, facet severity).
 fn vigil_incident(model: &str, facets: &[(AlertKind, Severity)]) -> Notification {
     let region = "eu-west-1";
-    let t = Target { provider: "openrouter".into(), model: model.into(), route: Some("DeepInfra".into()), region: region.into() };
+    let t = Target {
+        provider: "openrouter".into(),
+        model: model.into(),
+        route: Some("DeepInfra".into()),
+        region: region.into(),
+    };
     let alerts: Vec<Alert> = facets
         .iter()
         .map(|(kind, severity)| {
@@ -412,16 +413,28 @@ async fn the_shipped_config_pages_an_incident_once_with_every_facet_and_renders_
     // vigil's incident: two error facets and a warning one, as the engine groups them.
     let n = vigil_incident(
         model,
-        &[(AlertKind::Errors, Severity::Error), (AlertKind::BreakerOpen, Severity::Error), (AlertKind::AdherenceFailed, Severity::Warning)],
+        &[
+            (AlertKind::Errors, Severity::Error),
+            (AlertKind::BreakerOpen, Severity::Error),
+            (AlertKind::AdherenceFailed, Severity::Warning),
+        ],
     );
     let ch = AlertmanagerNotifier::new(&channel_config(&am.url), Duration::from_secs(5)).expect("channel");
     ch.send(&n, Uuid::new_v4()).await.expect("posted");
     // The Prometheus rules about the same target, as Prometheus posts them in one batch: two
     // duplicate vigil's facets, the drift alert has no vigil twin in this incident.
-    let series = [("provider", "openrouter"), ("model", model), ("route", "DeepInfra"), ("region", "eu-west-1"),
-        ("job", "vigil"), ("instance", "vigil-eu:9470")];
-    let batch: Vec<serde_json::Value> =
-        ["VigilCircuitOpen", "VigilProbeFailures", "VigilProviderDrift"].iter().map(|r| rule_alert(r, &series)).collect();
+    let series = [
+        ("provider", "openrouter"),
+        ("model", model),
+        ("route", "DeepInfra"),
+        ("region", "eu-west-1"),
+        ("job", "vigil"),
+        ("instance", "vigil-eu:9470"),
+    ];
+    let batch: Vec<serde_json::Value> = ["VigilCircuitOpen", "VigilProbeFailures", "VigilProviderDrift"]
+        .iter()
+        .map(|r| rule_alert(r, &series))
+        .collect();
     post_alerts(&am.url, &batch).await;
 
     let incident = format!("vigil:openrouter:{model}:DeepInfra");
@@ -439,7 +452,10 @@ async fn the_shipped_config_pages_an_incident_once_with_every_facet_and_renders_
     assert_eq!(event["routing_key"], "key-eu", "{event}");
     assert_eq!(event["payload"]["severity"], "error", "{event}");
     let summary = event["payload"]["summary"].as_str().expect("summary");
-    assert!(summary.starts_with("[FIRING:3]") && summary.contains(&n.subject) && summary.ends_with("(eu-west-1)"), "{summary}");
+    assert!(
+        summary.starts_with("[FIRING:3]") && summary.contains(&n.subject) && summary.ends_with("(eu-west-1)"),
+        "{summary}"
+    );
     assert_eq!(event["payload"]["custom_details"]["incident"], incident.as_str(), "{event}");
     let details = event["payload"]["custom_details"]["alerts"].as_str().expect("alerts detail");
     for (kind, severity) in [("errors", "error"), ("breaker_open", "error"), ("adherence_failed", "warning")] {
@@ -502,7 +518,8 @@ fn vigil_inhibitions() -> BTreeSet<(String, String)> {
 async fn every_rule_that_duplicates_a_vigil_facet_is_inhibited_by_it_and_only_for_its_target() {
     // The table below is the config's: a pair added to one must be added to the other.
     let table: BTreeSet<(String, String)> = DUPLICATES.iter().map(|(k, r)| (k.alertname(), r.to_string())).collect();
-    let configured: BTreeSet<_> = vigil_inhibitions().into_iter().filter(|(s, _)| s != "vigil_region_unhealthy").collect();
+    let configured: BTreeSet<_> =
+        vigil_inhibitions().into_iter().filter(|(s, _)| s != "vigil_region_unhealthy").collect();
     assert_eq!(configured, table, "inhibit rules with a vigil source in {SHIPPED}");
     let hooks = Receiver::start(Reply::new(200, "ok")).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -523,18 +540,40 @@ async fn every_rule_that_duplicates_a_vigil_facet_is_inhibited_by_it_and_only_fo
             }
         }
         ch.send(&n, Uuid::new_v4()).await.expect("vigil's facet posted");
-        let twin = [("provider", provider.as_str()), ("model", model.as_str()), ("route", "DeepInfra"), ("region", "eu-west-1")];
-        let elsewhere = [("provider", provider.as_str()), ("model", model.as_str()), ("route", "Together"), ("region", "eu-west-1")];
-        let other_region = [("provider", provider.as_str()), ("model", model.as_str()), ("route", "DeepInfra"), ("region", "us-east-1")];
+        let twin = [
+            ("provider", provider.as_str()),
+            ("model", model.as_str()),
+            ("route", "DeepInfra"),
+            ("region", "eu-west-1"),
+        ];
+        let elsewhere = [
+            ("provider", provider.as_str()),
+            ("model", model.as_str()),
+            ("route", "Together"),
+            ("region", "eu-west-1"),
+        ];
+        let other_region = [
+            ("provider", provider.as_str()),
+            ("model", model.as_str()),
+            ("route", "DeepInfra"),
+            ("region", "us-east-1"),
+        ];
         let provider_only = [("provider", provider.as_str()), ("region", "eu-west-1")];
         let credit = *kind == AlertKind::CreditLow;
         post_alerts(&am.url, &[rule_alert(rule, if credit { &provider_only[..] } else { &twin[..] })]).await;
-        expected.push((provider.clone(), rule.to_string(), if credit { None } else { Some("DeepInfra") }, "eu-west-1", true));
+        expected.push((
+            provider.clone(),
+            rule.to_string(),
+            if credit { None } else { Some("DeepInfra") },
+            "eu-west-1",
+            true,
+        ));
         if !credit {
             post_alerts(&am.url, &[rule_alert(rule, &elsewhere)]).await;
             expected.push((provider.clone(), rule.to_string(), Some("Together"), "eu-west-1", false));
         }
-        let foreign = if credit { vec![("provider", provider.as_str()), ("region", "us-east-1")] } else { other_region.to_vec() };
+        let foreign =
+            if credit { vec![("provider", provider.as_str()), ("region", "us-east-1")] } else { other_region.to_vec() };
         post_alerts(&am.url, &[rule_alert(rule, &foreign)]).await;
         expected.push((provider, rule.to_string(), if credit { None } else { Some("DeepInfra") }, "us-east-1", false));
     }
@@ -544,13 +583,18 @@ async fn every_rule_that_duplicates_a_vigil_facet_is_inhibited_by_it_and_only_fo
             .iter()
             .find(|a| {
                 let l = &a["labels"];
-                l["alertname"] == rule.as_str() && l["provider"] == provider.as_str() && l["region"] == region
+                l["alertname"] == rule.as_str()
+                    && l["provider"] == provider.as_str()
+                    && l["region"] == region
                     && l["route"].as_str() == route
             })
             .unwrap_or_else(|| panic!("{rule} {provider} {route:?} {region} not in Alertmanager: {got:?}"));
         let by = a["status"]["inhibitedBy"].as_array().map_or(0, Vec::len);
         if inhibited {
-            assert_eq!(a["status"]["state"], "suppressed", "{rule} for {provider} must be inhibited by vigil's facet: {a}");
+            assert_eq!(
+                a["status"]["state"], "suppressed",
+                "{rule} for {provider} must be inhibited by vigil's facet: {a}"
+            );
             assert_eq!(by, 1, "{a}");
         } else {
             assert_eq!(a["status"]["state"], "active", "{rule} {provider} {route:?} {region}: no vigil twin: {a}");

@@ -435,8 +435,9 @@ fn every_recording_rule_keeps_to_the_contract_and_is_unit_tested() {
         .collect();
     for name in &recorded {
         assert!(tested.contains(name.as_str()), "{name} has no promql_expr_test with samples in {RULES_TEST}");
-        let read = alert_rules().iter().any(|r| str_at(r, &["expr"]).is_some_and(|e| promql_refs(e).metrics.contains(name)))
-            || dashboard_exprs().iter().any(|(_, _, e)| promql_refs(e).metrics.contains(name));
+        let read =
+            alert_rules().iter().any(|r| str_at(r, &["expr"]).is_some_and(|e| promql_refs(e).metrics.contains(name)))
+                || dashboard_exprs().iter().any(|(_, _, e)| promql_refs(e).metrics.contains(name));
         assert!(read, "{name} is recorded but no rule or dashboard reads it");
     }
 }
@@ -1178,7 +1179,15 @@ fn k8s_overlays_render_with_kustomize() {
             .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
             .collect();
         let of = |kind: &str| docs.iter().find(|d| str_at(d, &["kind"]) == Some(kind)).expect(kind).clone();
-        let (deploy, cm) = (of("Deployment"), of("ConfigMap"));
+        let deploy = of("Deployment");
+        let cm = docs
+            .iter()
+            .find(|d| {
+                str_at(d, &["kind"]) == Some("ConfigMap")
+                    && str_at(d, &["metadata", "name"]).is_some_and(|n| n.starts_with("vigil-config"))
+            })
+            .expect("the vigil-config ConfigMap")
+            .clone();
         assert_eq!(str_at(&deploy, &["metadata", "namespace"]), Some("vigil"));
         assert_eq!(str_at(&deploy, &["metadata", "labels", "region"]), Some(region));
         let c = container(&deploy);
@@ -1195,8 +1204,8 @@ fn k8s_overlays_render_with_kustomize() {
         );
         assert_eq!(
             docs.len(),
-            7,
-            "{region}: Namespace, ServiceAccount, ConfigMap, Service, Deployment, PDB, NetworkPolicy"
+            8,
+            "{region}: Namespace, ServiceAccount, ConfigMaps vigil-config and vigil-runbook, Service, Deployment, PDB, NetworkPolicy"
         );
         assert!(
             !docs.iter().any(|d| str_at(d, &["apiVersion"]).is_some_and(|a| a.starts_with("monitoring.coreos.com/"))),
@@ -1832,7 +1841,9 @@ fn the_runbook_page_is_set_in_one_place_for_helm_and_kustomize() {
     let page = "https://wiki.example.com/vigil/ops.html";
     let check_rules = |what: &str, rule: &Value| {
         let mut n = 0;
-        for r in rule["spec"]["groups"].as_sequence().into_iter().flatten().flat_map(|g| g["rules"].as_sequence()).flatten() {
+        for r in
+            rule["spec"]["groups"].as_sequence().into_iter().flatten().flat_map(|g| g["rules"].as_sequence()).flatten()
+        {
             if let Some(url) = str_at(r, &["annotations", "runbook_url"]) {
                 let name = str_at(r, &["alert"]).expect("alert");
                 assert_eq!(url, format!("{page}#{}", name.to_lowercase()), "{what}: {name}");
@@ -1842,13 +1853,18 @@ fn the_runbook_page_is_set_in_one_place_for_helm_and_kustomize() {
         assert_eq!(n, alert_rules().len(), "{what}: every alert links the page");
     };
     if let Some(helm) = helm() {
-        let values = serde_json::json!({"region": "eu-west-1", "prometheusRule": {"enabled": true}, "runbookUrl": page});
+        let values =
+            serde_json::json!({"region": "eu-west-1", "prometheusRule": {"enabled": true}, "runbookUrl": page});
         let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
         check_rules("helm", one(&docs, "PrometheusRule"));
         let toml = str_at(one(&docs, "ConfigMap"), &["data", "vigil.toml"]).expect("vigil.toml");
         assert!(!toml.contains(vigil::config::DEFAULT_RUNBOOK_URL), "{toml}");
-        let vars: BTreeMap<String, String> = [("VIGIL_REGION", "eu-west-1"), ("OPENROUTER_API_KEY", "sk-or-test-x"),
-            ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/X"), ("PAGERDUTY_ROUTING_KEY", "test-key")]
+        let vars: BTreeMap<String, String> = [
+            ("VIGIL_REGION", "eu-west-1"),
+            ("OPENROUTER_API_KEY", "sk-or-test-x"),
+            ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/X"),
+            ("PAGERDUTY_ROUTING_KEY", "test-key"),
+        ]
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .into();
         let config = vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("{e}"));
@@ -1865,7 +1881,9 @@ fn the_runbook_page_is_set_in_one_place_for_helm_and_kustomize() {
     overlay_with_components(dir.path());
     let path = dir.path().join("kustomization.yaml");
     let mut k = std::fs::read_to_string(&path).expect("kustomization");
-    k.push_str(&format!("configMapGenerator:\n  - name: vigil-runbook\n    behavior: replace\n    literals: [url={page}]\n"));
+    k.push_str(&format!(
+        "configMapGenerator:\n  - name: vigil-runbook\n    behavior: replace\n    literals: [url={page}]\n"
+    ));
     std::fs::write(&path, k).expect("write kustomization");
     let out = run(&kubectl, &["kustomize", "."], dir.path());
     assert_success("kubectl kustomize (runbook page replaced)", &out);
@@ -1877,7 +1895,10 @@ fn the_runbook_page_is_set_in_one_place_for_helm_and_kustomize() {
         .expect("the vigil-runbook ConfigMap");
     assert_eq!(str_at(runbook, &["data", "url"]), Some(page));
     let env = container(one(&docs, "Deployment"))["env"].as_sequence().expect("env").clone();
-    let var = env.iter().find(|e| str_at(e, &["name"]) == Some("VIGIL_ALERTS_RUNBOOK_URL")).expect("VIGIL_ALERTS_RUNBOOK_URL");
+    let var = env
+        .iter()
+        .find(|e| str_at(e, &["name"]) == Some("VIGIL_ALERTS_RUNBOOK_URL"))
+        .expect("VIGIL_ALERTS_RUNBOOK_URL");
     assert_eq!(
         str_at(var, &["valueFrom", "configMapKeyRef", "name"]),
         str_at(runbook, &["metadata", "name"]),

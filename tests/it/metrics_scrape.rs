@@ -172,7 +172,9 @@ fn standard_scrape_at_1000_targets_has_what_the_dashboards_show() {
     let (total, _) = check_per_target(&text, 17);
     assert!(total <= 17 * TARGETS, "{total} series over {TARGETS} targets");
     assert!(text.len() <= 1_600_000, "one scrape is {} bytes", text.len());
-    for present in ["phase=\"dns\"", "phase=\"tls\"", "vigil_probe_tokens_per_second{", "vigil_probe_last_status{", "q=\"0.5\""] {
+    for present in
+        ["phase=\"dns\"", "phase=\"tls\"", "vigil_probe_tokens_per_second{", "vigil_probe_last_status{", "q=\"0.5\""]
+    {
         assert!(text.contains(present), "{present} missing");
     }
     for absent in ["vigil_probe_ttft_seconds_bucket", "q=\"0.99\"", "vigil_probes_skipped_total"] {
@@ -247,9 +249,12 @@ async fn live_scrape(detail: &str) -> String {
     .expect("TLS stand-in");
     let dir = tempfile::tempdir().expect("tempdir");
     let price = toml::Value::Table(
-        [("input_per_mtok".to_string(), toml::Value::from(1.0)), ("output_per_mtok".to_string(), toml::Value::from(1.0))]
-            .into_iter()
-            .collect(),
+        [
+            ("input_per_mtok".to_string(), toml::Value::from(1.0)),
+            ("output_per_mtok".to_string(), toml::Value::from(1.0)),
+        ]
+        .into_iter()
+        .collect(),
     );
     let config = DaemonConfig::sqlite(dir.path())
         .region("eu-west-1")
@@ -278,7 +283,10 @@ async fn live_scrape(detail: &str) -> String {
                             && l.contains("outcome=\"ok\"")
                             && l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 2)
                     })
-                    && text.lines().any(|l| l.starts_with("vigil_baseline_seconds{metric=\"ttfb\"") && l.contains(&format!("provider=\"{t}\"")))
+                    && text.lines().any(|l| {
+                        l.starts_with("vigil_baseline_seconds{metric=\"ttfb\"")
+                            && l.contains(&format!("provider=\"{t}\""))
+                    })
             })
             && of("llm", "vigil_probe_cost_usd_total{")
             && text.lines().any(|l| l.starts_with("vigil_baseline_seconds{metric=\"ttft\""))
