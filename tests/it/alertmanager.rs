@@ -601,3 +601,40 @@ async fn every_rule_that_duplicates_a_vigil_facet_is_inhibited_by_it_and_only_fo
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_that_grows_louder_moves_every_facet_to_its_new_severity_and_ends_the_old_ones() {
+    let Some(am) = start().await else { return };
+    let ch = AlertmanagerNotifier::new(&channel_config(&am.url), Duration::from_secs(5)).expect("channel");
+    let model = "meta-llama/llama-3-70b-instruct";
+    ch.send(&vigil_incident(model, &[(AlertKind::LatencyDegraded, Severity::Warning)]), Uuid::new_v4())
+        .await
+        .expect("first page");
+    let mut update =
+        vigil_incident(model, &[(AlertKind::Errors, Severity::Error), (AlertKind::LatencyDegraded, Severity::Warning)]);
+    update.update = true;
+    ch.send(&update, Uuid::new_v4()).await.expect("update");
+    let active = |all: &Vec<serde_json::Value>| -> Vec<(String, String, String)> {
+        let mut v: Vec<_> = all
+            .iter()
+            .filter(|a| a["status"]["state"] == "active")
+            .map(|a| {
+                let l = &a["labels"];
+                let s = |k: &str| l[k].as_str().unwrap_or("").to_string();
+                (s("alertname"), s("severity"), s("facet_severity"))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = vec![
+        ("vigil_errors".to_string(), "error".to_string(), "error".to_string()),
+        ("vigil_latency_degraded".to_string(), "error".to_string(), "warning".to_string()),
+    ];
+    let got = settle(Duration::from_secs(3), || alerts(&am.url), |all| active(all) == want).await;
+    assert_eq!(
+        active(&got),
+        want,
+        "the warning-labelled post is ended, both facets carry the incident's error: {got:?}"
+    );
+}
