@@ -259,7 +259,7 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize) -> String {
     let mut c = format!(
         "region = \"bench\"\n\n[storage]\nurl = \"sqlite://{db}\"\ndata_dir = \"{data}\"\n\n\
-         [http]\nlisten = \"127.0.0.1:{http_port}\"\n\n[probe]\ninterval = \"60s\"\ntimeout = \"30s\"\n\
+         [http]\nlisten = \"127.0.0.1:{http_port}\"\n\n[metrics]\ndetail = \"compact\"\n\n[probe]\ninterval = \"60s\"\ntimeout = \"30s\"\n\
          ttft_timeout = \"20s\"\nconcurrency = {n}\n\n",
         db = dir.join("vigil.db").display(),
         data = dir.join("data").display(),

@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use url::Url;
 
+/// Where the runbooks live unless `alerts.runbook_url` says otherwise: docs/OPERATIONS.md of the
+/// project's repository. The Prometheus rules (deploy/prometheus/rules.yml) carry the same URL,
+/// so the Helm value `runbookUrl` and the kustomize `vigil-runbook` ConfigMap replace both.
+pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/example/vigil/blob/main/docs/OPERATIONS.md";
+
 /// `[alerts]`.
 #[derive(Debug, Clone)]
 pub struct AlertsConfig {
@@ -35,6 +40,8 @@ pub struct AlertsConfig {
     pub delivery_deadline: Duration,
     /// Link put in messages (status page).
     pub status_url: Option<String>,
+    /// The runbook page (absolute, no `#`): each Alertmanager alert links `<runbook_url>#vigil_<kind>`.
+    pub runbook_url: String,
     /// Slack incoming webhooks.
     pub slack: Vec<SlackConfig>,
     /// SMTP recipients.
@@ -115,6 +122,8 @@ pub struct AlertmanagerConfig {
     pub repost_every: Duration,
     /// `endsAt` of a firing post lies this far ahead: if vigil stops posting, Alertmanager resolves then.
     pub ends_after: Duration,
+    /// `alerts.runbook_url`: the alerts' `runbook_url` annotation is this plus `#vigil_<kind>`.
+    pub runbook_url: String,
 }
 
 /// `[alerts]` as written.
@@ -132,6 +141,7 @@ pub(super) struct RawAlerts {
     flap_low: f64,
     delivery_deadline: String,
     status_url: String,
+    runbook_url: String,
     #[serde(skip_serializing)]
     slack: Vec<RawSlack>,
     #[serde(skip_serializing)]
@@ -164,6 +174,7 @@ impl Default for RawAlerts {
             flap_low: 0.2,
             delivery_deadline: "24h".into(),
             status_url: String::new(),
+            runbook_url: DEFAULT_RUNBOOK_URL.into(),
             slack: vec![],
             email: vec![],
             pagerduty: vec![],
@@ -244,7 +255,8 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
     let email = email(std::mem::take(&mut raw.email), env)?;
     let pagerduty = pagerduty(std::mem::take(&mut raw.pagerduty), env)?;
     let webhook = webhook(std::mem::take(&mut raw.webhook), env)?;
-    let alertmanager = alertmanager(std::mem::take(&mut raw.alertmanager), env)?;
+    let runbook_url = runbook_url(&raw.runbook_url)?;
+    let alertmanager = alertmanager(std::mem::take(&mut raw.alertmanager), env, &runbook_url)?;
     let maintenance = maintenance(std::mem::take(&mut raw.maintenance))?;
     check_rules(&raw)?;
     Ok(AlertsConfig {
@@ -259,6 +271,7 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
         flap_low: raw.flap_low,
         delivery_deadline: duration_in("alerts.delivery_deadline", &raw.delivery_deadline, SECOND, 30 * DAY)?,
         status_url: Some(raw.status_url).filter(|s| !s.is_empty()),
+        runbook_url,
         slack,
         email,
         pagerduty,
@@ -353,8 +366,30 @@ fn webhook(raw: Vec<RawWebhook>, env: &dyn Env) -> Result<Vec<WebhookConfig>, Co
     Ok(webhook)
 }
 
+/// `alerts.runbook_url`: an absolute http(s) URL without a fragment (vigil appends `#<anchor>`),
+/// because Alertmanager, Grafana and PagerDuty show it where a relative path leads nowhere.
+fn runbook_url(raw: &str) -> Result<String, ConfigError> {
+    let raw = raw.trim();
+    let url =
+        Url::parse(raw).map_err(|e| invalid("alerts.runbook_url", format!("{raw:?} is not an absolute URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("alerts.runbook_url", format!("{raw:?} must be an http or https URL")));
+    }
+    if url.fragment().is_some() {
+        return Err(invalid(
+            "alerts.runbook_url",
+            format!("{raw:?} must not carry a #fragment: vigil appends one per kind"),
+        ));
+    }
+    Ok(raw.to_string())
+}
+
 /// `[[alerts.alertmanager]]`: each URL read and parsed; `endsAt` must outlast a re-post.
-fn alertmanager(raw: Vec<RawAlertmanager>, env: &dyn Env) -> Result<Vec<AlertmanagerConfig>, ConfigError> {
+fn alertmanager(
+    raw: Vec<RawAlertmanager>,
+    env: &dyn Env,
+    runbook_url: &str,
+) -> Result<Vec<AlertmanagerConfig>, ConfigError> {
     let mut alertmanager = Vec::new();
     for (i, a) in raw.into_iter().enumerate() {
         let url =
@@ -370,7 +405,13 @@ fn alertmanager(raw: Vec<RawAlertmanager>, env: &dyn Env) -> Result<Vec<Alertman
             return Err(invalid(format!("alerts.alertmanager[{i}].ends_after"), "must be longer than repost_every"));
         }
         let name = channel_name(a.name, "alertmanager", i);
-        alertmanager.push(AlertmanagerConfig { name, url, repost_every, ends_after });
+        alertmanager.push(AlertmanagerConfig {
+            name,
+            url,
+            repost_every,
+            ends_after,
+            runbook_url: runbook_url.to_string(),
+        });
     }
     Ok(alertmanager)
 }
@@ -427,5 +468,18 @@ mod tests {
         let garbled =
             "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
         assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
+    }
+
+    #[test]
+    fn runbook_url_is_absolute_by_default_and_checked() {
+        let c = Config::from_toml("", &env(&[])).expect("valid");
+        assert_eq!(c.alerts.runbook_url, super::DEFAULT_RUNBOOK_URL);
+        let text = "[alerts]\nrunbook_url = \"https://wiki.example.com/vigil/runbook\"\n[[alerts.alertmanager]]\nurl_env = \"AM\"";
+        let c = Config::from_toml(text, &env(&[("AM", "http://127.0.0.1:9093")])).expect("valid");
+        assert_eq!(c.alerts.alertmanager[0].runbook_url, "https://wiki.example.com/vigil/runbook");
+        for bad in ["docs/OPERATIONS.md", "ftp://x.example/r", "https://x.example/r#vigil"] {
+            let e = err(&format!("[alerts]\nrunbook_url = \"{bad}\""), &[]);
+            assert!(e.starts_with("alerts.runbook_url: "), "{e}");
+        }
     }
 }

@@ -35,6 +35,7 @@ mod toml_doc;
 
 pub use self::alerts::{
     AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
+    DEFAULT_RUNBOOK_URL,
 };
 pub use self::baseline::BaselineConfig;
 pub use self::breaker::BreakerConfig;

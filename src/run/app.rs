@@ -219,6 +219,7 @@ impl App {
         }
         let listener = listener_for(&config, opts.listener).await?;
         let metrics = Arc::new(Metrics::with_detail(&config.region, config.metrics.detail)?);
+        metrics.set_thresholds(&config);
         let prober = Prober::new(config.probe.clone(), &opts.extra_roots);
         let targets: Vec<_> = plans.iter().map(|p| p.target.clone()).collect();
         let published = (prober.published_prices(), targets.clone());

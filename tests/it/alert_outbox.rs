@@ -544,6 +544,7 @@ async fn a_hung_channel_never_delays_another_channels_page() {
             url: SecretString::from(hole.clone()),
             repost_every: Duration::from_secs(1),
             ends_after: Duration::from_secs(300),
+            runbook_url: vigil::config::DEFAULT_RUNBOOK_URL.into(),
         };
         Arc::new(AlertmanagerNotifier::new(&cfg, hang).expect("alertmanager"))
     };

@@ -119,6 +119,9 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_probe_last_success_timestamp_seconds".into(), with(&[]));
     m.insert("vigil_circuit_state".into(), with(&[]));
     m.insert("vigil_credit_remaining_usd".into(), instance(&["provider"]));
+    m.insert("vigil_credit_min_usd".into(), instance(&["provider"]));
+    m.insert("vigil_baseline_failover_factor".into(), instance(&[]));
+    m.insert("vigil_alert_latency_factor".into(), instance(&[]));
     m.insert("vigil_alerts_total".into(), with(&["kind", "channel"]));
     m.insert("vigil_alert_delivery_failures_total".into(), with(&["channel"]));
     m.insert("vigil_alerts_abandoned_total".into(), with(&["channel"]));
@@ -341,6 +344,24 @@ fn the_contract_check_rejects_unknown_metrics_and_labels() {
 const RULES: &str = "deploy/prometheus/rules.yml";
 const RULES_TEST: &str = "deploy/prometheus/rules.test.yml";
 
+/// The names deploy/prometheus/rules.yml records: the rules and dashboards may read them too.
+fn recorded_metrics() -> Vec<String> {
+    let doc = yaml(RULES);
+    let groups = doc.get("groups").and_then(Value::as_sequence).expect("rules.yml has groups");
+    groups
+        .iter()
+        .flat_map(|g| g.get("rules").and_then(Value::as_sequence).cloned().unwrap_or_default())
+        .filter_map(|r| str_at(&r, &["record"]).map(str::to_string))
+        .collect()
+}
+
+/// `up` (Prometheus's own) and every recorded name: what an expression may read besides vigil's series.
+fn rule_side_metrics() -> Vec<String> {
+    let mut names = recorded_metrics();
+    names.push("up".to_string());
+    names
+}
+
 fn alert_rules() -> Vec<Value> {
     let doc = yaml(RULES);
     let groups = doc.get("groups").and_then(Value::as_sequence).expect("rules.yml has groups");
@@ -393,16 +414,50 @@ fn every_alert_is_unit_tested_firing_and_not_firing() {
 }
 
 #[test]
+fn every_recording_rule_keeps_to_the_contract_and_is_unit_tested() {
+    let recorded = recorded_metrics();
+    assert!(recorded.len() >= 5, "rules.yml records what the rules and dashboards recompute: {recorded:?}");
+    let doc = yaml(RULES);
+    for rule in doc["groups"].as_sequence().into_iter().flatten().flat_map(|g| g["rules"].as_sequence()).flatten() {
+        let (Some(name), Some(expr)) = (str_at(rule, &["record"]), str_at(rule, &["expr"])) else { continue };
+        assert!(name.matches(':').count() == 2, "{name}: level:metric:operations");
+        let problems = contract_violations(expr, &[]);
+        assert!(problems.is_empty(), "{name}: {problems:?}\n{expr}");
+    }
+    let tests = yaml(RULES_TEST);
+    let tested: BTreeSet<&str> = tests["tests"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["promql_expr_test"].as_sequence().into_iter().flatten())
+        .filter(|t| t["exp_samples"].as_sequence().is_some_and(|s| !s.is_empty()))
+        .filter_map(|t| str_at(t, &["expr"]))
+        .collect();
+    for name in &recorded {
+        assert!(tested.contains(name.as_str()), "{name} has no promql_expr_test with samples in {RULES_TEST}");
+        let read =
+            alert_rules().iter().any(|r| str_at(r, &["expr"]).is_some_and(|e| promql_refs(e).metrics.contains(name)))
+                || dashboard_exprs().iter().any(|(_, _, e)| promql_refs(e).metrics.contains(name));
+        assert!(read, "{name} is recorded but no rule or dashboard reads it");
+    }
+}
+
+#[test]
 fn alert_rules_use_only_exported_metrics_and_carry_severity_and_summary() {
+    let extra = rule_side_metrics();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     for rule in alert_rules() {
         let name = str_at(&rule, &["alert"]).expect("alert name");
         let expr = str_at(&rule, &["expr"]).expect("alert expr");
-        let problems = contract_violations(expr, &["up"]);
+        let problems = contract_violations(expr, &extra);
         assert!(problems.is_empty(), "{name}: {problems:?}\n{expr}");
         let severity = str_at(&rule, &["labels", "severity"]);
         assert!(matches!(severity, Some("warning" | "critical")), "{name}: severity must be warning or critical");
         assert!(str_at(&rule, &["annotations", "summary"]).is_some(), "{name}: no summary annotation");
         assert!(str_at(&rule, &["annotations", "description"]).is_some(), "{name}: no description annotation");
+        // Alertmanager groups by incident (deploy/alertmanager/alertmanager.yml).
+        let incident = str_at(&rule, &["labels", "incident"]).unwrap_or_else(|| panic!("{name}: no incident label"));
+        assert!(incident.starts_with("vigil:"), "{name}: incident {incident:?} is not a vigil incident key");
     }
     let names: BTreeSet<String> =
         alert_rules().iter().filter_map(|r| str_at(r, &["alert"]).map(str::to_string)).collect();
@@ -415,6 +470,7 @@ fn alert_rules_use_only_exported_metrics_and_carry_severity_and_summary() {
         "VigilNotProbing",
         "VigilInstanceDown",
         "VigilAlertDeliveryFailing",
+        "VigilAbsent",
     ] {
         assert!(names.contains(required), "rules.yml lacks {required}");
     }
@@ -520,6 +576,8 @@ fn substitute(expr: &str, vars: &[(&str, &str)]) -> String {
 
 #[test]
 fn every_dashboard_query_uses_only_metrics_and_labels_vigil_exports() {
+    let recorded = recorded_metrics();
+    let recorded: Vec<&str> = recorded.iter().map(String::as_str).collect();
     let exprs = dashboard_exprs();
     assert!(exprs.len() >= 20, "expected the dashboards to hold their panels, found {} queries", exprs.len());
     for (file, title, expr) in exprs {
@@ -528,8 +586,11 @@ fn every_dashboard_query_uses_only_metrics_and_labels_vigil_exports() {
             *c == '$' && expr[i + 1..].chars().next().is_some_and(|n| n.is_ascii_alphabetic() || n == '_' || n == '{')
         });
         assert!(leftover.is_none(), "{file}: panel {title:?} uses an undefined variable: {expr}");
-        let problems = contract_violations(&expr, &[]);
+        let problems = contract_violations(&expr, &recorded);
         assert!(problems.is_empty(), "{file}: panel {title:?}: {problems:?}\n{expr}");
+        // A recorded series is read with a fallback, so the dashboards work without the rules.
+        let reads_recorded = promql_refs(&expr).metrics.iter().any(|m| recorded.contains(&m.as_str()));
+        assert!(!reads_recorded || expr.contains(" or "), "{file}: panel {title:?} needs the rules loaded: {expr}");
     }
 }
 
@@ -1118,7 +1179,15 @@ fn k8s_overlays_render_with_kustomize() {
             .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
             .collect();
         let of = |kind: &str| docs.iter().find(|d| str_at(d, &["kind"]) == Some(kind)).expect(kind).clone();
-        let (deploy, cm) = (of("Deployment"), of("ConfigMap"));
+        let deploy = of("Deployment");
+        let cm = docs
+            .iter()
+            .find(|d| {
+                str_at(d, &["kind"]) == Some("ConfigMap")
+                    && str_at(d, &["metadata", "name"]).is_some_and(|n| n.starts_with("vigil-config"))
+            })
+            .expect("the vigil-config ConfigMap")
+            .clone();
         assert_eq!(str_at(&deploy, &["metadata", "namespace"]), Some("vigil"));
         assert_eq!(str_at(&deploy, &["metadata", "labels", "region"]), Some(region));
         let c = container(&deploy);
@@ -1135,8 +1204,8 @@ fn k8s_overlays_render_with_kustomize() {
         );
         assert_eq!(
             docs.len(),
-            7,
-            "{region}: Namespace, ServiceAccount, ConfigMap, Service, Deployment, PDB, NetworkPolicy"
+            8,
+            "{region}: Namespace, ServiceAccount, ConfigMaps vigil-config and vigil-runbook, Service, Deployment, PDB, NetworkPolicy"
         );
         assert!(
             !docs.iter().any(|d| str_at(d, &["apiVersion"]).is_some_and(|a| a.starts_with("monitoring.coreos.com/"))),
@@ -1735,7 +1804,8 @@ fn every_alert_rule_links_a_runbook_entry_that_exists() {
         let name = str_at(&rule, &["alert"]).expect("alert name");
         let url = str_at(&rule, &["annotations", "runbook_url"]).unwrap_or_else(|| panic!("{name}: no runbook_url"));
         let (doc, anchor) = url.split_once('#').unwrap_or_else(|| panic!("{name}: {url} has no #anchor"));
-        assert!(doc.ends_with("docs/OPERATIONS.md"), "{name}: runbook {url} is not in docs/OPERATIONS.md");
+        // Absolute, and the same page vigil's own alerts link (Helm and kustomize replace it as one).
+        assert_eq!(doc, vigil::config::DEFAULT_RUNBOOK_URL, "{name}: runbook {url} is not the shipped runbook page");
         assert_eq!(anchor, name.to_lowercase(), "{name}: one anchor per alert, named after it");
         assert!(anchors.contains(anchor), "{name}: docs/OPERATIONS.md has no anchor #{anchor}");
         // The entry itself says what to do about this alert.
@@ -1747,6 +1817,93 @@ fn every_alert_rule_links_a_runbook_entry_that_exists() {
             "{name}: its entry does not mention it"
         );
     }
+}
+
+/// vigil's own Alertmanager alerts link `<alerts.runbook_url>#vigil_<kind>`: every kind the code
+/// defines (read from `AlertKind::ALL`, so a new kind cannot be forgotten) has that entry.
+#[test]
+fn every_vigil_alert_kind_has_a_runbook_entry() {
+    let anchors = markdown_anchors("docs/OPERATIONS.md");
+    let ops = read("docs/OPERATIONS.md");
+    for kind in vigil::decide::alert::AlertKind::ALL {
+        let anchor = kind.alertname();
+        assert!(anchors.contains(&anchor), "docs/OPERATIONS.md has no anchor #{anchor} for vigil's {kind} alerts");
+        let at = ops.find(&format!("<a id=\"{anchor}\"></a>")).expect("anchor tag");
+        let entry = &ops[at..ops[at..].find("\n### ").map_or(ops.len(), |e| at + e)];
+        assert!(entry.contains(&format!("`{kind}`")), "{anchor}: its entry does not name `{kind}`");
+    }
+}
+
+/// One value moves every runbook link: Helm's `runbookUrl` and the kustomize `vigil-runbook`
+/// ConfigMap reach the PrometheusRule and vigil's own `alerts.runbook_url`.
+#[test]
+fn the_runbook_page_is_set_in_one_place_for_helm_and_kustomize() {
+    let page = "https://wiki.example.com/vigil/ops.html";
+    let check_rules = |what: &str, rule: &Value| {
+        let mut n = 0;
+        for r in
+            rule["spec"]["groups"].as_sequence().into_iter().flatten().flat_map(|g| g["rules"].as_sequence()).flatten()
+        {
+            if let Some(url) = str_at(r, &["annotations", "runbook_url"]) {
+                let name = str_at(r, &["alert"]).expect("alert");
+                assert_eq!(url, format!("{page}#{}", name.to_lowercase()), "{what}: {name}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, alert_rules().len(), "{what}: every alert links the page");
+    };
+    if let Some(helm) = helm() {
+        let values =
+            serde_json::json!({"region": "eu-west-1", "prometheusRule": {"enabled": true}, "runbookUrl": page});
+        let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+        check_rules("helm", one(&docs, "PrometheusRule"));
+        let toml = str_at(one(&docs, "ConfigMap"), &["data", "vigil.toml"]).expect("vigil.toml");
+        assert!(!toml.contains(vigil::config::DEFAULT_RUNBOOK_URL), "{toml}");
+        let vars: BTreeMap<String, String> = [
+            ("VIGIL_REGION", "eu-west-1"),
+            ("OPENROUTER_API_KEY", "sk-or-test-x"),
+            ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/X"),
+            ("PAGERDUTY_ROUTING_KEY", "test-key"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let config = vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.alerts.runbook_url, page, "helm: vigil's own alerts link the same page");
+        let err = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "runbookUrl": "docs/OPERATIONS.md"}))
+            .expect_err("a relative runbook page is refused");
+        assert!(err.contains("runbookUrl"), "{err}");
+    }
+    let Some(kubectl) = find_in_path("kubectl") else {
+        optional_tier_missing("kubectl is not installed; the kustomize replacement was not rendered");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    overlay_with_components(dir.path());
+    let path = dir.path().join("kustomization.yaml");
+    let mut k = std::fs::read_to_string(&path).expect("kustomization");
+    k.push_str(&format!(
+        "configMapGenerator:\n  - name: vigil-runbook\n    behavior: replace\n    literals: [url={page}]\n"
+    ));
+    std::fs::write(&path, k).expect("write kustomization");
+    let out = run(&kubectl, &["kustomize", "."], dir.path());
+    assert_success("kubectl kustomize (runbook page replaced)", &out);
+    let docs = all_docs(&out.stdout);
+    check_rules("kustomize", one(&docs, "PrometheusRule"));
+    let runbook = kind_of(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| str_at(c, &["metadata", "name"]).is_some_and(|n| n.starts_with("vigil-runbook")))
+        .expect("the vigil-runbook ConfigMap");
+    assert_eq!(str_at(runbook, &["data", "url"]), Some(page));
+    let env = container(one(&docs, "Deployment"))["env"].as_sequence().expect("env").clone();
+    let var = env
+        .iter()
+        .find(|e| str_at(e, &["name"]) == Some("VIGIL_ALERTS_RUNBOOK_URL"))
+        .expect("VIGIL_ALERTS_RUNBOOK_URL");
+    assert_eq!(
+        str_at(var, &["valueFrom", "configMapKeyRef", "name"]),
+        str_at(runbook, &["metadata", "name"]),
+        "vigil reads the same ConfigMap"
+    );
 }
 
 #[test]

@@ -1,12 +1,15 @@
-//! What one scrape costs Prometheus at 1,000 targets: size and series per target of the default
-//! (compact) exposition, of `metrics.detail = "histograms"` and `"full"`, and promtool's verdict.
+//! What one scrape costs Prometheus at 1,000 targets: size and series per target of each
+//! `metrics.detail` (`compact`, the default `standard`, `histograms`, `full`), and promtool's
+//! verdict; and the series counts docs/METRICS.md states, equal to a live daemon's scrape.
 
+use crate::support::daemon::{adherent_stream, spawn_app_with, DaemonConfig, Provider};
 use crate::support::promtool;
 
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeMap;
 use vigil::config::Detail;
 use vigil::io::metrics::Metrics;
+use vigil::run::demo::{Script, StandIn};
 use vigil::vocab::sample::Outcome;
 use vigil::vocab::sample::Sample;
 use vigil::vocab::target::Target;
@@ -164,13 +167,30 @@ fn compact_scrape_at_1000_targets_is_under_1_mb_and_10_series_per_target() {
 }
 
 #[test]
-fn histogram_detail_stays_within_25_series_per_target() {
+fn standard_scrape_at_1000_targets_has_what_the_dashboards_show() {
+    let text = exposition(Detail::Standard);
+    let (total, _) = check_per_target(&text, 17);
+    assert!(total <= 17 * TARGETS, "{total} series over {TARGETS} targets");
+    assert!(text.len() <= 1_600_000, "one scrape is {} bytes", text.len());
+    for present in
+        ["phase=\"dns\"", "phase=\"tls\"", "vigil_probe_tokens_per_second{", "vigil_probe_last_status{", "q=\"0.5\""]
+    {
+        assert!(text.contains(present), "{present} missing");
+    }
+    for absent in ["vigil_probe_ttft_seconds_bucket", "q=\"0.99\"", "vigil_probes_skipped_total"] {
+        assert!(!text.contains(absent), "{absent} is not in the standard exposition");
+    }
+    promtool::check_metrics(&text);
+}
+
+#[test]
+fn histogram_detail_adds_5_bucket_histograms_to_standard() {
     let text = exposition(Detail::Histograms);
-    let (total, _) = check_per_target(&text, 25);
-    assert!(total <= 25 * TARGETS, "{total} series over {TARGETS} targets");
+    let (total, _) = check_per_target(&text, 33);
+    assert!(total <= 33 * TARGETS, "{total} series over {TARGETS} targets");
     assert!(text.contains("vigil_probe_ttft_seconds_bucket{") && text.contains("le=\"0.2\""), "LLM buckets");
     assert!(!text.contains("le=\"0.025\""), "not the full 22 buckets");
-    assert!(!text.contains("phase=\"ttfb\""), "the TTFB is in its histogram");
+    assert!(text.contains("phase=\"ttfb\"") && text.contains("phase=\"dns\""), "every level keeps the one below");
     promtool::check_metrics(&text);
 }
 
@@ -193,4 +213,101 @@ fn full_detail_keeps_every_series_and_passes_promtool() {
     }
     assert!(total > 50 * TARGETS, "full detail is the heavy one: {total} series");
     promtool::check_metrics(&text);
+}
+
+/// The series counts docs/METRICS.md states per `metrics.detail`: (per streaming target, per
+/// plain `http` target), read from its table.
+fn documented_counts() -> BTreeMap<&'static str, (usize, usize)> {
+    let doc = std::fs::read_to_string(format!("{}/docs/METRICS.md", env!("CARGO_MANIFEST_DIR"))).expect("METRICS.md");
+    let mut out = BTreeMap::new();
+    for level in ["compact", "standard", "histograms", "full"] {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{level}`")))
+            .unwrap_or_else(|| panic!("METRICS.md has no table row for `{level}`"));
+        let cells: Vec<usize> = row.split('|').filter_map(|c| c.trim().parse().ok()).collect();
+        assert!(cells.len() >= 2, "the `{level}` row states two counts: {row}");
+        out.insert(level, (cells[0], cells[1]));
+    }
+    out
+}
+
+/// A running daemon with `detail`, probing a streaming and a plain target over TLS on
+/// `localhost` (so every phase happens: DNS, connect, TLS), priced, with baselines from the
+/// first sample: its scrape once every series a healthy target can have exists.
+async fn live_scrape(detail: &str) -> String {
+    let body = adherent_stream();
+    let (standin, cert) = StandIn::start_tls(move |r| {
+        if r.path.ends_with("/chat/completions") {
+            // Events 5 ms apart: the stream outlasts its first token, so tokens/s exists.
+            Script::sse(&body, std::time::Duration::from_millis(5))
+        } else {
+            Script::json(200, b"{\"status\":\"ok\"}")
+        }
+    })
+    .await
+    .expect("TLS stand-in");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let price = toml::Value::Table(
+        [
+            ("input_per_mtok".to_string(), toml::Value::from(1.0)),
+            ("output_per_mtok".to_string(), toml::Value::from(1.0)),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let config = DaemonConfig::sqlite(dir.path())
+        .region("eu-west-1")
+        .key("sk-test-series")
+        .set("metrics.detail", detail)
+        .set("baseline.min_samples_p50", 1)
+        .set("baseline.min_samples_p95", 1)
+        .set("baseline.min_samples_p99", 1)
+        .provider(Provider::openai("llm", &format!("{}/v1", standin.base_url())).set("price", price))
+        .provider(Provider::http("status", &format!("{}/health", standin.base_url())))
+        .build();
+    let options = vigil::run::app::AppOptions { extra_roots: vec![cert], ..Default::default() };
+    let daemon = spawn_app_with(config, options).await;
+    let complete = |text: &String| {
+        let (per, _) = series_per_target(text);
+        let of = |target: &str, needle: &str| {
+            text.lines().any(|l| l.starts_with(needle) && l.contains(&format!("provider=\"{target}\"")))
+        };
+        per.len() == 2
+            && ["llm", "status"].iter().all(|t| {
+                of(t, "vigil_probe_interval_seconds{")
+                    && of(t, "vigil_circuit_state{")
+                    && text.lines().any(|l| {
+                        l.starts_with("vigil_probes_total{")
+                            && l.contains(&format!("provider=\"{t}\""))
+                            && l.contains("outcome=\"ok\"")
+                            && l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 2)
+                    })
+                    && text.lines().any(|l| {
+                        l.starts_with("vigil_baseline_seconds{metric=\"ttfb\"")
+                            && l.contains(&format!("provider=\"{t}\""))
+                    })
+            })
+            && of("llm", "vigil_probe_cost_usd_total{")
+            && text.lines().any(|l| l.starts_with("vigil_baseline_seconds{metric=\"ttft\""))
+    };
+    let text = crate::support::settle(std::time::Duration::from_secs(30), || daemon.scrape(), &complete).await;
+    daemon.stop().await;
+    assert!(complete(&text), "the targets never had every series ({detail}):\n{text}");
+    let failed: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("vigil_probes_total{") && !l.contains("outcome=\"ok\"")).collect();
+    assert!(failed.is_empty(), "a probe failed, the counts would include its outcome: {failed:?}");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_series_counts_are_a_live_daemons() {
+    let documented = documented_counts();
+    for (level, (streaming, plain)) in documented {
+        let text = live_scrape(level).await;
+        let (per, _) = series_per_target(&text);
+        let live = (per.get("llm/m").copied().unwrap_or(0), per.get("status/").copied().unwrap_or(0));
+        assert_eq!(live, (streaming, plain), "`{level}`: docs/METRICS.md says {streaming} per streaming and {plain} per plain target, a live scrape has {live:?}:\n{text}");
+        promtool::check_metrics(&text);
+    }
 }

@@ -120,6 +120,36 @@ impl AlertKind {
     }
 }
 
+impl AlertKind {
+    /// The Alertmanager `alertname` of this kind's alerts (`vigil_errors`); lower-cased, it is
+    /// also the kind's runbook anchor in docs/OPERATIONS.md.
+    pub fn alertname(self) -> String {
+        format!("vigil_{}", self.as_str())
+    }
+
+    /// What the kind means and what it asks of the reader, in one or two sentences: the
+    /// `description` of an Alertmanager alert (the summary says the figures).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            AlertKind::LatencyDegraded => "Probes of this target answer slower than its own baseline: TTFB or TTFT above alerts.latency_factor × its rolling P95 in k of the last n ok probes.",
+            AlertKind::Errors => "Consecutive probes of this target failed (the summary names the outcome); its breaker opens if it goes on.",
+            AlertKind::BreakerOpen => "The target's circuit breaker is open or half-open: routers reading /v1/thresholds skip it until a trial probe succeeds.",
+            AlertKind::BreakerClosed => "The target's circuit breaker closed again.",
+            AlertKind::CreditLow => "The provider account's credit is under balance.min_usd, projected to run out within balance.warn_hours, or a probe got 402: top it up before production traffic gets 402s too.",
+            AlertKind::ModelUnavailable => "The provider says the model is gone or not served (404/410): move to another model or route.",
+            AlertKind::AuthError => "The provider refused the key (401/403): production traffic with the same key fails too; rotate or fix it.",
+            AlertKind::AdherenceFailed => "Replies stopped obeying the probe's system prompt: the model behind the name may have changed; routers rank the target last.",
+            AlertKind::ProbeBudgetExceeded => "Today's probe spend is over probe.daily_budget_usd even with the adaptive plan's longest intervals.",
+            AlertKind::RegionUnhealthy => "Most targets fail at once from this instance: its own network (DNS resolver, egress, NAT, proxy) is the likely cause, not the providers.",
+            AlertKind::Flapping => "The target changes state too often; its changes are not paged until it calms down.",
+            AlertKind::ModelDeprecated => "The provider announced the model's retirement (the summary says the date and the source): plan the move before that date.",
+            AlertKind::ProviderIncident => "The provider's own status page reports an open incident on a component you depend on.",
+            AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
+            AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
+        }
+    }
+}
+
 impl fmt::Display for AlertKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -141,6 +171,9 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// Every severity, loudest first.
+    pub const ALL: [Severity; 4] = [Severity::Critical, Severity::Error, Severity::Warning, Severity::Info];
+
     /// Lower-case name (`critical`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -24,7 +24,7 @@ use targets::{Hist, Series};
 
 /// Per-target labels, in this order everywhere.
 const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
-/// TTFB/TTFT buckets with `metrics.detail = "histograms"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
+/// TTFB/TTFT buckets below `metrics.detail = "full"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
 /// slow 2 s, degraded beyond 5 s). Few on purpose: each bucket is a series per target.
 const LLM_BUCKETS: [f64; 5] = [0.2, 0.5, 1.0, 2.0, 5.0];
 /// Latency buckets with `metrics.detail = "full"`: 25 ms to 30 s.
@@ -36,13 +36,16 @@ const FULL_BUCKETS: [f64; 22] = [
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 /// Phases of `vigil_probe_phase_seconds`, in [`Series::phases`] order.
 const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
-/// Phases exported unless `full` (the last TTFB, TTFT and total, which dashboards and rules use).
+/// Phases exported with `compact` (the last TTFB, TTFT and total, which the rules use); from
+/// `standard` on every phase is.
 const COMPACT_PHASES: [&str; 3] = ["ttfb", "ttft", "total"];
 /// Baseline metrics and quantiles, in [`Series::baseline`] order.
 const BASELINE_METRICS: [&str; 2] = ["ttfb", "ttft"];
 const BASELINE_QUANTILES: [&str; 3] = ["0.5", "0.95", "0.99"];
-/// The baseline quantile exported by default: the one the breaker and the failover line use.
+/// The baseline quantile exported with `compact`: the one the breaker and the failover line use.
 const COMPACT_QUANTILE: &str = "0.95";
+/// The baseline quantile only `full` exports (no dashboard or rule reads it).
+const FULL_QUANTILE: &str = "0.99";
 
 /// The registry, the per-target series, and every other metric.
 pub struct Metrics {
@@ -52,6 +55,7 @@ pub struct Metrics {
     /// Upper bounds of the per-target latency histograms.
     bounds: &'static [f64],
     credit: GaugeVec,
+    thresholds: ThresholdMetrics,
     alerts: IntCounterVec,
     delivery_failures: IntCounterVec,
     abandoned: IntCounterVec,
@@ -80,9 +84,9 @@ fn to_i64(n: u64) -> i64 {
 }
 
 impl Metrics {
-    /// Creates and registers every metric with the default (compact) per-target detail.
+    /// Creates and registers every metric with the default (`standard`) per-target detail.
     pub fn new(region: &str) -> Result<Metrics, prometheus::Error> {
-        Metrics::with_detail(region, Detail::Compact)
+        Metrics::with_detail(region, Detail::default())
     }
 
     /// Creates and registers every metric with the given per-target detail.
@@ -99,13 +103,14 @@ impl Metrics {
         )?;
         let m = Metrics {
             bounds: match detail {
-                Detail::Compact | Detail::Histograms => &LLM_BUCKETS,
+                Detail::Compact | Detail::Standard | Detail::Histograms => &LLM_BUCKETS,
                 Detail::Full => &FULL_BUCKETS,
             },
             credit: GaugeVec::new(
                 Opts::new("vigil_credit_remaining_usd", "Provider credit left, in USD."),
                 &["provider", "region"],
             )?,
+            thresholds: ThresholdMetrics::new()?,
             alerts: IntCounterVec::new(
                 Opts::new("vigil_alerts_total", "Alert notifications delivered."),
                 &["kind", "channel", "region"],
@@ -191,6 +196,7 @@ impl Metrics {
             m.registry.register(c)?;
         }
         m.adaptive.register(&m.registry, region)?;
+        m.thresholds.register(&m.registry)?;
         m.canary.register(&m.registry)?;
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
@@ -222,7 +228,8 @@ impl Metrics {
             self.rejected.with_label_values(&[*field, self.region.as_str()]).inc();
         }
         let full = self.detail == Detail::Full;
-        let histograms = self.detail != Detail::Compact;
+        let histograms = self.detail >= Detail::Histograms;
+        let standard = self.detail >= Detail::Standard;
         let bounds = self.bounds;
         self.with_target(&s.target, |h| {
             let outcome = s.outcome;
@@ -250,14 +257,12 @@ impl Metrics {
             }
             let values = [s.dns_ms, s.connect_ms, s.tls_ms, s.proxy_ms, s.ttfb_ms, s.ttft_ms, s.total_ms];
             for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
-                // With histograms the TTFB is in its histogram; without, its last value stands in.
-                let shown = full || (COMPACT_PHASES.contains(phase) && !(histograms && *phase == "ttfb"));
-                if shown {
+                if standard || COMPACT_PHASES.contains(phase) {
                     // A phase that did not happen this time must not keep showing an old value.
                     *slot = secs(v);
                 }
             }
-            if full {
+            if standard {
                 h.tokens = s.tokens_per_s;
                 h.last_status = Some(f64::from(s.status.unwrap_or(0)));
             }
@@ -298,9 +303,15 @@ impl Metrics {
     }
 
     /// Sets a target's baseline quantile (`metric`: ttfb|ttft; `quantile`: 0.5|0.95|0.99), or
-    /// clears it. By default only the 0.95 quantile is exported.
+    /// clears it: `compact` exports the 0.95 quantile, `standard` and `histograms` also the 0.5,
+    /// `full` every one.
     pub fn set_baseline(&self, t: &Target, metric: &str, quantile: &str, seconds: Option<f64>) {
-        if self.detail != Detail::Full && quantile != COMPACT_QUANTILE {
+        let shown = match self.detail {
+            Detail::Compact => quantile == COMPACT_QUANTILE,
+            Detail::Standard | Detail::Histograms => quantile != FULL_QUANTILE,
+            Detail::Full => true,
+        };
+        if !shown {
             return;
         }
         let (Some(mi), Some(qi)) = (
@@ -325,6 +336,20 @@ impl Metrics {
     /// Sets a provider's remaining credit.
     pub fn set_credit(&self, provider: &str, usd: f64) {
         self.credit.with_label_values(&[provider, &self.region]).set(usd);
+    }
+
+    /// Publishes the thresholds the config sets (`balance.min_usd` of every watched provider,
+    /// `baseline.failover_factor`, `alerts.latency_factor`), so the Prometheus rules and the
+    /// dashboards compare with the deployment's own numbers instead of constants of their own.
+    pub fn set_thresholds(&self, config: &crate::config::Config) {
+        let t = &self.thresholds;
+        let region = self.region.as_str();
+        t.failover_factor.with_label_values(&[region]).set(config.baseline.failover_factor);
+        t.latency_factor.with_label_values(&[region]).set(config.alerts.latency_factor);
+        t.credit_min.reset();
+        for (provider, balance) in config.credit_watch() {
+            t.credit_min.with_label_values(&[provider.name.as_str(), region]).set(balance.min_usd);
+        }
     }
 
     /// Creates the alert, delivery-failure and abandoned counters of every channel at zero, for
@@ -452,6 +477,46 @@ impl Metrics {
     }
 }
 
+/// The configured thresholds the rules in deploy/prometheus/rules.yml read
+/// ([`Metrics::set_thresholds`]).
+struct ThresholdMetrics {
+    credit_min: GaugeVec,
+    failover_factor: GaugeVec,
+    latency_factor: GaugeVec,
+}
+
+impl ThresholdMetrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        Ok(ThresholdMetrics {
+            credit_min: GaugeVec::new(
+                Opts::new("vigil_credit_min_usd", "balance.min_usd: credit_low fires under this balance, in USD."),
+                &["provider", "region"],
+            )?,
+            failover_factor: GaugeVec::new(
+                Opts::new(
+                    "vigil_baseline_failover_factor",
+                    "baseline.failover_factor: a TTFB or TTFT above this times its baseline P95 is over the failover line.",
+                ),
+                &["region"],
+            )?,
+            latency_factor: GaugeVec::new(
+                Opts::new(
+                    "vigil_alert_latency_factor",
+                    "alerts.latency_factor: a probe slower than this times its baseline P95 counts towards latency_degraded.",
+                ),
+                &["region"],
+            )?,
+        })
+    }
+
+    fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.credit_min.clone()))?;
+        registry.register(Box::new(self.failover_factor.clone()))?;
+        registry.register(Box::new(self.latency_factor.clone()))?;
+        Ok(())
+    }
+}
+
 /// Cost-aware adaptive probing (`crate::decide::adaptive`): kept in its own block. Each target's
 /// interval is a per-target series ([`targets`]).
 struct AdaptiveMetrics {
@@ -506,12 +571,36 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(!text.contains(r#"q="0.5""#), "only the P95 by default: {text}");
+        assert!(text.contains(r#"q="0.5""#), "the P50 by default: {text}");
+        let compact = Metrics::with_detail("eu", Detail::Compact).expect("registry");
+        compact.set_baseline(&t, "ttft", "0.5", Some(0.2));
+        compact.set_baseline(&t, "ttft", "0.99", Some(0.9));
+        assert!(!compact.render().contains("vigil_baseline_seconds{"), "compact keeps only the P95");
+        m.set_baseline(&t, "ttft", "0.99", Some(0.9));
+        assert!(!m.render().contains(r#"q="0.99""#), "the P99 needs full");
         m.set_baseline(&t, "ttft", "0.95", None);
+        m.set_baseline(&t, "ttft", "0.5", None);
         assert!(!m.render().contains("vigil_baseline_seconds{"), "a baseline that went away is removed");
         let full = Metrics::with_detail("eu", Detail::Full).expect("registry");
         full.set_baseline(&t, "ttfb", "0.5", Some(0.1));
         assert!(full.render().contains(r#"q="0.5""#), "full detail keeps every quantile");
+    }
+
+    #[test]
+    fn configured_thresholds_are_exported_for_the_rules() {
+        let text = "[[provider]]\nname = \"s\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"m\"]\nbalance = { min_usd = 5.0 }\n[baseline]\nfailover_factor = 3.0\n[alerts]\nlatency_factor = 1.75\n";
+        let env: std::collections::BTreeMap<String, String> = [("K".to_string(), "sk-test-k".to_string())].into();
+        let config = crate::config::Config::from_toml(text, &env).expect("valid");
+        let m = Metrics::new("eu").expect("registry");
+        m.set_thresholds(&config);
+        let text = m.render();
+        for line in [
+            r#"vigil_credit_min_usd{provider="s",region="eu"} 5"#,
+            r#"vigil_baseline_failover_factor{region="eu"} 3"#,
+            r#"vigil_alert_latency_factor{region="eu"} 1.75"#,
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Alertmanager as a channel: each facet of an incident is one Alertmanager alert posted to the
 //! v2 API (`POST /api/v2/alerts`), labelled so one Alertmanager silences, inhibits, groups
 //! (`group_by: [incident]`) and routes vigil's pages together with the Prometheus rules'.
+//! Every facet carries the incident's severity (its loudest facet's, as vigil's PagerDuty
+//! channel sends it) in `severity`, so a route that matches on severity takes the whole incident
+//! and one notification carries all its facets; the facet's own is `facet_severity`.
 //! Firing alerts carry an `endsAt` `ends_after` ahead and are re-posted every `repost_every`
 //! (from the delivery worker's step), so if vigil stops, Alertmanager resolves them on its own;
 //! a resolve posts `endsAt` = now.
@@ -31,6 +34,7 @@ pub struct AlertmanagerNotifier {
     url: SecretString,
     repost_every: Duration,
     ends_after: Duration,
+    runbook_url: String,
     http: reqwest::Client,
     /// Firing incidents (by key) with their last notification and when they were last posted.
     firing: Mutex<BTreeMap<String, (Notification, DateTime<Utc>)>>,
@@ -46,6 +50,7 @@ impl AlertmanagerNotifier {
             url: cfg.url.clone(),
             repost_every: cfg.repost_every,
             ends_after: cfg.ends_after,
+            runbook_url: cfg.runbook_url.clone(),
             http: http_client(&cfg.name, timeout)?,
             firing: Mutex::new(BTreeMap::new()),
         })
@@ -69,8 +74,9 @@ pub fn labels(n: &Notification, a: &Alert) -> Value {
         Scope::Global { .. } => "global",
     };
     json!({
-        "alertname": format!("vigil_{}", a.kind.as_str()),
-        "severity": a.severity.as_str(),
+        "alertname": a.kind.alertname(),
+        "severity": n.severity().as_str(),
+        "facet_severity": a.severity.as_str(),
         "region": n.region,
         "provider": a.provider,
         "model": a.model.clone().unwrap_or_default(),
@@ -83,9 +89,10 @@ pub fn labels(n: &Notification, a: &Alert) -> Value {
 }
 
 /// The v2 API body for a notification: one alert per facet, `endsAt` = `ends_at`
-/// (in the future while firing; now on resolve). Labels never change while an incident is open,
-/// so a re-post updates the same Alertmanager alert.
-pub fn payload(n: &Notification, ends_at: DateTime<Utc>) -> Value {
+/// (in the future while firing; now on resolve). A re-post carries the same labels, so it updates
+/// the same Alertmanager alert; `runbook_url` is the runbook page, each facet linking its kind's
+/// entry (`#vigil_<kind>`).
+pub fn payload(n: &Notification, ends_at: DateTime<Utc>, runbook_url: &str) -> Value {
     let seen = n.seen.map(|s| format!("in {} of {} regions", s.affected, s.regions));
     let alerts: Vec<Value> = n
         .alerts
@@ -98,6 +105,8 @@ pub fn payload(n: &Notification, ends_at: DateTime<Utc>) -> Value {
                     "title": n.title(),
                     "subject": if n.subject.is_empty() { a.subject() } else { n.subject.clone() },
                     "scope": seen.clone().unwrap_or_else(|| a.scope.describe()),
+                    "description": description(a, seen.as_deref()),
+                    "runbook_url": format!("{runbook_url}#{}", a.kind.alertname()),
                 },
                 "startsAt": a.since.to_rfc3339(),
                 "endsAt": ends_at.to_rfc3339(),
@@ -109,6 +118,29 @@ pub fn payload(n: &Notification, ends_at: DateTime<Utc>) -> Value {
         })
         .collect();
     Value::Array(alerts)
+}
+
+/// The `description` annotation: what the kind means, then where and since when.
+fn description(a: &Alert, seen: Option<&str>) -> String {
+    let scope = seen.map_or_else(|| a.scope.describe(), |s| format!("seen {s}"));
+    format!(
+        "{} {} in {}, {scope}, since {}.",
+        a.kind.meaning(),
+        a.subject(),
+        a.region,
+        a.since.format("%Y-%m-%d %H:%M:%SZ")
+    )
+}
+
+/// The alerts of `previous` whose labels are not in `body` (a facet that left the incident, or
+/// every facet when the incident's severity changed), ended `now`, so none lingers until its
+/// old `endsAt` under labels vigil no longer posts.
+fn ended_since(previous: &Notification, body: &Value, now: DateTime<Utc>, runbook_url: &str) -> Vec<Value> {
+    let posted: Vec<&Value> = body.as_array().map(|a| a.iter().map(|v| &v["labels"]).collect()).unwrap_or_default();
+    match payload(previous, now, runbook_url) {
+        Value::Array(old) => old.into_iter().filter(|v| !posted.contains(&&v["labels"])).collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[async_trait]
@@ -126,17 +158,13 @@ impl Notifier for AlertmanagerNotifier {
         } else {
             now
         };
-        let mut body = payload(n, ends_at);
-        // Kinds that left the incident since the last post end now, not at their old endsAt.
+        let mut body = payload(n, ends_at, &self.runbook_url);
+        // Alerts of the last post that this one does not carry end now, not at their old endsAt.
         let previous = self.firing.lock().unwrap_or_else(|e| e.into_inner()).get(&key).map(|(p, _)| p.clone());
-        if let (Some(prev), Some(list)) = (previous, body.as_array_mut()) {
-            let gone: Vec<Alert> =
-                prev.alerts.iter().filter(|a| !n.alerts.iter().any(|b| b.kind == a.kind)).cloned().collect();
-            if !gone.is_empty() {
-                let ended = Notification { alerts: gone, ..prev };
-                if let Value::Array(more) = payload(&ended, now) {
-                    list.extend(more);
-                }
+        if let Some(prev) = previous {
+            let ended = ended_since(&prev, &body, now, &self.runbook_url);
+            if let Some(list) = body.as_array_mut() {
+                list.extend(ended);
             }
         }
         self.post(&body).await?;
@@ -166,7 +194,7 @@ impl Notifier for AlertmanagerNotifier {
         let ends_at = now + chrono::Duration::from_std(self.ends_after).unwrap_or(chrono::Duration::minutes(5));
         let mut body = Vec::new();
         for (_, n) in &due {
-            if let Value::Array(a) = payload(n, ends_at) {
+            if let Value::Array(a) = payload(n, ends_at, &self.runbook_url) {
                 body.extend(a);
             }
         }
