@@ -16,4 +16,4 @@ export VIGIL_CHAOS_SECONDS="$seconds"
 if [ -n "$seed" ]; then
   export VIGIL_CHAOS_SEED="$seed"
 fi
-exec cargo test --test it chaos:: -- --ignored --nocapture --test-threads=1
+exec cargo test --test it chaos:: -- --nocapture --test-threads=1

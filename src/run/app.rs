@@ -299,7 +299,6 @@ impl App {
             credit_providers: alerting.credit_providers(),
         };
         let (link, link_handle) = Link::new(store.clone(), records, Some(plan));
-        let link = link.with_stop_signal(shutdown.clone());
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
         // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
@@ -354,7 +353,7 @@ impl App {
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
             Task::spawn("sample writer", writer.run(store_rx, writer_stop.clone())),
-            Task::spawn("storage link", link.run(link_stop.clone())),
+            Task::spawn("storage link", link.with_stop_signal(shutdown.clone()).run(link_stop.clone())),
             {
                 let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
                 Task::spawn("alert delivery", async move { outbox.run(stop).await })
