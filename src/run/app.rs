@@ -123,7 +123,13 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppEr
 async fn open_store_or_why(config: &Config) -> Result<(Arc<dyn Store>, Option<String>), AppError> {
     let store = store::open(config.storage.url.expose_secret()).await?;
     match store.migrate().await {
-        Ok(()) => Ok((store, None)),
+        Ok(applied) => {
+            if !applied.is_empty() {
+                let versions: Vec<String> = applied.iter().map(|m| m.version.to_string()).collect();
+                tracing::info!(versions = %versions.join(", "), "storage migrations applied");
+            }
+            Ok((store, None))
+        }
         Err(StoreError::Unavailable(e)) => {
             tracing::warn!(error = %e, "storage unreachable at start; probing anyway, samples are spooled until it returns");
             Ok((store, Some(e)))
@@ -202,9 +208,7 @@ impl App {
     pub async fn prepare(mut config: Config, opts: AppOptions) -> Result<Prepared, AppError> {
         let demo = if opts.demo {
             crate::run::demo::use_demo_cadence(&mut config);
-            if crate::run::demo::use_demo_database(&mut config) {
-                tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
-            }
+            crate::run::demo::use_demo_database(&mut config).log(&config);
             let demo =
                 crate::run::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
@@ -324,7 +328,10 @@ impl App {
             adopt: Some(adopt_tx),
             ..http_state(&config, &metrics, &store)
         });
-        let server = serve_http(listener, app, config.probe.concurrency, &shutdown);
+        // The web config's basic auth and headers wrap everything, as in the exporter toolkit.
+        let app = crate::io::http::web::guard(app, config.http.web.as_ref(), config.http.api_token.clone());
+        let tls = config.http.web.as_ref().and_then(|w| w.tls.clone());
+        let server = serve_http(listener, app, config.probe.concurrency, tls, &shutdown);
 
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).
@@ -520,10 +527,11 @@ fn serve_http(
     listener: TcpListener,
     app: axum::Router,
     probe_concurrency: usize,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let limits = crate::io::http::server::ServerLimits::for_probes(probe_concurrency);
-    tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits))
+    tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits, tls))
 }
 
 /// Probes still in flight when the drain budget after `shutdown` is spent are cut short: a gap,

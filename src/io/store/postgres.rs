@@ -14,6 +14,7 @@ use super::sql::Stmt;
 use super::sql::SAMPLE_COLUMNS;
 use super::Prune;
 use super::StoreError;
+use super::{applied_since, Migrated};
 use crate::vocab::sample::Sample;
 use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
@@ -459,7 +460,7 @@ impl Backend for PgStore {
         }
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<Vec<Migrated>, StoreError> {
         let known = newest_version(&MIGRATOR);
         self.check_session().await?;
         let mut conn = self.conn().await?;
@@ -467,6 +468,7 @@ impl Backend for PgStore {
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| self.fail(e))?;
+        let mut before: Vec<i64> = Vec::new();
         if exists {
             let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
                 .fetch_one(&mut *conn)
@@ -475,6 +477,10 @@ impl Backend for PgStore {
             if let Some(found) = found.filter(|f| *f > known) {
                 return Err(StoreError::SchemaAhead { found, known });
             }
+            before = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| self.fail(e))?;
         }
         MIGRATOR.run(&self.pool).await.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(inner) => self.fail(inner),
@@ -488,8 +494,8 @@ impl Backend for PgStore {
         )
         .fetch_one(&mut *conn)
         .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
+        .map_err(|e| self.fail(e))?;
+        Ok(applied_since(&MIGRATOR, &before))
     }
 
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
