@@ -328,10 +328,7 @@ impl App {
             adopt: Some(adopt_tx),
             ..http_state(&config, &metrics, &store)
         });
-        // The web config's basic auth and headers wrap everything, as in the exporter toolkit.
-        let app = crate::io::http::web::guard(app, config.http.web.as_ref(), config.http.api_token.clone());
-        let tls = config.http.web.as_ref().and_then(|w| w.tls.clone());
-        let server = serve_http(listener, app, config.probe.concurrency, tls, &shutdown);
+        let server = serve_http(listener, app, &config, &shutdown);
 
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).
@@ -522,15 +519,18 @@ pub(crate) fn page_settings(config: &Config) -> crate::io::http::status_page::Pa
     }
 }
 
-/// Serves the HTTP API on `listener` until `shutdown`, with limits sized for the probes' sockets.
+/// Serves the HTTP API on `listener` until `shutdown`, with limits sized for the probes' sockets,
+/// behind the web config's TLS, basic auth and headers when one is given (`http.web_config_file`).
 fn serve_http(
     listener: TcpListener,
     app: axum::Router,
-    probe_concurrency: usize,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    config: &Config,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    let limits = crate::io::http::server::ServerLimits::for_probes(probe_concurrency);
+    let web = config.http.web.as_ref();
+    let app = crate::io::http::web::guard(app, web, config.http.api_token.clone());
+    let tls = web.and_then(|w| w.tls.clone());
+    let limits = crate::io::http::server::ServerLimits::for_probes(config.probe.concurrency);
     tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits, tls))
 }
 
