@@ -124,21 +124,20 @@ fn files(path: &[&str]) -> Vec<Entry> {
             _ => Vec::new(),
         };
     }
-    let mut files = vec![
-        ("vigil.toml".to_string(), "the config read when --config is not given (in the working directory)".to_string()),
-        ("vigil.db".to_string(), "the default store (storage.url = sqlite://vigil.db)".to_string()),
-        ("vigil-data/".to_string(), "storage.data_dir: spools, caches of fetched prices and model lists".to_string()),
-    ];
-    if matches!(
-        path,
-        [] | ["run"]
-            | ["probe"]
-            | ["thresholds"]
-            | ["baselines"]
-            | ["report"]
-            | ["alerts", "backtest"]
-            | ["check-config"]
-    ) {
+    let mut files = vec![(
+        "vigil.toml".to_string(),
+        "the config read when --config is not given (in the working directory)".to_string(),
+    )];
+    // Only the commands that open the store touch it and the data directory.
+    let stored = [&["run"][..], &["thresholds"], &["baselines"], &["report"], &["alerts", "backtest"], &["migrate"]];
+    if path.is_empty() || stored.contains(&path) {
+        files.push(("vigil.db".to_string(), "the default store (storage.url = sqlite://vigil.db)".to_string()));
+        files.push((
+            "vigil-data/".to_string(),
+            "storage.data_dir: spools, caches of fetched prices and model lists".to_string(),
+        ));
+    }
+    if matches!(path, [] | ["run"] | ["thresholds"] | ["baselines"] | ["report"] | ["alerts", "backtest"]) {
         files.push((
             "vigil-data/vigil-demo.db".to_string(),
             "the demo's own store (--demo), seeded with a simulated week".to_string(),
