@@ -22,7 +22,11 @@ fn main() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::from_toml("", &BTreeMap::<String, String>::new()).expect("defaults");
         config.storage.data_dir = dir.path().to_path_buf();
-        assert!(vigil::run::demo::use_demo_database(&mut config), "the defaults name no storage URL");
+        assert_eq!(
+            vigil::run::demo::use_demo_database(&mut config),
+            vigil::run::demo::DemoDatabase::Own { ignored: None },
+            "the defaults name no storage URL"
+        );
         let sim = Instant::now();
         let simulated = history::simulate(&config, Utc::now(), history::SEED);
         let simulate_s = sim.elapsed().as_secs_f64();

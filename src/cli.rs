@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod help;
+
 /// vigil: synthetic health probes for LLM API providers.
 #[derive(Debug, Parser)]
 #[command(name = "vigil", version, about)]
@@ -33,6 +35,10 @@ pub enum Command {
         /// Add built-in simulated providers on loopback, so everything works without API keys.
         #[arg(long)]
         demo: bool,
+        /// TLS and basic auth on the listener: a web configuration file in the Prometheus
+        /// exporter toolkit's format (sets `http.web_config_file`).
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<PathBuf>,
     },
     /// Probe every target once now and print the results.
     Probe {
@@ -155,6 +161,9 @@ pub enum Command {
         /// Validate as `run --demo` would: with the simulated providers, which `[[chain]]` may name.
         #[arg(long)]
         demo: bool,
+        /// Validate as `run --web.config.file FILE` would.
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<PathBuf>,
     },
     /// Print a shell completion script (e.g. `vigil completions bash > /etc/bash_completion.d/vigil`).
     Completions {
@@ -162,8 +171,15 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) to stdout (e.g. `vigil man > vigil.1`).
-    Man,
+    /// Print the man page (roff) of vigil or of a subcommand (`vigil man run > vigil-run.1`), or
+    /// write every page into a directory (`vigil man --dir /usr/local/share/man/man1`).
+    Man {
+        /// The subcommand whose page to print (`run`, `alerts backtest`); none: vigil(1).
+        command: Vec<String>,
+        /// Write vigil.1 and one page per subcommand (vigil-run.1, vigil-alerts-backtest.1, …) here.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// `vigil baselines …`.
@@ -203,6 +219,9 @@ pub enum AlertsCommand {
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// From the demo's database (seeded with a simulated week when empty).
+        #[arg(long)]
+        demo: bool,
     },
 }
 
@@ -212,6 +231,57 @@ pub use crate::decide::router_formats::Format;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// The command line as `--help`, the completions and the man pages show it: each subcommand's
+/// environment variables under its options.
+pub fn command() -> clap::Command {
+    help::decorate(<Cli as clap::CommandFactory>::command())
+}
+
+/// `vigil man [COMMAND…] [--dir DIR]`.
+fn man(words: &[String], dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let pages = help::pages(command()).context("rendering the man pages")?;
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("--dir {}", dir.display()))?;
+        for (name, roff) in &pages {
+            let path = dir.join(name);
+            write_atomically(&path, roff).with_context(|| format!("--dir {}", path.display()))?;
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
+    let name = match words {
+        [] => "vigil.1".to_string(),
+        words => format!("vigil-{}.1", words.join("-")),
+    };
+    let Some((_, roff)) = pages.iter().find(|(n, _)| *n == name) else {
+        let known: Vec<String> = pages
+            .iter()
+            .skip(1)
+            .map(|(n, _)| n.trim_start_matches("vigil-").trim_end_matches(".1").to_string())
+            .collect();
+        anyhow::bail!(UsageError(format!("no page for `{}` (pages: {})", words.join(" "), known.join(", "))));
+    };
+    std::io::Write::write_all(&mut std::io::stdout(), roff).context("writing the man page")?;
+    Ok(())
+}
+
+/// An error and its causes on one line, each said once: many errors spell their cause in their
+/// own message already (`http.listen …: Address in use (os error 98)`), and `{:#}` would repeat it.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
 
 /// Exit code for an error that reached the edge: 2 for bad usage or config, 1 otherwise.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
@@ -234,10 +304,17 @@ async fn open_migrated(c: &Config) -> anyhow::Result<Arc<dyn crate::io::store::S
     Ok(store)
 }
 
-/// Writes `bytes` so a reader sees the old file or the new one, never half of either.
+/// Writes `bytes` so a reader sees the old file or the new one, never half of either. The file
+/// gets mode 0666 less the umask, as any file a shell writes would (a router under another user
+/// reads it); the temp file is created with that mode, so it is never wider in between.
 pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".vigil-out-");
+    // open(2) applies the umask to this mode.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut tmp = builder.tempfile_in(dir)?;
     std::io::Write::write_all(&mut tmp, bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -456,7 +533,7 @@ async fn load_reading(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<(Con
     if !demo {
         return Ok((config, None));
     }
-    let _ = crate::run::demo::use_demo_database(&mut config);
+    crate::run::demo::use_demo_database(&mut config).log(&config);
     let running = crate::run::demo::start_demo(crate::run::demo::history::SEED).await.context("--demo")?;
     running.attach(&mut config);
     Ok((config, Some(running)))
@@ -500,17 +577,22 @@ async fn open_reading(c: &Config, demo: bool) -> anyhow::Result<Arc<dyn crate::i
     Ok(store)
 }
 
-/// One line for the whole provider list, instead of one per skipped provider.
+/// One line for the whole provider list, instead of one per skipped provider. Under `--demo`
+/// the simulated providers are named as what they are, each of them, so the line says what
+/// will be probed.
 fn log_providers(config: &Config, demo: bool) {
-    let mut enabled: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
-    if enabled.is_empty() && !demo {
-        enabled.push("none");
-    }
-    if demo {
-        // The declared demo providers validation saw are named once, as the demo.
-        let declared = crate::run::demo::declared_providers();
-        enabled.retain(|n| !declared.iter().any(|p| p.name == *n));
-        enabled.push("demo-* (simulated)");
+    let declared = if demo { crate::run::demo::declared_providers() } else { Vec::new() };
+    let simulated = |name: &str| declared.iter().any(|p| p.name == name);
+    let mut enabled: Vec<String> = config
+        .providers
+        .iter()
+        .map(|p| match simulated(&p.name) {
+            true => format!("{} (simulated)", p.name),
+            false => p.name.clone(),
+        })
+        .collect();
+    if enabled.is_empty() {
+        enabled.push("none".into());
     }
     let skipped: Vec<String> = config.skipped.iter().map(|(name, var)| format!("{name} ({var} unset)")).collect();
     tracing::info!(enabled = %enabled.join(", "), skipped = %skipped.join(", "), "providers");
@@ -519,7 +601,7 @@ fn log_providers(config: &Config, demo: bool) {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { config, demo } => run_daemon(config, demo).await,
+        Command::Run { config, demo, web_config_file } => run_daemon(config, demo, web_config_file).await,
         Command::Probe { config, target, json, demo, no_fail } => {
             let mut c = Config::load_with(config.as_deref(), &ProcessEnv, &demo_declared(demo))?;
             log_providers(&c, demo);
@@ -576,21 +658,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::AlertTest { config, channel } => alert_test(config, channel).await,
-        Command::Alerts { command: AlertsCommand::Backtest { config, window, region, set, json } } => {
-            backtest(config, &window, region, &set, json).await
+        Command::Alerts { command: AlertsCommand::Backtest { config, window, region, set, json, demo } } => {
+            backtest(config, &window, region, &set, json, demo).await
         }
         Command::Migrate { config } => {
             let c = load(config.as_ref())?;
             let store = crate::io::store::open(secrecy::ExposeSecret::expose_secret(&c.storage.url)).await?;
-            store.migrate().await.context("vigil migrate")?;
-            println!(
-                "schema up to date ({})",
-                crate::config::redact_url(secrecy::ExposeSecret::expose_secret(&c.storage.url))
-            );
+            let applied = store.migrate().await.context("vigil migrate")?;
+            let url = crate::config::redact_url(secrecy::ExposeSecret::expose_secret(&c.storage.url));
+            if applied.is_empty() {
+                println!("no migration pending: schema up to date ({url})");
+            } else {
+                println!("applied {} migrations to {url}:", applied.len());
+                for m in &applied {
+                    println!("  {} {}", m.version, m.description);
+                }
+            }
             Ok(())
         }
-        Command::CheckConfig { config, demo } => {
-            let c = Config::load_with(config.as_deref(), &ProcessEnv, &demo_declared(demo))?;
+        Command::CheckConfig { config, demo, web_config_file } => {
+            let env = FlagEnv { web_config_file };
+            let c = Config::load_with(config.as_deref(), &env, &demo_declared(demo))?;
             log_providers(&c, demo);
             let mut notes = price_notes(&c);
             if demo {
@@ -605,27 +693,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut cmd = command();
             clap_complete::generate(shell, &mut cmd, "vigil", &mut std::io::stdout());
             Ok(())
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            let mut out = Vec::new();
-            clap_mangen::Man::new(cmd).render(&mut out).context("rendering the man page")?;
-            std::io::Write::write_all(&mut std::io::stdout(), &out).context("writing the man page")?;
-            Ok(())
-        }
+        Command::Man { command: words, dir } => man(&words, dir.as_deref()),
     }
 }
 
 /// Runs the daemon until SIGTERM or Ctrl-C; SIGHUP and `POST /-/reload` re-read `path` and
 /// apply it when it builds, keeping the running daemon otherwise (`run::daemon`).
-async fn run_daemon(path: Option<PathBuf>, demo: bool) -> anyhow::Result<()> {
+async fn run_daemon(path: Option<PathBuf>, demo: bool, web_config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let file = path.clone().or_else(|| Some(PathBuf::from("vigil.toml")));
+    let env = FlagEnv { web_config_file };
     let settings = crate::run::daemon::Settings {
         load: Box::new(move || {
-            let config = Config::load_with(path.as_deref(), &ProcessEnv, &demo_declared(demo))?;
+            let config = Config::load_with(path.as_deref(), &env, &demo_declared(demo))?;
             log_providers(&config, demo);
             Ok(config)
         }),
@@ -637,6 +720,22 @@ async fn run_daemon(path: Option<PathBuf>, demo: bool) -> anyhow::Result<()> {
         Err(crate::run::daemon::DaemonError::Config(e)) => Err(e.into()),
         Err(crate::run::daemon::DaemonError::App(e)) => Err(anyhow::Error::from(e).context("vigil run")),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The process environment, with the flags that stand for a config key set as that key's
+/// `VIGIL_*` variable (the flag wins over the variable and the file, as an override does).
+struct FlagEnv {
+    /// `--web.config.file` → `VIGIL_HTTP_WEB_CONFIG_FILE`.
+    web_config_file: Option<PathBuf>,
+}
+
+impl crate::config::Env for FlagEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        match (name, &self.web_config_file) {
+            ("VIGIL_HTTP_WEB_CONFIG_FILE", Some(file)) => Some(file.display().to_string()),
+            _ => crate::config::Env::get(&ProcessEnv, name),
+        }
     }
 }
 
@@ -828,15 +927,25 @@ async fn backtest(
     region: Option<String>,
     set: &[String],
     json: bool,
+    demo: bool,
 ) -> anyhow::Result<()> {
-    let c = load(config.as_ref())?;
+    let (c, _running) = load_reading(config.as_ref(), demo).await?;
     let window = crate::config::parse_duration("--window", window)?;
     let mut rules = crate::decide::alert::settings::RuleConfig::from_config(&c);
     for s in set {
         crate::decide::alert::backtest::set(&mut rules, s).map_err(UsageError)?;
     }
     let region = region.unwrap_or_else(|| c.region.clone());
-    let store = open_migrated(&c).await?;
+    // Opening a SQLite file creates it: a store that does not exist has nothing to replay, and
+    // must not be left behind (with its -wal and -shm) where the command was run.
+    let missing = (!demo).then(|| missing_sqlite_file(secrecy::ExposeSecret::expose_secret(&c.storage.url))).flatten();
+    if let Some(missing) = missing {
+        anyhow::bail!(NoData(format!(
+            "{} does not exist: no samples to replay (`vigil run` stores them; `--demo` replays the demo's simulated week)",
+            missing.display()
+        )));
+    }
+    let store = open_reading(&c, demo).await?;
     let started = std::time::Instant::now();
     let report = backtest_from_store(
         store.as_ref(),
@@ -848,6 +957,13 @@ async fn backtest(
         chrono::Utc::now(),
     )
     .await?;
+    if report.samples == 0 {
+        anyhow::bail!(NoData(format!(
+            "no samples of region {region} in the last {} in {}: nothing to replay (`--region all` for every region; `--demo` replays the demo's simulated week)",
+            humantime::format_duration(window),
+            crate::config::redact_url(secrecy::ExposeSecret::expose_secret(&c.storage.url))
+        )));
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -855,6 +971,23 @@ async fn backtest(
     }
     eprintln!("replayed {} samples in {:.2} s", report.samples, started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// A reading command found nothing to read (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoData(pub String);
+
+/// The file of a `sqlite:` URL when it does not exist yet (`None` for PostgreSQL, in-memory
+/// databases and files that exist).
+fn missing_sqlite_file(url: &str) -> Option<PathBuf> {
+    use std::str::FromStr;
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+    let file = options.get_filename();
+    (!file.as_os_str().is_empty() && !file.exists()).then(|| file.to_path_buf())
 }
 
 /// `check-config`'s price lines: each configured model's price and where it comes from.

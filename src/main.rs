@@ -1,6 +1,5 @@
 //! Thin entry point: logging, command line, and the mapping of errors to exit codes.
 
-use clap::Parser;
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
@@ -53,9 +52,13 @@ async fn run() {
         // Colour escapes only for a person at a terminal, never into a file, journald or Docker.
         builder.with_ansi(std::io::stderr().is_terminal()).init();
     }
-    let cli = vigil::cli::Cli::parse();
+    let matches = vigil::cli::command().get_matches();
+    let cli = match <vigil::cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if let Err(e) = vigil::cli::run(cli).await {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", vigil::cli::error_text(&e));
         std::process::exit(vigil::cli::exit_code(&e));
     }
 }

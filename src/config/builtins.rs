@@ -81,6 +81,11 @@ pub(super) const BUILTINS: [Builtin; 7] = [
     },
 ];
 
+/// Each built-in provider's name and the variable its key is read from (`--help`, the man pages).
+pub fn builtin_key_vars() -> impl Iterator<Item = (&'static str, &'static str)> {
+    BUILTINS.iter().map(|b| (b.name, b.key_env))
+}
+
 /// Every built-in provider's name, API host and default model (for the built-in price table).
 pub fn builtin_defaults() -> impl Iterator<Item = (&'static str, String, &'static str)> {
     BUILTINS.iter().map(|b| {

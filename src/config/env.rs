@@ -92,6 +92,15 @@ pub(super) fn apply_overrides(doc: &mut toml::Table, env: &dyn Env) -> Result<()
     override_scalars(doc, &defaults, "VIGIL", env)
 }
 
+/// The variable `storage.url` was taken from, when one was set (`VIGIL_STORAGE_URL` is applied
+/// after `DATABASE_URL`, so it wins).
+pub(super) fn storage_url_var(env: &dyn Env) -> Option<String> {
+    ["VIGIL_STORAGE_URL", "VIGIL_STORAGE_URL_FILE", "DATABASE_URL", "DATABASE_URL_FILE"]
+        .into_iter()
+        .find(|v| env.get(v).is_some())
+        .map(str::to_string)
+}
+
 /// Overrides each scalar of `defaults` found in the environment as `<prefix>_<KEY>`, nested
 /// tables included (`storage.retention.every` → `VIGIL_STORAGE_RETENTION_EVERY`).
 fn override_scalars(

@@ -21,6 +21,8 @@ pub struct HttpConfig {
     pub signing_key: Option<SecretString>,
     /// Name of the variable holding the signing key (`http.signing_key_env`).
     pub signing_key_env: Option<String>,
+    /// TLS and basic auth on the listener (`http.web_config_file`, `run --web.config.file`).
+    pub web: Option<crate::config::web::WebConfig>,
 }
 
 /// `[http]` as written.
@@ -32,6 +34,7 @@ pub(super) struct RawHttp {
     signing_key_env: String,
     api_token_file: String,
     signing_key_file: String,
+    web_config_file: String,
 }
 
 impl Default for RawHttp {
@@ -42,6 +45,7 @@ impl Default for RawHttp {
             signing_key_env: String::new(),
             api_token_file: String::new(),
             signing_key_file: String::new(),
+            web_config_file: String::new(),
         }
     }
 }
@@ -72,5 +76,9 @@ pub(super) fn validate(raw: RawHttp, env: &dyn Env) -> Result<HttpConfig, Config
             }
         },
         signing_key_env: Some(raw.signing_key_env).filter(|v| !v.is_empty()),
+        web: match raw.web_config_file.trim() {
+            "" => None,
+            file => Some(crate::config::web::load(Path::new(file))?),
+        },
     })
 }

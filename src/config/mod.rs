@@ -32,6 +32,7 @@ mod status_pages;
 mod storage;
 pub mod tls;
 mod toml_doc;
+pub mod web;
 
 pub use self::alerts::{
     AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
@@ -39,7 +40,7 @@ pub use self::alerts::{
 };
 pub use self::baseline::BaselineConfig;
 pub use self::breaker::BreakerConfig;
-pub use self::builtins::builtin_defaults;
+pub use self::builtins::{builtin_defaults, builtin_key_vars};
 pub use self::canary::{CanaryConfig, DetectorConfig};
 pub use self::deprecation::DeprecationConfig;
 pub use self::env::{Env, ProcessEnv};
@@ -54,7 +55,8 @@ pub use self::redact::redact_url;
 pub use self::report::{parse_cron, ReportConfig, DEFAULT_WEEKLY};
 pub use self::retention::RetentionConfig;
 pub use self::status_pages::{StatusPageSource, StatusPagesConfig};
-pub use self::storage::StorageConfig;
+pub use self::storage::{StorageConfig, UrlFrom};
+pub use self::web::WebConfig;
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -70,6 +72,18 @@ pub enum ConfigError {
         path: String,
         /// Underlying I/O error.
         source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("{file}:{line}:{column}: {message}")]
+    Syntax {
+        /// File that failed (`config` for a document that is not a file).
+        file: String,
+        /// Line of the fault, from 1.
+        line: usize,
+        /// Column of the fault (in characters), from 1.
+        column: usize,
+        /// What the TOML parser says.
+        message: String,
     },
     /// A key is missing, unknown, of the wrong type or has a bad value.
     #[error("{key}: {message}")]
@@ -181,16 +195,19 @@ impl Config {
     /// ones before anything that names providers is checked, so `[[chain]]` members and
     /// maintenance windows may name them; a configured provider of the same name is an error.
     pub fn load_with(path: Option<&Path>, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
-        let text = match path {
-            Some(p) => std::fs::read_to_string(p)
-                .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
+        let (text, file) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
+                p.display().to_string(),
+            ),
             None => match std::fs::read_to_string("vigil.toml") {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Ok(t) => (t, "vigil.toml".to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), "vigil.toml".to_string()),
                 Err(source) => return Err(ConfigError::Read { path: "vigil.toml".into(), source }),
             },
         };
-        Config::from_toml_with(&text, env, added)
+        Config::from_file_text(&text, &file, env, added)
     }
 
     /// Parses and validates a TOML document with environment overrides applied.
@@ -200,10 +217,17 @@ impl Config {
 
     /// [`from_toml`](Self::from_toml) with `added` providers, as [`load_with`](Self::load_with).
     pub fn from_toml_with(text: &str, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
+        Config::from_file_text(text, "config", env, added)
+    }
+
+    /// [`from_toml_with`](Self::from_toml_with) of the text of `file`, which a syntax error names
+    /// with its line and column (as editors and compilers do), not a byte offset.
+    fn from_file_text(text: &str, file: &str, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
-            invalid("config", format!("{}{span}", e.message()))
+            let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
+            ConfigError::Syntax { file: file.to_string(), line, column, message: e.message().trim().to_string() }
         })?;
+        let url_in_file = doc.get("storage").and_then(|s| s.get("url")).is_some();
         env::apply_overrides(&mut doc, env)?;
         let source = doc.clone();
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
@@ -212,6 +236,10 @@ impl Config {
         })?;
         let mut config = validate(raw, env, added)?;
         config.source = source;
+        config.storage.url_from = match url_in_file {
+            true => UrlFrom::File,
+            false => env::storage_url_var(env).map_or(UrlFrom::Default, UrlFrom::Env),
+        };
         Ok(config)
     }
 }
@@ -261,6 +289,18 @@ fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<C
     })
 }
 
+/// Line and column (both from 1, the column in characters) of byte `at` of `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 /// `region`: a short printable label.
 fn validate_region(region: &str) -> Result<(), ConfigError> {
     if region.trim().is_empty() {
@@ -303,6 +343,20 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use crate::config::test_util::err;
+
+    #[test]
+    fn a_syntax_error_names_file_line_and_column() {
+        let text = "region = \"eu\"\n[probe]\ninterval = 5s\n";
+        let e = super::Config::from_file_text(text, "/etc/vigil/vigil.toml", &super::test_util::env(&[]), &[])
+            .expect_err("not TOML");
+        let shown = e.to_string();
+        assert!(shown.starts_with("/etc/vigil/vigil.toml:3:12: "), "{shown}");
+        assert!(!shown.contains("byte"), "{shown}");
+        assert_eq!(super::line_column("ab\ncdé\nx", 8), (3, 1));
+        assert_eq!(super::line_column("ab\ncdé\nx", 7), (2, 4));
+        assert_eq!(super::line_column("ab\ncdé\nx", 6), (2, 3), "inside a character: its start");
+        assert_eq!(super::line_column("", 0), (1, 1));
+    }
 
     #[test]
     fn errors_name_the_key_path() {

@@ -28,6 +28,19 @@ pub struct StorageConfig {
     pub batch_age: Duration,
     /// `[storage.retention]`: how long everything but raw samples is kept.
     pub retention: RetentionConfig,
+    /// Where `url` came from: `--demo` keeps only a URL its own config file gives.
+    pub url_from: UrlFrom,
+}
+
+/// Where `storage.url` came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlFrom {
+    /// Nobody gave one: the built-in `sqlite://vigil.db`.
+    Default,
+    /// The config file's `[storage] url` (an environment variable may still override its value).
+    File,
+    /// Only an environment variable (named here: `DATABASE_URL`, `VIGIL_STORAGE_URL`, or a `_FILE` twin).
+    Env(String),
 }
 
 /// `[storage]` as written.
@@ -76,5 +89,6 @@ pub(super) fn validate(raw: &RawStorage, baseline: &RawBaseline) -> Result<Stora
         batch_size: size_in("storage.batch_size", raw.batch_size, 1, 100_000)?,
         batch_age: duration_in("storage.batch_age", &raw.batch_age, Duration::from_millis(1), MINUTE)?,
         retention: crate::config::retention::validate(&raw.retention, crate::config::baseline::window(baseline)?)?,
+        url_from: UrlFrom::Default,
     })
 }

@@ -123,7 +123,13 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, bool), AppEr
 async fn open_store_or_why(config: &Config) -> Result<(Arc<dyn Store>, Option<String>), AppError> {
     let store = store::open(config.storage.url.expose_secret()).await?;
     match store.migrate().await {
-        Ok(()) => Ok((store, None)),
+        Ok(applied) => {
+            if !applied.is_empty() {
+                let versions: Vec<String> = applied.iter().map(|m| m.version.to_string()).collect();
+                tracing::info!(versions = %versions.join(", "), "storage migrations applied");
+            }
+            Ok((store, None))
+        }
         Err(StoreError::Unavailable(e)) => {
             tracing::warn!(error = %e, "storage unreachable at start; probing anyway, samples are spooled until it returns");
             Ok((store, Some(e)))
@@ -202,9 +208,7 @@ impl App {
     pub async fn prepare(mut config: Config, opts: AppOptions) -> Result<Prepared, AppError> {
         let demo = if opts.demo {
             crate::run::demo::use_demo_cadence(&mut config);
-            if crate::run::demo::use_demo_database(&mut config) {
-                tracing::info!(url = %crate::config::redact_url(config.storage.url.expose_secret()), "demo: own database");
-            }
+            crate::run::demo::use_demo_database(&mut config).log(&config);
             let demo =
                 crate::run::demo::start_demo_at(rand::random(), opts.demo_elapsed).await.map_err(AppError::Demo)?;
             tracing::info!(addr = %demo.standin.addr(), providers = demo.providers.len(), "demo providers on loopback");
@@ -325,7 +329,7 @@ impl App {
             adopt: Some(adopt_tx),
             ..http_state(&config, &metrics, &store)
         });
-        let server = serve_http(listener, app, config.probe.concurrency, &shutdown);
+        let server = serve_http(listener, app, &config, &shutdown);
 
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).
@@ -516,15 +520,19 @@ pub(crate) fn page_settings(config: &Config) -> crate::io::http::status_page::Pa
     }
 }
 
-/// Serves the HTTP API on `listener` until `shutdown`, with limits sized for the probes' sockets.
+/// Serves the HTTP API on `listener` until `shutdown`, with limits sized for the probes' sockets,
+/// behind the web config's TLS, basic auth and headers when one is given (`http.web_config_file`).
 fn serve_http(
     listener: TcpListener,
     app: axum::Router,
-    probe_concurrency: usize,
+    config: &Config,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    let limits = crate::io::http::server::ServerLimits::for_probes(probe_concurrency);
-    tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits))
+    let web = config.http.web.as_ref();
+    let app = crate::io::http::web::guard(app, web, config.http.api_token.clone());
+    let tls = web.and_then(|w| w.tls.clone());
+    let limits = crate::io::http::server::ServerLimits::for_probes(config.probe.concurrency);
+    tokio::spawn(crate::io::http::server::serve(listener, app, shutdown.clone(), limits, tls))
 }
 
 /// Probes still in flight when the drain budget after `shutdown` is spent are cut short: a gap,

@@ -308,6 +308,7 @@ async fn build_next(
     let config = (settings.load)().map_err(|e| match e {
         ConfigError::Invalid { key, message } => (key, message),
         read @ ConfigError::Read { .. } => ("config".to_string(), read.to_string()),
+        syntax @ ConfigError::Syntax { .. } => ("config".to_string(), syntax.to_string()),
     })?;
     let (prepared, held) =
         prepare(settings, config.clone(), Some(&running.listener), reload).await.map_err(|e| e.refusal())?;

@@ -24,7 +24,7 @@ async fn start(limits: ServerLimits) -> (SocketAddr, CancellationToken, tokio::t
     let addr = listener.local_addr().expect("addr");
     let router = Router::new().route("/", get(|| async { "hello" }));
     let stop = CancellationToken::new();
-    let server = tokio::spawn(serve(listener, router, stop.clone(), limits));
+    let server = tokio::spawn(serve(listener, router, stop.clone(), limits, None));
     (addr, stop, server)
 }
 

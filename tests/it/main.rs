@@ -54,4 +54,5 @@ mod store_regions;
 mod store_startup_faults;
 mod store_vanish;
 mod watchman;
+mod web_config;
 mod weekly_report;

@@ -10,6 +10,7 @@ mod status_data;
 mod status_html;
 pub mod status_page;
 pub(crate) mod trend;
+pub mod web;
 
 use crate::decide::snapshot::SharedSnapshot;
 use crate::io::metrics::Metrics;

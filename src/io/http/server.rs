@@ -168,15 +168,17 @@ fn millis_since(epoch: Instant) -> u64 {
     u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Serves `router` on `listener` until `shutdown` fires, then closes idle and half-sent
-/// connections at once, lets in-flight responses finish for up to `limits.shutdown_grace`, and
-/// returns.
+/// Serves `router` on `listener` (over TLS with `tls`: the web config's `tls_server_config`)
+/// until `shutdown` fires, then closes idle and half-sent connections at once, lets in-flight
+/// responses finish for up to `limits.shutdown_grace`, and returns.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
     limits: ServerLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let registry = Arc::new(Registry::default());
     let epoch = Instant::now();
     let mut tasks = JoinSet::new();
@@ -221,9 +223,27 @@ pub async fn serve(
             close: CancellationToken::new(),
         });
         registry.lock().insert(id, conn.clone());
-        let (router, registry, shutdown) = (router.clone(), registry.clone(), shutdown.clone());
+        let (router, registry, shutdown, acceptor) =
+            (router.clone(), registry.clone(), shutdown.clone(), acceptor.clone());
         tasks.spawn(async move {
-            serve_one(stream, router, conn, epoch, limits, shutdown).await;
+            match acceptor {
+                None => serve_one(stream, router, conn, epoch, limits, shutdown).await,
+                // The handshake gets the header-read budget: a client that opens a connection
+                // and says nothing holds it no longer over TLS than over plain HTTP.
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                    let tls = tokio::select! {
+                        done = handshake => done,
+                        _ = shutdown.cancelled() => Ok(Err(std::io::ErrorKind::Interrupted.into())),
+                        _ = conn.close.cancelled() => Ok(Err(std::io::ErrorKind::Interrupted.into())),
+                    };
+                    match tls {
+                        Ok(Ok(stream)) => serve_one(stream, router, conn, epoch, limits, shutdown).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
+            }
             registry.lock().remove(&id);
         });
     }
@@ -239,14 +259,16 @@ pub async fn serve(
     Ok(())
 }
 
-async fn serve_one(
-    stream: tokio::net::TcpStream,
+async fn serve_one<S>(
+    stream: S,
     router: Router,
     conn: Arc<Conn>,
     epoch: Instant,
     limits: ServerLimits,
     shutdown: CancellationToken,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let conn = conn.clone();
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {

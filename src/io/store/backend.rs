@@ -42,7 +42,7 @@ pub(crate) trait Backend: Send + Sync {
     async fn rows(&self, stmt: Stmt) -> Result<Vec<Self::Row>, StoreError>;
 
     /// [`AdminStore::migrate`].
-    async fn migrate(&self) -> Result<(), StoreError>;
+    async fn migrate(&self) -> Result<Vec<super::Migrated>, StoreError>;
     /// [`AdminStore::integrity`].
     fn integrity(&self) -> Result<(), String>;
     /// [`AdminStore::vanished`]; only a database that is a file can lose it.
@@ -81,7 +81,7 @@ async fn read_count<B: Backend>(db: &B, stmt: Stmt) -> Result<i64, StoreError> {
 
 #[async_trait]
 impl<B: Backend> AdminStore for B {
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<Vec<super::Migrated>, StoreError> {
         Backend::migrate(self).await
     }
 

@@ -199,6 +199,23 @@ pub(crate) fn map_migrate(e: sqlx::migrate::MigrateError, known: i64) -> StoreEr
     }
 }
 
+/// One migration `migrate` applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// Its version (the number its file name starts with).
+    pub version: i64,
+    /// Its description (the rest of the file name).
+    pub description: String,
+}
+
+/// The migrations of `m` not among the versions `before` (applied earlier), oldest first.
+pub(crate) fn applied_since(m: &sqlx::migrate::Migrator, before: &[i64]) -> Vec<Migrated> {
+    m.iter()
+        .filter(|m| m.migration_type.is_up_migration() && !before.contains(&m.version))
+        .map(|m| Migrated { version: m.version, description: m.description.to_string() })
+        .collect()
+}
+
 /// Newest migration version a migrator ships.
 pub(crate) fn newest_version(m: &sqlx::migrate::Migrator) -> i64 {
     m.iter().map(|m| m.version).max().unwrap_or(0)
@@ -329,8 +346,9 @@ impl<T> Store for T where T: AdminStore + SampleStore + RollupStore + StateStore
 /// and the retention job.
 #[async_trait]
 pub trait AdminStore: Send + Sync {
-    /// Applies pending migrations; refuses a database ahead of this binary.
-    async fn migrate(&self) -> Result<(), StoreError>;
+    /// Applies pending migrations, returning those it applied (oldest first); refuses a
+    /// database ahead of this binary.
+    async fn migrate(&self) -> Result<Vec<Migrated>, StoreError>;
     /// Cheap reachability check for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
     /// `Err(why)` once the stored data is known to be damaged: found by the integrity check at

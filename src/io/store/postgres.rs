@@ -14,6 +14,7 @@ use super::sql::Stmt;
 use super::sql::SAMPLE_COLUMNS;
 use super::Prune;
 use super::StoreError;
+use super::{applied_since, Migrated};
 use crate::vocab::sample::Sample;
 use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
@@ -141,12 +142,13 @@ impl PgStore {
     /// releasing it. On a pooled session the lock would outlive the failure and every later
     /// migration — this daemon's retry, another region's start — would wait for that session
     /// to idle out (10 minutes and more); closing the session releases it at once.
-    async fn migrate_on(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+    async fn migrate_on(&self, conn: &mut PgConnection) -> Result<Vec<Migrated>, StoreError> {
         let known = newest_version(&MIGRATOR);
         let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| self.fail(e))?;
+        let mut before: Vec<i64> = Vec::new();
         if exists {
             let found: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
                 .fetch_one(&mut *conn)
@@ -155,6 +157,10 @@ impl PgStore {
             if let Some(found) = found.filter(|f| *f > known) {
                 return Err(StoreError::SchemaAhead { found, known });
             }
+            before = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| self.fail(e))?;
         }
         // `run_direct` is `run` on a bare connection: `run(&mut conn)` asks for an `Acquire`
         // bound the async trait's `Send` check cannot prove (sqlx names it for that reason).
@@ -170,8 +176,8 @@ impl PgStore {
         )
         .fetch_one(&mut *conn)
         .await
-        .map(|_| ())
-        .map_err(|e| self.fail(e))
+        .map_err(|e| self.fail(e))?;
+        Ok(applied_since(&MIGRATOR, &before))
     }
 
     /// Chooses how sample batches are sent (the benchmark compares them).
@@ -494,7 +500,7 @@ impl Backend for PgStore {
         }
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<Vec<Migrated>, StoreError> {
         // A session of its own, opened directly so a failure says exactly why (not the pool's
         // generic timeout), and closed whatever happened (see `migrate_on`).
         let mut conn = self.session().await?;

@@ -144,8 +144,9 @@ fn fail(report: &mut RetentionReport, table: &'static str, e: StoreError) {
 /// are applied; a database still unreachable is quietly retried, any other failure logged.
 pub async fn try_migrate(store: &dyn AdminStore) -> bool {
     match store.migrate().await {
-        Ok(()) => {
-            tracing::info!("storage reachable; migrations applied");
+        Ok(applied) => {
+            let versions: Vec<String> = applied.iter().map(|m| m.version.to_string()).collect();
+            tracing::info!(versions = %versions.join(", "), "storage reachable; migrations applied");
             true
         }
         Err(StoreError::Unavailable(_)) => false,

@@ -19,6 +19,7 @@ use super::sql::Arg;
 use super::sql::Stmt;
 use super::Prune;
 use super::StoreError;
+use super::{applied_since, Migrated};
 use crate::vocab::sample::Sample;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -245,7 +246,7 @@ impl SqliteStore {
             })
             .await;
             match (migrated, found) {
-                (Ok(()), _) => {}
+                (Ok(_), _) => {}
                 (Err(_), Some(why)) => corrupt = Some(why),
                 (Err(e), None) => {
                     tracing::error!(%file, error = %e, "SQLite database opened again but not migrated; retrying later");
@@ -325,24 +326,33 @@ async fn connect(
 
 /// Applies the migrations on `pool`, refusing a database ahead of this binary; `fail` maps
 /// (and may remember) a query's failure.
-async fn migrate_pool(pool: &SqlitePool, mut fail: impl FnMut(sqlx::Error) -> StoreError) -> Result<(), StoreError> {
+async fn migrate_pool(
+    pool: &SqlitePool,
+    mut fail: impl FnMut(sqlx::Error) -> StoreError,
+) -> Result<Vec<Migrated>, StoreError> {
     let known = newest_version(&MIGRATOR);
     let exists: i64 =
         sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
             .fetch_one(pool)
             .await
             .map_err(&mut fail)?;
+    let mut before: Vec<i64> = Vec::new();
     if exists > 0 {
         let found: Option<i64> =
             sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(pool).await.map_err(&mut fail)?;
         if let Some(found) = found.filter(|f| *f > known) {
             return Err(StoreError::SchemaAhead { found, known });
         }
+        before = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+            .map_err(&mut fail)?;
     }
     MIGRATOR.run(pool).await.map_err(|e| match e {
         sqlx::migrate::MigrateError::Execute(inner) => fail(inner),
         other => map_migrate(other, known),
-    })
+    })?;
+    Ok(applied_since(&MIGRATOR, &before))
 }
 
 /// Whether a connection coming back to the pool may be reused. SQLite rolls a transaction back
@@ -521,7 +531,7 @@ impl Backend for SqliteStore {
         self.run_all(samples.chunks(INSERT_CHUNK).map(sql::insert_samples).collect()).await
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<Vec<Migrated>, StoreError> {
         let pool = self.pool_for_query().await?;
         migrate_pool(&pool, |e| self.fail(e)).await
     }

@@ -21,7 +21,7 @@ use url::Url;
 
 use crate::config::{BalanceConfig, Price, ProviderConfig, ProviderKind};
 use profiles::{Ask, Draw, Profile, Wire, ANTHROPIC_MODEL, GEMINI_MODEL, LLAMA, MIXTRAL};
-pub use setup::{use_demo_cadence, use_demo_database, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
+pub use setup::{use_demo_cadence, use_demo_database, DemoDatabase, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
 pub use standin::{Chunk, End, RequestRecord, Script, StandIn};
 use trouble::Trouble;
 

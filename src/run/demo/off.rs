@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::config::ProviderConfig;
 
-pub use setup::{use_demo_cadence, use_demo_database, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
+pub use setup::{use_demo_cadence, use_demo_database, DemoDatabase, DEMO_CHAIN, DEMO_DATABASE, DEMO_INTERVAL};
 
 /// Never built: [`start_demo`] always fails in this build.
 #[derive(Debug)]
