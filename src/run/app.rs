@@ -307,14 +307,15 @@ impl App {
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let canary_shown = crate::vocab::canary::SharedCanary::default();
         let (adopt_tx, adopt_rx) = mpsc::channel(16);
+        let checks: Vec<Arc<dyn crate::vocab::ready::ReadyCheck>> = vec![
+            running.clone(),
+            liveness.clone(),
+            health.clone(),
+            link_health.clone(),
+            Arc::new(store::IntegrityCheck(store.clone())),
+        ];
         let app = router(HttpState {
-            checks: vec![
-                running.clone(),
-                liveness.clone(),
-                health.clone(),
-                link_health.clone(),
-                Arc::new(store::IntegrityCheck(store.clone())),
-            ],
+            checks: checks.clone(),
             writer: Some(health.clone()),
             link: Some(link_health),
             snapshot: snapshot.clone(),
@@ -341,7 +342,7 @@ impl App {
             loaded,
             link: link_handle,
             snapshot,
-            liveness,
+            liveness: liveness.clone(),
             alerts: alerting,
             provider_status: provider_status.clone(),
             planner,
@@ -369,6 +370,11 @@ impl App {
         tasks.extend(crate::run::side_tasks::start(&config, shared, &shutdown));
         if let Some(canary) = canary {
             tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
+        }
+        // Under systemd (`Type=notify`): READY=1 when /readyz first passes, WATCHDOG=1 while the road beats.
+        if let Some(systemd) = crate::io::systemd::Systemd::from_env() {
+            let notify = crate::run::watchdog::notify_systemd(systemd, checks, liveness, shutdown.clone());
+            tasks.push(Task::spawn_optional("systemd notifier", notify));
         }
         // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
         let abort = scheduler.abort_token();

@@ -53,5 +53,6 @@ mod store_outage;
 mod store_regions;
 mod store_startup_faults;
 mod store_vanish;
+mod systemd_notify;
 mod watchman;
 mod weekly_report;
