@@ -207,6 +207,15 @@ fn release_builds_fast_and_the_shipped_dist_profile_keeps_fat_lto() {
     assert_eq!(dist.get("inherits").and_then(|v| v.as_str()), Some("release"));
     assert_eq!(dist.get("lto").and_then(|v| v.as_str()), Some("fat"));
     assert_eq!(dist.get("codegen-units").and_then(|v| v.as_integer()), Some(1));
+    // Whatever opt-level the release profile gives dependencies, dist builds them at 3
+    // (`inherits` carries package overrides over).
+    let level = |p: &toml::Table| p.get("opt-level").and_then(|v| v.as_integer()).unwrap_or(3);
+    assert_eq!(level(dist), 3, "[profile.dist] opt-level");
+    let dist_deps = dist.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
+    let release_deps = release.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
+    if release_deps.is_some_and(|p| level(p) != 3) {
+        assert_eq!(dist_deps.map(level), Some(3), "[profile.dist.package.\"*\"] opt-level = 3");
+    }
     let profiling = profiles["profiling"].as_table().expect("[profile.profiling]");
     assert_eq!(profiling.get("inherits").and_then(|v| v.as_str()), Some("dist"), "profile what ships");
 }

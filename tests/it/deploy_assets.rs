@@ -829,7 +829,6 @@ fn docs_drop_in() -> String {
 fn credentials_in(directives: &[(String, String)]) -> BTreeMap<String, String> {
     directives
         .iter()
-        .cloned()
         .filter(|(k, _)| k == "Environment")
         .filter_map(|(_, v)| {
             let (var, path) = v.split_once('=')?;
@@ -848,10 +847,15 @@ fn systemd_unit_passes_secrets_as_credentials_never_as_environment() {
         let credentials = credentials_in(&d);
         assert!(!credentials.is_empty(), "{what} loads no credential");
         for (var, name) in &credentials {
-            let source = loaded.get(name.as_str()).unwrap_or_else(|| panic!("{what}: {var} points at %d/{name}, never loaded"));
+            let source =
+                loaded.get(name.as_str()).unwrap_or_else(|| panic!("{what}: {var} points at %d/{name}, never loaded"));
             assert!(source.starts_with("/etc/vigil/credentials/"), "{what}: {name} loaded from {source}");
         }
-        assert_eq!(loaded.len(), credentials.len(), "{what}: every loaded credential is read through a *_FILE variable");
+        assert_eq!(
+            loaded.len(),
+            credentials.len(),
+            "{what}: every loaded credential is read through a *_FILE variable"
+        );
     }
     // A missing credential file stops the unit: provider keys (optional) come only from drop-ins.
     for (var, _) in unit_credentials() {
@@ -1626,9 +1630,10 @@ fn secret_files(deploy: &Value) -> BTreeMap<String, (String, String)> {
             assert!(files.insert(file, (secret.to_string(), key.to_string())).is_none(), "{path} mounted twice");
         }
     }
-    let mounted = c["volumeMounts"].as_sequence().expect("volumeMounts").iter().any(|m| {
-        str_at(m, &["name"]) == Some("secrets") && str_at(m, &["mountPath"]) == Some("/run/secrets/vigil")
-    });
+    let mounted =
+        c["volumeMounts"].as_sequence().expect("volumeMounts").iter().any(|m| {
+            str_at(m, &["name"]) == Some("secrets") && str_at(m, &["mountPath"]) == Some("/run/secrets/vigil")
+        });
     assert_eq!(mounted, !files.is_empty(), "the secrets volume is mounted exactly when it exists");
     let mut read = BTreeMap::new();
     for e in env {
@@ -1682,10 +1687,7 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
     check_workload(deploy, svc, one(&docs, "PodDisruptionBudget"), "vigil-config");
     check_network_policy(one(&docs, "NetworkPolicy"), deploy);
     let c = container(deploy);
-    assert_eq!(
-        env_value(c, "VIGIL_REGION").as_deref(),
-        Some("eu-west-1")
-    );
+    assert_eq!(env_value(c, "VIGIL_REGION").as_deref(), Some("eu-west-1"));
     assert_eq!(env_value(c, "VIGIL_LOG_FORMAT").as_deref(), Some("json"));
     // SQLite by default: no Secret named, mounted or read.
     assert_eq!(secret_files(deploy), BTreeMap::new(), "by default the chart reads no Secret");
@@ -1693,26 +1695,32 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
     assert!(volumes.iter().all(|v| v["projected"].is_null() && v["secret"].is_null()), "no Secret volume");
     assert_eq!(strings(&c["args"]), ["run", "--config", "/etc/vigil/vigil.toml"]);
     let image = str_at(c, &["image"]).expect("image");
-    assert_eq!(image, format!("{}:{}", published_image(), env!("CARGO_PKG_VERSION")), "the image tag defaults to appVersion");
+    assert_eq!(
+        image,
+        format!("{}:{}", published_image(), env!("CARGO_PKG_VERSION")),
+        "the image tag defaults to appVersion"
+    );
     // The default config is the chart's (the base's without alert channels), and starts with
     // nothing but the region: SQLite in the data volume, no Slack, no PagerDuty.
     let cm = one(&docs, "ConfigMap");
     let toml = str_at(cm, &["data", "vigil.toml"]).expect("vigil.toml in the ConfigMap");
     assert_eq!(toml.trim_end(), read(&format!("{CHART}/files/vigil.toml")).trim_end());
-    let vars: BTreeMap<String, String> = [
-        ("VIGIL_REGION", "eu-west-1"),
-        ("OPENROUTER_API_KEY", "sk-or-test-placeholder"),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .into();
+    let vars: BTreeMap<String, String> =
+        [("VIGIL_REGION", "eu-west-1"), ("OPENROUTER_API_KEY", "sk-or-test-placeholder")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
     let config =
         vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("the chart's vigil.toml: {e}"));
     use secrecy::ExposeSecret;
     assert_eq!(config.storage.url.expose_secret(), "sqlite:///var/lib/vigil/vigil.db");
     assert!(config.alerts.slack.is_empty() && config.alerts.pagerduty.is_empty(), "no channel by default");
     // `demo` runs the simulated providers.
-    let docs = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "demo": true})).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(strings(&container(one(&docs, "Deployment"))["args"]), ["run", "--config", "/etc/vigil/vigil.toml", "--demo"]);
+    let docs =
+        helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "demo": true})).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        strings(&container(one(&docs, "Deployment"))["args"]),
+        ["run", "--config", "/etc/vigil/vigil.toml", "--demo"]
+    );
 
     // With the Prometheus Operator and the Grafana sidecar.
     let all = serde_json::json!({
@@ -1861,7 +1869,10 @@ fn helm_chart_overrides_names_security_contexts_and_single_alert_rules() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("rules.yml");
         std::fs::write(&path, serde_norway::to_string(&rule["spec"]).expect("yaml")).expect("write rules");
-        assert_success("promtool check rules (changed by values)", &run(&promtool, &["check", "rules", path.to_str().expect("utf-8")], dir.path()));
+        assert_success(
+            "promtool check rules (changed by values)",
+            &run(&promtool, &["check", "rules", path.to_str().expect("utf-8")], dir.path()),
+        );
     }
     for (alerts, says) in [
         (serde_json::json!({"VigilProbeFailure": {"for": "5m"}}), "VigilProbeFailure: no alert of that name"),
@@ -1890,8 +1901,11 @@ fn parent_chart(dir: &Path) -> PathBuf {
         env!("CARGO_PKG_VERSION")
     );
     std::fs::write(parent.join("Chart.yaml"), chart).expect("parent Chart.yaml");
-    std::fs::write(parent.join("values.yaml"), "global:\n  imageRegistry: registry.example.com\nvigil:\n  region: eu-west-1\n")
-        .expect("parent values");
+    std::fs::write(
+        parent.join("values.yaml"),
+        "global:\n  imageRegistry: registry.example.com\nvigil:\n  region: eu-west-1\n",
+    )
+    .expect("parent values");
     std::fs::write(
         parent.join("templates/configmap.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-parent\ndata:\n  registry: {{ .Values.global.imageRegistry | quote }}\n",
@@ -1980,10 +1994,8 @@ fn rendered_manifests_pass_the_kubernetes_schemas() {
         let parent = parent_chart(dir.path());
         let values = serde_json::json!({"global": {"imageRegistry": "registry.example.com"},
             "vigil": {"region": "eu-west-1", "alerts": {"alertmanager": {"url": "http://alertmanager.monitoring:9093"}}}});
-        rendered.push((
-            "helm-subchart.yaml",
-            helm_render_chart(&helm, &parent, &values).unwrap_or_else(|e| panic!("{e}")),
-        ));
+        rendered
+            .push(("helm-subchart.yaml", helm_render_chart(&helm, &parent, &values).unwrap_or_else(|e| panic!("{e}"))));
     }
     for (name, docs) in rendered {
         // The schemas cover Kubernetes' own kinds; the operator's CRDs are checked above.
@@ -2151,11 +2163,8 @@ async fn readme_first_command_pulls_the_published_image_and_runs_the_demo_as_the
     let args = &words[at + 1..];
     assert_eq!(args, ["run", "--demo"], "{docker}");
     assert!(words.windows(2).any(|w| w == ["-p", "9470:9470"]), "{docker}");
-    let env: Vec<(&str, &str)> = words
-        .windows(2)
-        .filter(|w| w[0] == "-e")
-        .filter_map(|w| w[1].split_once('='))
-        .collect();
+    let env: Vec<(&str, &str)> =
+        words.windows(2).filter(|w| w[0] == "-e").filter_map(|w| w[1].split_once('=')).collect();
     assert_eq!(env, [("VIGIL_HTTP_LISTEN", "0.0.0.0:9470")], "the container listens where -p publishes");
     assert!(
         commands.iter().any(|c| c == "cargo run --release -- run --demo"),
