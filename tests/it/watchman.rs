@@ -47,8 +47,21 @@ models = ["m1"{extra_models}]
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
+/// A daemon probing a steady stand-in and storing into a throw-away PostgreSQL database reached
+/// through a proxy the test can darken; `store` reads that database directly.
+struct Behind {
+    provider: StandIn,
+    _db: PgTestDb,
+    proxy: TcpProxy,
+    data: tempfile::TempDir,
+    port: u16,
+    config: std::path::PathBuf,
+    log: std::path::PathBuf,
+    vigil: Daemon,
+    store: std::sync::Arc<dyn vigil::io::store::Store>,
+}
+
+async fn behind_a_proxy() -> Behind {
     let body = fixture("openai-chat-stream-usage.sse");
     let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
     let db = PgTestDb::create().await;
@@ -61,6 +74,12 @@ async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
     let log = data.path().join("vigil.log");
     let vigil = Daemon::start(&config, port, &log).await;
     let store = vigil::io::store::open(&db.url).await.expect("store");
+    Behind { provider, _db: db, proxy, data, port, config, log, vigil, store }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_host_going_dark_stops_nothing_and_loses_nothing() {
+    let Behind { provider, _db, proxy, data, port, config, log, vigil, store } = behind_a_proxy().await;
     let count = || async { store.count_samples(&SampleQuery::default()).await.unwrap_or(0) };
     settle(Duration::from_secs(10), count, |n| *n >= 3).await;
     assert!(store.count_samples(&SampleQuery::default()).await.expect("count") >= 3, "{}", vigil.log());
@@ -112,18 +131,7 @@ async fn a_stop_while_a_write_hangs_on_a_host_just_gone_dark_spools_that_batch()
     // The host goes dark a moment before SIGTERM, so a write is in flight and hangs when the
     // stop begins. Left to its own 5 s timeout it outlived the stop bound and its batch was
     // abandoned with the writer task: lost, while the log said "stopped cleanly" (chaos run).
-    let body = fixture("openai-chat-stream-usage.sse");
-    let provider = StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in");
-    let db = PgTestDb::create().await;
-    let proxy = TcpProxy::to_postgres().await;
-    let data = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let config = data.path().join("vigil.toml");
-    let text = config_text(&proxy.url_for(&db.url), data.path(), port, &provider.base_url(), "");
-    std::fs::write(&config, text).expect("config");
-    let log = data.path().join("vigil.log");
-    let vigil = Daemon::start(&config, port, &log).await;
-    let store = vigil::io::store::open(&db.url).await.expect("store");
+    let Behind { provider, _db, proxy, data: _data, port, config, log, vigil, store } = behind_a_proxy().await;
     let count = || async { store.count_samples(&SampleQuery::default()).await.unwrap_or(0) };
     settle(Duration::from_secs(10), count, |n| *n >= 2).await;
 
