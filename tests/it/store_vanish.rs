@@ -13,29 +13,6 @@ use std::time::Duration;
 use vigil::io::store::SampleQuery;
 use vigil::run::demo::standin::{Script, StandIn};
 
-fn config(data: &Path, port: u16, base: &str) -> String {
-    format!(
-        r#"region = "vanish-1"
-[storage]
-url = "sqlite://{data}/vigil.db"
-data_dir = "{data}"
-batch_age = "200ms"
-[http]
-listen = "127.0.0.1:{port}"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[[provider]]
-name = "steady"
-kind = "openai"
-base_url = "{base}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m1"]
-"#,
-        data = data.display()
-    )
-}
-
 async fn steady_provider() -> StandIn {
     let body = fixture("openai-chat-stream-usage.sse");
     StandIn::start(move |_| Script::sse(&body, Duration::from_millis(1))).await.expect("stand-in")
@@ -43,7 +20,20 @@ async fn steady_provider() -> StandIn {
 
 async fn start(data: &Path, base: &str) -> Daemon {
     let port = free_port();
-    Daemon::start_in(data, &config(data, port, base), port, &[]).await
+    Daemon::start_in(
+        data,
+        &crate::support::daemon::steady_toml(
+            "vanish-1",
+            &format!("sqlite://{}/vigil.db", data.display()),
+            data,
+            port,
+            base,
+            &["m1"],
+        ),
+        port,
+        &[],
+    )
+    .await
 }
 
 /// Samples stored in the SQLite file at `data/vigil.db` (opened and closed again).

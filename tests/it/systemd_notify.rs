@@ -52,30 +52,6 @@ impl Heard {
     }
 }
 
-fn config_text(db_url: &str, data: &std::path::Path, port: u16, base: &str) -> String {
-    format!(
-        r#"
-region = "notify-1"
-[storage]
-url = "{db_url}"
-data_dir = "{data}"
-batch_age = "200ms"
-[http]
-listen = "127.0.0.1:{port}"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[[provider]]
-name = "steady"
-kind = "openai"
-base_url = "{base}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m1"]
-"#,
-        data = data.display()
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_is_told_once_readyz_passes_and_the_watchdog_keeps_hearing_from_a_live_road() {
     let body = fixture("openai-chat-stream-usage.sse");
@@ -88,7 +64,14 @@ async fn ready_is_told_once_readyz_passes_and_the_watchdog_keeps_hearing_from_a_
     let heard = Heard::listen(UnixDatagram::bind(&socket_path).expect("bind the notify socket"));
     let port = free_port();
     let env = [("NOTIFY_SOCKET", socket_path.to_str().expect("utf-8 path")), ("WATCHDOG_USEC", "1000000")];
-    let text = config_text(&proxy.url_for(&db.url), dir.path(), port, &provider.base_url());
+    let text = crate::support::daemon::steady_toml(
+        "notify-1",
+        &proxy.url_for(&db.url),
+        dir.path(),
+        port,
+        &provider.base_url(),
+        &["m1"],
+    );
     let vigil = Daemon::start_in(dir.path(), &text, port, &env).await;
 
     // Not ready, and says why; alive (probing, spooling), so kept alive and its start extended.

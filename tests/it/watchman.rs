@@ -2,12 +2,12 @@
 //! its PostgreSQL host goes dark, stops within its bound on SIGTERM with what it could not store
 //! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
 
+use crate::support::daemon::steady_toml;
 use crate::support::process::{free_port, Daemon};
 use crate::support::store as store_support;
 use crate::support::tcp_proxy;
 use crate::support::{fixture, settle};
 
-use std::path::Path;
 use std::time::Duration;
 use store_support::PgTestDb;
 use tcp_proxy::{Mode, TcpProxy};
@@ -21,30 +21,6 @@ fn probes_total(metrics: &str) -> u64 {
         .filter(|l| l.starts_with("vigil_probes_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-fn config_text(db_url: &str, data: &Path, port: u16, base: &str, extra_models: &str) -> String {
-    format!(
-        r#"
-region = "watch-1"
-[storage]
-url = "{db_url}"
-data_dir = "{data}"
-batch_age = "200ms"
-[http]
-listen = "127.0.0.1:{port}"
-[probe]
-interval = "1s"
-timeout = "900ms"
-[[provider]]
-name = "steady"
-kind = "openai"
-base_url = "{base}/v1"
-api_key_env = "VIGIL_TEST_KEY"
-models = ["m1"{extra_models}]
-"#,
-        data = data.display()
-    )
 }
 
 /// A daemon probing a steady stand-in and storing into a throw-away PostgreSQL database reached
@@ -69,7 +45,7 @@ async fn behind_a_proxy() -> Behind {
     let data = tempfile::tempdir().expect("tempdir");
     let port = free_port();
     let config = data.path().join("vigil.toml");
-    let text = config_text(&proxy.url_for(&db.url), data.path(), port, &provider.base_url(), "");
+    let text = steady_toml("watch-1", &proxy.url_for(&db.url), data.path(), port, &provider.base_url(), &["m1"]);
     std::fs::write(&config, text).expect("config");
     let log = data.path().join("vigil.log");
     let vigil = Daemon::start(&config, port, &log).await;
@@ -141,7 +117,12 @@ async fn a_stop_while_a_write_hangs_on_a_host_just_gone_dark_spools_that_batch()
     let (took, clean, text) = vigil.stop().await;
     assert!(clean, "exit 0; log:\n{text}");
     assert!(took < Duration::from_secs(15), "stop took {took:?}; log:\n{text}");
-    assert!(!text.contains("task still busy at the stop bound"), "nothing abandoned at the stop; log:\n{text}");
+    // The tasks that carry samples and records must finish; alert delivery may be left at the
+    // bound in a step that hangs on the dark database (its items wait in the outbox).
+    for task in ["sample writer", "storage link"] {
+        let abandoned = format!("task still busy at the stop bound; abandoned task=\"{task}\"");
+        assert!(!text.contains(&abandoned), "{task} abandoned at the stop; log:\n{text}");
+    }
     let answered = provider.requests().len() as i64;
 
     proxy.set_mode(Mode::Forward).await;
@@ -164,7 +145,7 @@ async fn a_stop_during_a_hanging_probe_keeps_its_bound() {
     let port = free_port();
     let config = data.path().join("vigil.toml");
     let db = format!("sqlite://{}/vigil.db", data.path().display());
-    let text = config_text(&db, data.path(), port, &provider.base_url(), "").replace(
+    let text = steady_toml("watch-1", &db, data.path(), port, &provider.base_url(), &["m1"]).replace(
         "interval = \"1s\"\ntimeout = \"900ms\"",
         "interval = \"30s\"\ntimeout = \"28s\"\nttft_timeout = \"27s\"",
     );
@@ -186,11 +167,13 @@ async fn sighup_applies_a_valid_config_and_keeps_running_on_a_bad_one() {
     let port = free_port();
     let config = data.path().join("vigil.toml");
     let db = format!("sqlite://{}/vigil.db", data.path().display());
-    std::fs::write(&config, config_text(&db, data.path(), port, &provider.base_url(), "")).expect("config");
+    std::fs::write(&config, steady_toml("watch-1", &db, data.path(), port, &provider.base_url(), &["m1"]))
+        .expect("config");
     let vigil = Daemon::start(&config, port, &data.path().join("vigil.log")).await;
     vigil.eventually("m1 probed", |r| r.is_some_and(|(_, b)| b.contains("\"steady/m1\"")), "/v1/targets").await;
 
-    std::fs::write(&config, config_text(&db, data.path(), port, &provider.base_url(), ", \"m2\"")).expect("config");
+    std::fs::write(&config, steady_toml("watch-1", &db, data.path(), port, &provider.base_url(), &["m1", "m2"]))
+        .expect("config");
     vigil.signal("-HUP");
     vigil
         .eventually(

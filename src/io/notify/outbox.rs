@@ -625,7 +625,13 @@ impl Outbox {
                 self.abandon_orphans(now).await?;
                 self.store.outbox_depth().await
             };
-            match step.await {
+            // Upkeep carries no page: a step hanging on a database gone dark is dropped at the
+            // stop rather than holding the task past the stop bound.
+            let step = tokio::select! {
+                r = step => r,
+                _ = shutdown.cancelled() => return,
+            };
+            match step {
                 Ok(depth) => self.metrics.set_outbox_depth(depth),
                 Err(e) => tracing::warn!(error = %e, "outbox upkeep failed; retrying"),
             }

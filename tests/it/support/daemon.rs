@@ -16,6 +16,34 @@ use vigil::run::app::{App, AppError, AppOptions};
 /// The variable every test provider reads its key from.
 pub const KEY_ENV: &str = "VIGIL_TEST_KEY";
 
+/// The TOML of a daemon in `region` probing `steady/<model>` for each of `models` at `base`
+/// every second (900 ms timeout), storing into `db_url` with `data` as its data directory and
+/// listening on loopback `port`: the process tests' one steady target.
+pub fn steady_toml(region: &str, db_url: &str, data: &Path, port: u16, base: &str, models: &[&str]) -> String {
+    let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
+    format!(
+        r#"region = "{region}"
+[storage]
+url = "{db_url}"
+data_dir = "{data}"
+batch_age = "200ms"
+[http]
+listen = "127.0.0.1:{port}"
+[probe]
+interval = "1s"
+timeout = "900ms"
+[[provider]]
+name = "steady"
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "{KEY_ENV}"
+models = [{models}]
+"#,
+        data = data.display(),
+        models = models.join(", ")
+    )
+}
+
 /// A daemon's config as a builder: one region probing every second (900 ms timeout), listening
 /// on a free loopback port and flushing samples every 100 ms; providers, alert channels and any
 /// other key added by the test.
