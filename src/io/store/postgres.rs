@@ -4,6 +4,7 @@ use super::backend::Backend;
 use super::corruption;
 use super::map_migrate;
 use super::map_sqlx;
+use super::migrations::POSTGRES_MIGRATOR as MIGRATOR;
 use super::newest_version;
 use super::pg_connect_error;
 use super::pg_copy;
@@ -20,7 +21,6 @@ use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
-use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{
@@ -33,8 +33,6 @@ use std::str::FromStr;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
-
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// Rows per `COPY` (or `INSERT … SELECT FROM UNNEST`, whose arrays keep the bind count at 24).
 const INSERT_CHUNK: usize = 5_000;

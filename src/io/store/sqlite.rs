@@ -11,6 +11,7 @@ use super::backend::Backend;
 use super::corruption;
 use super::map_migrate;
 use super::map_sqlx;
+use super::migrations::SQLITE_MIGRATOR as MIGRATOR;
 use super::newest_version;
 use super::redact_url;
 use super::rows::DialectRow;
@@ -23,7 +24,6 @@ use super::{applied_since, Migrated};
 use crate::vocab::sample::Sample;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::migrate::Migrator;
 use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -35,8 +35,6 @@ use std::str::FromStr;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Rows per multi-row INSERT: 25 values each stays well under SQLite's 32,766 variable limit.
 const INSERT_CHUNK: usize = 1_000;
