@@ -6,23 +6,51 @@
 //! export orders those by `rank`). A member of a provider skipped for a missing key is kept aside
 //! as skipped, so one chain can serve machines with different keys; anything else unknown is an
 //! error naming `chain[i].targets[j]`.
+//!
+//! The order may come from the application's own environment instead (`targets_env =
+//! "LLM_PROVIDER_ORDER"`): comma-separated provider names or target ids, read at every load (so a
+//! reload re-reads it, and its `_FILE` twin, which a running process can change), with `targets`
+//! as the default while the variable is unset or empty. There a name the application may list but
+//! this machine cannot probe (no such provider, no key) is skipped with the reason, as the
+//! application skips it; an id of a configured provider that is not one of its targets is an error.
 
-use crate::config::{ConfigError, ProviderConfig};
+use crate::config::{ConfigError, Env, ProviderConfig};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// `order_from` of a chain whose order is the file's `targets`.
+pub const ORDER_FROM_CONFIG: &str = "config";
 
 /// One `[[chain]]` as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawChain {
     name: String,
+    #[serde(default)]
     targets: Vec<String>,
+    targets_env: Option<String>,
+    #[serde(default)]
+    fallback_for_credit: BTreeMap<String, String>,
+    ttft_slo: Option<String>,
 }
 
 impl RawChain {
     /// A chain as the file would write it (`vigil run --demo` adds its own this way).
     pub fn new(name: impl Into<String>, targets: Vec<String>) -> Self {
-        RawChain { name: name.into(), targets }
+        RawChain { name: name.into(), targets, targets_env: None, fallback_for_credit: BTreeMap::new(), ttft_slo: None }
+    }
+
+    /// The same chain taking its order from `var` when set (`targets_env`).
+    pub fn with_targets_env(mut self, var: &str) -> Self {
+        self.targets_env = Some(var.to_string());
+        self
+    }
+
+    /// The same chain with `fallback` standing in for `member` while it is demoted for credit.
+    pub fn with_fallback_for_credit(mut self, member: &str, fallback: &str) -> Self {
+        self.fallback_for_credit.insert(member.to_string(), fallback.to_string());
+        self
     }
 }
 
@@ -48,6 +76,16 @@ pub struct SkippedMember {
     pub reason: String,
 }
 
+/// `fallback_for_credit`: a target that takes a member's place while the member's provider is
+/// demoted for credit (`balance.demote_within`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreditFallback {
+    /// The member it stands in for.
+    pub member: ChainMember,
+    /// The target that moves ahead of it.
+    pub fallback: ChainMember,
+}
+
 /// A validated failover chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainConfig {
@@ -57,6 +95,26 @@ pub struct ChainConfig {
     pub members: Vec<ChainMember>,
     /// Members whose provider is skipped for a missing key.
     pub skipped: Vec<SkippedMember>,
+    /// Where the order came from: `config` (the `targets` list) or `env:VAR` (`targets_env`).
+    pub order_from: String,
+    /// Targets that move ahead of a member while it is demoted for credit.
+    pub fallback_for_credit: Vec<CreditFallback>,
+    /// `ttft_slo`: the worst-case time to a first token the chain must keep.
+    pub ttft_slo: Option<Duration>,
+}
+
+impl ChainConfig {
+    /// A chain of `members` in the file's order, with no fallback and no SLO.
+    pub fn new(name: impl Into<String>, members: Vec<ChainMember>) -> Self {
+        ChainConfig {
+            name: name.into(),
+            members,
+            skipped: Vec::new(),
+            order_from: ORDER_FROM_CONFIG.to_string(),
+            fallback_for_credit: Vec::new(),
+            ttft_slo: None,
+        }
+    }
 }
 
 impl ChainMember {
@@ -88,14 +146,50 @@ fn spellings(p: &ProviderConfig) -> Vec<ChainMember> {
     out
 }
 
+/// The provider part of a target id (`openrouter` of `openrouter/openai/gpt-4o@Azure`).
+fn provider_of(spelled: &str) -> &str {
+    spelled.split(['/', '@']).next().unwrap_or_default()
+}
+
+/// What every chain is checked against: the configured targets and the providers skipped here.
+struct Known<'a> {
+    members: Vec<ChainMember>,
+    providers: &'a [ProviderConfig],
+    skipped: &'a [(String, String)],
+}
+
+impl Known<'_> {
+    fn find(&self, spelled: &str) -> Option<&ChainMember> {
+        self.members.iter().find(|k| k.spelled == spelled)
+    }
+
+    /// The variable whose absence skips the provider of `spelled`, if it is skipped.
+    fn skipped_for(&self, spelled: &str) -> Option<&str> {
+        let provider = provider_of(spelled);
+        self.skipped.iter().find(|(n, _)| n == provider).map(|(_, var)| var.as_str())
+    }
+
+    fn ids(&self) -> String {
+        let mut ids: Vec<&str> = self.members.iter().map(|k| k.spelled.as_str()).collect();
+        ids.dedup();
+        if ids.is_empty() {
+            "none".into()
+        } else {
+            ids.join(", ")
+        }
+    }
+}
+
 /// Resolves and checks every chain: names unique and non-empty, at least one target, each target
-/// configured (or of a provider skipped for its key), none twice in one chain.
+/// configured (or of a provider skipped for its key), none twice in one chain; the order read
+/// from `targets_env` in `env` when the chain names a variable that is set.
 pub fn validate(
     raw: Vec<RawChain>,
     providers: &[ProviderConfig],
     skipped: &[(String, String)],
+    env: &dyn Env,
 ) -> Result<Vec<ChainConfig>, ConfigError> {
-    let known: Vec<ChainMember> = providers.iter().flat_map(spellings).collect();
+    let known = Known { members: providers.iter().flat_map(spellings).collect(), providers, skipped };
     let mut names = BTreeSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for (i, c) in raw.into_iter().enumerate() {
@@ -108,37 +202,168 @@ pub fn validate(
         if !names.insert(name.clone()) {
             return Err(invalid(format!("chain[{i}].name"), format!("duplicate chain name {name:?}")));
         }
-        if c.targets.is_empty() {
-            return Err(invalid(format!("chain[{i}].targets"), "needs at least one target"));
-        }
-        let mut members: Vec<ChainMember> = Vec::new();
-        let mut left_out = Vec::new();
-        for (j, spelled) in c.targets.iter().enumerate() {
-            let key = format!("chain[{i}].targets[{j}]");
-            let spelled = spelled.trim();
-            if let Some(m) = known.iter().find(|k| k.spelled == spelled) {
-                if members.iter().any(|x| x.spelled == m.spelled) {
-                    return Err(invalid(key, format!("{spelled:?} is already in this chain")));
+        let (members, left_out, order_from) = match order_from_env(i, &c, env)? {
+            Some((var, items)) => {
+                let (members, left_out) = resolve_env(i, &var, &items, &known)?;
+                (members, left_out, format!("env:{var}"))
+            }
+            None => {
+                if c.targets.is_empty() {
+                    let message = match &c.targets_env {
+                        Some(var) => format!("needs at least one target ({var} is not set either)"),
+                        None => "needs at least one target".to_string(),
+                    };
+                    return Err(invalid(format!("chain[{i}].targets"), message));
                 }
-                members.push(m.clone());
-                continue;
+                let (members, left_out) = resolve_listed(i, &c.targets, &known)?;
+                (members, left_out, ORDER_FROM_CONFIG.to_string())
             }
-            let provider = spelled.split(['/', '@']).next().unwrap_or_default();
-            if let Some((_, var)) = skipped.iter().find(|(n, _)| n == provider) {
-                left_out.push(SkippedMember { target: spelled.to_string(), reason: format!("{var} is not set") });
-                continue;
+        };
+        let ttft_slo = match &c.ttft_slo {
+            None => None,
+            Some(s) => Some(super::parse::duration_in(
+                &format!("chain[{i}].ttft_slo"),
+                s,
+                Duration::from_millis(1),
+                super::parse::HOUR,
+            )?),
+        };
+        out.push(ChainConfig {
+            name,
+            members,
+            skipped: left_out,
+            order_from,
+            fallback_for_credit: fallbacks(i, &c.fallback_for_credit, &known)?,
+            ttft_slo,
+        });
+    }
+    Ok(out)
+}
+
+/// The `targets` list as written: every id configured (or of a skipped provider), none twice.
+fn resolve_listed(
+    i: usize,
+    targets: &[String],
+    known: &Known<'_>,
+) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
+    let mut members: Vec<ChainMember> = Vec::new();
+    let mut left_out = Vec::new();
+    for (j, spelled) in targets.iter().enumerate() {
+        let key = format!("chain[{i}].targets[{j}]");
+        let spelled = spelled.trim();
+        if let Some(m) = known.find(spelled) {
+            if members.iter().any(|x| x.spelled == m.spelled) {
+                return Err(invalid(key, format!("{spelled:?} is already in this chain")));
             }
-            let mut ids: Vec<&str> = known.iter().map(|k| k.spelled.as_str()).collect();
-            ids.dedup();
-            return Err(invalid(
-                key,
-                format!(
-                    "unknown target {spelled:?} (configured: {})",
-                    if ids.is_empty() { "none".into() } else { ids.join(", ") }
-                ),
-            ));
+            members.push(m.clone());
+            continue;
         }
-        out.push(ChainConfig { name, members, skipped: left_out });
+        if let Some(var) = known.skipped_for(spelled) {
+            left_out.push(SkippedMember { target: spelled.to_string(), reason: format!("{var} is not set") });
+            continue;
+        }
+        return Err(invalid(key, format!("unknown target {spelled:?} (configured: {})", known.ids())));
+    }
+    Ok((members, left_out))
+}
+
+/// The variable `targets_env` names and its items (comma-separated, trimmed, empty ones
+/// ignored), read from the variable or its `_FILE` twin; `None` when the chain names none or it
+/// holds no item (the `targets` list applies).
+fn order_from_env(i: usize, c: &RawChain, env: &dyn Env) -> Result<Option<(String, Vec<String>)>, ConfigError> {
+    let Some(var) = c.targets_env.as_deref().map(str::trim) else { return Ok(None) };
+    let key = format!("chain[{i}].targets_env");
+    let mut chars = var.chars();
+    let shaped = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !shaped {
+        return Err(invalid(key, format!("{var:?} is not an environment variable name (letters, digits, _)")));
+    }
+    let Some(value) = env.get_or_file(var)? else { return Ok(None) };
+    let items: Vec<String> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let from = if env.get(var).is_some() { var.to_string() } else { format!("{var}_FILE") };
+    for item in &items {
+        super::parse::no_controls(&key, item)
+            .map_err(|_| invalid(key.clone(), format!("{from} holds control characters (CR, LF, tab, NUL, …)")))?;
+    }
+    Ok(Some((from, items)))
+}
+
+/// The items of `var` as the application reads them: a target id is that target, a bare
+/// provider name every model of that provider in configured order (each with every route); a
+/// name this machine cannot probe (no such provider, no key) is skipped with the reason; an id of
+/// a configured provider that is not one of its targets is an error. A target listed again
+/// (`openai,openai/gpt-4o`) keeps its first place.
+fn resolve_env(
+    i: usize,
+    var: &str,
+    items: &[String],
+    known: &Known<'_>,
+) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
+    let mut members: Vec<ChainMember> = Vec::new();
+    let mut left_out: Vec<SkippedMember> = Vec::new();
+    let mut add = |m: &ChainMember| {
+        if !members.iter().any(|x| x.spelled == m.spelled) {
+            members.push(m.clone());
+        }
+    };
+    for item in items {
+        if let Some(m) = known.find(item) {
+            add(m);
+            continue;
+        }
+        if let Some(p) = known.providers.iter().find(|p| &p.name == item) {
+            for model in &p.models {
+                let spelled = if model.is_empty() { p.name.clone() } else { format!("{}/{model}", p.name) };
+                if let Some(m) = known.find(&spelled) {
+                    add(m);
+                }
+            }
+            continue;
+        }
+        let provider = provider_of(item);
+        let reason = match known.skipped_for(item) {
+            Some(v) => format!("{v} is not set"),
+            None if known.providers.iter().any(|p| p.name == provider) => {
+                return Err(invalid(
+                    format!("chain[{i}].targets_env"),
+                    format!(
+                        "{var} lists {item:?}, not a configured target of provider {provider:?} (configured: {})",
+                        known.ids()
+                    ),
+                ));
+            }
+            None => format!("no provider {provider:?} is configured"),
+        };
+        if !left_out.iter().any(|s| &s.target == item) {
+            left_out.push(SkippedMember { target: item.clone(), reason });
+        }
+    }
+    Ok((members, left_out))
+}
+
+/// `fallback_for_credit = { "member" = "fallback" }`: both configured target ids, not the same;
+/// a pair naming a provider skipped here for its key is left out (it has nothing to move).
+fn fallbacks(i: usize, raw: &BTreeMap<String, String>, known: &Known<'_>) -> Result<Vec<CreditFallback>, ConfigError> {
+    let mut out = Vec::new();
+    for (member, fallback) in raw {
+        let key = format!("chain[{i}].fallback_for_credit.{member}");
+        let (member, fallback) = (member.trim(), fallback.trim());
+        if member == fallback {
+            return Err(invalid(key, format!("{member:?} cannot stand in for itself")));
+        }
+        if known.skipped_for(member).is_some() || known.skipped_for(fallback).is_some() {
+            continue;
+        }
+        let find = |spelled: &str| {
+            known.find(spelled).cloned().ok_or_else(|| {
+                invalid(key.clone(), format!("unknown target {spelled:?} (configured: {})", known.ids()))
+            })
+        };
+        out.push(CreditFallback { member: find(member)?, fallback: find(fallback)? });
     }
     Ok(out)
 }
@@ -242,6 +467,151 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
         assert_eq!(e, "chain[0].targets[1]: \"openai/gpt-4o-2024-08-06\" is already in this chain");
         let e = load("[[chain]]\nname = \"a\"\ntarget = []\n", true).expect_err("unknown key");
         assert!(e.starts_with("chain"), "{e}");
+    }
+
+    fn load_env(chains: &str, extra: &[(&str, &str)]) -> Result<Config, String> {
+        let mut e = keys(false);
+        e.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Config::from_toml(&format!("{PROVIDERS}{chains}"), &e).map_err(|e| e.to_string())
+    }
+
+    const ENV_CHAIN: &str = "[[chain]]\nname = \"chat\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n\
+                             targets = [\"openai/gpt-4o-2024-08-06\", \"openrouter/openai/gpt-4o\"]\n";
+
+    fn spelled(c: &Config) -> Vec<&str> {
+        c.chains[0].members.iter().map(|m| m.spelled.as_str()).collect()
+    }
+
+    #[test]
+    fn the_order_comes_from_the_variable_with_provider_names_expanded_and_keyless_ones_skipped() {
+        let c =
+            load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", " openrouter, ,openai ,anthropic,nosuch,")]).expect("valid");
+        let chat = &c.chains[0];
+        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o", "openai/gpt-4o-2024-08-06"]);
+        assert_eq!(chat.members[0].route, None, "a provider name stands for every route of each of its models");
+        assert_eq!(chat.order_from, "env:LLM_PROVIDER_ORDER");
+        let skipped: Vec<(&str, &str)> = chat.skipped.iter().map(|s| (s.target.as_str(), s.reason.as_str())).collect();
+        assert_eq!(
+            skipped,
+            [("anthropic", "ANTHROPIC_API_KEY is not set"), ("nosuch", "no provider \"nosuch\" is configured")]
+        );
+        // Full ids, a pinned route, and a target listed again keeping its first place.
+        let c = load_env(
+            ENV_CHAIN,
+            &[(
+                "LLM_PROVIDER_ORDER",
+                "openrouter/openai/gpt-4o@Azure,openai,openai/gpt-4o-2024-08-06,anthropic/claude-sonnet-4-20250514",
+            )],
+        )
+        .expect("valid");
+        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]);
+        assert_eq!(c.chains[0].skipped[0].target, "anthropic/claude-sonnet-4-20250514");
+    }
+
+    #[test]
+    fn the_targets_list_is_the_default_while_the_variable_is_unset_or_empty() {
+        for extra in [&[][..], &[("LLM_PROVIDER_ORDER", "")][..], &[("LLM_PROVIDER_ORDER", " , ,")][..]] {
+            let c = load_env(ENV_CHAIN, extra).expect("valid");
+            assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06", "openrouter/openai/gpt-4o"], "{extra:?}");
+            assert_eq!(c.chains[0].order_from, "config");
+        }
+        let c = load("[[chain]]\nname = \"a\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n", true).expect("valid");
+        assert_eq!(c.chains[0].order_from, "config");
+    }
+
+    #[test]
+    fn the_order_file_twin_is_read_at_every_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("order");
+        std::fs::write(&file, "openai\n").expect("write");
+        let path = file.display().to_string();
+        let c = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", path.as_str())]).expect("valid");
+        assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06"]);
+        assert_eq!(c.chains[0].order_from, "env:LLM_PROVIDER_ORDER_FILE");
+        std::fs::write(&file, "openrouter,openai\n").expect("rewrite");
+        let c = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", path.as_str())]).expect("valid");
+        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o", "openai/gpt-4o-2024-08-06"], "a new load reads it again");
+    }
+
+    #[test]
+    fn bad_orders_from_the_environment_name_the_key_and_the_variable() {
+        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openai,openai/gpt-5")]).expect_err("not a target");
+        assert!(
+            e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER lists \"openai/gpt-5\", not a configured target of provider \"openai\" (configured: "),
+            "{e}"
+        );
+        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openrouter/openai/gpt-4o@Nowhere")]).expect_err("route");
+        assert!(e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER lists"), "{e}");
+        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openai,\u{1b}[31m")]).expect_err("control");
+        assert!(e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER holds control characters"), "{e}");
+        let e = load_env(
+            "[[chain]]\nname = \"a\"\ntargets_env = \"LLM-ORDER\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n",
+            &[],
+        )
+        .expect_err("name");
+        assert!(e.starts_with("chain[0].targets_env: \"LLM-ORDER\" is not an environment variable name"), "{e}");
+        let e = load_env("[[chain]]\nname = \"a\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n", &[]).expect_err("nothing");
+        assert_eq!(e, "chain[0].targets: needs at least one target (LLM_PROVIDER_ORDER is not set either)");
+        let c = load_env(
+            "[[chain]]\nname = \"a\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n",
+            &[("LLM_PROVIDER_ORDER", "openai")],
+        )
+        .expect("targets may be left out when the variable is set");
+        assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06"]);
+        let missing = "/nonexistent/vigil-order";
+        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", missing)]).expect_err("unreadable");
+        assert!(e.starts_with("LLM_PROVIDER_ORDER_FILE: "), "{e}");
+    }
+
+    #[test]
+    fn fallback_for_credit_and_ttft_slo_are_resolved_and_checked() {
+        let chain = |extra: &str| {
+            format!("[[chain]]\nname = \"chat\"\ntargets = [\"openrouter/openai/gpt-4o\", \"anthropic/claude-sonnet-4-20250514\"]\n{extra}")
+        };
+        let c = load(
+            &chain("ttft_slo = \"2500ms\"\nfallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"openai/gpt-4o-2024-08-06\" }\n"),
+            true,
+        )
+        .expect("valid");
+        let f = &c.chains[0].fallback_for_credit;
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].member.provider.as_str(), f[0].fallback.spelled.as_str()),
+            ("openrouter", "openai/gpt-4o-2024-08-06")
+        );
+        assert_eq!(c.chains[0].ttft_slo, Some(std::time::Duration::from_millis(2500)));
+        let c = load(&chain(""), true).expect("valid");
+        assert!(c.chains[0].fallback_for_credit.is_empty() && c.chains[0].ttft_slo.is_none());
+        // A pair naming a provider without its key here has nothing to move.
+        let c = load(
+            &chain("fallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"anthropic/claude-sonnet-4-20250514\" }\n"),
+            false,
+        )
+        .expect("valid");
+        assert!(c.chains[0].fallback_for_credit.is_empty());
+        let e = load(&chain("fallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"openai/gpt-5\" }\n"), true)
+            .expect_err("unknown");
+        assert!(
+            e.starts_with("chain[0].fallback_for_credit.openrouter/openai/gpt-4o: unknown target \"openai/gpt-5\""),
+            "{e}"
+        );
+        let e = load(&chain("fallback_for_credit = { \"openai/gpt-4\" = \"openai/gpt-4o-2024-08-06\" }\n"), true)
+            .expect_err("unknown member");
+        assert!(e.starts_with("chain[0].fallback_for_credit.openai/gpt-4: unknown target \"openai/gpt-4\""), "{e}");
+        let e = load(
+            &chain("fallback_for_credit = { \"openai/gpt-4o-2024-08-06\" = \"openai/gpt-4o-2024-08-06\" }\n"),
+            true,
+        )
+        .expect_err("itself");
+        assert!(e.ends_with("cannot stand in for itself"), "{e}");
+        let e = load(&chain("fallback_for_credit = [\"openai/gpt-4o-2024-08-06\"]\n"), true).expect_err("shape");
+        assert!(e.starts_with("chain[0].fallback_for_credit"), "{e}");
+        for (slo, why) in
+            [("\"soon\"", "is not a duration"), ("\"2h\"", "out of range"), ("\"0s\"", "greater than zero")]
+        {
+            let e = load(&chain(&format!("ttft_slo = {slo}\n")), true).expect_err(slo);
+            assert!(e.starts_with("chain[0].ttft_slo: ") && e.contains(why), "{e}");
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub use self::kind::{ProviderKind, AZURE_DEFAULT_API_VERSION};
 pub use self::metrics::{Detail, MetricsConfig};
 pub use self::parse::{duration_in, parse_duration};
 pub use self::probe::{AdaptiveConfig, ProbeConfig};
-pub use self::providers::{BalanceConfig, Price, ProviderConfig};
+pub use self::providers::{BalanceConfig, Price, ProviderConfig, DEFAULT_DEMOTE_WITHIN};
 pub use self::redact::redact_url;
 pub use self::report::{parse_cron, ReportConfig, DEFAULT_WEEKLY};
 pub use self::retention::RetentionConfig;
@@ -264,7 +264,7 @@ fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<C
     let status_pages = status_pages::validate(&raw.probe.status_page_every, &raw.alerts, resolved.pages)?;
     let alerts = alerts::validate(raw.alerts, env)?;
     let report = report::validate(raw.report, &alerts)?;
-    let chains = crate::config::chain::validate(raw.chain, &resolved.providers, &resolved.skipped)?;
+    let chains = crate::config::chain::validate(raw.chain, &resolved.providers, &resolved.skipped, env)?;
     let deprecation = deprecation::validate(&raw.deprecation)?;
     let metrics = metrics::validate(&raw.metrics)?;
     let canary = canary::validate(&raw.probe.canary)?;
