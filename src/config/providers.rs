@@ -439,7 +439,8 @@ mod tests {
         let k = [("K", "sk-test-k")];
         let within = |extra: &str| {
             let c = Config::from_toml(&p(extra), &env(&k)).expect("valid");
-            c.credit_watch().map(|(_, b)| b.demote_within).next().expect("watched")
+            let within = c.credit_watch().map(|(_, b)| b.demote_within).next().expect("watched");
+            within
         };
         assert_eq!(within(""), Some(Duration::from_secs(6 * 3600)));
         assert_eq!(within(", demote_within = \"off\""), None);
