@@ -124,7 +124,7 @@ impl ChainMember {
     }
 }
 
-fn invalid(key: String, message: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(key: String, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, message: message.into() }
 }
 
@@ -147,29 +147,34 @@ fn spellings(p: &ProviderConfig) -> Vec<ChainMember> {
 }
 
 /// The provider part of a target id (`openrouter` of `openrouter/openai/gpt-4o@Azure`).
-fn provider_of(spelled: &str) -> &str {
+pub(super) fn provider_of(spelled: &str) -> &str {
     spelled.split(['/', '@']).next().unwrap_or_default()
 }
 
 /// What every chain is checked against: the configured targets and the providers skipped here.
-struct Known<'a> {
-    members: Vec<ChainMember>,
-    providers: &'a [ProviderConfig],
-    skipped: &'a [(String, String)],
+pub(super) struct Known<'a> {
+    /// Every target id a member may use.
+    pub(super) members: Vec<ChainMember>,
+    /// The providers with their keys.
+    pub(super) providers: &'a [ProviderConfig],
+    /// Providers skipped for their missing key: (name, variable).
+    pub(super) skipped: &'a [(String, String)],
 }
 
 impl Known<'_> {
-    fn find(&self, spelled: &str) -> Option<&ChainMember> {
+    /// The member spelled `spelled`, if it is a configured target id.
+    pub(super) fn find(&self, spelled: &str) -> Option<&ChainMember> {
         self.members.iter().find(|k| k.spelled == spelled)
     }
 
     /// The variable whose absence skips the provider of `spelled`, if it is skipped.
-    fn skipped_for(&self, spelled: &str) -> Option<&str> {
+    pub(super) fn skipped_for(&self, spelled: &str) -> Option<&str> {
         let provider = provider_of(spelled);
         self.skipped.iter().find(|(n, _)| n == provider).map(|(_, var)| var.as_str())
     }
 
-    fn ids(&self) -> String {
+    /// Every configured target id, for errors.
+    pub(super) fn ids(&self) -> String {
         let mut ids: Vec<&str> = self.members.iter().map(|k| k.spelled.as_str()).collect();
         ids.dedup();
         if ids.is_empty() {
@@ -202,9 +207,10 @@ pub fn validate(
         if !names.insert(name.clone()) {
             return Err(invalid(format!("chain[{i}].name"), format!("duplicate chain name {name:?}")));
         }
-        let (members, left_out, order_from) = match order_from_env(i, &c, env)? {
+        let (members, left_out, order_from) = match super::chain_env::order_from_env(i, c.targets_env.as_deref(), env)?
+        {
             Some((var, items)) => {
-                let (members, left_out) = resolve_env(i, &var, &items, &known)?;
+                let (members, left_out) = super::chain_env::resolve_env(i, &var, &items, &known)?;
                 (members, left_out, format!("env:{var}"))
             }
             None => {
@@ -263,84 +269,6 @@ fn resolve_listed(
             continue;
         }
         return Err(invalid(key, format!("unknown target {spelled:?} (configured: {})", known.ids())));
-    }
-    Ok((members, left_out))
-}
-
-/// The variable `targets_env` names and its items (comma-separated, trimmed, empty ones
-/// ignored), read from the variable or its `_FILE` twin; `None` when the chain names none or it
-/// holds no item (the `targets` list applies).
-fn order_from_env(i: usize, c: &RawChain, env: &dyn Env) -> Result<Option<(String, Vec<String>)>, ConfigError> {
-    let Some(var) = c.targets_env.as_deref().map(str::trim) else { return Ok(None) };
-    let key = format!("chain[{i}].targets_env");
-    let mut chars = var.chars();
-    let shaped = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !shaped {
-        return Err(invalid(key, format!("{var:?} is not an environment variable name (letters, digits, _)")));
-    }
-    let Some(value) = env.get_or_file(var)? else { return Ok(None) };
-    let items: Vec<String> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
-    if items.is_empty() {
-        return Ok(None);
-    }
-    let from = if env.get(var).is_some() { var.to_string() } else { format!("{var}_FILE") };
-    for item in &items {
-        super::parse::no_controls(&key, item)
-            .map_err(|_| invalid(key.clone(), format!("{from} holds control characters (CR, LF, tab, NUL, …)")))?;
-    }
-    Ok(Some((from, items)))
-}
-
-/// The items of `var` as the application reads them: a target id is that target, a bare
-/// provider name every model of that provider in configured order (each with every route); a
-/// name this machine cannot probe (no such provider, no key) is skipped with the reason; an id of
-/// a configured provider that is not one of its targets is an error. A target listed again
-/// (`openai,openai/gpt-4o`) keeps its first place.
-fn resolve_env(
-    i: usize,
-    var: &str,
-    items: &[String],
-    known: &Known<'_>,
-) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
-    let mut members: Vec<ChainMember> = Vec::new();
-    let mut left_out: Vec<SkippedMember> = Vec::new();
-    let mut add = |m: &ChainMember| {
-        if !members.iter().any(|x| x.spelled == m.spelled) {
-            members.push(m.clone());
-        }
-    };
-    for item in items {
-        if let Some(m) = known.find(item) {
-            add(m);
-            continue;
-        }
-        if let Some(p) = known.providers.iter().find(|p| &p.name == item) {
-            for model in &p.models {
-                let spelled = if model.is_empty() { p.name.clone() } else { format!("{}/{model}", p.name) };
-                if let Some(m) = known.find(&spelled) {
-                    add(m);
-                }
-            }
-            continue;
-        }
-        let provider = provider_of(item);
-        let reason = match known.skipped_for(item) {
-            Some(v) => format!("{v} is not set"),
-            None if known.providers.iter().any(|p| p.name == provider) => {
-                return Err(invalid(
-                    format!("chain[{i}].targets_env"),
-                    format!(
-                        "{var} lists {item:?}, not a configured target of provider {provider:?} (configured: {})",
-                        known.ids()
-                    ),
-                ));
-            }
-            None => format!("no provider {provider:?} is configured"),
-        };
-        if !left_out.iter().any(|s| &s.target == item) {
-            left_out.push(SkippedMember { target: item.clone(), reason });
-        }
     }
     Ok((members, left_out))
 }

@@ -13,6 +13,7 @@ mod breaker;
 mod builtins;
 mod canary;
 pub mod chain;
+mod chain_env;
 mod deprecation;
 mod env;
 mod headers;

@@ -365,6 +365,15 @@ fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<Stri
     }
 }
 
+/// One target's place in a chain before health and credit sort it.
+struct Slot<'j, 'a> {
+    judged: &'j Judged<'a>,
+    /// 1-based place in the configured order.
+    position: u32,
+    /// For a member demoted for credit, the id of the fallback standing in for it.
+    stands_in: Option<String>,
+}
+
 /// Where each configured target of a chain goes, before health and credit sort it: in
 /// configured order, except that a member demoted for credit (its provider's projection within
 /// `balance.demote_within`) with a `fallback_for_credit` gets the fallback's targets in its
@@ -375,7 +384,7 @@ fn slots<'j, 'a>(
     params: &ExportParams,
     chain: &ChainConfig,
     judged: &'j [Judged<'a>],
-) -> (Vec<(&'j Judged<'a>, u32, Option<String>)>, Vec<SkippedMember>) {
+) -> (Vec<Slot<'j, 'a>>, Vec<SkippedMember>) {
     let mine = |m: &ChainMember| judged.iter().filter(|j| m.matches(&j.stats.target)).collect::<Vec<_>>();
     // Routes of one member follow their rank (judged is sorted by model, then rank).
     let mut position = 0u32;
@@ -395,9 +404,8 @@ fn slots<'j, 'a>(
         }
     }
     let place = |id: &str| positions.iter().find(|(t, _)| *t == id).map(|(_, p)| *p);
-    let mut out: Vec<(&'j Judged<'a>, u32, Option<String>)> = Vec::new();
-    let placed =
-        |out: &[(&'j Judged<'a>, u32, Option<String>)], id: &str| out.iter().any(|(j, ..)| j.row.key.target == id);
+    let mut out: Vec<Slot<'j, 'a>> = Vec::new();
+    let placed = |out: &[Slot<'j, 'a>], id: &str| out.iter().any(|s| s.judged.row.key.target == id);
     for m in &chain.members {
         let found = mine(m);
         let first = found.first().and_then(|j| place(&j.row.key.target)).unwrap_or(0);
@@ -407,14 +415,15 @@ fn slots<'j, 'a>(
         if let Some(f) = fallback {
             for j in mine(&f.fallback) {
                 if !placed(&out, &j.row.key.target) {
-                    out.push((j, place(&j.row.key.target).unwrap_or(first), None));
+                    out.push(Slot { judged: j, position: place(&j.row.key.target).unwrap_or(first), stands_in: None });
                     stands_in = Some(f.fallback.spelled.clone());
                 }
             }
         }
         for j in found {
             if !placed(&out, &j.row.key.target) {
-                out.push((j, place(&j.row.key.target).unwrap_or(first), stands_in.clone()));
+                let position = place(&j.row.key.target).unwrap_or(first);
+                out.push(Slot { judged: j, position, stands_in: stands_in.clone() });
             }
         }
     }
@@ -433,7 +442,7 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
     let (slots, not_probed) = slots(params, chain, judged);
     let mut skipped = chain.skipped.clone();
     skipped.extend(not_probed);
-    for (j, position, stands_in) in slots {
+    for Slot { judged: j, position, stands_in } in slots {
         if j.stats.breaker == State::Open {
             let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
             if let Some(at) = j.stats.next_half_open {

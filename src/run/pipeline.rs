@@ -103,9 +103,12 @@ pub struct Alerting {
     canaries: Vec<crate::vocab::canary::CanaryRun>,
 }
 
-/// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo`, as the export judged it.
-fn chain_checks(chains: &[crate::decide::export::ChainOrder]) -> Vec<rules::ChainSloCheck> {
-    chains
+/// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo`, as the last published export
+/// judged it.
+fn chain_checks(snapshot: &SharedSnapshot) -> Vec<rules::ChainSloCheck> {
+    let Ok(snap) = snapshot.read() else { return Vec::new() };
+    let Some(doc) = snap.thresholds.as_ref() else { return Vec::new() };
+    doc.chains
         .iter()
         .filter_map(|c| {
             Some(rules::ChainSloCheck {
@@ -348,14 +351,8 @@ impl Pipeline {
         }
         let canaries = canaries.iter().collect();
         let shifts = self.monitor.take_adoptions();
-        // The chains' latency budgets as the last published export judged them.
-        let chains = self
-            .snapshot
-            .read()
-            .ok()
-            .and_then(|snap| snap.thresholds.as_ref().map(|t| chain_checks(&t.chains)))
-            .unwrap_or_default();
-        let round = rules::Round { probes, breaker: changes, credits, canaries, shifts, chains };
+        let round =
+            rules::Round { probes, breaker: changes, credits, canaries, shifts, chains: chain_checks(&self.snapshot) };
         let mut notes = a.engine.evaluate(&round, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
