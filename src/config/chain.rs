@@ -124,7 +124,7 @@ impl ChainMember {
     }
 }
 
-pub(super) fn invalid(key: String, message: impl Into<String>) -> ConfigError {
+fn invalid(key: String, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, message: message.into() }
 }
 
@@ -147,34 +147,34 @@ fn spellings(p: &ProviderConfig) -> Vec<ChainMember> {
 }
 
 /// The provider part of a target id (`openrouter` of `openrouter/openai/gpt-4o@Azure`).
-pub(super) fn provider_of(spelled: &str) -> &str {
+fn provider_of(spelled: &str) -> &str {
     spelled.split(['/', '@']).next().unwrap_or_default()
 }
 
 /// What every chain is checked against: the configured targets and the providers skipped here.
-pub(super) struct Known<'a> {
+struct Known<'a> {
     /// Every target id a member may use.
-    pub(super) members: Vec<ChainMember>,
+    members: Vec<ChainMember>,
     /// The providers with their keys.
-    pub(super) providers: &'a [ProviderConfig],
+    providers: &'a [ProviderConfig],
     /// Providers skipped for their missing key: (name, variable).
-    pub(super) skipped: &'a [(String, String)],
+    skipped: &'a [(String, String)],
 }
 
 impl Known<'_> {
     /// The member spelled `spelled`, if it is a configured target id.
-    pub(super) fn find(&self, spelled: &str) -> Option<&ChainMember> {
+    fn find(&self, spelled: &str) -> Option<&ChainMember> {
         self.members.iter().find(|k| k.spelled == spelled)
     }
 
     /// The variable whose absence skips the provider of `spelled`, if it is skipped.
-    pub(super) fn skipped_for(&self, spelled: &str) -> Option<&str> {
+    fn skipped_for(&self, spelled: &str) -> Option<&str> {
         let provider = provider_of(spelled);
         self.skipped.iter().find(|(n, _)| n == provider).map(|(_, var)| var.as_str())
     }
 
     /// Every configured target id, for errors.
-    pub(super) fn ids(&self) -> String {
+    fn ids(&self) -> String {
         let mut ids: Vec<&str> = self.members.iter().map(|k| k.spelled.as_str()).collect();
         ids.dedup();
         if ids.is_empty() {
@@ -210,7 +210,7 @@ pub fn validate(
         let (members, left_out, order_from) = match super::chain_env::order_from_env(i, c.targets_env.as_deref(), env)?
         {
             Some((var, items)) => {
-                let (members, left_out) = super::chain_env::resolve_env(i, &var, &items, &known)?;
+                let (members, left_out) = resolve_env(i, &var, &items, &known)?;
                 (members, left_out, format!("env:{var}"))
             }
             None => {
@@ -269,6 +269,59 @@ fn resolve_listed(
             continue;
         }
         return Err(invalid(key, format!("unknown target {spelled:?} (configured: {})", known.ids())));
+    }
+    Ok((members, left_out))
+}
+
+/// The items of `var` as the application reads them: a target id is that target, a bare
+/// provider name every model of that provider in configured order (each with every route); a
+/// name this machine cannot probe (no such provider, no key) is skipped with the reason; an id of
+/// a configured provider that is not one of its targets is an error. A target listed again
+/// (`openai,openai/gpt-4o`) keeps its first place.
+fn resolve_env(
+    i: usize,
+    var: &str,
+    items: &[String],
+    known: &Known<'_>,
+) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
+    let mut members: Vec<ChainMember> = Vec::new();
+    let mut left_out: Vec<SkippedMember> = Vec::new();
+    let mut add = |m: &ChainMember| {
+        if !members.iter().any(|x| x.spelled == m.spelled) {
+            members.push(m.clone());
+        }
+    };
+    for item in items {
+        if let Some(m) = known.find(item) {
+            add(m);
+            continue;
+        }
+        if let Some(p) = known.providers.iter().find(|p| &p.name == item) {
+            for model in &p.models {
+                let spelled = if model.is_empty() { p.name.clone() } else { format!("{}/{model}", p.name) };
+                if let Some(m) = known.find(&spelled) {
+                    add(m);
+                }
+            }
+            continue;
+        }
+        let provider = provider_of(item);
+        let reason = match known.skipped_for(item) {
+            Some(v) => format!("{v} is not set"),
+            None if known.providers.iter().any(|p| p.name == provider) => {
+                return Err(invalid(
+                    format!("chain[{i}].targets_env"),
+                    format!(
+                        "{var} lists {item:?}, not a configured target of provider {provider:?} (configured: {})",
+                        known.ids()
+                    ),
+                ));
+            }
+            None => format!("no provider {provider:?} is configured"),
+        };
+        if !left_out.iter().any(|s| &s.target == item) {
+            left_out.push(SkippedMember { target: item.clone(), reason });
+        }
     }
     Ok((members, left_out))
 }
@@ -395,100 +448,6 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
         assert_eq!(e, "chain[0].targets[1]: \"openai/gpt-4o-2024-08-06\" is already in this chain");
         let e = load("[[chain]]\nname = \"a\"\ntarget = []\n", true).expect_err("unknown key");
         assert!(e.starts_with("chain"), "{e}");
-    }
-
-    fn load_env(chains: &str, extra: &[(&str, &str)]) -> Result<Config, String> {
-        let mut e = keys(false);
-        e.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Config::from_toml(&format!("{PROVIDERS}{chains}"), &e).map_err(|e| e.to_string())
-    }
-
-    const ENV_CHAIN: &str = "[[chain]]\nname = \"chat\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n\
-                             targets = [\"openai/gpt-4o-2024-08-06\", \"openrouter/openai/gpt-4o\"]\n";
-
-    fn spelled(c: &Config) -> Vec<&str> {
-        c.chains[0].members.iter().map(|m| m.spelled.as_str()).collect()
-    }
-
-    #[test]
-    fn the_order_comes_from_the_variable_with_provider_names_expanded_and_keyless_ones_skipped() {
-        let c =
-            load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", " openrouter, ,openai ,anthropic,nosuch,")]).expect("valid");
-        let chat = &c.chains[0];
-        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o", "openai/gpt-4o-2024-08-06"]);
-        assert_eq!(chat.members[0].route, None, "a provider name stands for every route of each of its models");
-        assert_eq!(chat.order_from, "env:LLM_PROVIDER_ORDER");
-        let skipped: Vec<(&str, &str)> = chat.skipped.iter().map(|s| (s.target.as_str(), s.reason.as_str())).collect();
-        assert_eq!(
-            skipped,
-            [("anthropic", "ANTHROPIC_API_KEY is not set"), ("nosuch", "no provider \"nosuch\" is configured")]
-        );
-        // Full ids, a pinned route, and a target listed again keeping its first place.
-        let c = load_env(
-            ENV_CHAIN,
-            &[(
-                "LLM_PROVIDER_ORDER",
-                "openrouter/openai/gpt-4o@Azure,openai,openai/gpt-4o-2024-08-06,anthropic/claude-sonnet-4-20250514",
-            )],
-        )
-        .expect("valid");
-        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]);
-        assert_eq!(c.chains[0].skipped[0].target, "anthropic/claude-sonnet-4-20250514");
-    }
-
-    #[test]
-    fn the_targets_list_is_the_default_while_the_variable_is_unset_or_empty() {
-        for extra in [&[][..], &[("LLM_PROVIDER_ORDER", "")][..], &[("LLM_PROVIDER_ORDER", " , ,")][..]] {
-            let c = load_env(ENV_CHAIN, extra).expect("valid");
-            assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06", "openrouter/openai/gpt-4o"], "{extra:?}");
-            assert_eq!(c.chains[0].order_from, "config");
-        }
-        let c = load("[[chain]]\nname = \"a\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n", true).expect("valid");
-        assert_eq!(c.chains[0].order_from, "config");
-    }
-
-    #[test]
-    fn the_order_file_twin_is_read_at_every_load() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("order");
-        std::fs::write(&file, "openai\n").expect("write");
-        let path = file.display().to_string();
-        let c = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", path.as_str())]).expect("valid");
-        assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06"]);
-        assert_eq!(c.chains[0].order_from, "env:LLM_PROVIDER_ORDER_FILE");
-        std::fs::write(&file, "openrouter,openai\n").expect("rewrite");
-        let c = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", path.as_str())]).expect("valid");
-        assert_eq!(spelled(&c), ["openrouter/openai/gpt-4o", "openai/gpt-4o-2024-08-06"], "a new load reads it again");
-    }
-
-    #[test]
-    fn bad_orders_from_the_environment_name_the_key_and_the_variable() {
-        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openai,openai/gpt-5")]).expect_err("not a target");
-        assert!(
-            e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER lists \"openai/gpt-5\", not a configured target of provider \"openai\" (configured: "),
-            "{e}"
-        );
-        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openrouter/openai/gpt-4o@Nowhere")]).expect_err("route");
-        assert!(e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER lists"), "{e}");
-        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER", "openai,\u{1b}[31m")]).expect_err("control");
-        assert!(e.starts_with("chain[0].targets_env: LLM_PROVIDER_ORDER holds control characters"), "{e}");
-        let e = load_env(
-            "[[chain]]\nname = \"a\"\ntargets_env = \"LLM-ORDER\"\ntargets = [\"openai/gpt-4o-2024-08-06\"]\n",
-            &[],
-        )
-        .expect_err("name");
-        assert!(e.starts_with("chain[0].targets_env: \"LLM-ORDER\" is not an environment variable name"), "{e}");
-        let e = load_env("[[chain]]\nname = \"a\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n", &[]).expect_err("nothing");
-        assert_eq!(e, "chain[0].targets: needs at least one target (LLM_PROVIDER_ORDER is not set either)");
-        let c = load_env(
-            "[[chain]]\nname = \"a\"\ntargets_env = \"LLM_PROVIDER_ORDER\"\n",
-            &[("LLM_PROVIDER_ORDER", "openai")],
-        )
-        .expect("targets may be left out when the variable is set");
-        assert_eq!(spelled(&c), ["openai/gpt-4o-2024-08-06"]);
-        let missing = "/nonexistent/vigil-order";
-        let e = load_env(ENV_CHAIN, &[("LLM_PROVIDER_ORDER_FILE", missing)]).expect_err("unreadable");
-        assert!(e.starts_with("LLM_PROVIDER_ORDER_FILE: "), "{e}");
     }
 
     #[test]
