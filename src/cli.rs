@@ -341,6 +341,14 @@ pub async fn thresholds_document(
     }
     let mut monitor = Monitor::new(c, targets, now);
     monitor.load(store, now).await.context("reading baselines")?;
+    // The day of credit readings the daemon projects from (the storage link reads the same).
+    let mut credits = std::collections::BTreeMap::new();
+    for (p, _) in c.credit_watch() {
+        let since = now - chrono::Duration::hours(24);
+        let readings = crate::io::store::FeedStore::balances(store, &p.name, since).await.context("reading credit")?;
+        credits.insert(p.name.clone(), readings);
+    }
+    monitor.read_credit(&credits);
     monitor.publish(now, None).thresholds.context("no thresholds document")
 }
 

@@ -6,23 +6,51 @@
 //! export orders those by `rank`). A member of a provider skipped for a missing key is kept aside
 //! as skipped, so one chain can serve machines with different keys; anything else unknown is an
 //! error naming `chain[i].targets[j]`.
+//!
+//! The order may come from the application's own environment instead (`targets_env =
+//! "LLM_PROVIDER_ORDER"`): comma-separated provider names or target ids, read at every load (so a
+//! reload re-reads it, and its `_FILE` twin, which a running process can change), with `targets`
+//! as the default while the variable is unset or empty. There a name the application may list but
+//! this machine cannot probe (no such provider, no key) is skipped with the reason, as the
+//! application skips it; an id of a configured provider that is not one of its targets is an error.
 
-use crate::config::{ConfigError, ProviderConfig};
+use crate::config::{ConfigError, Env, ProviderConfig};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// `order_from` of a chain whose order is the file's `targets`.
+pub const ORDER_FROM_CONFIG: &str = "config";
 
 /// One `[[chain]]` as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawChain {
     name: String,
+    #[serde(default)]
     targets: Vec<String>,
+    targets_env: Option<String>,
+    #[serde(default)]
+    fallback_for_credit: BTreeMap<String, String>,
+    ttft_slo: Option<String>,
 }
 
 impl RawChain {
     /// A chain as the file would write it (`vigil run --demo` adds its own this way).
     pub fn new(name: impl Into<String>, targets: Vec<String>) -> Self {
-        RawChain { name: name.into(), targets }
+        RawChain { name: name.into(), targets, targets_env: None, fallback_for_credit: BTreeMap::new(), ttft_slo: None }
+    }
+
+    /// The same chain taking its order from `var` when set (`targets_env`).
+    pub fn with_targets_env(mut self, var: &str) -> Self {
+        self.targets_env = Some(var.to_string());
+        self
+    }
+
+    /// The same chain with `fallback` standing in for `member` while it is demoted for credit.
+    pub fn with_fallback_for_credit(mut self, member: &str, fallback: &str) -> Self {
+        self.fallback_for_credit.insert(member.to_string(), fallback.to_string());
+        self
     }
 }
 
@@ -48,6 +76,16 @@ pub struct SkippedMember {
     pub reason: String,
 }
 
+/// `fallback_for_credit`: a target that takes a member's place while the member's provider is
+/// demoted for credit (`balance.demote_within`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreditFallback {
+    /// The member it stands in for.
+    pub member: ChainMember,
+    /// The target that moves ahead of it.
+    pub fallback: ChainMember,
+}
+
 /// A validated failover chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainConfig {
@@ -57,6 +95,26 @@ pub struct ChainConfig {
     pub members: Vec<ChainMember>,
     /// Members whose provider is skipped for a missing key.
     pub skipped: Vec<SkippedMember>,
+    /// Where the order came from: `config` (the `targets` list) or `env:VAR` (`targets_env`).
+    pub order_from: String,
+    /// Targets that move ahead of a member while it is demoted for credit.
+    pub fallback_for_credit: Vec<CreditFallback>,
+    /// `ttft_slo`: the worst-case time to a first token the chain must keep.
+    pub ttft_slo: Option<Duration>,
+}
+
+impl ChainConfig {
+    /// A chain of `members` in the file's order, with no fallback and no SLO.
+    pub fn new(name: impl Into<String>, members: Vec<ChainMember>) -> Self {
+        ChainConfig {
+            name: name.into(),
+            members,
+            skipped: Vec::new(),
+            order_from: ORDER_FROM_CONFIG.to_string(),
+            fallback_for_credit: Vec::new(),
+            ttft_slo: None,
+        }
+    }
 }
 
 impl ChainMember {
@@ -88,14 +146,55 @@ fn spellings(p: &ProviderConfig) -> Vec<ChainMember> {
     out
 }
 
+/// The provider part of a target id (`openrouter` of `openrouter/openai/gpt-4o@Azure`).
+fn provider_of(spelled: &str) -> &str {
+    spelled.split(['/', '@']).next().unwrap_or_default()
+}
+
+/// What every chain is checked against: the configured targets and the providers skipped here.
+struct Known<'a> {
+    /// Every target id a member may use.
+    members: Vec<ChainMember>,
+    /// The providers with their keys.
+    providers: &'a [ProviderConfig],
+    /// Providers skipped for their missing key: (name, variable).
+    skipped: &'a [(String, String)],
+}
+
+impl Known<'_> {
+    /// The member spelled `spelled`, if it is a configured target id.
+    fn find(&self, spelled: &str) -> Option<&ChainMember> {
+        self.members.iter().find(|k| k.spelled == spelled)
+    }
+
+    /// The variable whose absence skips the provider of `spelled`, if it is skipped.
+    fn skipped_for(&self, spelled: &str) -> Option<&str> {
+        let provider = provider_of(spelled);
+        self.skipped.iter().find(|(n, _)| n == provider).map(|(_, var)| var.as_str())
+    }
+
+    /// Every configured target id, for errors.
+    fn ids(&self) -> String {
+        let mut ids: Vec<&str> = self.members.iter().map(|k| k.spelled.as_str()).collect();
+        ids.dedup();
+        if ids.is_empty() {
+            "none".into()
+        } else {
+            ids.join(", ")
+        }
+    }
+}
+
 /// Resolves and checks every chain: names unique and non-empty, at least one target, each target
-/// configured (or of a provider skipped for its key), none twice in one chain.
+/// configured (or of a provider skipped for its key), none twice in one chain; the order read
+/// from `targets_env` in `env` when the chain names a variable that is set.
 pub fn validate(
     raw: Vec<RawChain>,
     providers: &[ProviderConfig],
     skipped: &[(String, String)],
+    env: &dyn Env,
 ) -> Result<Vec<ChainConfig>, ConfigError> {
-    let known: Vec<ChainMember> = providers.iter().flat_map(spellings).collect();
+    let known = Known { members: providers.iter().flat_map(spellings).collect(), providers, skipped };
     let mut names = BTreeSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for (i, c) in raw.into_iter().enumerate() {
@@ -108,37 +207,144 @@ pub fn validate(
         if !names.insert(name.clone()) {
             return Err(invalid(format!("chain[{i}].name"), format!("duplicate chain name {name:?}")));
         }
-        if c.targets.is_empty() {
-            return Err(invalid(format!("chain[{i}].targets"), "needs at least one target"));
-        }
-        let mut members: Vec<ChainMember> = Vec::new();
-        let mut left_out = Vec::new();
-        for (j, spelled) in c.targets.iter().enumerate() {
-            let key = format!("chain[{i}].targets[{j}]");
-            let spelled = spelled.trim();
-            if let Some(m) = known.iter().find(|k| k.spelled == spelled) {
-                if members.iter().any(|x| x.spelled == m.spelled) {
-                    return Err(invalid(key, format!("{spelled:?} is already in this chain")));
+        let (members, left_out, order_from) = match super::chain_env::order_from_env(i, c.targets_env.as_deref(), env)?
+        {
+            Some((var, items)) => {
+                let (members, left_out) = resolve_env(i, &var, &items, &known)?;
+                (members, left_out, format!("env:{var}"))
+            }
+            None => {
+                if c.targets.is_empty() {
+                    let message = match &c.targets_env {
+                        Some(var) => format!("needs at least one target ({var} is not set either)"),
+                        None => "needs at least one target".to_string(),
+                    };
+                    return Err(invalid(format!("chain[{i}].targets"), message));
                 }
-                members.push(m.clone());
-                continue;
+                let (members, left_out) = resolve_listed(i, &c.targets, &known)?;
+                (members, left_out, ORDER_FROM_CONFIG.to_string())
             }
-            let provider = spelled.split(['/', '@']).next().unwrap_or_default();
-            if let Some((_, var)) = skipped.iter().find(|(n, _)| n == provider) {
-                left_out.push(SkippedMember { target: spelled.to_string(), reason: format!("{var} is not set") });
-                continue;
+        };
+        let ttft_slo = match &c.ttft_slo {
+            None => None,
+            Some(s) => Some(super::parse::duration_in(
+                &format!("chain[{i}].ttft_slo"),
+                s,
+                Duration::from_millis(1),
+                super::parse::HOUR,
+            )?),
+        };
+        out.push(ChainConfig {
+            name,
+            members,
+            skipped: left_out,
+            order_from,
+            fallback_for_credit: fallbacks(i, &c.fallback_for_credit, &known)?,
+            ttft_slo,
+        });
+    }
+    Ok(out)
+}
+
+/// The `targets` list as written: every id configured (or of a skipped provider), none twice.
+fn resolve_listed(
+    i: usize,
+    targets: &[String],
+    known: &Known<'_>,
+) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
+    let mut members: Vec<ChainMember> = Vec::new();
+    let mut left_out = Vec::new();
+    for (j, spelled) in targets.iter().enumerate() {
+        let key = format!("chain[{i}].targets[{j}]");
+        let spelled = spelled.trim();
+        if let Some(m) = known.find(spelled) {
+            if members.iter().any(|x| x.spelled == m.spelled) {
+                return Err(invalid(key, format!("{spelled:?} is already in this chain")));
             }
-            let mut ids: Vec<&str> = known.iter().map(|k| k.spelled.as_str()).collect();
-            ids.dedup();
-            return Err(invalid(
-                key,
-                format!(
-                    "unknown target {spelled:?} (configured: {})",
-                    if ids.is_empty() { "none".into() } else { ids.join(", ") }
-                ),
-            ));
+            members.push(m.clone());
+            continue;
         }
-        out.push(ChainConfig { name, members, skipped: left_out });
+        if let Some(var) = known.skipped_for(spelled) {
+            left_out.push(SkippedMember { target: spelled.to_string(), reason: format!("{var} is not set") });
+            continue;
+        }
+        return Err(invalid(key, format!("unknown target {spelled:?} (configured: {})", known.ids())));
+    }
+    Ok((members, left_out))
+}
+
+/// The items of `var` as the application reads them: a target id is that target, a bare
+/// provider name every model of that provider in configured order (each with every route); a
+/// name this machine cannot probe (no such provider, no key) is skipped with the reason; an id of
+/// a configured provider that is not one of its targets is an error. A target listed again
+/// (`openai,openai/gpt-4o`) keeps its first place.
+fn resolve_env(
+    i: usize,
+    var: &str,
+    items: &[String],
+    known: &Known<'_>,
+) -> Result<(Vec<ChainMember>, Vec<SkippedMember>), ConfigError> {
+    let mut members: Vec<ChainMember> = Vec::new();
+    let mut left_out: Vec<SkippedMember> = Vec::new();
+    let mut add = |m: &ChainMember| {
+        if !members.iter().any(|x| x.spelled == m.spelled) {
+            members.push(m.clone());
+        }
+    };
+    for item in items {
+        if let Some(m) = known.find(item) {
+            add(m);
+            continue;
+        }
+        if let Some(p) = known.providers.iter().find(|p| &p.name == item) {
+            for model in &p.models {
+                let spelled = if model.is_empty() { p.name.clone() } else { format!("{}/{model}", p.name) };
+                if let Some(m) = known.find(&spelled) {
+                    add(m);
+                }
+            }
+            continue;
+        }
+        let provider = provider_of(item);
+        let reason = match known.skipped_for(item) {
+            Some(v) => format!("{v} is not set"),
+            None if known.providers.iter().any(|p| p.name == provider) => {
+                return Err(invalid(
+                    format!("chain[{i}].targets_env"),
+                    format!(
+                        "{var} lists {item:?}, not a configured target of provider {provider:?} (configured: {})",
+                        known.ids()
+                    ),
+                ));
+            }
+            None => format!("no provider {provider:?} is configured"),
+        };
+        if !left_out.iter().any(|s| &s.target == item) {
+            left_out.push(SkippedMember { target: item.clone(), reason });
+        }
+    }
+    Ok((members, left_out))
+}
+
+/// `fallback_for_credit = { "member" = "fallback" }`: both configured target ids, not the same;
+/// a pair naming a provider skipped here for its key is left out (it has nothing to move).
+fn fallbacks(i: usize, raw: &BTreeMap<String, String>, known: &Known<'_>) -> Result<Vec<CreditFallback>, ConfigError> {
+    let mut out = Vec::new();
+    for (member, fallback) in raw {
+        let key = format!("chain[{i}].fallback_for_credit.{member}");
+        let (member, fallback) = (member.trim(), fallback.trim());
+        if member == fallback {
+            return Err(invalid(key, format!("{member:?} cannot stand in for itself")));
+        }
+        if known.skipped_for(member).is_some() || known.skipped_for(fallback).is_some() {
+            continue;
+        }
+        let find = |spelled: &str| {
+            known.find(spelled).cloned().ok_or_else(|| {
+                invalid(key.clone(), format!("unknown target {spelled:?} (configured: {})", known.ids()))
+            })
+        };
+        out.push(CreditFallback { member: find(member)?, fallback: find(fallback)? });
     }
     Ok(out)
 }
@@ -242,6 +448,57 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
         assert_eq!(e, "chain[0].targets[1]: \"openai/gpt-4o-2024-08-06\" is already in this chain");
         let e = load("[[chain]]\nname = \"a\"\ntarget = []\n", true).expect_err("unknown key");
         assert!(e.starts_with("chain"), "{e}");
+    }
+
+    #[test]
+    fn fallback_for_credit_and_ttft_slo_are_resolved_and_checked() {
+        let chain = |extra: &str| {
+            format!("[[chain]]\nname = \"chat\"\ntargets = [\"openrouter/openai/gpt-4o\", \"anthropic/claude-sonnet-4-20250514\"]\n{extra}")
+        };
+        let c = load(
+            &chain("ttft_slo = \"2500ms\"\nfallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"openai/gpt-4o-2024-08-06\" }\n"),
+            true,
+        )
+        .expect("valid");
+        let f = &c.chains[0].fallback_for_credit;
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].member.provider.as_str(), f[0].fallback.spelled.as_str()),
+            ("openrouter", "openai/gpt-4o-2024-08-06")
+        );
+        assert_eq!(c.chains[0].ttft_slo, Some(std::time::Duration::from_millis(2500)));
+        let c = load(&chain(""), true).expect("valid");
+        assert!(c.chains[0].fallback_for_credit.is_empty() && c.chains[0].ttft_slo.is_none());
+        // A pair naming a provider without its key here has nothing to move.
+        let c = load(
+            &chain("fallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"anthropic/claude-sonnet-4-20250514\" }\n"),
+            false,
+        )
+        .expect("valid");
+        assert!(c.chains[0].fallback_for_credit.is_empty());
+        let e = load(&chain("fallback_for_credit = { \"openrouter/openai/gpt-4o\" = \"openai/gpt-5\" }\n"), true)
+            .expect_err("unknown");
+        assert!(
+            e.starts_with("chain[0].fallback_for_credit.openrouter/openai/gpt-4o: unknown target \"openai/gpt-5\""),
+            "{e}"
+        );
+        let e = load(&chain("fallback_for_credit = { \"openai/gpt-4\" = \"openai/gpt-4o-2024-08-06\" }\n"), true)
+            .expect_err("unknown member");
+        assert!(e.starts_with("chain[0].fallback_for_credit.openai/gpt-4: unknown target \"openai/gpt-4\""), "{e}");
+        let e = load(
+            &chain("fallback_for_credit = { \"openai/gpt-4o-2024-08-06\" = \"openai/gpt-4o-2024-08-06\" }\n"),
+            true,
+        )
+        .expect_err("itself");
+        assert!(e.ends_with("cannot stand in for itself"), "{e}");
+        let e = load(&chain("fallback_for_credit = [\"openai/gpt-4o-2024-08-06\"]\n"), true).expect_err("shape");
+        assert!(e.starts_with("chain[0].fallback_for_credit"), "{e}");
+        for (slo, why) in
+            [("\"soon\"", "is not a duration"), ("\"2h\"", "out of range"), ("\"0s\"", "greater than zero")]
+        {
+            let e = load(&chain(&format!("ttft_slo = {slo}\n")), true).expect_err(slo);
+            assert!(e.starts_with("chain[0].ttft_slo: ") && e.contains(why), "{e}");
+        }
     }
 
     #[test]

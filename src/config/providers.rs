@@ -7,7 +7,7 @@ use crate::config::builtins::{Builtin, BUILTINS};
 use crate::config::env::secret_of;
 use crate::config::headers::SecretHeader;
 use crate::config::kind::ProviderKind;
-use crate::config::parse::{duration_in, no_controls, number_in, DAY, SECOND};
+use crate::config::parse::{duration_in, no_controls, number_in, DAY, MINUTE, SECOND};
 use crate::config::status_pages::StatusPageSource;
 use crate::config::{invalid, ConfigError, Env};
 use secrecy::SecretString;
@@ -33,7 +33,7 @@ impl Price {
     }
 }
 
-/// `balance = { min_usd, every, warn_hours }`.
+/// `balance = { min_usd, every, warn_hours, demote_within }`.
 #[derive(Debug, Clone)]
 pub struct BalanceConfig {
     /// Alert below this balance.
@@ -42,7 +42,13 @@ pub struct BalanceConfig {
     pub every: Duration,
     /// Alert when the burn rate projects zero within this many hours.
     pub warn_hours: f64,
+    /// Demote the provider in every chain when the projection says empty within this
+    /// (`None`: `off`, never demoted for credit).
+    pub demote_within: Option<Duration>,
 }
+
+/// `balance.demote_within` when not given.
+pub const DEFAULT_DEMOTE_WITHIN: Duration = Duration::from_secs(6 * 3600);
 
 /// One `[[provider]]`.
 #[derive(Debug, Clone)]
@@ -139,6 +145,7 @@ struct RawBalance {
     min_usd: f64,
     every: Option<String>,
     warn_hours: Option<f64>,
+    demote_within: Option<String>,
 }
 
 /// What the `[[provider]]` list resolves to.
@@ -319,6 +326,11 @@ fn balance(i: usize, kind: ProviderKind, raw: Option<RawBalance>) -> Result<Opti
         min_usd: number_in(&key("balance.min_usd"), b.min_usd, 0.0, 1_000_000_000.0, false)?,
         every: duration_in(&key("balance.every"), b.every.as_deref().unwrap_or("5m"), SECOND, DAY)?,
         warn_hours: number_in(&key("balance.warn_hours"), b.warn_hours.unwrap_or(24.0), 0.0, 8760.0, true)?,
+        demote_within: match b.demote_within.as_deref().map(str::trim) {
+            None => Some(DEFAULT_DEMOTE_WITHIN),
+            Some("off") => None,
+            Some(s) => Some(duration_in(&key("balance.demote_within"), s, MINUTE, 30 * DAY)?),
+        },
     }))
 }
 
@@ -417,6 +429,28 @@ mod tests {
         err_at(&p("balance = { min_usd = 1.0, warn_hours = 0.0 }"), &k, "provider[0].balance.warn_hours");
         err_at(&p("price = { input_per_mtok = 1e300, output_per_mtok = 1.0 }"), &k, "provider[0].price.input_per_mtok");
         err_at(&p("price = { input_per_mtok = 1.0, output_per_mtok = -1.0 }"), &k, "provider[0].price.output_per_mtok");
+    }
+
+    #[test]
+    fn demote_within_defaults_to_six_hours_takes_off_and_has_a_range() {
+        let p = |extra: &str| {
+            format!("[[provider]]\nname = \"s\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"\nmodels = [\"m\"]\nbalance = {{ min_usd = 1.0{extra} }}\n")
+        };
+        let k = [("K", "sk-test-k")];
+        let within = |extra: &str| {
+            let c = Config::from_toml(&p(extra), &env(&k)).expect("valid");
+            let within = c.credit_watch().map(|(_, b)| b.demote_within).next().expect("watched");
+            within
+        };
+        assert_eq!(within(""), Some(Duration::from_secs(6 * 3600)));
+        assert_eq!(within(", demote_within = \"off\""), None);
+        assert_eq!(within(", demote_within = \"90m\""), Some(Duration::from_secs(5400)));
+        for (bad, why) in
+            [("\"30s\"", "out of range"), ("\"31d\"", "out of range"), ("\"soon\"", "not a duration"), ("6", "")]
+        {
+            let e = err_at(&p(&format!(", demote_within = {bad}")), &k, "provider[0].balance.demote_within");
+            assert!(e.contains(why), "{e}");
+        }
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! The published failover deadlines (provisional ones with the confidence reached) are the
 //! health rule's own ([`Failover::deadline`]).
 
-use crate::config::chain::{ChainConfig, SkippedMember};
+use crate::config::chain::{ChainConfig, ChainMember, SkippedMember};
 use crate::decide::baseline::Baseline;
+use crate::decide::credit::CreditOutlook;
 use crate::decide::health::{Failover, P95Bound};
 use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
@@ -24,6 +25,7 @@ use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Schema version of the document (2: chains, breaker parameters, provisional deadlines, `half_open`).
@@ -65,6 +67,11 @@ pub struct ExportParams {
     pub chains: Vec<ChainConfig>,
     /// How a router calls each configured provider (for the router-native formats).
     pub providers: Vec<RouterProvider>,
+    /// The probe's own wait for a first token (`probe.ttft_timeout`, capped by `probe.timeout`):
+    /// what a chain entry without a published TTFT deadline counts for in the chain's worst case.
+    pub ttft_timeout: Duration,
+    /// Per provider, the credit projection (providers not projected to run out are absent).
+    pub credit: BTreeMap<String, CreditOutlook>,
 }
 
 /// Everything known about one target over the window.
@@ -213,6 +220,23 @@ pub struct ChainOrder {
     pub dropped: Vec<ChainEntry>,
     /// Configured members with nothing to publish here (provider without key, no data yet).
     pub skipped: Vec<SkippedMember>,
+    /// Where the configured order came from: `config` or `env:VAR` (`targets_env`).
+    pub order_from: String,
+    /// The chain's worst-case time to a first token, and its `ttft_slo`.
+    pub slo: ChainSlo,
+}
+
+/// A chain's latency budget: the worst case when every member of `order` fails over in turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainSlo {
+    /// `ttft_slo` in ms (null when the chain has none).
+    pub ttft_ms: Option<f64>,
+    /// Sum over `order` of each entry's `failover_ttft_ms`, or the probe's first-token wait where it has none.
+    pub worst_case_ttft_ms: f64,
+    /// Whether the worst case is within `ttft_ms` (null without an SLO; false with nothing in order).
+    pub meets: Option<bool>,
+    /// The first entry of `order` at which the running sum passes `ttft_ms` (null when it meets).
+    pub breaking_member: Option<String>,
 }
 
 /// The thresholds document.
@@ -341,41 +365,137 @@ fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<Stri
     }
 }
 
-fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]) -> ChainOrder {
-    let mut healthy = Vec::new();
-    let mut demoted = Vec::new();
-    let mut dropped = Vec::new();
-    let mut skipped = chain.skipped.clone();
+/// One target's place in a chain before health and credit sort it.
+struct Slot<'j, 'a> {
+    judged: &'j Judged<'a>,
+    /// 1-based place in the configured order.
+    position: u32,
+    /// For a member demoted for credit, the id of the fallback standing in for it.
+    stands_in: Option<String>,
+}
+
+/// Where each configured target of a chain goes, before health and credit sort it: in
+/// configured order, except that a member demoted for credit (its provider's projection within
+/// `balance.demote_within`) with a `fallback_for_credit` gets the fallback's targets in its
+/// place, ahead of it. Each slot carries its 1-based configured position (a fallback from outside
+/// the chain takes the position of the member it stands in for) and, for a member whose fallback
+/// stands in, the fallback's id.
+fn slots<'j, 'a>(
+    params: &ExportParams,
+    chain: &ChainConfig,
+    judged: &'j [Judged<'a>],
+) -> (Vec<Slot<'j, 'a>>, Vec<SkippedMember>) {
+    let mine = |m: &ChainMember| judged.iter().filter(|j| m.matches(&j.stats.target)).collect::<Vec<_>>();
+    // Routes of one member follow their rank (judged is sorted by model, then rank).
     let mut position = 0u32;
+    let mut positions: Vec<(&str, u32)> = Vec::new();
+    let mut skipped = Vec::new();
     for m in &chain.members {
-        // Routes of one member follow their rank (judged is sorted by model, then rank).
-        let mine: Vec<&Judged<'_>> = judged.iter().filter(|j| m.matches(&j.stats.target)).collect();
-        if mine.is_empty() {
+        let found = mine(m);
+        if found.is_empty() {
             skipped.push(SkippedMember {
                 target: m.spelled.clone(),
                 reason: format!("not probed in region {}", params.region),
             });
         }
-        for j in mine {
+        for j in found {
             position += 1;
-            if j.stats.breaker == State::Open {
-                let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
-                if let Some(at) = j.stats.next_half_open {
-                    reason.push_str(&format!(" (trial probe at {})", at.to_rfc3339_opts(SecondsFormat::Secs, true)));
+            positions.push((j.row.key.target.as_str(), position));
+        }
+    }
+    let place = |id: &str| positions.iter().find(|(t, _)| *t == id).map(|(_, p)| *p);
+    let mut out: Vec<Slot<'j, 'a>> = Vec::new();
+    let placed = |out: &[Slot<'j, 'a>], id: &str| out.iter().any(|s| s.judged.row.key.target == id);
+    for m in &chain.members {
+        let found = mine(m);
+        let first = found.first().and_then(|j| place(&j.row.key.target)).unwrap_or(0);
+        let demoted = credit_reason(params, &m.provider).is_some();
+        let fallback = chain.fallback_for_credit.iter().find(|f| f.member.spelled == m.spelled && demoted);
+        let mut stands_in = None;
+        if let Some(f) = fallback {
+            for j in mine(&f.fallback) {
+                if !placed(&out, &j.row.key.target) {
+                    out.push(Slot { judged: j, position: place(&j.row.key.target).unwrap_or(first), stands_in: None });
+                    stands_in = Some(f.fallback.spelled.clone());
                 }
-                dropped.push(entry(j, position, ChainStatus::Dropped, Some(reason)));
-                continue;
             }
-            let health = &j.stats.health;
-            if health.is_clean() {
-                healthy.push(entry(j, position, ChainStatus::Healthy, None));
-            } else {
-                demoted.push(entry(j, position, ChainStatus::Demoted, health.reason.clone()));
+        }
+        for j in found {
+            if !placed(&out, &j.row.key.target) {
+                let position = place(&j.row.key.target).unwrap_or(first);
+                out.push(Slot { judged: j, position, stands_in: stands_in.clone() });
             }
         }
     }
+    (out, skipped)
+}
+
+/// `credit empty in 4 h` when `provider`'s credit projection demotes it now.
+fn credit_reason(params: &ExportParams, provider: &str) -> Option<String> {
+    params.credit.get(provider).and_then(|o| o.demotion(params.generated_at))
+}
+
+fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]) -> ChainOrder {
+    let mut healthy = Vec::new();
+    let mut demoted = Vec::new();
+    let mut dropped = Vec::new();
+    let (slots, not_probed) = slots(params, chain, judged);
+    let mut skipped = chain.skipped.clone();
+    skipped.extend(not_probed);
+    for Slot { judged: j, position, stands_in } in slots {
+        if j.stats.breaker == State::Open {
+            let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
+            if let Some(at) = j.stats.next_half_open {
+                reason.push_str(&format!(" (trial probe at {})", at.to_rfc3339_opts(SecondsFormat::Secs, true)));
+            }
+            dropped.push(entry(j, position, ChainStatus::Dropped, Some(reason)));
+            continue;
+        }
+        let health = &j.stats.health;
+        let credit = credit_reason(params, &j.stats.target.provider).map(|why| match stands_in {
+            Some(f) => format!("{why}; {f} stands in"),
+            None => why,
+        });
+        let reasons: Vec<String> = health.reason.iter().cloned().chain(credit.iter().cloned()).collect();
+        if health.is_clean() && credit.is_none() {
+            healthy.push(entry(j, position, ChainStatus::Healthy, None));
+        } else {
+            let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+            demoted.push(entry(j, position, ChainStatus::Demoted, reason));
+        }
+    }
     healthy.extend(demoted);
-    ChainOrder { name: chain.name.clone(), region: params.region.clone(), order: healthy, dropped, skipped }
+    let slo = chain_slo(params, chain, &healthy);
+    ChainOrder {
+        name: chain.name.clone(),
+        region: params.region.clone(),
+        order: healthy,
+        dropped,
+        skipped,
+        order_from: chain.order_from.clone(),
+        slo,
+    }
+}
+
+/// The worst case of `order`: every entry fails over in turn at its TTFT deadline (or at
+/// `probe.ttft_timeout` where none is published), summed in order, against `ttft_slo`.
+fn chain_slo(params: &ExportParams, chain: &ChainConfig, order: &[ChainEntry]) -> ChainSlo {
+    let timeout_ms = params.ttft_timeout.as_secs_f64() * 1000.0;
+    let limit = chain.ttft_slo.map(|d| d.as_secs_f64() * 1000.0);
+    let mut sum = 0.0;
+    let mut breaking = None;
+    for e in order {
+        sum += e.failover_ttft_ms.unwrap_or(timeout_ms);
+        if breaking.is_none() && limit.is_some_and(|l| sum > l) {
+            breaking = Some(e.key.target.clone());
+        }
+    }
+    ChainSlo {
+        ttft_ms: limit,
+        worst_case_ttft_ms: sum,
+        meets: limit.map(|l| !order.is_empty() && sum <= l),
+        breaking_member: breaking,
+    }
 }
 
 /// Builds the document; targets from other regions than `params.region` are left out.
@@ -516,6 +636,8 @@ pub(crate) mod tests {
             },
             chains: vec![],
             providers: vec![],
+            ttft_timeout: Duration::from_secs(10),
+            credit: BTreeMap::new(),
         }
     }
 
@@ -668,7 +790,7 @@ pub(crate) mod tests {
         p.chains = vec![ChainConfig {
             name: "llama".into(),
             members: vec![member("openrouter", LLAMA, Some("A")), member("openrouter", LLAMA, Some("B"))],
-            skipped: vec![],
+            ..ChainConfig::new("", vec![])
         }];
         let doc = build(&p, &[a, b, c]);
         assert_eq!(ranks(&doc), [("B".into(), 1), ("A".into(), 2), ("C".into(), 3)], "the breaker still ranks first");
@@ -775,6 +897,7 @@ pub(crate) mod tests {
                 target: "gemini/gemini-2.0-flash".into(),
                 reason: "GEMINI_API_KEY is not set".into(),
             }],
+            ..ChainConfig::new("", vec![])
         }];
         let mk =
             |provider: &str, model: &str| TargetStats { target: target(provider, model, None), ..stats("x", model) };
@@ -861,13 +984,152 @@ pub(crate) mod tests {
         );
     }
 
+    fn credit_in(p: &mut ExportParams, provider: &str, hours: i64, within_h: Option<u64>) {
+        let outlook = CreditOutlook {
+            zero_at: p.generated_at + chrono::Duration::hours(hours),
+            demote_within: within_h.map(|h| Duration::from_secs(h * 3600)),
+        };
+        p.credit.insert(provider.into(), outlook);
+    }
+
+    fn reasons(doc: &Thresholds) -> Vec<(String, u32, Option<String>)> {
+        doc.chains[0].order.iter().map(|e| (e.key.provider.clone(), e.position, e.reason.clone())).collect()
+    }
+
+    #[test]
+    fn a_provider_projected_empty_within_demote_within_is_demoted_with_the_hours_left() {
+        let (mut p, all) = three();
+        credit_in(&mut p, "openrouter", 4, Some(6));
+        let doc = build(&p, &all);
+        assert_eq!(
+            reasons(&doc),
+            [
+                ("openai".into(), 2, None),
+                ("anthropic".into(), 3, None),
+                ("openrouter".into(), 1, Some("credit empty in 4 h".into()))
+            ]
+        );
+        assert_eq!(doc.chains[0].order[2].status, ChainStatus::Demoted);
+        assert_eq!(doc.targets.iter().map(|t| t.rank).collect::<Vec<_>>(), [1, 1, 1], "rank is not about credit");
+        // Beyond demote_within, or with it off: nothing moves.
+        for within in [Some(3), None] {
+            let (mut p, all) = three();
+            credit_in(&mut p, "openrouter", 4, within);
+            assert_eq!(order(&build(&p, &all))[0], ("openrouter".into(), ChainStatus::Healthy), "{within:?}");
+        }
+        // A health reason and the credit both show; an open breaker still drops.
+        let (mut p, mut all) = three();
+        credit_in(&mut p, "openrouter", 4, Some(6));
+        credit_in(&mut p, "openai", 1, Some(6));
+        all[2].health = health(State::Closed, None, Some(ProbeVerdict::Failed("server_error".into())), false);
+        all[1].breaker = State::Open;
+        all[1].health = health(State::Open, Some("2 failed probes"), None, false);
+        let doc = build(&p, &all);
+        assert_eq!(
+            reasons(&doc),
+            [
+                ("anthropic".into(), 3, None),
+                ("openrouter".into(), 1, Some("last probe failed: server_error; credit empty in 4 h".into()))
+            ]
+        );
+        assert_eq!(doc.chains[0].dropped[0].key.provider, "openai");
+    }
+
+    #[test]
+    fn a_fallback_for_credit_takes_the_demoted_members_place() {
+        use crate::config::chain::CreditFallback;
+        let (mut p, mut all) = three();
+        let anthropic = member("anthropic", "claude-sonnet-4-20250514", None);
+        p.chains[0].fallback_for_credit =
+            vec![CreditFallback { member: member("openrouter", "openai/gpt-4o", None), fallback: anthropic.clone() }];
+        let doc = build(&p, &all);
+        assert_eq!(order(&doc)[0].0, "openrouter", "no credit trouble: the configured order");
+        credit_in(&mut p, "openrouter", 2, Some(6));
+        let doc = build(&p, &all);
+        assert_eq!(
+            reasons(&doc),
+            [
+                ("anthropic".into(), 3, None),
+                ("openai".into(), 2, None),
+                (
+                    "openrouter".into(),
+                    1,
+                    Some("credit empty in 2 h; anthropic/claude-sonnet-4-20250514 stands in".into())
+                )
+            ]
+        );
+        // A fallback from outside the chain joins it in the member's place while it is demoted.
+        let mini = member("openai", "gpt-4o-mini", None);
+        p.chains[0].fallback_for_credit[0].fallback = mini;
+        all.push(TargetStats { target: target("openai", "gpt-4o-mini", None), ..stats("x", "gpt-4o-mini") });
+        let doc = build(&p, &all);
+        assert_eq!(
+            doc.chains[0].order.iter().map(|e| (e.key.target.as_str(), e.position)).collect::<Vec<_>>(),
+            [
+                ("openai/gpt-4o-mini", 1),
+                ("openai/gpt-4o-2024-08-06", 2),
+                ("anthropic/claude-sonnet-4-20250514", 3),
+                ("openrouter/openai/gpt-4o", 1)
+            ]
+        );
+        // The fallback is no healthier for standing in: an unhealthy one is demoted like any other.
+        let last = all.len() - 1;
+        all[last].health = health(State::Closed, None, Some(ProbeVerdict::Failed("timeout".into())), false);
+        let doc = build(&p, &all);
+        assert_eq!(order(&doc)[0].0, "openai");
+        assert_eq!(doc.chains[0].order[0].key.model, "gpt-4o-2024-08-06");
+        assert_eq!(doc.chains[0].order[2].key.model, "gpt-4o-mini", "demoted ones keep their slots' order");
+    }
+
+    #[test]
+    fn the_chain_slo_sums_the_deadlines_in_order_and_names_the_member_that_breaks_it() {
+        let (mut p, mut all) = three();
+        let doc = build(&p, &all);
+        let slo = &doc.chains[0].slo;
+        assert_eq!(
+            (slo.ttft_ms, slo.worst_case_ttft_ms, slo.meets, slo.breaking_member.as_deref()),
+            (None, 2400.0, None, None)
+        );
+        assert_eq!(doc.chains[0].order_from, "config");
+        p.chains[0].ttft_slo = Some(Duration::from_secs(3));
+        p.chains[0].order_from = "env:LLM_PROVIDER_ORDER".into();
+        let doc = build(&p, &all);
+        assert_eq!(doc.chains[0].slo.meets, Some(true));
+        assert_eq!(doc.chains[0].order_from, "env:LLM_PROVIDER_ORDER");
+        p.chains[0].ttft_slo = Some(Duration::from_secs(2));
+        let slo = build(&p, &all).chains[0].slo.clone();
+        assert_eq!(
+            (slo.ttft_ms, slo.meets, slo.breaking_member.as_deref()),
+            (Some(2000.0), Some(false), Some("anthropic/claude-sonnet-4-20250514"))
+        );
+        // No deadline yet: the probe's TTFT timeout (10 s here) counts; a dropped member does not.
+        all[1].ttft = Baseline { count: 3, p50: None, p95: None, p99: None };
+        all[0].breaker = State::Open;
+        all[0].health = health(State::Open, Some("2 failed probes"), None, false);
+        p.chains[0].ttft_slo = Some(Duration::from_secs(12));
+        let slo = build(&p, &all).chains[0].slo.clone();
+        assert_eq!((slo.worst_case_ttft_ms, slo.meets, slo.breaking_member), (10_800.0, Some(true), None));
+        // Nothing left to try cannot meet any SLO.
+        for t in &mut all {
+            t.breaker = State::Open;
+            t.health = health(State::Open, Some("down"), None, false);
+        }
+        let slo = build(&p, &all).chains[0].slo.clone();
+        assert_eq!((slo.worst_case_ttft_ms, slo.meets), (0.0, Some(false)));
+        let json: Value = serde_json::to_value(&build(&p, &all).chains[0]).expect("json");
+        assert_eq!(
+            json["slo"],
+            serde_json::json!({"ttft_ms": 12000.0, "worst_case_ttft_ms": 0.0, "meets": false, "breaking_member": null})
+        );
+    }
+
     #[test]
     fn a_member_without_its_route_expands_to_every_route_in_rank_order() {
         let mut p = params();
         p.chains = vec![ChainConfig {
             name: "llama".into(),
             members: vec![member("openrouter", LLAMA, None)],
-            skipped: vec![],
+            ..ChainConfig::new("", vec![])
         }];
         let mut worse = stats("Together", LLAMA);
         worse.errors = 900;

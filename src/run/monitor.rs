@@ -42,6 +42,13 @@ pub struct Monitor {
     chains: Vec<crate::config::chain::ChainConfig>,
     /// How a router calls each configured provider (the export's router formats).
     router_providers: Vec<crate::decide::router_formats::provider::RouterProvider>,
+    /// `probe.ttft_timeout` (capped by `probe.timeout`), what a chain member without a deadline
+    /// counts for in its chain's worst case.
+    ttft_timeout: std::time::Duration,
+    /// `balance.demote_within` of each provider on the credit-watch list.
+    demote_within: BTreeMap<String, Option<std::time::Duration>>,
+    /// The credit projections as of the last readings (providers projected to run out).
+    credit: BTreeMap<String, crate::decide::credit::CreditOutlook>,
     flapping: crate::decide::alert::FlappingSet,
     /// Ids of the targets with an open latency or error incident in this region (from the last
     /// evaluation): their samples are held out of their baselines like those of an open breaker.
@@ -103,6 +110,10 @@ impl Monitor {
             targets,
             chains: config.chains.clone(),
             router_providers: config.providers.iter().map(Into::into).collect(),
+            // A probe waits for its first token no longer than its whole timeout either.
+            ttft_timeout: config.probe.ttft_timeout.min(config.probe.timeout),
+            demote_within: config.credit_watch().map(|(p, b)| (p.name.clone(), b.demote_within)).collect(),
+            credit: BTreeMap::new(),
             flapping: Default::default(),
             incidents: Default::default(),
             adopted: Vec::new(),
@@ -396,6 +407,20 @@ impl Monitor {
             .collect()
     }
 
+    /// Projects each watched provider's credit from its readings (oldest first, as the storage
+    /// link reads them): the export demotes a provider projected empty within its
+    /// `balance.demote_within`. A provider without readings keeps its last projection.
+    pub fn read_credit(&mut self, readings: &BTreeMap<String, Vec<crate::vocab::records::BalanceReading>>) {
+        for (provider, within) in &self.demote_within {
+            let Some(rs) = readings.get(provider) else { continue };
+            let points: Vec<(DateTime<Utc>, f64)> = rs.iter().map(|r| (r.at, r.remaining_usd)).collect();
+            match crate::decide::credit::outlook(&points, *within) {
+                Some(o) => self.credit.insert(provider.clone(), o),
+                None => self.credit.remove(provider),
+            };
+        }
+    }
+
     /// The current breaker of a target.
     pub fn breaker(&self, target: &Target) -> Option<&Breaker> {
         self.breakers.get(target)
@@ -456,6 +481,8 @@ impl Monitor {
             },
             chains: self.chains.clone(),
             providers: self.router_providers.clone(),
+            ttft_timeout: self.ttft_timeout,
+            credit: self.credit.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),

@@ -103,6 +103,25 @@ pub struct Alerting {
     canaries: Vec<crate::vocab::canary::CanaryRun>,
 }
 
+/// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo`, as the last published export
+/// judged it.
+fn chain_checks(snapshot: &SharedSnapshot) -> Vec<rules::ChainSloCheck> {
+    let Ok(snap) = snapshot.read() else { return Vec::new() };
+    let Some(doc) = snap.thresholds.as_ref() else { return Vec::new() };
+    doc.chains
+        .iter()
+        .filter_map(|c| {
+            Some(rules::ChainSloCheck {
+                chain: c.name.clone(),
+                ttft_slo_ms: c.slo.ttft_ms?,
+                worst_case_ttft_ms: c.slo.worst_case_ttft_ms,
+                meets: c.slo.meets?,
+                breaking_member: c.slo.breaking_member.clone(),
+            })
+        })
+        .collect()
+}
+
 impl Alerting {
     /// The alert stage the config describes: evaluating once per probe interval for `channels`,
     /// watching the credit of the providers on the credit-watch list, paging the providers' own
@@ -332,7 +351,9 @@ impl Pipeline {
         }
         let canaries = canaries.iter().collect();
         let shifts = self.monitor.take_adoptions();
-        let mut notes = a.engine.evaluate(&rules::Round { probes, breaker: changes, credits, canaries, shifts }, now);
+        let round =
+            rules::Round { probes, breaker: changes, credits, canaries, shifts, chains: chain_checks(&self.snapshot) };
+        let mut notes = a.engine.evaluate(&round, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
             for alert in notes.iter_mut().flat_map(|n| n.alerts.iter_mut()) {
@@ -478,6 +499,7 @@ impl Pipeline {
         }
         self.urgent = false;
         let transitions = self.monitor.tick(now);
+        self.monitor.read_credit(&self.context.credits);
         let mut snapshot = self.monitor.publish(now, Some(&self.metrics));
         // The status page keeps showing a region that went quiet, with its age, for a while.
         let shown_from = now - ELSEWHERE_SHOWN_FOR;

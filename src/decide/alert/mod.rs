@@ -59,11 +59,14 @@ pub enum AlertKind {
     /// A target's level stayed shifted for `baseline.adopt_after` (or `vigil baselines adopt`
     /// was asked) and its baseline adopted the new level; the notice says both levels.
     BaselineShift,
+    /// A chain's worst-case time to a first token (every member failing over in turn) is over
+    /// its `ttft_slo`; the summary names the member that breaks it.
+    ChainSloAtRisk,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 15] = [
+    pub const ALL: [AlertKind; 16] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -79,6 +82,7 @@ impl AlertKind {
         AlertKind::ProviderIncident,
         AlertKind::ModelChanged,
         AlertKind::BaselineShift,
+        AlertKind::ChainSloAtRisk,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -99,6 +103,7 @@ impl AlertKind {
             AlertKind::ProviderIncident => "provider_incident",
             AlertKind::ModelChanged => "model_changed",
             AlertKind::BaselineShift => "baseline_shift",
+            AlertKind::ChainSloAtRisk => "chain_slo_at_risk",
         }
     }
 
@@ -114,7 +119,8 @@ impl AlertKind {
             | AlertKind::Flapping
             | AlertKind::ModelDeprecated
             | AlertKind::ProviderIncident
-            | AlertKind::ModelChanged => Severity::Warning,
+            | AlertKind::ModelChanged
+            | AlertKind::ChainSloAtRisk => Severity::Warning,
             AlertKind::BreakerClosed | AlertKind::BaselineShift => Severity::Info,
         }
     }
@@ -146,6 +152,7 @@ impl AlertKind {
             AlertKind::ProviderIncident => "The provider's own status page reports an open incident on a component you depend on.",
             AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
+            AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo: the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
         }
     }
 }
@@ -249,6 +256,9 @@ pub struct Alert {
     pub model: Option<String>,
     /// Pinned route, when any.
     pub route: Option<String>,
+    /// The `[[chain]]` it is about (`chain_slo_at_risk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
     /// Regional or global.
     pub scope: Scope,
     /// One line for humans.
@@ -280,6 +290,7 @@ impl Alert {
             dedup_key: dedup_key(region, provider, model.as_deref(), route.as_deref(), kind),
             model,
             route,
+            chain: None,
             scope: Scope::Regional,
             summary,
             current: None,
@@ -288,8 +299,20 @@ impl Alert {
         }
     }
 
-    /// What the alert is about, for titles: target id, else provider, else the region.
+    /// An instance-wide alert about the chain `name`: its own dedup key (so each chain is its
+    /// own incident) and subject (`chain NAME`).
+    pub fn for_chain(kind: AlertKind, region: &str, name: &str, summary: String) -> Self {
+        let mut a = Alert::new(kind, region, "", None, summary);
+        a.dedup_key = dedup_key(region, "", Some(&format!("chain:{name}")), None, kind);
+        a.chain = Some(name.to_string());
+        a
+    }
+
+    /// What the alert is about, for titles: target id, else the chain, else provider, else the region.
     pub fn subject(&self) -> String {
+        if let Some(chain) = self.chain.as_ref().filter(|_| self.target.is_none()) {
+            return format!("chain {chain}");
+        }
         self.target.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| {
             if self.provider.is_empty() {
                 format!("region {}", self.region)

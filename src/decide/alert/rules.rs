@@ -102,6 +102,50 @@ pub struct Round<'a> {
     pub canaries: Vec<&'a crate::vocab::canary::CanaryRun>,
     /// Shifts the baselines adopted since the last round (`baseline_shift`).
     pub shifts: Vec<crate::decide::baseline::Adoption>,
+    /// Each chain with a `ttft_slo`, as the router export judged it now (`chain_slo_at_risk`).
+    pub chains: Vec<ChainSloCheck>,
+}
+
+/// One chain's latency budget as the router export judged it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainSloCheck {
+    /// Chain name.
+    pub chain: String,
+    /// `ttft_slo`, ms.
+    pub ttft_slo_ms: f64,
+    /// The worst case to a first token with every member failing over in turn, ms.
+    pub worst_case_ttft_ms: f64,
+    /// Whether the worst case is within the SLO.
+    pub meets: bool,
+    /// The member at which the running sum passes the SLO.
+    pub breaking_member: Option<String>,
+}
+
+/// `chain_slo_at_risk`: holds while a chain's worst case is over its `ttft_slo`, naming the
+/// member that breaks it; resolves (after `resolve_after` evaluations) once it meets again.
+fn chain_verdicts(region: &str, round: &Round<'_>, out: &mut Vec<Verdict>) {
+    for c in &round.chains {
+        let summary = if c.meets {
+            format!(
+                "chain {}: worst case {:.0} ms to a first token, within ttft_slo {:.0} ms",
+                c.chain, c.worst_case_ttft_ms, c.ttft_slo_ms
+            )
+        } else {
+            let breaking = c
+                .breaking_member
+                .as_deref()
+                .map(|m| format!(", broken at {m}"))
+                .unwrap_or_else(|| ": nothing in the chain can answer".to_string());
+            format!(
+                "chain {}: worst case {:.0} ms to a first token if every member fails over in turn, over ttft_slo {:.0} ms{breaking}",
+                c.chain, c.worst_case_ttft_ms, c.ttft_slo_ms
+            )
+        };
+        let mut a = Alert::for_chain(AlertKind::ChainSloAtRisk, region, &c.chain, summary);
+        a.current = Some(c.worst_case_ttft_ms);
+        a.baseline = Some(c.ttft_slo_ms);
+        out.push(Verdict { alert: a, holds: !c.meets });
+    }
 }
 
 /// One ok probe judged against the latency threshold.
@@ -346,6 +390,7 @@ impl AlertEngine {
         self.provider_incident_verdicts(&mut verdicts);
         self.canary_verdicts(round, &mut verdicts);
         self.shift_verdicts(round, &mut verdicts);
+        chain_verdicts(&self.cfg.region, round, &mut verdicts);
         for v in verdicts {
             self.apply(v, now);
         }
@@ -1156,6 +1201,44 @@ mod tests {
         }
         let resolved = round(&mut e, &fleet(Outcome::Ok, at(5)), at(5));
         assert_eq!(kinds(&resolved), vec![("openrouter".into(), AlertStatus::Resolved, vec![AlertKind::Errors])]);
+    }
+
+    fn slo(chain: &str, worst: f64, breaking: Option<&str>) -> ChainSloCheck {
+        ChainSloCheck {
+            chain: chain.into(),
+            ttft_slo_ms: 2000.0,
+            worst_case_ttft_ms: worst,
+            meets: worst <= 2000.0,
+            breaking_member: breaking.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_chain_over_its_ttft_slo_warns_naming_the_member_and_resolves_when_it_meets_again() {
+        let mut e = AlertEngine::new(cfg());
+        let over = |e: &mut AlertEngine, chains: Vec<ChainSloCheck>, m: i64| {
+            e.evaluate(&Round { chains, ..Round::default() }, at(m))
+        };
+        let n = over(&mut e, vec![slo("chat", 1500.0, None), slo("batch", 2600.0, Some("anthropic/claude"))], 0);
+        assert_eq!(n.len(), 1, "only the chain over its SLO: {n:?}");
+        let a = &n[0].alerts[0];
+        assert_eq!((a.kind, a.severity, a.status), (AlertKind::ChainSloAtRisk, Severity::Warning, AlertStatus::Firing));
+        assert_eq!(a.chain.as_deref(), Some("batch"));
+        assert_eq!(a.subject(), "chain batch");
+        assert!(a.summary.contains("2600 ms") && a.summary.contains("broken at anthropic/claude"), "{}", a.summary);
+        assert_eq!((a.current, a.baseline), (Some(2600.0), Some(2000.0)));
+        // Two chains over the SLO are two incidents, not one.
+        let both = over(&mut e, vec![slo("chat", 2100.0, Some("openai/gpt")), slo("batch", 2600.0, Some("x/y"))], 1);
+        assert_eq!(both.len(), 1, "chat opens its own incident; batch is already open: {both:?}");
+        assert_eq!(both[0].alerts[0].chain.as_deref(), Some("chat"));
+        let mut resolved = Vec::new();
+        for m in 2..2 + i64::from(cfg().resolve_after) + 1 {
+            resolved.extend(over(&mut e, vec![slo("chat", 2100.0, Some("openai/gpt")), slo("batch", 1900.0, None)], m));
+        }
+        let gone: Vec<_> =
+            resolved.iter().filter(|n| n.alerts.iter().all(|a| a.status == AlertStatus::Resolved)).collect();
+        assert_eq!(gone.len(), 1, "{resolved:?}");
+        assert_eq!(gone[0].alerts[0].chain.as_deref(), Some("batch"));
     }
 
     #[test]

@@ -176,7 +176,7 @@ mod tests {
                     member("openrouter", "gpt-4o-2024-08-06", None),
                     member("claude", "claude-sonnet-4-20250514", None),
                 ],
-                skipped: vec![],
+                ..ChainConfig::new("", vec![])
             }],
             providers: configs.iter().map(RouterProvider::from).collect(),
             ..crate::decide::export::tests::params()

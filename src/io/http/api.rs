@@ -206,6 +206,8 @@ mod tests {
             },
             chains: vec![],
             providers: vec![],
+            ttft_timeout: std::time::Duration::from_secs(10),
+            credit: Default::default(),
         };
         build(&params, &[])
     }

@@ -33,6 +33,8 @@ pub const CREDIT_LIMIT_USD: f64 = 25.0;
 pub const CREDIT_USED_AT_START_USD: f64 = 7.5;
 /// Background spend per hour, so the balance visibly drains even between probes.
 pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
+/// The variable the demo chain takes its order from when set (`demo-anthropic,demo-llama`).
+pub const DEMO_ORDER_ENV: &str = "DEMO_LLM_PROVIDER_ORDER";
 /// Requests the demo server remembers; it may run for days.
 const DEMO_RECORDS: usize = 1000;
 /// Output limit assumed when a request names none.
@@ -102,8 +104,10 @@ impl Demo {
             tracing::info!(chains = config.chains.len(), "demo: configured chains kept, no demo chain added");
             return;
         }
-        let raw = crate::config::chain::RawChain::new(DEMO_CHAIN, demo_chain_targets());
-        match crate::config::chain::validate(vec![raw], &config.providers, &[]) {
+        // Its order may come from the environment, as an application's would; the list is the default.
+        let raw =
+            crate::config::chain::RawChain::new(DEMO_CHAIN, demo_chain_targets()).with_targets_env(DEMO_ORDER_ENV);
+        match crate::config::chain::validate(vec![raw], &config.providers, &[], &crate::config::ProcessEnv) {
             Ok(chains) => config.chains.extend(chains),
             Err(e) => tracing::warn!(error = %e, "demo chain left out"),
         }
@@ -128,7 +132,12 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
         profile.map(|p| Price { input_per_mtok: p.input_per_mtok, output_per_mtok: p.output_per_mtok })
     };
     let llama = ProviderConfig {
-        balance: Some(BalanceConfig { min_usd: 5.0, every: Duration::from_secs(60), warn_hours: 24.0 }),
+        balance: Some(BalanceConfig {
+            min_usd: 5.0,
+            every: Duration::from_secs(60),
+            warn_hours: 24.0,
+            demote_within: Some(crate::config::DEFAULT_DEMOTE_WITHIN),
+        }),
         ..openrouter("demo-llama", LLAMA)?
     };
     Ok(vec![
