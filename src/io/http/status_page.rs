@@ -244,7 +244,7 @@ mod tests {
         });
         let explained = breaker(b);
         let health =
-            health::judge(BreakerView { state: b, reason: explained.reason.as_deref() }, verdict.as_ref(), &[], false);
+            health::judge(BreakerView { state: b, reason: explained.reason.as_deref() }, verdict.as_ref(), &[], false, None, chrono::Utc::now());
         Cell { last, ttfb, ttft, breaker: Some(explained), health, probe: None }
     }
 
