@@ -560,8 +560,11 @@ mod tests {
 
     #[test]
     fn check_config_output_with_k_of_n_reads_back() {
-        let c = Config::from_toml("[alerts]\nerror_k = 3\nerror_n = 10\n[breaker]\nfailure_k = 3\nfailure_n = 6", &env(&[]))
-            .expect("valid");
+        let c = Config::from_toml(
+            "[alerts]\nerror_k = 3\nerror_n = 10\n[breaker]\nfailure_k = 3\nfailure_n = 6",
+            &env(&[]),
+        )
+        .expect("valid");
         let again = Config::from_toml(&c.redacted_toml(), &env(&[])).expect("check-config output reads back");
         assert_eq!((again.alerts.error_k, again.alerts.error_n), (3, 10));
         assert_eq!((again.breaker.failure_k, again.breaker.failure_n), (3, 6));

@@ -111,7 +111,11 @@ mod tests {
         err_at("[breaker]\nfailure_k = 4\nfailure_n = 3", &[], "breaker.failure_n");
         err_at("[breaker]\nfailure_k = 4\nfailure_n = 101", &[], "breaker.failure_n");
         // The variable counts as setting it.
-        err_at("[breaker]\nfailure_k = 3\nfailure_n = 6", &[("VIGIL_BREAKER_CONSECUTIVE_FAILURES", "3")], "breaker.failure_k");
+        err_at(
+            "[breaker]\nfailure_k = 3\nfailure_n = 6",
+            &[("VIGIL_BREAKER_CONSECUTIVE_FAILURES", "3")],
+            "breaker.failure_k",
+        );
         let c = Config::from_toml("", &env(&[("VIGIL_BREAKER_FAILURE_K", "2"), ("VIGIL_BREAKER_FAILURE_N", "5")]))
             .expect("variables");
         assert_eq!((c.breaker.failure_k, c.breaker.failure_n), (2, 5));

@@ -648,7 +648,8 @@ mod tests {
     #[test]
     fn flapping_never_opens_it() {
         for needed in [2, 3, 5] {
-            let mut b = Breaker::new(BreakerSettings { consecutive_failures: needed, failure_n: needed, ..settings() }, t(0));
+            let mut b =
+                Breaker::new(BreakerSettings { consecutive_failures: needed, failure_n: needed, ..settings() }, t(0));
             for i in 0..200 {
                 let at = 10 * i;
                 let p = if i % 2 == 0 { fail(at, Outcome::ServerError) } else { ok(at) };
@@ -798,7 +799,10 @@ mod tests {
         b.observe(fail(240, Outcome::ServerError), p95(300.0), t(240));
         b.observe(ok(300), p95(300.0), t(300));
         let mut restored = Breaker::from_record(s, &b.to_record(&target)).expect("readable");
-        assert!(restored.observe(fail(360, Outcome::Timeout), p95(300.0), t(360)).is_some(), "2 failures among the last 4");
+        assert!(
+            restored.observe(fail(360, Outcome::Timeout), p95(300.0), t(360)).is_some(),
+            "2 failures among the last 4"
+        );
         // Four answered probes after a failure push it out of the window.
         let mut aged = Breaker::new(s, t(0));
         aged.observe(fail(0, Outcome::ServerError), p95(300.0), t(0));

@@ -561,7 +561,14 @@ mod tests {
             down.reason.as_deref(),
             Some("last probe failed: server_error; replies ignore the system prompt (last 3 of 3)")
         );
-        let open = judge(BreakerView { state: State::Open, reason: Some("tripped") }, Some(&within), &failing, false, None, Utc::now());
+        let open = judge(
+            BreakerView { state: State::Open, reason: Some("tripped") },
+            Some(&within),
+            &failing,
+            false,
+            None,
+            Utc::now(),
+        );
         assert_eq!((open.state, open.reason.as_deref()), (HealthState::Down, Some("breaker open: tripped")));
         assert_eq!(open.failing, ["system_prompt"], "still named, so the rank keeps it behind");
         r.record(&reply(Some(true)), rule);

@@ -82,10 +82,7 @@ async fn one_request_in_three_failing_pages_once_with_k_of_n_and_the_breaker_sta
     let opened: Vec<&serde_json::Value> =
         all.iter().filter(|d| d["status"] == "firing" && d["update"] != true && d["reminder"] != true).collect();
     assert_eq!(opened.len(), 1, "one page: {all:?}");
-    assert!(
-        all.iter().all(|d| d["status"] != "resolved"),
-        "it holds while one request in three fails: {all:?}"
-    );
+    assert!(all.iter().all(|d| d["status"] != "resolved"), "it holds while one request in three fails: {all:?}");
     let breaker_pages = all
         .iter()
         .flat_map(|d| d["alerts"].as_array().cloned().unwrap_or_default())
@@ -103,8 +100,11 @@ async fn one_request_in_three_failing_pages_once_with_k_of_n_and_the_breaker_sta
 async fn a_429_with_retry_after_demotes_for_its_backoff_and_the_exports_say_how_long_and_why() {
     let _timing = crate::support::timing_sensitive().await;
     let limited = StandIn::start(|_| {
-        Script::json(429, br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#)
-            .with_header("Retry-After", "30")
+        Script::json(
+            429,
+            br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+        )
+        .with_header("Retry-After", "30")
     })
     .await
     .expect("limited stand-in");
@@ -118,10 +118,13 @@ async fn a_429_with_retry_after_demotes_for_its_backoff_and_the_exports_say_how_
         .env("VIGIL_TEST_API_TOKEN", "test-token-rl")
         .provider(Provider::openai("limited", &format!("{}/v1", limited.base_url())))
         .provider(Provider::openai("backup", &format!("{}/v1", backup.base_url())))
-        .set("chain", toml::Value::Array(vec![crate::support::daemon::table([
-            ("name", "chat".into()),
-            ("targets", crate::support::daemon::strings(&["limited/m", "backup/m"])),
-        ])]))
+        .set(
+            "chain",
+            toml::Value::Array(vec![crate::support::daemon::table([
+                ("name", "chat".into()),
+                ("targets", crate::support::daemon::strings(&["limited/m", "backup/m"])),
+            ])]),
+        )
         .key("sk-test-limited");
     let daemon = spawn_app(config.build()).await;
     let http = reqwest::Client::new();
@@ -147,7 +150,10 @@ async fn a_429_with_retry_after_demotes_for_its_backoff_and_the_exports_say_how_
         entry["reason"].as_str().is_some_and(|r| r.starts_with("rate limited (429), backing off until ")),
         "{entry}"
     );
-    assert!(entry["retry_after_s"].as_u64().is_some_and(|s| (1..=30).contains(&s)), "Retry-After wins over 5 s: {entry}");
+    assert!(
+        entry["retry_after_s"].as_u64().is_some_and(|s| (1..=30).contains(&s)),
+        "Retry-After wins over 5 s: {entry}"
+    );
     assert_eq!(entry["last_failure_class"], "rate_limited", "{entry}");
     assert!(doc["chains"][0]["dropped"].as_array().is_some_and(Vec::is_empty), "{doc}");
     let head = &doc["chains"][0]["order"][0];
