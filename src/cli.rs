@@ -940,9 +940,7 @@ async fn backtest(
     let (c, _running) = load_reading(config.as_ref(), demo).await?;
     let window = crate::config::parse_duration("--window", window)?;
     let mut rules = crate::decide::alert::settings::RuleConfig::from_config(&c);
-    for s in set {
-        crate::decide::alert::backtest::set(&mut rules, s).map_err(UsageError)?;
-    }
+    crate::decide::alert::backtest::set_all(&mut rules, set).map_err(UsageError)?;
     let region = region.unwrap_or_else(|| c.region.clone());
     // Opening a SQLite file creates it: a store that does not exist has nothing to replay, and
     // must not be left behind (with its -wal and -shm) where the command was run.

@@ -20,8 +20,14 @@ pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/vigil-monitor/vigil/bl
 pub struct AlertsConfig {
     /// Re-send a firing alert no more often than this.
     pub renotify: Duration,
-    /// Failed probes in a row that fire `errors`.
+    /// Judged replies in a row that fire `adherence_failed` (and demote, `decide::health`):
+    /// `error_probes` as written, else `error_k`.
     pub error_probes: u32,
+    /// `errors` fires when `error_k` of the last `error_n` probes failed (`error_probes` = N is
+    /// k = n = N: N in a row, within `breaker.failure_window`).
+    pub error_k: u32,
+    /// See `error_k`.
+    pub error_n: u32,
     /// Probes a condition must stay clear before the alert resolves.
     pub resolve_after: u32,
     /// A probe is slow above this × the target's baseline P95 (`latency_factor`, 1.5).
@@ -132,6 +138,10 @@ pub struct AlertmanagerConfig {
 pub(super) struct RawAlerts {
     renotify: String,
     error_probes: u32,
+    /// 0: not set (then `error_probes` decides).
+    error_k: u32,
+    /// 0: not set.
+    error_n: u32,
     resolve_after: u32,
     latency_factor: f64,
     latency_k: usize,
@@ -158,6 +168,10 @@ pub(super) struct RawAlerts {
     pub(super) provider_incident: bool,
     /// Read by the status pages' validation.
     pub(super) provider_incident_components: Vec<String>,
+    /// Whether the file (or `VIGIL_ALERTS_ERROR_PROBES`) set `error_probes`: setting it beside
+    /// `error_k`/`error_n` is an error, its default beside them is not.
+    #[serde(skip)]
+    pub(super) error_probes_given: bool,
 }
 
 impl Default for RawAlerts {
@@ -165,6 +179,8 @@ impl Default for RawAlerts {
         RawAlerts {
             renotify: "1h".into(),
             error_probes: 2,
+            error_k: 0,
+            error_n: 0,
             resolve_after: 3,
             latency_factor: 1.5,
             latency_k: 3,
@@ -183,6 +199,7 @@ impl Default for RawAlerts {
             maintenance: vec![],
             provider_incident: false,
             provider_incident_components: vec![],
+            error_probes_given: false,
         }
     }
 }
@@ -259,9 +276,16 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
     let alertmanager = alertmanager(std::mem::take(&mut raw.alertmanager), env, &runbook_url)?;
     let maintenance = maintenance(std::mem::take(&mut raw.maintenance))?;
     check_rules(&raw)?;
+    let (error_k, error_n) = k_of_n(
+        ("alerts.error_probes", raw.error_probes, raw.error_probes_given),
+        ("alerts.error_k", raw.error_k),
+        ("alerts.error_n", raw.error_n),
+    )?;
     Ok(AlertsConfig {
         renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
-        error_probes: count_in("alerts.error_probes", raw.error_probes, 1, 1000)?,
+        error_probes: if raw.error_k == 0 { error_k } else { raw.error_k },
+        error_k,
+        error_n,
         resolve_after: count_in("alerts.resolve_after", raw.resolve_after, 1, 1000)?,
         latency_factor: raw.latency_factor,
         latency_k: raw.latency_k,
@@ -434,6 +458,33 @@ fn maintenance(raw: Vec<RawMaintenance>) -> Result<Vec<MaintenanceWindow>, Confi
     Ok(maintenance)
 }
 
+/// A "k of the last n" count and its "n in a row" shorthand, validated: `shorthand` = N alone is
+/// k = n = N (1–1000, as before the pair existed); `k` and `n` go together, 2 <= k <= n <= 100 (a
+/// single failure never counts as trouble); setting the shorthand beside them is an error naming
+/// the pair's key. Shared by `[alerts]` (`error_probes`, `error_k`, `error_n`) and `[breaker]`
+/// (`consecutive_failures`, `failure_k`, `failure_n`).
+pub(super) fn k_of_n(
+    (short_key, short, short_given): (&str, u32, bool),
+    (k_key, k): (&str, u32),
+    (n_key, n): (&str, u32),
+) -> Result<(u32, u32), ConfigError> {
+    match (k, n) {
+        (0, 0) => {
+            let n = count_in(short_key, short, 1, 1000)?;
+            Ok((n, n))
+        }
+        (_, 0) => Err(invalid(n_key, format!("{k_key} needs {n_key} too (k of the last n probes)"))),
+        (0, _) => Err(invalid(k_key, format!("{n_key} needs {k_key} too (k of the last n probes)"))),
+        _ if short_given => Err(invalid(
+            k_key,
+            format!("set either {short_key} (n in a row) or {k_key} and {n_key} (k of the last n), not both"),
+        )),
+        (k, _) if k < 2 => Err(invalid(k_key, "must be at least 2: a single failure never counts as trouble")),
+        (k, n) if n < k || n > 100 => Err(invalid(n_key, format!("needs 2 <= {k_key} <= {n_key} <= 100"))),
+        (k, n) => Ok((k, n)),
+    }
+}
+
 /// The latency and flap detectors' thresholds must make sense together.
 fn check_rules(raw: &RawAlerts) -> Result<(), ConfigError> {
     if !(raw.latency_factor.is_finite() && raw.latency_factor > 0.0) {
@@ -453,7 +504,7 @@ fn check_rules(raw: &RawAlerts) -> Result<(), ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::test_util::{env, err};
+    use crate::config::test_util::{env, err, err_at};
     use crate::config::Config;
 
     #[test]
@@ -481,5 +532,44 @@ mod tests {
             let e = err(&format!("[alerts]\nrunbook_url = \"{bad}\""), &[]);
             assert!(e.starts_with("alerts.runbook_url: "), "{e}");
         }
+    }
+
+    #[test]
+    fn error_probes_is_k_of_n_with_k_equal_to_n_and_setting_both_names_the_key() {
+        let c = Config::from_toml("", &env(&[])).expect("defaults");
+        assert_eq!((c.alerts.error_probes, c.alerts.error_k, c.alerts.error_n), (2, 2, 2));
+        let c = Config::from_toml("[alerts]\nerror_probes = 4", &env(&[])).expect("valid");
+        assert_eq!((c.alerts.error_probes, c.alerts.error_k, c.alerts.error_n), (4, 4, 4));
+        let c = Config::from_toml("[alerts]\nerror_k = 3\nerror_n = 10", &env(&[])).expect("valid");
+        assert_eq!((c.alerts.error_k, c.alerts.error_n), (3, 10));
+        assert_eq!(c.alerts.error_probes, 3, "adherence_failed takes k replies in a row");
+        let both = err_at("[alerts]\nerror_probes = 2\nerror_k = 3\nerror_n = 10", &[], "alerts.error_k");
+        assert!(both.contains("alerts.error_probes") && both.contains("not both"), "{both}");
+        let e = err_at("[alerts]\nerror_k = 3\nerror_n = 10", &[("VIGIL_ALERTS_ERROR_PROBES", "2")], "alerts.error_k");
+        assert!(e.contains("not both"), "{e}");
+        err_at("[alerts]\nerror_k = 3", &[], "alerts.error_n");
+        err_at("[alerts]\nerror_n = 10", &[], "alerts.error_k");
+        let single = err_at("[alerts]\nerror_k = 1\nerror_n = 3", &[], "alerts.error_k");
+        assert!(single.contains("at least 2"), "{single}");
+        err_at("[alerts]\nerror_k = 4\nerror_n = 3", &[], "alerts.error_n");
+        err_at("[alerts]\nerror_k = 3\nerror_n = 101", &[], "alerts.error_n");
+        // error_probes = 1 stays what it was: every generic failure fires (an explicit choice).
+        let c = Config::from_toml("[alerts]\nerror_probes = 1", &env(&[])).expect("valid");
+        assert_eq!((c.alerts.error_k, c.alerts.error_n), (1, 1));
+    }
+
+    #[test]
+    fn check_config_output_with_k_of_n_reads_back() {
+        let c = Config::from_toml(
+            "[alerts]\nerror_k = 3\nerror_n = 10\n[breaker]\nfailure_k = 3\nfailure_n = 6",
+            &env(&[]),
+        )
+        .expect("valid");
+        let again = Config::from_toml(&c.redacted_toml(), &env(&[])).expect("check-config output reads back");
+        assert_eq!((again.alerts.error_k, again.alerts.error_n), (3, 10));
+        assert_eq!((again.breaker.failure_k, again.breaker.failure_n), (3, 6));
+        let plain = Config::from_toml("", &env(&[])).expect("defaults");
+        let again = Config::from_toml(&plain.redacted_toml(), &env(&[])).expect("reads back");
+        assert_eq!((again.alerts.error_k, again.alerts.error_n, again.breaker.failure_k), (2, 2, 3));
     }
 }

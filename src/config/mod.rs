@@ -231,10 +231,13 @@ impl Config {
         let url_in_file = doc.get("storage").and_then(|s| s.get("url")).is_some();
         env::apply_overrides(&mut doc, env)?;
         let source = doc.clone();
-        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+        let mut raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let key = e.path().to_string();
             invalid(if key == "." { "config".into() } else { key }, e.into_inner().message().to_string())
         })?;
+        // A shorthand's default beside its k-of-n pair is fine, the shorthand written there is not.
+        raw.alerts.error_probes_given = given(&source, "alerts", "error_probes");
+        raw.breaker.consecutive_failures_given = given(&source, "breaker", "consecutive_failures");
         let mut config = validate(raw, env, added)?;
         config.source = source;
         config.storage.url_from = match url_in_file {
@@ -243,6 +246,11 @@ impl Config {
         };
         Ok(config)
     }
+}
+
+/// Whether the document (after `VIGIL_*` overrides) sets `section.key`.
+fn given(doc: &toml::Table, section: &str, key: &str) -> bool {
+    doc.get(section).and_then(toml::Value::as_table).is_some_and(|t| t.contains_key(key))
 }
 
 /// The whole file validated, section by section in the order the file is documented; the first

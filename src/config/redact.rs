@@ -29,6 +29,16 @@ impl Config {
             probe.insert("proxy".into(), toml::Value::String(proxy));
         }
         doc.insert("provider".into(), toml::Value::Array(self.provider_tables()));
+        // A k-of-n pair replaces its "n in a row" shorthand: the shorthand's default beside it
+        // would read back as both set.
+        for (section, shorthand, k) in
+            [("alerts", "error_probes", "error_k"), ("breaker", "consecutive_failures", "failure_k")]
+        {
+            let set = self.source.get(section).and_then(|t| t.get(k)).and_then(toml::Value::as_integer);
+            if set.is_some_and(|k| k != 0) {
+                table_mut(&mut doc, section).remove(shorthand);
+            }
+        }
         let head = self.comment_header(url, notes);
         match toml::to_string_pretty(&doc) {
             Ok(body) => head + &body,

@@ -1,23 +1,26 @@
 //! Circuit breaker per target: a pure state machine fed probes, a baseline P95 and an injected `now`.
 //!
 //! `closed` → `open` after `consecutive_failures` failed probes in a row whose first and last lie
-//! within `failure_window`, or after `latency_trips` probes in a row over the failover threshold
+//! within `failure_window` (or, with `failure_k` < `failure_n`, once `failure_k` of the last
+//! `failure_n` judged probes failed, however far apart), or after `latency_trips` probes in a row
+//! over the failover threshold
 //! ([`crate::decide::baseline::exceeds_failover`]: TTFB or TTFT above `failover_factor` × that metric's
 //! P95, only where the P95 is known). `open` → `half_open` once `open_for` has
 //! passed (on [`Breaker::tick`] or the next [`Breaker::observe`]); in `half_open` the next probe
 //! decides: good → `closed`, failed or slow → `open` again.
 //!
-//! Rate limits: the first `rate_limited` probe of an episode that carries a `Retry-After` starts a
-//! grace period of that length; it and every 429 arriving before the grace period ends are *excused*:
-//! they neither count as failures nor break a streak, because the provider told us to back off and
-//! we probed anyway. A 429 after the grace period, or one with no advertised wait, counts as a
-//! failure (the provider is still refusing us). Any other probe ends the episode.
+//! Rate limits: the first `rate_limited` probe of an episode starts a grace period of the rate-limit
+//! backoff (`breaker.rate_limit_backoff`, or the `Retry-After` it carried when longer: the one rule
+//! of [`RateLimitRule`]); 429s of the episode are *excused* — they neither count as failures nor
+//! break a streak — while the grace period runs and until `rate_limit_trips` of them came in a row,
+//! because a provider asking us to back off is not down. Later 429s of the episode count as failures
+//! (the refusal persists). Any other probe ends the episode.
 //! Any good probe resets the failure streak, so alternating good/bad probes never open a breaker
 //! that needs two or more failures in a row.
 
 use crate::config::BreakerConfig;
 use crate::decide::baseline::{worst_excess, Excess, LatencyP95};
-use crate::decide::health::Failover;
+use crate::decide::health::{Failover, RateLimitRule};
 use crate::vocab::breaker::State;
 use crate::vocab::records::{BreakerRecord, BreakerTransition};
 use crate::vocab::sample::{Outcome, Sample};
@@ -43,8 +46,11 @@ pub enum BreakerError {
 /// Breaker rules, taken from `[breaker]` and the failover rule (`decide::health::Failover`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerSettings {
-    /// Failed probes in a row that open it (0 disables).
+    /// Failed probes in a row that open it (0 disables); with `failure_n` above it, failed probes
+    /// among the last `failure_n` (k of n).
     pub consecutive_failures: u32,
+    /// The window of k-of-n counting, in judged probes (equal to `consecutive_failures`: in a row).
+    pub failure_n: u32,
     /// The first and last of those lie within this span.
     pub failure_window: Duration,
     /// Slow probes in a row that open it (0 disables).
@@ -53,6 +59,8 @@ pub struct BreakerSettings {
     pub failover_factor: f64,
     /// Time open before the half-open probe.
     pub open_for: Duration,
+    /// How 429s are waited out (`breaker.rate_limit_backoff`, `breaker.rate_limit_trips`).
+    pub rate_limit: RateLimitRule,
 }
 
 impl BreakerSettings {
@@ -60,19 +68,23 @@ impl BreakerSettings {
     pub fn from_config(breaker: &BreakerConfig, failover: Failover) -> Self {
         let dur = |d: std::time::Duration| Duration::from_std(d).unwrap_or(Duration::MAX);
         BreakerSettings {
-            consecutive_failures: breaker.consecutive_failures,
+            consecutive_failures: breaker.failure_k,
+            failure_n: breaker.failure_n.max(breaker.failure_k),
             failure_window: dur(breaker.failure_window),
             latency_trips: breaker.latency_trips,
             failover_factor: failover.factor,
             open_for: dur(breaker.open_for),
+            rate_limit: RateLimitRule::of(breaker),
         }
+    }
+
+    /// Whether failures are counted k of n (not in a row).
+    fn k_of_n(&self) -> bool {
+        self.failure_n > self.consecutive_failures
     }
 }
 
-/// Longest `Retry-After` grace the breaker honours: a provider (or anything in between) may
-/// advertise any number, and one absurd header must neither overflow time arithmetic nor hold a
-/// breaker closed for years.
-pub const MAX_RETRY_AFTER_S: f64 = 3600.0;
+pub use crate::decide::health::MAX_RETRY_AFTER_S;
 
 /// `at + d`, saturating at the latest representable time instead of panicking on overflow.
 fn later(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
@@ -169,6 +181,17 @@ struct Detail {
     slow: Vec<Probe>,
     #[serde(default)]
     rate_limited_until: Option<DateTime<Utc>>,
+    /// 429s in a row of the current episode.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    rate_limited: u32,
+    /// k of n: the last judged probes from the oldest failure among the last `failure_n` on
+    /// (answered probes before it judge nothing, so a healthy breaker's record never changes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    recent: Vec<Probe>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How one probe is judged.
@@ -266,19 +289,23 @@ impl Breaker {
 
     fn judge(&mut self, probe: &Probe, p95: LatencyP95) -> Verdict {
         if probe.outcome == Outcome::RateLimited {
-            let until = self.detail.rate_limited_until;
-            let waiting = until.is_some_and(|u| probe.at < u);
-            let advertised = probe.retry_after_s.filter(|s| s.is_finite() && *s > 0.0);
             // One grace period per episode: later 429s neither extend nor renew it, or a limiter that
             // always says "retry in 5 min" to a probe every minute could never open the breaker.
-            if let (None, Some(wait)) = (until, advertised) {
-                let grace = Duration::milliseconds((wait.min(MAX_RETRY_AFTER_S) * 1000.0) as i64);
-                self.detail.rate_limited_until = Some(later(probe.at, grace));
-                return Verdict::Excused;
-            }
-            return if waiting { Verdict::Excused } else { Verdict::Failed };
+            let until = match self.detail.rate_limited_until {
+                Some(u) => u,
+                None => {
+                    let u = self.settings.rate_limit.until(probe.at, probe.retry_after_s);
+                    self.detail.rate_limited_until = Some(u);
+                    self.detail.rate_limited = 0;
+                    u
+                }
+            };
+            self.detail.rate_limited = self.detail.rate_limited.saturating_add(1);
+            let persists = self.detail.rate_limited >= self.settings.rate_limit.trips;
+            return if probe.at >= until && persists { Verdict::Failed } else { Verdict::Excused };
         }
         self.detail.rate_limited_until = None;
+        self.detail.rate_limited = 0;
         if probe.outcome.is_failure() {
             return Verdict::Failed;
         }
@@ -289,6 +316,9 @@ impl Breaker {
     }
 
     fn observe_closed(&mut self, probe: Probe, verdict: Verdict, now: DateTime<Utc>) -> Option<Transition> {
+        if self.settings.k_of_n() {
+            return self.observe_k_of_n(probe, verdict, now);
+        }
         match verdict {
             Verdict::Excused => None,
             Verdict::Good => {
@@ -317,22 +347,59 @@ impl Breaker {
             }
             Verdict::Slow(e) => {
                 self.detail.failures.clear();
-                self.detail.slow.push(probe);
-                let n = self.settings.latency_trips as usize;
-                if n == 0 || self.detail.slow.len() < n {
+                self.observe_closed_slow(probe, e, now)
+            }
+        }
+    }
+
+    /// A slow probe while closed: `latency_trips` in a row open it.
+    fn observe_closed_slow(&mut self, probe: Probe, e: Excess, now: DateTime<Utc>) -> Option<Transition> {
+        self.detail.slow.push(probe);
+        let n = self.settings.latency_trips as usize;
+        if n == 0 || self.detail.slow.len() < n {
+            return None;
+        }
+        let probes = std::mem::take(&mut self.detail.slow);
+        let values: Vec<String> = probes.iter().map(|p| ms(latency(p, e))).collect();
+        let reason = format!(
+            "{} consecutive probes with {} above {}×P95 ({}): {}",
+            probes.len(),
+            e.metric.label(),
+            self.settings.failover_factor,
+            ms(Some(e.threshold)),
+            values.join(", ")
+        );
+        Some(self.trip(now, reason, probes))
+    }
+
+    /// Closed, counting k of n: every judged probe joins the window, answered ones (slow ones too)
+    /// as not failed; slow ones still count their own trips.
+    fn observe_k_of_n(&mut self, probe: Probe, verdict: Verdict, now: DateTime<Utc>) -> Option<Transition> {
+        if matches!(verdict, Verdict::Excused) {
+            return None;
+        }
+        let (k, n) = (self.settings.consecutive_failures as usize, self.settings.failure_n as usize);
+        self.detail.recent.push(probe.clone());
+        let excess = self.detail.recent.len().saturating_sub(n);
+        self.detail.recent.drain(..excess);
+        let lead = self.detail.recent.iter().take_while(|p| !p.outcome.is_failure()).count();
+        self.detail.recent.drain(..lead);
+        match verdict {
+            Verdict::Slow(e) => self.observe_closed_slow(probe, e, now),
+            Verdict::Good => {
+                self.detail.slow.clear();
+                None
+            }
+            _ => {
+                self.detail.slow.clear();
+                let failed: Vec<Probe> =
+                    self.detail.recent.iter().filter(|p| p.outcome.is_failure()).cloned().collect();
+                if k == 0 || failed.len() < k {
                     return None;
                 }
-                let probes = std::mem::take(&mut self.detail.slow);
-                let values: Vec<String> = probes.iter().map(|p| ms(latency(p, e))).collect();
-                let reason = format!(
-                    "{} consecutive probes with {} above {}×P95 ({}): {}",
-                    probes.len(),
-                    e.metric.label(),
-                    self.settings.failover_factor,
-                    ms(Some(e.threshold)),
-                    values.join(", ")
-                );
-                Some(self.trip(now, reason, probes))
+                let outcomes: Vec<&str> = failed.iter().map(|p| p.outcome.as_str()).collect();
+                let reason = format!("{} of the last {n} probes failed: {}", failed.len(), outcomes.join(", "));
+                Some(self.trip(now, reason, failed))
             }
         }
     }
@@ -372,6 +439,7 @@ impl Breaker {
         self.since = now;
         self.detail.failures.clear();
         self.detail.slow.clear();
+        self.detail.recent.clear();
         self.detail.next_half_open = None;
         self.detail.reason = Some(reason.clone());
         if !probes.is_empty() {
@@ -414,10 +482,12 @@ mod tests {
     fn settings() -> BreakerSettings {
         BreakerSettings {
             consecutive_failures: 3,
+            failure_n: 3,
             failure_window: Duration::seconds(120),
             latency_trips: 2,
             failover_factor: 2.0,
             open_for: Duration::minutes(5),
+            rate_limit: RateLimitRule { backoff: Duration::seconds(1), trips: 1 },
         }
     }
 
@@ -578,7 +648,8 @@ mod tests {
     #[test]
     fn flapping_never_opens_it() {
         for needed in [2, 3, 5] {
-            let mut b = Breaker::new(BreakerSettings { consecutive_failures: needed, ..settings() }, t(0));
+            let mut b =
+                Breaker::new(BreakerSettings { consecutive_failures: needed, failure_n: needed, ..settings() }, t(0));
             for i in 0..200 {
                 let at = 10 * i;
                 let p = if i % 2 == 0 { fail(at, Outcome::ServerError) } else { ok(at) };
@@ -638,12 +709,108 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limit_without_retry_after_counts_at_once() {
+    fn a_rate_limit_without_retry_after_counts_once_the_backoff_is_over() {
         let mut b = Breaker::new(settings(), t(0));
         for at in [0, 30] {
             b.observe(fail(at, Outcome::RateLimited), LatencyP95::default(), t(at));
         }
-        assert!(b.observe(fail(60, Outcome::RateLimited), LatencyP95::default(), t(60)).is_some());
+        assert_eq!(b.state(), State::Closed, "the first 429 is inside its 1 s backoff");
+        b.observe(fail(60, Outcome::RateLimited), LatencyP95::default(), t(60));
+        assert!(b.observe(fail(90, Outcome::RateLimited), LatencyP95::default(), t(90)).is_some());
+    }
+
+    #[test]
+    fn a_steady_429_opens_the_breaker_only_once_it_persists_and_a_5xx_at_once() {
+        // The defaults at a 60 s interval: backoff 2 min, 3 429s in a row, 3 failures in a row.
+        let s = BreakerSettings {
+            rate_limit: RateLimitRule { backoff: Duration::minutes(2), trips: 3 },
+            failure_window: Duration::minutes(5),
+            ..settings()
+        };
+        let mut limited = Breaker::new(s, t(0));
+        let mut opened_at = None;
+        for i in 0..10 {
+            let at = 60 * i;
+            if limited.observe(fail(at, Outcome::RateLimited), LatencyP95::default(), t(at)).is_some() {
+                opened_at = Some(at);
+                break;
+            }
+        }
+        assert_eq!(opened_at, Some(240), "the 5th 429 (0, 60 excused; 120, 180, 240 counted)");
+        let mut down = Breaker::new(s, t(0));
+        let mut opened_at = None;
+        for i in 0..10 {
+            let at = 60 * i;
+            if down.observe(fail(at, Outcome::ServerError), LatencyP95::default(), t(at)).is_some() {
+                opened_at = Some(at);
+                break;
+            }
+        }
+        assert_eq!(opened_at, Some(120), "the 3rd 5xx");
+        // A Retry-After longer than the backoff stretches the excused time.
+        let mut told = Breaker::new(s, t(0));
+        let asked = |at: i64| Probe { retry_after_s: Some(300.0), ..fail(at, Outcome::RateLimited) };
+        for at in [0, 60, 120, 180, 240, 300, 360] {
+            assert_eq!(told.observe(asked(at), LatencyP95::default(), t(at)), None, "{at}");
+        }
+        assert!(told.observe(asked(420), LatencyP95::default(), t(420)).is_some(), "300, 360, 420 counted");
+    }
+
+    #[test]
+    fn k_of_n_opens_on_k_failures_among_the_last_n_and_never_on_one() {
+        let s = BreakerSettings { consecutive_failures: 3, failure_n: 7, ..settings() };
+        // One request in three failing: never 3 in a row, but 3 of the last 7 by the 7th probe.
+        let mut hidden = Breaker::new(s, t(0));
+        let mut in_a_row = Breaker::new(settings(), t(0));
+        let mut opened = None;
+        for i in 0..30 {
+            let at = 60 * i;
+            let p = if i % 3 == 0 { fail(at, Outcome::ServerError) } else { ok(at) };
+            assert_eq!(in_a_row.observe(p.clone(), p95(300.0), t(at)), None, "in a row never trips");
+            if let Some(tr) = hidden.observe(p, p95(300.0), t(at)) {
+                opened = Some((i, tr.reason));
+                break;
+            }
+        }
+        let (i, reason) = opened.expect("k of n trips");
+        assert_eq!(i, 6, "the third failure, six probes after the first");
+        assert_eq!(reason, "3 of the last 7 probes failed: server_error, server_error, server_error");
+        assert_eq!(hidden.explain().tripped_by.len(), 3);
+        // A single failure, and two far apart, never do.
+        let mut single = Breaker::new(s, t(0));
+        for i in 0..50 {
+            let at = 60 * i;
+            let p = if i % 7 == 0 { fail(at, Outcome::Timeout) } else { ok(at) };
+            assert_eq!(single.observe(p, p95(300.0), t(at)), None, "probe {i}");
+        }
+    }
+
+    #[test]
+    fn a_healthy_k_of_n_breaker_never_changes_its_record_and_a_restart_keeps_the_window() {
+        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let s = BreakerSettings { consecutive_failures: 2, failure_n: 4, ..settings() };
+        let mut b = Breaker::new(s, t(0));
+        b.observe(ok(0), p95(300.0), t(0));
+        let before = b.to_record(&target);
+        for at in [60, 120, 180] {
+            b.observe(ok(at), p95(300.0), t(at));
+        }
+        assert_eq!(b.to_record(&target), before, "nothing to write while healthy");
+        b.observe(fail(240, Outcome::ServerError), p95(300.0), t(240));
+        b.observe(ok(300), p95(300.0), t(300));
+        let mut restored = Breaker::from_record(s, &b.to_record(&target)).expect("readable");
+        assert!(
+            restored.observe(fail(360, Outcome::Timeout), p95(300.0), t(360)).is_some(),
+            "2 failures among the last 4"
+        );
+        // Four answered probes after a failure push it out of the window.
+        let mut aged = Breaker::new(s, t(0));
+        aged.observe(fail(0, Outcome::ServerError), p95(300.0), t(0));
+        for at in [60, 120, 180, 240] {
+            aged.observe(ok(at), p95(300.0), t(at));
+        }
+        assert_eq!(aged.to_record(&target).detail, before.detail, "the failure aged out");
+        assert_eq!(aged.observe(fail(300, Outcome::ServerError), p95(300.0), t(300)), None);
     }
 
     #[test]

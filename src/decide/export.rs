@@ -46,6 +46,16 @@ pub struct BreakerParams {
     pub open_for_s: u64,
     /// Failover deadline = factor × P95.
     pub failover_factor: f64,
+    /// It opens when `failure_k` of the last `failure_n` requests failed (k = n: in a row, the
+    /// window above applying).
+    pub failure_k: u32,
+    /// See `failure_k`.
+    pub failure_n: u32,
+    /// A 429 backs a target off (demotes it) for at least this many seconds, longer when its
+    /// `Retry-After` says so.
+    pub rate_limit_backoff_s: u64,
+    /// 429s in a row before they count as failures (once the backoff is over).
+    pub rate_limit_trips: u32,
 }
 
 /// Document-wide inputs.
@@ -166,6 +176,12 @@ pub struct TargetThresholds {
     pub flapping: bool,
     /// Failover order among targets serving the same model here, 1 = best.
     pub rank: u32,
+    /// Seconds left of a 429's backoff (max of `breaker.rate_limit_backoff` and its
+    /// `Retry-After`), null when none runs.
+    pub retry_after_s: Option<u64>,
+    /// The outcome class of the last probe when it failed (`rate_limited`, `server_error`,
+    /// `timeout`, …), null otherwise.
+    pub last_failure_class: Option<String>,
     /// When an open breaker lets one probe through (for LiteLLM's cooldown; not in the document).
     #[serde(skip)]
     pub next_half_open: Option<DateTime<Utc>>,
@@ -205,6 +221,10 @@ pub struct ChainEntry {
     pub failover_ttft_ms: Option<f64>,
     /// Whether a deadline is provisional.
     pub provisional: bool,
+    /// Seconds left of a 429's backoff, null when none runs.
+    pub retry_after_s: Option<u64>,
+    /// The outcome class of the last probe when it failed, null otherwise.
+    pub last_failure_class: Option<String>,
 }
 
 /// One chain: the order to use now in this region.
@@ -346,6 +366,11 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
         breaker: t.breaker,
         flapping: t.health.flapping,
         rank: 0,
+        retry_after_s: t.health.backoff_until.map(|u| {
+            let ms = (u - params.generated_at).num_milliseconds().max(0) as u64;
+            ms.div_ceil(1000).max(1)
+        }),
+        last_failure_class: t.health.last_failure_class.clone(),
         next_half_open: t.next_half_open,
     };
     Judged { stats: t, row }
@@ -362,6 +387,8 @@ fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<Stri
         failover_ttfb_ms: j.row.failover_ttfb_ms,
         failover_ttft_ms: j.row.failover_ttft_ms,
         provisional: j.row.provisional,
+        retry_after_s: j.row.retry_after_s,
+        last_failure_class: j.row.last_failure_class.clone(),
     }
 }
 
@@ -594,7 +621,8 @@ pub(crate) mod tests {
       "window": "7d",
       "failover_factor": 2.0,
       "probe_interval_s": 60,
-      "breaker": {"consecutive_failures": 2, "failure_window_s": 120, "latency_trips": 2, "open_for_s": 300, "failover_factor": 2.0},
+      "breaker": {"consecutive_failures": 2, "failure_window_s": 120, "latency_trips": 2, "open_for_s": 300, "failover_factor": 2.0,
+                  "failure_k": 2, "failure_n": 2, "rate_limit_backoff_s": 120, "rate_limit_trips": 3},
       "targets": [
         {
           "target": "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra",
@@ -611,7 +639,9 @@ pub(crate) mod tests {
           "provisional_basis": null,
           "breaker": "closed",
           "flapping": false,
-          "rank": 1
+          "rank": 1,
+          "retry_after_s": null,
+          "last_failure_class": null
         }
       ],
       "chains": []
@@ -633,6 +663,10 @@ pub(crate) mod tests {
                 latency_trips: 2,
                 open_for_s: 300,
                 failover_factor: 2.0,
+                failure_k: 2,
+                failure_n: 2,
+                rate_limit_backoff_s: 120,
+                rate_limit_trips: 3,
             },
             chains: vec![],
             providers: vec![],
@@ -673,7 +707,7 @@ pub(crate) mod tests {
 
     /// Health as the monitor judges it, through the one rule.
     fn health(state: State, reason: Option<&str>, last: Option<ProbeVerdict>, flapping: bool) -> Health {
-        crate::decide::health::judge(BreakerView { state, reason }, last.as_ref(), &[], flapping)
+        crate::decide::health::judge(BreakerView { state, reason }, last.as_ref(), &[], flapping, None, Utc::now())
     }
 
     fn keys(v: &Value) -> Value {
@@ -780,6 +814,8 @@ pub(crate) mod tests {
             Some(&ProbeVerdict::Within),
             &ignores,
             false,
+            None,
+            Utc::now(),
         );
         let mut b = stats("B", LLAMA);
         b.errors = 40;
@@ -1121,6 +1157,46 @@ pub(crate) mod tests {
             json["slo"],
             serde_json::json!({"ttft_ms": 12000.0, "worst_case_ttft_ms": 0.0, "meets": false, "breaking_member": null})
         );
+    }
+
+    #[test]
+    fn a_rate_limited_member_is_demoted_for_its_backoff_with_retry_after_and_its_failure_class() {
+        let (p, mut all) = three();
+        let b = crate::decide::health::Backoff {
+            since: p.generated_at - chrono::Duration::seconds(10),
+            until: p.generated_at + chrono::Duration::milliseconds(289_500),
+            retry_after_s: Some(300.0),
+        };
+        let limited = ProbeVerdict::Failed("rate_limited".into());
+        all[2].health = crate::decide::health::judge(
+            BreakerView { state: State::Closed, reason: None },
+            Some(&limited),
+            &[],
+            false,
+            Some(&b),
+            p.generated_at,
+        );
+        all[1].health = health(State::Closed, None, Some(ProbeVerdict::Failed("timeout".into())), false);
+        let doc = build(&p, &all);
+        let c = &doc.chains[0];
+        let got: Vec<(&str, ChainStatus, Option<u64>, Option<&str>)> = c
+            .order
+            .iter()
+            .map(|e| (e.key.provider.as_str(), e.status, e.retry_after_s, e.last_failure_class.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("anthropic", ChainStatus::Healthy, None, None),
+                ("openrouter", ChainStatus::Demoted, Some(290), Some("rate_limited")),
+                ("openai", ChainStatus::Demoted, None, Some("timeout")),
+            ]
+        );
+        assert_eq!(c.order[1].reason.as_deref(), Some("rate limited (429), backing off until 2026-11-30T12:04:49Z"));
+        let row = doc.targets.iter().find(|t| t.key.provider == "openrouter").expect("row");
+        assert_eq!((row.retry_after_s, row.last_failure_class.as_deref()), (Some(290), Some("rate_limited")));
+        let json: Value = serde_json::from_str(&doc.to_json()).expect("json");
+        assert_eq!(json["chains"][0]["order"][0]["retry_after_s"], Value::Null, "present, null when none runs");
     }
 
     #[test]

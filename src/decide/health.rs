@@ -3,9 +3,12 @@
 //! read, chain demotion, the router export). docs/ARCHITECTURE.md ("Health") states the rule:
 //!
 //! 1. breaker open → `down`; 2. breaker half-open → `half_open`; 3. never probed → `waiting`;
-//! 4. last probe failed → `down`; 5. last probe over its failover deadline → `degraded`;
-//! 6. its last N judged replies all failed a capability the probe checks (they ignore the
-//!    system prompt) → `degraded`; 7. otherwise `ok`.
+//! 4. last probe failed (other than a 429) → `down`; 5. a rate-limit backoff runs (the latest 429
+//!    came less than `breaker.rate_limit_backoff`, or the `Retry-After` it carried when longer,
+//!    ago) → `degraded`, "rate limited (429), backing off until …" (a 429 whose backoff is over
+//!    judges nothing more); 6. last probe over its failover deadline → `degraded`; 7. its last N
+//!    judged replies all failed a capability the probe checks (they ignore the system prompt) →
+//!    `degraded`; 8. otherwise `ok`.
 //!
 //! The flapping mark (from the alert stage's flap detection) is carried beside the state and
 //! demotes in chains as any other reason does. A capability failure is named in the reason
@@ -21,11 +24,12 @@
 //! probability P[Binomial(n, 0.95) < k]), or the largest value seen while n is too small for that
 //! bound (n < 59). No deadline exists below the P50 minimum count (30 by default).
 
-use crate::config::{AlertsConfig, BaselineConfig};
+use crate::config::{AlertsConfig, BaselineConfig, BreakerConfig};
 use crate::decide::baseline::{failover_threshold, Baseline, Metric};
 use crate::vocab::breaker::State;
 use crate::vocab::health::{Health, HealthState};
-use crate::vocab::sample::Sample;
+use crate::vocab::sample::{Outcome, Sample};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -227,6 +231,66 @@ impl Replies {
     }
 }
 
+/// Longest `Retry-After` honoured: a provider (or anything in between) may advertise any number,
+/// and one absurd header must neither overflow time arithmetic nor hold a target back for years.
+pub const MAX_RETRY_AFTER_S: f64 = 3600.0;
+
+/// How a 429 is waited out, from `[breaker]`: the backoff that demotes the target (and excuses
+/// the episode's 429s from the breaker's count), and how many 429s in a row it takes before
+/// they count as failures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimitRule {
+    /// `breaker.rate_limit_backoff`: the least a 429 demotes for.
+    pub backoff: chrono::Duration,
+    /// `breaker.rate_limit_trips`: 429s in a row before the breaker counts them.
+    pub trips: u32,
+}
+
+impl RateLimitRule {
+    /// The rule of `[breaker]`.
+    pub fn of(breaker: &BreakerConfig) -> Self {
+        RateLimitRule {
+            backoff: chrono::Duration::from_std(breaker.rate_limit_backoff).unwrap_or(chrono::Duration::MAX),
+            trips: breaker.rate_limit_trips.max(1),
+        }
+    }
+
+    /// When the backoff after a 429 at `at` ends: max(the configured backoff, its `Retry-After`,
+    /// capped at [`MAX_RETRY_AFTER_S`]).
+    pub fn until(&self, at: DateTime<Utc>, retry_after_s: Option<f64>) -> DateTime<Utc> {
+        let advertised = retry_after_s.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(0.0);
+        let advertised = chrono::Duration::milliseconds((advertised.min(MAX_RETRY_AFTER_S) * 1000.0) as i64);
+        at.checked_add_signed(self.backoff.max(advertised)).unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+
+    /// The backoff `sample` starts, when it was rate limited.
+    pub fn backoff(&self, sample: &Sample) -> Option<Backoff> {
+        (sample.outcome == Outcome::RateLimited).then(|| Backoff {
+            since: sample.started_at,
+            until: self.until(sample.started_at, sample.retry_after_s),
+            retry_after_s: sample.retry_after_s,
+        })
+    }
+}
+
+/// The backoff after a target's latest 429.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// When the 429 came (its probe's start).
+    pub since: DateTime<Utc>,
+    /// When the backoff ends.
+    pub until: DateTime<Utc>,
+    /// The `Retry-After` the 429 carried, seconds.
+    pub retry_after_s: Option<f64>,
+}
+
+impl Backoff {
+    /// `rate limited (429), backing off until 2026-12-03T12:02:00Z`.
+    pub fn reason(&self) -> String {
+        format!("rate limited (429), backing off until {}", self.until.to_rfc3339_opts(SecondsFormat::Secs, true))
+    }
+}
+
 /// The breaker's part of the judgement.
 #[derive(Debug, Clone, Copy)]
 pub struct BreakerView<'a> {
@@ -237,14 +301,18 @@ pub struct BreakerView<'a> {
 }
 
 /// The rule (module docs): one target's health from its breaker, its latest probe's verdict, the
-/// capabilities its last replies all failed and the flapping mark.
+/// capabilities its last replies all failed, the flapping mark and its latest 429's backoff, as of `now`.
 pub fn judge(
     breaker: BreakerView<'_>,
     last: Option<&ProbeVerdict>,
     failing: &[CapabilityFailure],
     flapping: bool,
+    backoff: Option<&Backoff>,
+    now: DateTime<Utc>,
 ) -> Health {
     let mut why: Vec<String> = Vec::new();
+    let backoff = backoff.filter(|b| now < b.until);
+    let rate_limited = matches!(last, Some(ProbeVerdict::Failed(o)) if o == Outcome::RateLimited.as_str());
     let state = match (breaker.state, last) {
         (State::Open, _) => {
             why.push(format!("breaker open: {}", breaker.reason.unwrap_or("tripped")));
@@ -258,17 +326,24 @@ pub fn judge(
             why.push("not probed yet".to_string());
             HealthState::Waiting
         }
-        (State::Closed, Some(ProbeVerdict::Failed(_))) => HealthState::Down,
+        (State::Closed, Some(ProbeVerdict::Failed(_))) if !rate_limited => HealthState::Down,
+        // A provider asking us to back off is not down: demoted while the backoff runs, and a
+        // 429 whose backoff is over judges nothing more.
+        (State::Closed, Some(_)) if backoff.is_some() => HealthState::Degraded,
         (State::Closed, Some(ProbeVerdict::Slow { .. })) => HealthState::Degraded,
         // It answers, but not as asked: usable, behind every target that does.
-        (State::Closed, Some(ProbeVerdict::Within)) if !failing.is_empty() => HealthState::Degraded,
-        (State::Closed, Some(ProbeVerdict::Within)) => HealthState::Ok,
+        (State::Closed, Some(_)) if !failing.is_empty() => HealthState::Degraded,
+        (State::Closed, Some(_)) => HealthState::Ok,
     };
     if flapping {
         why.push("flapping".to_string());
     }
     if breaker.state != State::Open {
+        if let Some(b) = backoff {
+            why.push(b.reason());
+        }
         match last {
+            Some(ProbeVerdict::Failed(_)) if rate_limited => {}
             Some(ProbeVerdict::Failed(outcome)) => why.push(format!("last probe failed: {outcome}")),
             Some(ProbeVerdict::Slow { reason, .. }) => why.push(reason.clone()),
             _ => {}
@@ -279,12 +354,18 @@ pub fn judge(
         Some(ProbeVerdict::Slow { over, .. }) => over.clone(),
         _ => Vec::new(),
     };
+    let last_failure_class = match last {
+        Some(ProbeVerdict::Failed(outcome)) => Some(outcome.clone()),
+        _ => backoff.map(|_| Outcome::RateLimited.as_str().to_string()),
+    };
     Health {
         state,
         flapping,
         reason: (!why.is_empty()).then(|| why.join("; ")),
         over,
         failing: failing.iter().map(|f| f.capability.as_str().to_string()).collect(),
+        backoff_until: backoff.map(|b| b.until),
+        last_failure_class,
     }
 }
 
@@ -408,7 +489,7 @@ mod tests {
         assert_eq!(failed, ProbeVerdict::Failed("server_error".into()), "a failure is a failure, however slow");
         assert_eq!(verdict(&probe(Outcome::Ok, 5_000.0, 9_000.0), &Deadlines::default()), ProbeVerdict::Within);
 
-        let h = |b: BreakerView<'_>, v: Option<&ProbeVerdict>, f: bool| judge(b, v, &[], f);
+        let h = |b: BreakerView<'_>, v: Option<&ProbeVerdict>, f: bool| judge(b, v, &[], f, None, Utc::now());
         assert_eq!(h(closed(), Some(&within), false), Health { state: HealthState::Ok, ..Health::default() });
         let deg = h(closed(), Some(&slow), false);
         assert_eq!((deg.state, deg.reason.as_deref()), (HealthState::Degraded, Some("ttft p95 2.4x baseline")));
@@ -459,13 +540,13 @@ mod tests {
 
         // Through the rule: degraded, with the reason, the breaker's state kept.
         let within = ProbeVerdict::Within;
-        let h = judge(closed(), Some(&within), &failing, false);
+        let h = judge(closed(), Some(&within), &failing, false, None, Utc::now());
         assert_eq!(h.state, HealthState::Degraded);
         assert_eq!(h.reason.as_deref(), Some("replies ignore the system prompt (last 3 of 3)"));
         assert_eq!(h.failing, ["system_prompt"]);
         assert!(h.over.is_empty() && !h.is_clean(), "demoted in chains");
         let slow = ProbeVerdict::Slow { over: vec!["ttft".into()], reason: "ttft p95 2.4x baseline".into() };
-        let both = judge(closed(), Some(&slow), &failing, true);
+        let both = judge(closed(), Some(&slow), &failing, true, None, Utc::now());
         assert_eq!(
             (both.state, both.reason.as_deref()),
             (
@@ -474,18 +555,64 @@ mod tests {
             )
         );
         let failed = ProbeVerdict::Failed("server_error".into());
-        let down = judge(closed(), Some(&failed), &failing, false);
+        let down = judge(closed(), Some(&failed), &failing, false, None, Utc::now());
         assert_eq!(down.state, HealthState::Down, "a failure outranks a capability failure");
         assert_eq!(
             down.reason.as_deref(),
             Some("last probe failed: server_error; replies ignore the system prompt (last 3 of 3)")
         );
-        let open = judge(BreakerView { state: State::Open, reason: Some("tripped") }, Some(&within), &failing, false);
+        let open = judge(
+            BreakerView { state: State::Open, reason: Some("tripped") },
+            Some(&within),
+            &failing,
+            false,
+            None,
+            Utc::now(),
+        );
         assert_eq!((open.state, open.reason.as_deref()), (HealthState::Down, Some("breaker open: tripped")));
         assert_eq!(open.failing, ["system_prompt"], "still named, so the rank keeps it behind");
         r.record(&reply(Some(true)), rule);
         assert!(r.failures(rule).is_empty(), "one obeying reply clears it");
-        assert_eq!(judge(closed(), Some(&within), &r.failures(rule), false).state, HealthState::Ok);
+        assert_eq!(judge(closed(), Some(&within), &r.failures(rule), false, None, Utc::now()).state, HealthState::Ok);
+    }
+
+    #[test]
+    fn a_429_demotes_for_the_backoff_or_its_retry_after_and_names_its_class() {
+        let rule = RateLimitRule { backoff: chrono::Duration::minutes(2), trips: 3 };
+        let at = DateTime::parse_from_rfc3339("2026-12-03T12:00:00Z").expect("time").with_timezone(&Utc);
+        let secs = |s: i64| at + chrono::Duration::seconds(s);
+        let mut limited = probe(Outcome::RateLimited, 40.0, 0.0);
+        limited.started_at = at;
+        let b = rule.backoff(&limited).expect("a 429 starts a backoff");
+        assert_eq!(b.until, secs(120), "no Retry-After: the configured backoff");
+        limited.retry_after_s = Some(300.0);
+        assert_eq!(rule.backoff(&limited).map(|b| b.until), Some(secs(300)), "a longer Retry-After wins");
+        limited.retry_after_s = Some(5.0);
+        assert_eq!(rule.backoff(&limited).map(|b| b.until), Some(secs(120)), "a shorter one does not");
+        limited.retry_after_s = Some(1e300);
+        assert_eq!(rule.backoff(&limited).map(|b| b.until), Some(secs(3600)), "capped at an hour");
+        assert_eq!(rule.backoff(&probe(Outcome::ServerError, 1.0, 1.0)), None, "only a 429 backs off");
+
+        let failed = ProbeVerdict::Failed("rate_limited".into());
+        let h = judge(closed(), Some(&failed), &[], false, Some(&b), secs(30));
+        assert_eq!(h.state, HealthState::Degraded, "a 429 is not down");
+        assert_eq!(h.reason.as_deref(), Some("rate limited (429), backing off until 2026-12-03T12:02:00Z"));
+        assert_eq!((h.backoff_until, h.last_failure_class.as_deref()), (Some(secs(120)), Some("rate_limited")));
+        // A good probe inside the backoff keeps it demoted; past the backoff it is clean again.
+        let within = ProbeVerdict::Within;
+        let h = judge(closed(), Some(&within), &[], false, Some(&b), secs(90));
+        assert_eq!((h.state, h.last_failure_class.as_deref()), (HealthState::Degraded, Some("rate_limited")));
+        let h = judge(closed(), Some(&within), &[], false, Some(&b), secs(120));
+        assert!(h.is_clean() && h.backoff_until.is_none() && h.last_failure_class.is_none(), "{h:?}");
+        let h = judge(closed(), Some(&failed), &[], false, Some(&b), secs(121));
+        assert_eq!(h.state, HealthState::Ok, "a 429 whose backoff is over judges nothing more");
+        // A 5xx is down at once, backoff or not, and says its class.
+        let down = judge(closed(), Some(&ProbeVerdict::Failed("server_error".into())), &[], false, Some(&b), secs(60));
+        assert_eq!((down.state, down.last_failure_class.as_deref()), (HealthState::Down, Some("server_error")));
+        assert_eq!(
+            down.reason.as_deref(),
+            Some("rate limited (429), backing off until 2026-12-03T12:02:00Z; last probe failed: server_error")
+        );
     }
 
     #[test]

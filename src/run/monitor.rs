@@ -7,7 +7,9 @@ use crate::config::Config;
 use crate::decide::baseline::{Baseline, Baselines, LatencyP95, Metric};
 use crate::decide::breaker::{Breaker, BreakerSettings, Probe, Transition};
 use crate::decide::export::{self, ExportParams, TargetStats};
-use crate::decide::health::{self, BreakerView, CapabilityRule, Deadlines, Failover, ProbeVerdict, Replies};
+use crate::decide::health::{
+    self, Backoff, BreakerView, CapabilityRule, Deadlines, Failover, ProbeVerdict, RateLimitRule, Replies,
+};
 use crate::decide::snapshot::{Snapshot, TargetView};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Query, Record};
@@ -37,6 +39,10 @@ pub struct Monitor {
     replies: HashMap<Target, Replies>,
     /// How many failed replies in a row demote (`alerts.error_probes`, as `adherence_failed`).
     capability: CapabilityRule,
+    /// How long a 429 demotes (`breaker.rate_limit_backoff`, or its `Retry-After` when longer).
+    rate_limit: RateLimitRule,
+    /// The backoff after each target's latest 429, until it is over and published as such.
+    backoffs: HashMap<Target, Backoff>,
     cost: HashMap<Target, f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
@@ -106,6 +112,8 @@ impl Monitor {
             verdicts: HashMap::new(),
             replies: HashMap::new(),
             capability: CapabilityRule::of(&config.alerts),
+            rate_limit: settings.rate_limit,
+            backoffs: HashMap::new(),
             cost: HashMap::new(),
             targets,
             chains: config.chains.clone(),
@@ -229,6 +237,9 @@ impl Monitor {
                 }
                 let deadlines = self.deadlines(t, Utc::now());
                 self.verdicts.insert(t.clone(), health::verdict(&s, &deadlines));
+                if let Some(b) = self.rate_limit.backoff(&s) {
+                    self.backoffs.insert(t.clone(), b);
+                }
                 self.last.insert(t.clone(), s);
                 self.built.changed.insert(t.clone());
             }
@@ -291,6 +302,9 @@ impl Monitor {
             None => {
                 self.verdicts.insert(t.clone(), verdict);
             }
+        }
+        if let Some(b) = self.rate_limit.backoff(sample) {
+            self.backoffs.insert(t.clone(), b);
         }
         match self.replies.get_mut(t) {
             Some(r) => r.record(sample, self.capability),
@@ -380,16 +394,16 @@ impl Monitor {
         }
     }
 
-    /// A target's health now: its breaker, its latest probe's verdict, the capabilities its last
-    /// replies all failed and the flapping mark, through the one rule.
-    pub fn health(&self, t: &Target) -> Health {
+    /// A target's health at `now`: its breaker, its latest probe's verdict, the capabilities its
+    /// last replies all failed, the flapping mark and its latest 429's backoff, through the one rule.
+    pub fn health(&self, t: &Target, now: DateTime<Utc>) -> Health {
         let explained = self.breakers.get(t).map(|b| b.explain());
         let breaker = BreakerView {
             state: explained.as_ref().map_or(State::Closed, |e| e.state),
             reason: explained.as_ref().and_then(|e| e.reason.as_deref()),
         };
         let failing = self.replies.get(t).map(|r| r.failures(self.capability)).unwrap_or_default();
-        health::judge(breaker, self.verdicts.get(t), &failing, self.flapping.is_flapping(t))
+        health::judge(breaker, self.verdicts.get(t), &failing, self.flapping.is_flapping(t), self.backoffs.get(t), now)
     }
 
     /// This region's view of each target it probes, to publish for the other regions
@@ -399,7 +413,7 @@ impl Monitor {
             .iter()
             .map(|t| TargetStatus {
                 target: t.clone(),
-                health: self.health(t),
+                health: self.health(t, now),
                 over_latency: over_latency(t),
                 breaker: self.breakers.get(t).map_or(State::Closed, |b| b.state()),
                 updated_at: now,
@@ -443,6 +457,12 @@ impl Monitor {
         built.window = window;
         built.gauges = metrics.is_some();
         built.changed.extend(flapping.symmetric_difference(&built.flapping).cloned());
+        // A backoff that ran out changes its target's health with no sample arriving.
+        let over: Vec<Target> = self.backoffs.iter().filter(|(_, b)| b.until <= now).map(|(t, _)| t.clone()).collect();
+        for t in over {
+            self.backoffs.remove(&t);
+            built.changed.insert(t);
+        }
         built.flapping = flapping;
         if built.all {
             built.stats.clear();
@@ -478,6 +498,10 @@ impl Monitor {
                 latency_trips: self.settings.latency_trips,
                 open_for_s: self.settings.open_for.num_seconds().max(0) as u64,
                 failover_factor: self.failover.factor,
+                failure_k: self.settings.consecutive_failures,
+                failure_n: self.settings.failure_n,
+                rate_limit_backoff_s: self.settings.rate_limit.backoff.num_seconds().max(0) as u64,
+                rate_limit_trips: self.settings.rate_limit.trips,
             },
             chains: self.chains.clone(),
             providers: self.router_providers.clone(),
@@ -517,7 +541,7 @@ impl Monitor {
         let ttft = b.get("ttft").copied().unwrap_or_default();
         let (ttfb_p95_bound, ttft_p95_bound) =
             (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
-        let health = self.health(t);
+        let health = self.health(t, now);
         let stats = TargetStats {
             target: t.clone(),
             ttfb,
@@ -768,9 +792,9 @@ mod tests {
         for i in 0..2 {
             m.observe(&disobeying(i), at(i));
         }
-        assert!(m.health(&target("a")).is_clean(), "two of three: not yet");
+        assert!(m.health(&target("a"), at(9)).is_clean(), "two of three: not yet");
         m.observe(&disobeying(2), at(2));
-        let h = m.health(&target("a"));
+        let h = m.health(&target("a"), at(9));
         assert_eq!(h.state, crate::vocab::health::HealthState::Degraded);
         assert_eq!(h.reason.as_deref(), Some("replies ignore the system prompt (last 3 of 3)"));
         let snap = m.publish(at(3), None);
@@ -780,7 +804,7 @@ mod tests {
         let mut obeying = probe("a", 4, Outcome::Ok, 200.0);
         obeying.adherence_ok = Some(true);
         m.observe(&obeying, at(4));
-        assert!(m.health(&target("a")).is_clean(), "one obeying reply clears it");
+        assert!(m.health(&target("a"), at(9)).is_clean(), "one obeying reply clears it");
     }
 
     #[test]

@@ -256,7 +256,7 @@ impl Pipeline {
         let monitor = &self.monitor;
         let failing = &self.failing;
         let in_trouble = |t: &Target| {
-            let health = monitor.health(t);
+            let health = monitor.health(t, now);
             health.flapping
                 || matches!(health.state, HealthState::Degraded | HealthState::HalfOpen | HealthState::Down)
                 || failing.contains(t)

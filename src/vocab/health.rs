@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum HealthState {
     /// Answering, its last probe within its failover deadline.
     Ok,
-    /// Answering, but its last probe over its failover deadline, or its recent replies fail a
-    /// capability the probe checks (they ignore the system prompt).
+    /// Answering, but its last probe over its failover deadline, a 429's backoff running, or its
+    /// recent replies fail a capability the probe checks (they ignore the system prompt).
     Degraded,
     /// Breaker half-open: the next probe decides.
     HalfOpen,
@@ -71,6 +71,13 @@ pub struct Health {
     /// after targets without any.
     #[serde(default)]
     pub failing: Vec<String>,
+    /// While a 429's backoff runs: when it ends (the router export's `retry_after_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// The outcome class of the last probe when it failed (`rate_limited`, `server_error`,
+    /// `timeout`, …; `rate_limited` also while a 429's backoff runs), else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_class: Option<String>,
 }
 
 impl Health {

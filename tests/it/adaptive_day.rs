@@ -54,10 +54,12 @@ fn settings() -> PlanSettings {
 fn run_day(adaptive: bool) -> Day {
     let breaker = BreakerSettings {
         consecutive_failures: 2,
+        failure_n: 2,
         failure_window: chrono::Duration::seconds(120),
         latency_trips: 0,
         failover_factor: 2.0,
         open_for: chrono::Duration::seconds(60),
+        rate_limit: vigil::decide::health::RateLimitRule { backoff: chrono::Duration::seconds(120), trips: 3 },
     };
     let start = midnight();
     // Per-probe costs: at base interval these cost 0.03, 0.14, 2.88 and 1.44 USD a day (4.49).

@@ -34,6 +34,7 @@ mod demo_profiles;
 mod demo_standin;
 mod deploy_assets;
 mod fuzz_regressions;
+mod hidden_trouble;
 mod hostile_provider;
 mod http_server;
 mod metrics_scrape;

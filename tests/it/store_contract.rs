@@ -204,7 +204,7 @@ fn health(state: HealthState, flapping: bool) -> Health {
     if flapping {
         why.push("flapping");
     }
-    Health { state, flapping, reason: (!why.is_empty()).then(|| why.join("; ")), over: Vec::new(), failing: Vec::new() }
+    Health { state, flapping, reason: (!why.is_empty()).then(|| why.join("; ")), ..Health::default() }
 }
 
 async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {

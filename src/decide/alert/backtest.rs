@@ -24,7 +24,23 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-/// Sets one rule threshold by its `[alerts]` key (`--set alerts.latency_k=2`).
+/// Sets every `--set` in order, then checks what only holds between keys (`error_k <= error_n`,
+/// whichever was set first).
+pub fn set_all(cfg: &mut RuleConfig, assignments: &[String]) -> Result<(), String> {
+    for a in assignments {
+        set(cfg, a)?;
+    }
+    if cfg.error_n < cfg.error_k {
+        return Err(format!(
+            "--set: needs alerts.error_k <= alerts.error_n (k = {}, n = {})",
+            cfg.error_k, cfg.error_n
+        ));
+    }
+    Ok(())
+}
+
+/// Sets one rule threshold by its `[alerts]` key (`--set alerts.latency_k=2`); `error_probes = N`
+/// sets `error_k` = `error_n` = N, as in the config.
 pub fn set(cfg: &mut RuleConfig, assignment: &str) -> Result<(), String> {
     let (key, value) = assignment.split_once('=').ok_or_else(|| format!("--set {assignment}: expected KEY=VALUE"))?;
     let key = key.trim().strip_prefix("alerts.").unwrap_or(key.trim());
@@ -37,13 +53,24 @@ pub fn set(cfg: &mut RuleConfig, assignment: &str) -> Result<(), String> {
         "latency_factor" => cfg.latency_factor = num()?,
         "latency_k" => cfg.latency_k = int()?.max(1),
         "latency_n" => cfg.latency_n = int()?.max(1),
-        "error_probes" => cfg.error_probes = int()?.max(1) as u32,
+        "error_probes" => {
+            let n = int()?.clamp(1, 1000) as u32;
+            (cfg.error_probes, cfg.error_k, cfg.error_n) = (n, n, n);
+        }
+        "error_k" => match int()? {
+            k @ 2..=100 => cfg.error_k = k as u32,
+            _ => return Err(bad("must be 2 to 100: a single failure never counts as trouble")),
+        },
+        "error_n" => match int()? {
+            n @ 2..=100 => cfg.error_n = n as u32,
+            _ => return Err(bad("must be 2 to 100")),
+        },
         "resolve_after" => cfg.resolve_after = int()?.max(1) as u32,
         "flap_window" => cfg.flap_window = int()?.max(2),
         "flap_high" => cfg.flap_high = num()?,
         "flap_low" => cfg.flap_low = num()?,
         "renotify" => cfg.renotify = crate::config::parse_duration("--set alerts.renotify", value).map_err(|e| e.to_string())?,
-        _ => return Err(bad("unknown key (latency_factor, latency_k, latency_n, error_probes, resolve_after, flap_window, flap_high, flap_low, renotify)")),
+        _ => return Err(bad("unknown key (latency_factor, latency_k, latency_n, error_probes, error_k, error_n, resolve_after, flap_window, flap_high, flap_low, renotify)")),
     }
     if cfg.latency_n < cfg.latency_k {
         return Err(bad("needs alerts.latency_k <= alerts.latency_n"));
@@ -365,4 +392,70 @@ fn summarize(incidents: &[Incident]) -> Vec<KindSummary> {
             mean_time_to_detect_s: (!ttd.is_empty()).then(|| ttd.iter().sum::<i64>() as f64 / ttd.len() as f64),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::vocab::sample::Outcome;
+    use crate::vocab::target::Target;
+
+    /// A day at a 60 s interval of one target failing one probe in three, beside a healthy one.
+    fn hidden_trouble() -> Vec<Sample> {
+        let start = DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").expect("time").with_timezone(&Utc);
+        let mut out = Vec::new();
+        for i in 0..1440i64 {
+            let at = start + chrono::Duration::seconds(60 * i);
+            for (name, failing) in [("lb", i % 3 == 1), ("fine", false)] {
+                let t = Target { provider: name.into(), model: "m".into(), route: None, region: "eu".into() };
+                let mut s = Sample::new(t, at, at);
+                if failing {
+                    s.outcome = Outcome::ServerError;
+                    s.error = Some("503 from one host behind the balancer".into());
+                } else {
+                    (s.ttfb_ms, s.ttft_ms) = (Some(120.0), Some(240.0));
+                }
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    fn replayed(sets: &[&str]) -> BacktestReport {
+        let config = Config::from_toml("region = \"eu\"", &std::collections::BTreeMap::new()).expect("config");
+        let mut rules = RuleConfig::from_config(&config);
+        set_all(&mut rules, &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("sets");
+        replay(rules, &config.baseline, Duration::from_secs(60), &[], &hidden_trouble(), &[])
+    }
+
+    #[test]
+    fn one_failure_in_three_never_pages_in_a_row_and_pages_once_at_the_recommended_k_of_n() {
+        let errors = |r: &BacktestReport| {
+            r.incidents.iter().filter(|i| i.kinds.iter().any(|k| k == "errors")).cloned().collect::<Vec<_>>()
+        };
+        assert!(errors(&replayed(&[])).is_empty(), "2 in a row never holds");
+        let k_of_n = replayed(&["alerts.error_k=3", "alerts.error_n=10"]);
+        let found = errors(&k_of_n);
+        assert_eq!(found.len(), 1, "one incident for the whole day: {found:?}");
+        assert_eq!(found[0].subject, "lb/m");
+        let detect = found[0].time_to_detect_s.expect("time to detect");
+        assert!(detect <= 10 * 60, "paged within 10 probes of the first failure: {detect} s");
+        assert!(found[0].resolved_at.is_none(), "it holds while the trouble lasts");
+    }
+
+    #[test]
+    fn set_all_checks_the_pair_whichever_comes_first() {
+        let mut rules = RuleConfig::with_defaults("eu");
+        let both = ["alerts.error_k=3".to_string(), "alerts.error_n=10".to_string()];
+        set_all(&mut rules, &both).expect("k then n");
+        assert_eq!((rules.error_k, rules.error_n), (3, 10));
+        let mut rules = RuleConfig::with_defaults("eu");
+        let e = set_all(&mut rules, &["alerts.error_k=3".to_string()]).expect_err("k above the default n");
+        assert!(e.contains("error_k <= alerts.error_n"), "{e}");
+        let e = set(&mut rules, "alerts.error_k=1").expect_err("k of 1");
+        assert!(e.contains("single failure"), "{e}");
+        set(&mut rules, "alerts.error_probes=4").expect("shorthand");
+        assert_eq!((rules.error_k, rules.error_n, rules.error_probes), (4, 4, 4));
+    }
 }

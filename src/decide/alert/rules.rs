@@ -408,7 +408,7 @@ impl AlertEngine {
         let h = self.state.histories.entry(Self::history_key(&s.target)).or_default();
         h.target.get_or_insert_with(|| s.target.clone());
         h.regions_elsewhere = p.elsewhere.regions;
-        push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), n);
+        push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), cfg.error_n.max(1) as usize);
         if s.outcome == Outcome::Ok {
             if let Some(j) = judge(s, p.baseline, cfg.latency_factor) {
                 tracing::debug!(target = %s.target, metric = %j.metric, value = j.value, threshold = j.threshold,
@@ -627,32 +627,34 @@ impl AlertEngine {
         }
     }
 
-    /// `errors`: the last `error_probes` probes all failed (generic failures) within the window.
+    /// `errors`: `error_k` of the last `error_n` probes failed (generic failures); when k = n
+    /// (`error_probes`, in a row) the first and last of them also lie within the window.
     fn errors_verdict(&self, h: &History, s: &Sample, e: Elsewhere, region: &str) -> Verdict {
-        let n = self.cfg.error_probes as usize;
+        let (k, n) = (self.cfg.error_k as usize, self.cfg.error_n as usize);
         let t = &s.target;
         let last: Vec<_> = h.recent.iter().rev().take(n).collect();
-        let span_ok = match (last.last(), last.first()) {
-            (Some(first), Some(newest)) => {
-                (newest.0 - first.0).to_std().unwrap_or(Duration::ZERO) <= self.cfg.error_window
-            }
-            _ => false,
+        let failed: Vec<_> = last.iter().filter(|(_, o, _)| is_generic_failure(*o)).collect();
+        let errors_hold = if k >= n {
+            let span_ok = match (last.last(), last.first()) {
+                (Some(first), Some(newest)) => {
+                    (newest.0 - first.0).to_std().unwrap_or(Duration::ZERO) <= self.cfg.error_window
+                }
+                _ => false,
+            };
+            last.len() >= n && failed.len() == last.len() && span_ok
+        } else {
+            failed.len() >= k
         };
-        let errors_hold = last.len() >= n && last.iter().all(|(_, o, _)| is_generic_failure(*o)) && span_ok;
-        let outcomes: Vec<&str> = last.iter().rev().map(|(_, o, _)| o.as_str()).collect();
-        let mut a = Alert::new(
-            AlertKind::Errors,
-            region,
-            &t.provider,
-            Some(t),
-            format!(
-                "{} consecutive failed probes ({}){}",
-                last.len(),
-                outcomes.join(", "),
-                s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default()
-            ),
-        );
-        a.current = Some(last.len() as f64);
+        let detail = s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default();
+        let summary = if k >= n {
+            let outcomes: Vec<&str> = last.iter().rev().map(|(_, o, _)| o.as_str()).collect();
+            format!("{} consecutive failed probes ({}){detail}", last.len(), outcomes.join(", "))
+        } else {
+            let outcomes: Vec<&str> = failed.iter().rev().map(|(_, o, _)| o.as_str()).collect();
+            format!("{} of the last {} probes failed ({}){detail}", failed.len(), last.len(), outcomes.join(", "))
+        };
+        let mut a = Alert::new(AlertKind::Errors, region, &t.provider, Some(t), summary);
+        a.current = Some(if k >= n { last.len() } else { failed.len() } as f64);
         a.scope = scope_for(AlertKind::Errors, e, errors_hold);
         Verdict { alert: a, holds: errors_hold }
     }
@@ -1028,6 +1030,44 @@ mod tests {
         assert_eq!(kinds(&resolved), vec![("openrouter".into(), AlertStatus::Resolved, vec![AlertKind::Errors])]);
         assert_eq!(resolved[0].alerts[0].dedup_key, fired[0].alerts[0].dedup_key);
         assert!(e.firing().is_empty());
+    }
+
+    #[test]
+    fn k_of_n_errors_page_one_failure_in_three_and_never_a_single_failure() {
+        let k_of_n = RuleConfig { error_k: 3, error_n: 10, ..cfg() };
+        // In a row (the default, 2): one failure in three never pages.
+        let mut in_a_row = AlertEngine::new(cfg());
+        let mut e = AlertEngine::new(k_of_n.clone());
+        let mut fired = Vec::new();
+        for m in 0..30 {
+            let bad = if m % 3 == 1 { Outcome::ServerError } else { Outcome::Ok };
+            let sent = round(&mut in_a_row, &fleet(bad, at(m)), at(m));
+            assert!(sent.iter().all(|n| n.alerts.iter().all(|a| a.kind != AlertKind::Errors)), "minute {m}");
+            fired.extend(round(&mut e, &fleet(bad, at(m)), at(m)).into_iter().map(|n| (m, n)));
+        }
+        let pages: Vec<_> = fired.iter().filter(|(_, n)| n.status == AlertStatus::Firing && !n.update).collect();
+        assert_eq!(pages.len(), 1, "one page: {:?}", kinds(&fired.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>()));
+        let (m, page) = pages[0];
+        assert_eq!(*m, 7, "the third failure (minutes 1, 4, 7)");
+        assert_eq!(page.alerts[0].kind, AlertKind::Errors);
+        assert!(
+            page.alerts[0]
+                .summary
+                .starts_with("3 of the last 8 probes failed (server_error, server_error, server_error)"),
+            "{}",
+            page.alerts[0].summary
+        );
+        // A single failure, or two far apart, never page.
+        let mut lone = AlertEngine::new(k_of_n);
+        for m in 0..60 {
+            let bad = if m % 6 == 0 { Outcome::Timeout } else { Outcome::Ok };
+            assert!(
+                round(&mut lone, &fleet(bad, at(m)), at(m))
+                    .iter()
+                    .all(|n| n.alerts.iter().all(|a| a.kind != AlertKind::Errors)),
+                "minute {m}"
+            );
+        }
     }
 
     #[test]

@@ -16,9 +16,13 @@ pub struct RuleConfig {
     pub latency_k: usize,
     /// …among the last this many ok probes.
     pub latency_n: usize,
-    /// Failed probes in a row for `errors` (and replies in a row for `adherence_failed`).
+    /// Judged replies in a row for `adherence_failed`.
     pub error_probes: u32,
-    /// …all within this span (`breaker.failure_window`, 120 s by default).
+    /// `errors` holds when `error_k` of the last `error_n` probes failed…
+    pub error_k: u32,
+    /// …(see `error_k`)…
+    pub error_n: u32,
+    /// …and, when k = n (in a row), all within this span (`breaker.failure_window`, 120 s by default).
     pub error_window: Duration,
     /// Evaluations a facet must stay clear before it leaves its incident.
     pub resolve_after: u32,
@@ -69,6 +73,8 @@ impl RuleConfig {
             latency_k: c.alerts.latency_k.max(1),
             latency_n: c.alerts.latency_n.max(c.alerts.latency_k).max(1),
             error_probes: c.alerts.error_probes.max(1),
+            error_k: c.alerts.error_k.max(1),
+            error_n: c.alerts.error_n.max(c.alerts.error_k).max(1),
             error_window: c.breaker.failure_window,
             resolve_after: c.alerts.resolve_after.max(1),
             renotify: c.alerts.renotify,

@@ -115,7 +115,8 @@ fn group(doc: &Thresholds, name: &str, members: &[Member<'_>]) -> Vec<Value> {
 
 /// LiteLLM: a model group per chain (its `order`, then its dropped targets in cooldown form) and per
 /// model id (its targets by `rank`, open ones last in cooldown form); `fallbacks` from each chain to
-/// the model groups of its later members; `allowed_fails` and `cooldown_time` from the breaker.
+/// the model groups of its later members; `allowed_fails`, `allowed_fails_policy` (per error class)
+/// and `cooldown_time` from the breaker.
 pub fn litellm(doc: &Thresholds) -> Value {
     let mut model_list = Vec::new();
     let mut fallbacks = Vec::new();
@@ -165,9 +166,23 @@ pub fn litellm(doc: &Thresholds) -> Value {
             // LiteLLM cools a deployment down when its failures exceed `allowed_fails`; vigil's
             // breaker opens at `consecutive_failures`.
             "allowed_fails": doc.breaker.consecutive_failures.saturating_sub(1),
+            "allowed_fails_policy": allowed_fails_policy(doc),
             "cooldown_time": doc.breaker.open_for_s,
         },
         "vigil": meta(doc),
+    })
+}
+
+/// LiteLLM's allowance per error class, as vigil's breaker counts each: a 5xx or a timeout counts at
+/// once (`allowed_fails` as above); 429s are excused until `rate_limit_trips` came in a row, then
+/// count like any failure, so a deployment may take `rate_limit_trips − 1` more of them.
+fn allowed_fails_policy(doc: &Thresholds) -> Value {
+    let fails = doc.breaker.consecutive_failures.saturating_sub(1);
+    let rate_limited = fails.saturating_add(doc.breaker.rate_limit_trips.saturating_sub(1));
+    json!({
+        "InternalServerErrorAllowedFails": fails,
+        "TimeoutErrorAllowedFails": fails,
+        "RateLimitErrorAllowedFails": rate_limited,
     })
 }
 

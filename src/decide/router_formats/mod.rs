@@ -255,7 +255,9 @@ mod tests {
         assert_eq!(
             ll["router_settings"],
             json!({"fallbacks": [{"chat": ["gpt-4o-2024-08-06", "claude-sonnet-4-20250514"]}],
-                   "allowed_fails": 1, "cooldown_time": 300})
+                   "allowed_fails": 1, "cooldown_time": 300,
+                   "allowed_fails_policy": {"InternalServerErrorAllowedFails": 1, "TimeoutErrorAllowedFails": 1,
+                                            "RateLimitErrorAllowedFails": 3}})
         );
         for format in [Format::Json, Format::Yaml, Format::Litellm, Format::Openrouter, Format::Portkey] {
             let text = String::from_utf8(render(&doc, format).expect("renders")).expect("utf-8");

@@ -243,8 +243,14 @@ mod tests {
             health::verdict(&s, &deadlines)
         });
         let explained = breaker(b);
-        let health =
-            health::judge(BreakerView { state: b, reason: explained.reason.as_deref() }, verdict.as_ref(), &[], false);
+        let health = health::judge(
+            BreakerView { state: b, reason: explained.reason.as_deref() },
+            verdict.as_ref(),
+            &[],
+            false,
+            None,
+            chrono::Utc::now(),
+        );
         Cell { last, ttfb, ttft, breaker: Some(explained), health, probe: None }
     }
 

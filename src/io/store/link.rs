@@ -821,8 +821,7 @@ mod tests {
                     state: HealthState::Down,
                     flapping: false,
                     reason: Some("breaker open".into()),
-                    over: vec![],
-                    failing: vec![],
+                    ..Health::default()
                 },
                 over_latency: false,
                 breaker: State::Open,

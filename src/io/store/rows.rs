@@ -234,6 +234,9 @@ pub(crate) fn target_status_of(row: &impl StoredRow) -> Result<TargetStatus, sql
                 over: Vec::new(),
                 // Not stored: the reason names it, and only this region ranks on it.
                 failing: Vec::new(),
+                // Not stored: the reason says until when, and only this region exports it.
+                backoff_until: None,
+                last_failure_class: None,
             }
         },
         over_latency: row.flag("over_latency")?,
