@@ -9,7 +9,9 @@
 //! chain keeps its configured order for targets whose health (`decide::health`, judged by the
 //! monitor) is clean, moves the others (waiting, half_open, flapping, last probe failed or over
 //! its failover deadline, replies failing a capability) behind them, and drops open ones, each
-//! with the health's reason; nothing here judges health again.
+//! with the health's reason; nothing here judges health again. A target under an active drill
+//! (`ExportParams::drills`, `vigil drill`) is dropped from that chain whatever its health, with
+//! the reason `drill (until …)`.
 //!
 //! The published failover deadlines (provisional ones with the confidence reached) are the
 //! health rule's own ([`Failover::deadline`]).
@@ -19,6 +21,7 @@ use crate::decide::baseline::Baseline;
 use crate::decide::health::{Failover, P95Bound};
 use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
+use crate::vocab::drill::Drill;
 use crate::vocab::health::Health;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -65,6 +68,8 @@ pub struct ExportParams {
     pub chains: Vec<ChainConfig>,
     /// How a router calls each configured provider (for the router-native formats).
     pub providers: Vec<RouterProvider>,
+    /// Stored drills; those active at `generated_at` drop their target from their chain.
+    pub drills: Vec<Drill>,
 }
 
 /// Everything known about one target over the window.
@@ -358,6 +363,14 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
         }
         for j in mine {
             position += 1;
+            let drilled = params
+                .drills
+                .iter()
+                .find(|d| d.active_at(params.generated_at) && d.names(&chain.name, &m.spelled, &j.stats.target));
+            if let Some(d) = drilled {
+                dropped.push(entry(j, position, ChainStatus::Dropped, Some(d.reason())));
+                continue;
+            }
             if j.stats.breaker == State::Open {
                 let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
                 if let Some(at) = j.stats.next_half_open {
@@ -516,6 +529,7 @@ pub(crate) mod tests {
             },
             chains: vec![],
             providers: vec![],
+            drills: vec![],
         }
     }
 
@@ -859,6 +873,40 @@ pub(crate) mod tests {
             c.dropped[0].reason.as_deref(),
             Some("breaker open: 2 failed probes within 120s: server_error, server_error (trial probe at 2026-11-30T12:05:00Z)")
         );
+    }
+
+    #[test]
+    fn an_active_drill_drops_its_target_from_its_chain_whatever_its_health_until_it_ends() {
+        let (mut p, all) = three();
+        let at = p.generated_at;
+        let drill = |chain: &str, target: &str| Drill {
+            id: uuid::Uuid::nil(),
+            chain: chain.into(),
+            target: target.into(),
+            region: "us-east-1".into(),
+            started_at: at - chrono::Duration::minutes(1),
+            until: at + chrono::Duration::minutes(10),
+            ended_at: None,
+        };
+        p.drills = vec![drill("chat", "openrouter/openai/gpt-4o"), drill("other", "openai")];
+        let doc = build(&p, &all);
+        assert_eq!(
+            order(&doc),
+            [("openai".into(), ChainStatus::Healthy), ("anthropic".into(), ChainStatus::Healthy)],
+            "another chain's drill drops nothing here"
+        );
+        let d = &doc.chains[0].dropped;
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].key.provider.as_str(), d[0].status, d[0].position), ("openrouter", ChainStatus::Dropped, 1));
+        assert_eq!(d[0].reason.as_deref(), Some("drill (until 2026-11-30T12:10:00Z)"));
+        assert_eq!(doc.targets.len(), 3, "the target itself is still published with its thresholds");
+
+        p.drills[0].ended_at = Some(at);
+        assert_eq!(order(&build(&p, &all)).len(), 3, "ended early: back in its place");
+        p.drills[0].ended_at = None;
+        p.generated_at = at + chrono::Duration::minutes(10);
+        let doc = build(&p, &all);
+        assert_eq!(order(&doc)[0], ("openrouter".into(), ChainStatus::Healthy), "run out: back at the head");
     }
 
     #[test]

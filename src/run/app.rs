@@ -604,6 +604,7 @@ fn http_state(config: &Config, metrics: &Arc<Metrics>, store: &Arc<dyn Store>) -
         canary: Default::default(),
         reload: None,
         adopt: None,
+        drills: Some(Arc::new(crate::io::drill_desk::DrillDesk::new(config, store.clone()))),
     }
 }
 

@@ -32,6 +32,7 @@ mod demo_first_hour;
 mod demo_profiles;
 mod demo_standin;
 mod deploy_assets;
+mod drills;
 mod fuzz_regressions;
 mod hostile_provider;
 mod http_server;

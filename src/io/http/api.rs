@@ -206,6 +206,7 @@ mod tests {
             },
             chains: vec![],
             providers: vec![],
+            drills: vec![],
         };
         build(&params, &[])
     }

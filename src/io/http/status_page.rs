@@ -75,6 +75,7 @@ impl StatusPage {
             refresh_s: self.refresh_s,
             trend_hours: self.trends.hours(),
             probe_plan: snap.probe_plan.clone(),
+            drills: snap.drills.to_vec(),
             ..StatusData::default()
         };
         let mut index: HashMap<(String, String, Option<String>), usize> = HashMap::new();
@@ -551,6 +552,7 @@ mod tests {
             credits: Default::default(),
             flapping: Default::default(),
             probe_plan: None,
+            drills: Default::default(),
         };
         let d = page.gather(&snap);
         assert_eq!(d.regions, ["eu", "ap", "us"]);
