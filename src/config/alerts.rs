@@ -54,6 +54,12 @@ pub struct AlertsConfig {
     pub alertmanager: Vec<AlertmanagerConfig>,
     /// Per-provider maintenance windows: alerts are recorded but not notified.
     pub maintenance: Vec<MaintenanceWindow>,
+    /// Regional quorum: a shared incident pages only when seen in this many regions (or in every
+    /// region probing it, when fewer do); below it, it goes to the `notice_channels` only (1: off).
+    pub min_regions: u32,
+    /// Channels of class `notice` (by name): they get the incidents below `min_regions`, page
+    /// channels (every other one) the rest.
+    pub notice_channels: Vec<String>,
 }
 
 /// `[[alerts.maintenance]] provider, start, end` (RFC 3339).
@@ -154,6 +160,8 @@ pub(super) struct RawAlerts {
     alertmanager: Vec<RawAlertmanager>,
     #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
+    min_regions: u32,
+    notice_channels: Vec<String>,
     /// Read by the status pages' validation.
     pub(super) provider_incident: bool,
     /// Read by the status pages' validation.
@@ -181,6 +189,8 @@ impl Default for RawAlerts {
             webhook: vec![],
             alertmanager: vec![],
             maintenance: vec![],
+            min_regions: 1,
+            notice_channels: vec![],
             provider_incident: false,
             provider_incident_components: vec![],
         }
@@ -259,6 +269,19 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
     let alertmanager = alertmanager(std::mem::take(&mut raw.alertmanager), env, &runbook_url)?;
     let maintenance = maintenance(std::mem::take(&mut raw.maintenance))?;
     check_rules(&raw)?;
+    let names = slack.iter().map(|c| &c.name).chain(email.iter().map(|c| &c.name));
+    let names = names.chain(pagerduty.iter().map(|c| &c.name)).chain(webhook.iter().map(|c| &c.name));
+    let names: Vec<&String> = names.chain(alertmanager.iter().map(|c| &c.name)).collect();
+    for (i, n) in raw.notice_channels.iter().enumerate() {
+        if !names.contains(&n) {
+            let known: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+            let known = if known.is_empty() { "none configured".to_string() } else { known.join(", ") };
+            return Err(invalid(
+                format!("alerts.notice_channels[{i}]"),
+                format!("{n:?} is not a configured channel (channels: {known})"),
+            ));
+        }
+    }
     Ok(AlertsConfig {
         renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
         error_probes: count_in("alerts.error_probes", raw.error_probes, 1, 1000)?,
@@ -278,6 +301,8 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
         webhook,
         alertmanager,
         maintenance,
+        min_regions: count_in("alerts.min_regions", raw.min_regions, 1, 100)?,
+        notice_channels: raw.notice_channels,
     })
 }
 
@@ -468,6 +493,25 @@ mod tests {
         let garbled =
             "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
         assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
+    }
+
+    #[test]
+    fn regional_quorum_defaults_off_and_notice_channels_must_be_configured() {
+        let c = Config::from_toml("", &env(&[])).expect("valid");
+        assert_eq!((c.alerts.min_regions, c.alerts.notice_channels.len()), (1, 0));
+        let hooks = "[[alerts.webhook]]\nname = \"oncall\"\nurl_env = \"H\"\n[[alerts.webhook]]\nname = \"tickets\"\nurl_env = \"H\"";
+        let text = format!("[alerts]\nmin_regions = 2\nnotice_channels = [\"tickets\"]\n{hooks}");
+        let c = Config::from_toml(&text, &env(&[("H", "http://127.0.0.1:9/h")])).expect("valid");
+        assert_eq!((c.alerts.min_regions, c.alerts.notice_channels.as_slice()), (2, &["tickets".to_string()][..]));
+        let unknown = format!("[alerts]\nnotice_channels = [\"tickets\", \"slack\"]\n{hooks}");
+        assert_eq!(
+            err(&unknown, &[("H", "http://127.0.0.1:9/h")]),
+            "alerts.notice_channels[1]: \"slack\" is not a configured channel (channels: oncall, tickets)"
+        );
+        for bad in ["0", "101"] {
+            let e = err(&format!("[alerts]\nmin_regions = {bad}"), &[]);
+            assert!(e.starts_with("alerts.min_regions: "), "{e}");
+        }
     }
 
     #[test]
