@@ -262,6 +262,7 @@ mod tests {
             providers: Vec::new(),
             probe_plan: None,
             canary: Vec::new(),
+            drills: Vec::new(),
         }
     }
 
