@@ -238,8 +238,11 @@ pub struct Outbox {
     watching: Mutex<BTreeMap<String, Watch>>,
     /// Per shared incident, the classes its firing messages went to from here, and when last
     /// (entries a day old are dropped): where its resolve goes under a quorum.
-    reached: Mutex<BTreeMap<String, (BTreeSet<Class>, DateTime<Utc>)>>,
+    reached: Mutex<BTreeMap<String, Reached>>,
 }
+
+/// The classes of channel a shared incident's firing messages reached, and when last.
+type Reached = (BTreeSet<Class>, DateTime<Utc>);
 
 impl Outbox {
     /// A worker over `store` sending through `notifiers` (matched by name), counting into
