@@ -132,6 +132,34 @@ pub enum Command {
         #[arg(long)]
         demo: bool,
     },
+    /// Failover drills: drop a target from a chain's export for a while (`--chain C --drop T
+    /// --for 10m`), list them (`--list`), or end one early (`--end ID`, `--end --chain C --drop T`).
+    /// Stored, so every region sharing the storage honours them.
+    Drill {
+        /// Config file (its `[[chain]]`s and `storage.url`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The chain (`[[chain]] name`).
+        #[arg(long)]
+        chain: Option<String>,
+        /// What to drop: a member as `[[chain]] targets` spells it, a target id of one
+        /// (`provider/model@route`), or a provider name (every member of that provider).
+        #[arg(long, value_name = "TARGET")]
+        drop: Option<String>,
+        /// How long, from 1m to 24h (`10m`, `1h`).
+        #[arg(long = "for", value_name = "DURATION")]
+        duration: Option<String>,
+        /// List the running drills and those ended within a day.
+        #[arg(long, conflicts_with_all = ["drop", "duration", "end"])]
+        list: bool,
+        /// End a running drill now: by its id (or a prefix fitting one), or, without an id, the
+        /// drills of `--chain` dropping `--drop`.
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", conflicts_with = "duration")]
+        end: Option<String>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Send a test notification through each configured channel (or one) and report per channel.
     AlertTest {
         /// Config file.
@@ -405,6 +433,70 @@ async fn adopt(config: Option<&PathBuf>, target: &str, url: Option<String>) -> a
     }
 }
 
+/// What `vigil drill` was asked, its options as given.
+struct DrillAsk {
+    chain: Option<String>,
+    drop: Option<String>,
+    duration: Option<String>,
+    list: bool,
+    end: Option<String>,
+    json: bool,
+}
+
+/// A drill request's failure at the edge: a wrong request is bad usage (exit 2), storage is not.
+fn desk_error(e: crate::io::drill_desk::DeskError) -> anyhow::Error {
+    match e {
+        crate::io::drill_desk::DeskError::Drill(d) => UsageError(d.to_string()).into(),
+        crate::io::drill_desk::DeskError::Store(s) => anyhow::Error::new(s).context("storage"),
+    }
+}
+
+/// One drill as `vigil drill` prints it.
+fn drill_line(d: &crate::vocab::drill::Drill, now: chrono::DateTime<chrono::Utc>) -> String {
+    let t = |at: chrono::DateTime<chrono::Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let state = match (d.active_at(now), d.ended_at) {
+        (true, _) => format!("running until {}", t(d.until)),
+        (false, Some(at)) => format!("ended early at {}", t(at)),
+        (false, None) => format!("ran out at {}", t(d.until)),
+    };
+    format!("{}  chain {} drops {}  {state}  (started {} in {})", d.id, d.chain, d.target, t(d.started_at), d.region)
+}
+
+/// `vigil drill`: start, list or end drills in the shared store.
+async fn drill(
+    desk: &crate::io::drill_desk::DrillDesk,
+    ask: DrillAsk,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    let shown: Vec<crate::vocab::drill::Drill> = if ask.list {
+        let all = desk.list(now).await.map_err(desk_error)?;
+        all.into_iter().filter(|d| ask.chain.as_ref().is_none_or(|c| *c == d.chain)).collect()
+    } else if let Some(id) = ask.end {
+        match (id.trim().is_empty(), ask.chain, ask.drop) {
+            (false, _, _) => vec![desk.end(&id, now).await.map_err(desk_error)?],
+            (true, Some(chain), Some(target)) => desk.end_matching(&chain, &target, now).await.map_err(desk_error)?,
+            (true, _, _) => anyhow::bail!(UsageError("--end needs a drill id, or --chain and --drop".into())),
+        }
+    } else {
+        let (Some(chain), Some(target), Some(duration)) = (ask.chain, ask.drop, ask.duration) else {
+            anyhow::bail!(UsageError("a drill needs --chain, --drop and --for (or --list, or --end)".into()));
+        };
+        let duration = crate::config::parse_duration("--for", &duration)?;
+        let req = crate::decide::drill::DrillRequest { chain, target, duration };
+        vec![desk.start(&req, now).await.map_err(desk_error)?]
+    };
+    if ask.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "drills": shown }))?);
+    } else if shown.is_empty() {
+        println!("no drills running or ended within a day");
+    } else {
+        for d in &shown {
+            println!("{}", drill_line(d, now));
+        }
+    }
+    Ok(())
+}
+
 async fn baselines(
     c: &Config,
     store: Arc<dyn crate::io::store::Store>,
@@ -664,6 +756,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => weekly_report(store, &region, out.as_deref()).await,
                 Some(window) => report(&c, store, window, &region, json).await,
             }
+        }
+        Command::Drill { config, chain, drop, duration, list, end, json } => {
+            let c = load(config.as_ref())?;
+            let desk = crate::io::drill_desk::DrillDesk::new(&c, open_migrated(&c).await?);
+            let ask = DrillAsk { chain, drop, duration, list, end, json };
+            drill(&desk, ask, chrono::Utc::now()).await
         }
         Command::AlertTest { config, channel } => alert_test(config, channel).await,
         Command::Alerts { command: AlertsCommand::Backtest { config, window, region, set, json, demo } } => {

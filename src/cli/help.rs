@@ -100,6 +100,7 @@ fn exit_status(path: &[&str]) -> Vec<Entry> {
         ["probe"] => "a target failed its probe (unless --no-fail), or another failure",
         ["alert-test"] => "a channel did not accept the test notification, or another failure",
         ["alerts", "backtest"] => "no samples to replay in the window, or another failure",
+        ["drill"] => "storage failed or did not answer within 5 s (the drill was not started or ended)",
         ["run"] => "a failure while running (a task died, the store failed); restart it",
         _ => "a failure (the message says which)",
     };
@@ -107,9 +108,14 @@ fn exit_status(path: &[&str]) -> Vec<Entry> {
     if !matches!(path, ["completions"] | ["man"]) {
         codes.push((
             "2".to_string(),
-            "bad usage or configuration: the message names the flag, key or variable at fault \
-             (also: nothing to probe, a malformed storage.url)"
-                .to_string(),
+            match path {
+                ["drill"] => "bad usage or configuration: an unknown chain, a target not in it, a duration \
+                              outside 1m..24h, no running drill with that id; the message names it"
+                    .to_string(),
+                _ => "bad usage or configuration: the message names the flag, key or variable at fault \
+                      (also: nothing to probe, a malformed storage.url)"
+                    .to_string(),
+            },
         ));
     } else {
         codes.push(("2".to_string(), "bad usage".to_string()));
@@ -129,7 +135,8 @@ fn files(path: &[&str]) -> Vec<Entry> {
         "the config read when --config is not given (in the working directory)".to_string(),
     )];
     // Only the commands that open the store touch it and the data directory.
-    let stored = [&["run"][..], &["thresholds"], &["baselines"], &["report"], &["alerts", "backtest"], &["migrate"]];
+    let stored =
+        [&["run"][..], &["thresholds"], &["baselines"], &["report"], &["alerts", "backtest"], &["migrate"], &["drill"]];
     if path.is_empty() || stored.contains(&path) {
         files.push(("vigil.db".to_string(), "the default store (storage.url = sqlite://vigil.db)".to_string()));
         files.push((

@@ -3,7 +3,7 @@
 //! is read from a variable or a file at load and a missing one fails the start, naming its key.
 
 use crate::config::env::secret_from;
-use crate::config::parse::{count_in, duration_in, parse_duration, DAY, SECOND};
+use crate::config::parse::{count_in, duration_in, k_of_n, parse_duration, DAY, SECOND};
 use crate::config::{invalid, ConfigError, Env};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,12 @@ pub struct AlertsConfig {
     pub alertmanager: Vec<AlertmanagerConfig>,
     /// Per-provider maintenance windows: alerts are recorded but not notified.
     pub maintenance: Vec<MaintenanceWindow>,
+    /// Regional quorum: a shared incident pages only when seen in this many regions (or in every
+    /// region probing it, when fewer do); below it, it goes to the `notice_channels` only (1: off).
+    pub min_regions: u32,
+    /// Channels of class `notice` (by name): they get the incidents below `min_regions`, page
+    /// channels (every other one) the rest.
+    pub notice_channels: Vec<String>,
 }
 
 /// `[[alerts.maintenance]] provider, start, end` (RFC 3339).
@@ -164,6 +170,8 @@ pub(super) struct RawAlerts {
     alertmanager: Vec<RawAlertmanager>,
     #[serde(skip_serializing)]
     maintenance: Vec<RawMaintenance>,
+    min_regions: u32,
+    notice_channels: Vec<String>,
     /// Read by the status pages' validation.
     pub(super) provider_incident: bool,
     /// Read by the status pages' validation.
@@ -197,6 +205,8 @@ impl Default for RawAlerts {
             webhook: vec![],
             alertmanager: vec![],
             maintenance: vec![],
+            min_regions: 1,
+            notice_channels: vec![],
             provider_incident: false,
             provider_incident_components: vec![],
             error_probes_given: false,
@@ -281,6 +291,19 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
         ("alerts.error_k", raw.error_k),
         ("alerts.error_n", raw.error_n),
     )?;
+    let names = slack.iter().map(|c| &c.name).chain(email.iter().map(|c| &c.name));
+    let names = names.chain(pagerduty.iter().map(|c| &c.name)).chain(webhook.iter().map(|c| &c.name));
+    let names: Vec<&String> = names.chain(alertmanager.iter().map(|c| &c.name)).collect();
+    for (i, n) in raw.notice_channels.iter().enumerate() {
+        if !names.contains(&n) {
+            let known: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+            let known = if known.is_empty() { "none configured".to_string() } else { known.join(", ") };
+            return Err(invalid(
+                format!("alerts.notice_channels[{i}]"),
+                format!("{n:?} is not a configured channel (channels: {known})"),
+            ));
+        }
+    }
     Ok(AlertsConfig {
         renotify: duration_in("alerts.renotify", &raw.renotify, SECOND, 30 * DAY)?,
         error_probes: if raw.error_k == 0 { error_k } else { raw.error_k },
@@ -302,6 +325,8 @@ pub(super) fn validate(mut raw: RawAlerts, env: &dyn Env) -> Result<AlertsConfig
         webhook,
         alertmanager,
         maintenance,
+        min_regions: count_in("alerts.min_regions", raw.min_regions, 1, 100)?,
+        notice_channels: raw.notice_channels,
     })
 }
 
@@ -458,33 +483,6 @@ fn maintenance(raw: Vec<RawMaintenance>) -> Result<Vec<MaintenanceWindow>, Confi
     Ok(maintenance)
 }
 
-/// A "k of the last n" count and its "n in a row" shorthand, validated: `shorthand` = N alone is
-/// k = n = N (1–1000, as before the pair existed); `k` and `n` go together, 2 <= k <= n <= 100 (a
-/// single failure never counts as trouble); setting the shorthand beside them is an error naming
-/// the pair's key. Shared by `[alerts]` (`error_probes`, `error_k`, `error_n`) and `[breaker]`
-/// (`consecutive_failures`, `failure_k`, `failure_n`).
-pub(super) fn k_of_n(
-    (short_key, short, short_given): (&str, u32, bool),
-    (k_key, k): (&str, u32),
-    (n_key, n): (&str, u32),
-) -> Result<(u32, u32), ConfigError> {
-    match (k, n) {
-        (0, 0) => {
-            let n = count_in(short_key, short, 1, 1000)?;
-            Ok((n, n))
-        }
-        (_, 0) => Err(invalid(n_key, format!("{k_key} needs {n_key} too (k of the last n probes)"))),
-        (0, _) => Err(invalid(k_key, format!("{n_key} needs {k_key} too (k of the last n probes)"))),
-        _ if short_given => Err(invalid(
-            k_key,
-            format!("set either {short_key} (n in a row) or {k_key} and {n_key} (k of the last n), not both"),
-        )),
-        (k, _) if k < 2 => Err(invalid(k_key, "must be at least 2: a single failure never counts as trouble")),
-        (k, n) if n < k || n > 100 => Err(invalid(n_key, format!("needs 2 <= {k_key} <= {n_key} <= 100"))),
-        (k, n) => Ok((k, n)),
-    }
-}
-
 /// The latency and flap detectors' thresholds must make sense together.
 fn check_rules(raw: &RawAlerts) -> Result<(), ConfigError> {
     if !(raw.latency_factor.is_finite() && raw.latency_factor > 0.0) {
@@ -519,6 +517,25 @@ mod tests {
         let garbled =
             "[[alerts.maintenance]]\nprovider = \"openrouter\"\nstart = \"tomorrow\"\nend = \"2026-12-01T02:00:00Z\"";
         assert!(err(garbled, &[]).starts_with("alerts.maintenance[0].start: \"tomorrow\" is not RFC 3339"));
+    }
+
+    #[test]
+    fn regional_quorum_defaults_off_and_notice_channels_must_be_configured() {
+        let c = Config::from_toml("", &env(&[])).expect("valid");
+        assert_eq!((c.alerts.min_regions, c.alerts.notice_channels.len()), (1, 0));
+        let hooks = "[[alerts.webhook]]\nname = \"oncall\"\nurl_env = \"H\"\n[[alerts.webhook]]\nname = \"tickets\"\nurl_env = \"H\"";
+        let text = format!("[alerts]\nmin_regions = 2\nnotice_channels = [\"tickets\"]\n{hooks}");
+        let c = Config::from_toml(&text, &env(&[("H", "http://127.0.0.1:9/h")])).expect("valid");
+        assert_eq!((c.alerts.min_regions, c.alerts.notice_channels.as_slice()), (2, &["tickets".to_string()][..]));
+        let unknown = format!("[alerts]\nnotice_channels = [\"tickets\", \"slack\"]\n{hooks}");
+        assert_eq!(
+            err(&unknown, &[("H", "http://127.0.0.1:9/h")]),
+            "alerts.notice_channels[1]: \"slack\" is not a configured channel (channels: oncall, tickets)"
+        );
+        for bad in ["0", "101"] {
+            let e = err(&format!("[alerts]\nmin_regions = {bad}"), &[]);
+            assert!(e.starts_with("alerts.min_regions: "), "{e}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! breaker that never trips or never closes. Also how a rate limit (429) is treated: a short
 //! backoff that demotes the target, and a count of 429s in a row before they trip the breaker.
 
-use crate::config::alerts::k_of_n;
+use crate::config::parse::k_of_n;
 use crate::config::parse::{count_in, duration_in, DAY, HOUR, SECOND};
 use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};

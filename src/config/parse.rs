@@ -68,6 +68,33 @@ pub(super) fn no_controls(key: &str, v: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A "k of the last n" count and its "n in a row" shorthand, validated: `shorthand` = N alone is
+/// k = n = N (1–1000, as before the pair existed); `k` and `n` go together, 2 <= k <= n <= 100 (a
+/// single failure never counts as trouble); setting the shorthand beside them is an error naming
+/// the pair's key. Shared by `[alerts]` (`error_probes`, `error_k`, `error_n`) and `[breaker]`
+/// (`consecutive_failures`, `failure_k`, `failure_n`).
+pub(super) fn k_of_n(
+    (short_key, short, short_given): (&str, u32, bool),
+    (k_key, k): (&str, u32),
+    (n_key, n): (&str, u32),
+) -> Result<(u32, u32), ConfigError> {
+    match (k, n) {
+        (0, 0) => {
+            let n = count_in(short_key, short, 1, 1000)?;
+            Ok((n, n))
+        }
+        (_, 0) => Err(invalid(n_key, format!("{k_key} needs {n_key} too (k of the last n probes)"))),
+        (0, _) => Err(invalid(k_key, format!("{n_key} needs {k_key} too (k of the last n probes)"))),
+        _ if short_given => Err(invalid(
+            k_key,
+            format!("set either {short_key} (n in a row) or {k_key} and {n_key} (k of the last n), not both"),
+        )),
+        (k, _) if k < 2 => Err(invalid(k_key, "must be at least 2: a single failure never counts as trouble")),
+        (k, n) if n < k || n > 100 => Err(invalid(n_key, format!("needs 2 <= {k_key} <= {n_key} <= 100"))),
+        (k, n) => Ok((k, n)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

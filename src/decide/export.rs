@@ -9,7 +9,9 @@
 //! chain keeps its configured order for targets whose health (`decide::health`, judged by the
 //! monitor) is clean, moves the others (waiting, half_open, flapping, last probe failed or over
 //! its failover deadline, replies failing a capability) behind them, and drops open ones, each
-//! with the health's reason; nothing here judges health again.
+//! with the health's reason; nothing here judges health again. A target under an active drill
+//! (`ExportParams::drills`, `vigil drill`) is dropped from that chain whatever its health, with
+//! the reason `drill (until …)`.
 //!
 //! The published failover deadlines (provisional ones with the confidence reached) are the
 //! health rule's own ([`Failover::deadline`]).
@@ -20,6 +22,7 @@ use crate::decide::credit::CreditOutlook;
 use crate::decide::health::{Failover, P95Bound};
 use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
+use crate::vocab::drill::Drill;
 use crate::vocab::health::Health;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -82,6 +85,8 @@ pub struct ExportParams {
     pub ttft_timeout: Duration,
     /// Per provider, the credit projection (providers not projected to run out are absent).
     pub credit: BTreeMap<String, CreditOutlook>,
+    /// Stored drills; those active at `generated_at` drop their target from their chain.
+    pub drills: Vec<Drill>,
 }
 
 /// Everything known about one target over the window.
@@ -399,6 +404,9 @@ struct Slot<'j, 'a> {
     position: u32,
     /// For a member demoted for credit, the id of the fallback standing in for it.
     stands_in: Option<String>,
+    /// The member as the chain spells it (the fallback's spelling for a target standing in):
+    /// what a drill names.
+    member: String,
 }
 
 /// Where each configured target of a chain goes, before health and credit sort it: in
@@ -442,7 +450,12 @@ fn slots<'j, 'a>(
         if let Some(f) = fallback {
             for j in mine(&f.fallback) {
                 if !placed(&out, &j.row.key.target) {
-                    out.push(Slot { judged: j, position: place(&j.row.key.target).unwrap_or(first), stands_in: None });
+                    out.push(Slot {
+                        judged: j,
+                        position: place(&j.row.key.target).unwrap_or(first),
+                        stands_in: None,
+                        member: f.fallback.spelled.clone(),
+                    });
                     stands_in = Some(f.fallback.spelled.clone());
                 }
             }
@@ -450,7 +463,7 @@ fn slots<'j, 'a>(
         for j in found {
             if !placed(&out, &j.row.key.target) {
                 let position = place(&j.row.key.target).unwrap_or(first);
-                out.push(Slot { judged: j, position, stands_in: stands_in.clone() });
+                out.push(Slot { judged: j, position, stands_in: stands_in.clone(), member: m.spelled.clone() });
             }
         }
     }
@@ -469,7 +482,15 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
     let (slots, not_probed) = slots(params, chain, judged);
     let mut skipped = chain.skipped.clone();
     skipped.extend(not_probed);
-    for Slot { judged: j, position, stands_in } in slots {
+    for Slot { judged: j, position, stands_in, member } in slots {
+        let drilled = params
+            .drills
+            .iter()
+            .find(|d| d.active_at(params.generated_at) && d.names(&chain.name, &member, &j.stats.target));
+        if let Some(d) = drilled {
+            dropped.push(entry(j, position, ChainStatus::Dropped, Some(d.reason())));
+            continue;
+        }
         if j.stats.breaker == State::Open {
             let mut reason = j.stats.health.reason.clone().unwrap_or_else(|| "breaker open".to_string());
             if let Some(at) = j.stats.next_half_open {
@@ -672,6 +693,7 @@ pub(crate) mod tests {
             providers: vec![],
             ttft_timeout: Duration::from_secs(10),
             credit: BTreeMap::new(),
+            drills: vec![],
         }
     }
 
@@ -1197,6 +1219,40 @@ pub(crate) mod tests {
         assert_eq!((row.retry_after_s, row.last_failure_class.as_deref()), (Some(290), Some("rate_limited")));
         let json: Value = serde_json::from_str(&doc.to_json()).expect("json");
         assert_eq!(json["chains"][0]["order"][0]["retry_after_s"], Value::Null, "present, null when none runs");
+    }
+
+    #[test]
+    fn an_active_drill_drops_its_target_from_its_chain_whatever_its_health_until_it_ends() {
+        let (mut p, all) = three();
+        let at = p.generated_at;
+        let drill = |chain: &str, target: &str| Drill {
+            id: uuid::Uuid::nil(),
+            chain: chain.into(),
+            target: target.into(),
+            region: "us-east-1".into(),
+            started_at: at - chrono::Duration::minutes(1),
+            until: at + chrono::Duration::minutes(10),
+            ended_at: None,
+        };
+        p.drills = vec![drill("chat", "openrouter/openai/gpt-4o"), drill("other", "openai")];
+        let doc = build(&p, &all);
+        assert_eq!(
+            order(&doc),
+            [("openai".into(), ChainStatus::Healthy), ("anthropic".into(), ChainStatus::Healthy)],
+            "another chain's drill drops nothing here"
+        );
+        let d = &doc.chains[0].dropped;
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].key.provider.as_str(), d[0].status, d[0].position), ("openrouter", ChainStatus::Dropped, 1));
+        assert_eq!(d[0].reason.as_deref(), Some("drill (until 2026-11-30T12:10:00Z)"));
+        assert_eq!(doc.targets.len(), 3, "the target itself is still published with its thresholds");
+
+        p.drills[0].ended_at = Some(at);
+        assert_eq!(order(&build(&p, &all)).len(), 3, "ended early: back in its place");
+        p.drills[0].ended_at = None;
+        p.generated_at = at + chrono::Duration::minutes(10);
+        let doc = build(&p, &all);
+        assert_eq!(order(&doc)[0], ("openrouter".into(), ChainStatus::Healthy), "run out: back at the head");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod baseline;
 pub mod breaker;
 pub mod canary;
 pub mod credit;
+pub mod drill;
 pub(crate) mod export;
 pub mod health;
 pub mod price_table;

@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub flapping: crate::decide::alert::FlappingSet,
     /// The adaptive probe plan, when probing is cost-aware.
     pub probe_plan: Option<Arc<crate::decide::adaptive::ProbePlan>>,
+    /// Drills active at the publish (status page).
+    pub drills: Arc<Vec<crate::vocab::drill::Drill>>,
 }
 
 impl Snapshot {

@@ -2,6 +2,7 @@
 //! servers, notification channels, feeds) behind narrow seams the run deck wires together.
 
 pub(crate) mod bounded;
+pub mod drill_desk;
 pub mod feeds;
 pub mod http;
 pub mod markup;

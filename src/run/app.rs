@@ -604,6 +604,7 @@ fn http_state(config: &Config, metrics: &Arc<Metrics>, store: &Arc<dyn Store>) -
         canary: Default::default(),
         reload: None,
         adopt: None,
+        drills: Some(Arc::new(crate::io::drill_desk::DrillDesk::new(config, store.clone()))),
     }
 }
 
@@ -637,6 +638,8 @@ fn build_outbox(
             region: Some(config.region.clone()),
             lease_ttl: lease_ttl_for(config.probe.interval),
             hold: lease_margin(config.probe.interval),
+            min_regions: config.alerts.min_regions,
+            notice_channels: config.alerts.notice_channels.iter().cloned().collect(),
             ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
         },
         metrics.clone(),

@@ -65,6 +65,8 @@ pub struct Monitor {
     persisted: HashMap<Target, BreakerRecord>,
     /// What the last publish built, kept so the next rebuilds only what changed since.
     built: Built,
+    /// The stored drills as last read (every region's); the export drops the active ones.
+    drills: Vec<crate::vocab::drill::Drill>,
 }
 
 /// The per-target parts of the last publish, in `Monitor::targets` order. A target's parts
@@ -127,7 +129,13 @@ impl Monitor {
             adopted: Vec::new(),
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
+            drills: Vec::new(),
         }
+    }
+
+    /// The stored drills, as the storage link last read them; the next publish honours them.
+    pub fn set_drills(&mut self, drills: Vec<crate::vocab::drill::Drill>) {
+        self.drills = drills;
     }
 
     /// Restores rollups, counts and breaker states from the store (after a restart or upgrade).
@@ -138,6 +146,7 @@ impl Monitor {
         }
         self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
         self.load_last_samples(store).await?;
+        self.drills = store.drills(now).await?;
         self.built.all = true;
         tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
         Ok(())
@@ -507,6 +516,7 @@ impl Monitor {
             providers: self.router_providers.clone(),
             ttft_timeout: self.ttft_timeout,
             credit: self.credit.clone(),
+            drills: self.drills.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),
@@ -516,6 +526,7 @@ impl Monitor {
             credits: Arc::default(),
             flapping: self.flapping.clone(),
             probe_plan: None,
+            drills: Arc::new(self.drills.iter().filter(|d| d.active_at(now)).cloned().collect()),
         };
         self.built = built;
         snapshot

@@ -570,6 +570,9 @@ impl Pipeline {
                 let mut credits = (*self.credits).clone();
                 credits.extend(c.credits.iter().filter_map(|(p, r)| Some((p.clone(), r.last()?.clone()))));
                 self.credits = Arc::new(credits);
+                if let Some(drills) = &c.drills {
+                    self.monitor.set_drills(drills.clone());
+                }
                 self.context = c;
             }
         }

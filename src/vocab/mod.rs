@@ -3,6 +3,7 @@
 
 pub mod breaker;
 pub mod canary;
+pub mod drill;
 pub mod health;
 pub mod notice;
 pub mod provider_status;

@@ -421,6 +421,103 @@ async fn a_page_before_another_region_joins_is_followed_by_one_update(fx: Fixtur
     assert_eq!(got[1]["alerts"][0]["scope"], serde_json::json!({"scope": "global", "affected": 2, "regions": 2}));
 }
 
+/// An outbox of `region` with `alerts.min_regions = 2`: the page channel `webhook` posts to
+/// `page`, the notice channel `tickets` to `notice`.
+fn quorum_outbox(fx: &Fixture, page: &Receiver, notice: &Receiver, region: &str) -> Outbox {
+    let cfg = OutboxConfig {
+        region: Some(region.into()),
+        lease_ttl: Duration::from_secs(65),
+        min_regions: 2,
+        notice_channels: ["tickets".to_string()].into(),
+        ..OutboxConfig::with_deadline(Duration::from_secs(86400))
+    };
+    let tickets = WebhookConfig { name: "tickets".into(), url: SecretString::from(notice.url("/hook")), secret: None };
+    let tickets: Arc<dyn Notifier> = Arc::new(WebhookNotifier::new(&tickets, Duration::from_secs(5)).expect("webhook"));
+    let metrics = Arc::new(Metrics::new(region).expect("metrics"));
+    Outbox::new(fx.store.clone(), vec![webhook(page, Duration::from_secs(5)), tickets], cfg, metrics)
+}
+
+/// Like `two_region_round`, the probe failing or (`ok`) passing.
+fn quorum_round(engine: &mut AlertEngine, region: &str, secs: i64, ok: bool) -> Vec<Notification> {
+    if !ok {
+        return two_region_round(engine, region, secs, false);
+    }
+    let t = Target { region: region.into(), ..target() };
+    let s = Sample::new(t, after(secs), after(secs));
+    let probe = RoundProbe {
+        sample: &s,
+        baseline: BaselineP95::default(),
+        elsewhere: Elsewhere { regions: 1, ..Elsewhere::default() },
+    };
+    engine.evaluate(&Round { probes: vec![probe], ..Round::default() }, after(secs))
+}
+
+fn titles(w: &Receiver) -> Vec<String> {
+    bodies(w).iter().map(|b| b["title"].as_str().unwrap_or("").to_string()).collect()
+}
+
+async fn under_a_regional_quorum_one_region_is_a_notice_and_the_second_pages(fx: Fixture) {
+    let (page, notice) = (Receiver::start(Reply::new(200, "")).await, Receiver::start(Reply::new(200, "")).await);
+    let (eu, us) = (quorum_outbox(&fx, &page, &notice, "eu-west-1"), quorum_outbox(&fx, &page, &notice, "us-east-1"));
+    let mut e_eu = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let mut e_us = AlertEngine::new(RuleConfig::with_defaults("us-east-1"));
+    let both = ["tickets".to_string(), "webhook".to_string()];
+    for m in 0..2 {
+        let ns = quorum_round(&mut e_eu, "eu-west-1", m * 60, false);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60)).await.expect("enqueue");
+    }
+    eu.deliver_pending(after(75)).await.expect("eu step");
+    assert!(page.requests().is_empty(), "1 of 2 regions is below the quorum: no page");
+    assert_eq!(titles(&notice), ["[FIRING] openrouter/m: errors (eu-west-1; in 1 of 2 regions)"]);
+    // us fails too: the quorum is reached, and the update pages.
+    for m in 1..3 {
+        let ns = quorum_round(&mut e_us, "us-east-1", m * 60 + 1, false);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60 + 1)).await.expect("enqueue");
+    }
+    us.deliver_pending(after(122)).await.expect("us step");
+    eu.deliver_pending(after(123)).await.expect("eu step");
+    eu.deliver_pending(after(125)).await.expect("eu step");
+    assert_eq!(titles(&page), ["[UPDATE] openrouter/m: errors (eu-west-1; in 2 of 2 regions)"]);
+    assert_eq!(titles(&notice).len(), 1, "what pages is not a notice as well");
+    // Both recover (us first): the one resolve goes to both classes, which both carried it.
+    for m in 3..6 {
+        let ns = quorum_round(&mut e_us, "us-east-1", m * 60 + 1, true);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60 + 1)).await.expect("enqueue");
+        us.deliver_pending(after(m * 60 + 2)).await.expect("us step");
+        let ns = quorum_round(&mut e_eu, "eu-west-1", m * 60 + 3, false);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60 + 3)).await.expect("enqueue");
+        eu.deliver_pending(after(m * 60 + 4)).await.expect("eu step");
+    }
+    for m in 6..9 {
+        let ns = quorum_round(&mut e_eu, "eu-west-1", m * 60 + 3, true);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60 + 3)).await.expect("enqueue");
+        eu.deliver_pending(after(m * 60 + 4)).await.expect("eu step");
+    }
+    let resolved = |w: &Receiver| titles(w).iter().filter(|t| t.starts_with("[RESOLVED]")).count();
+    assert_eq!((resolved(&page), resolved(&notice)), (1, 1), "page {:?} notice {:?}", titles(&page), titles(&notice));
+}
+
+async fn under_a_regional_quorum_an_incident_of_one_region_never_pages(fx: Fixture) {
+    let (page, notice) = (Receiver::start(Reply::new(200, "")).await, Receiver::start(Reply::new(200, "")).await);
+    let eu = quorum_outbox(&fx, &page, &notice, "eu-west-1");
+    let mut e = AlertEngine::new(RuleConfig::with_defaults("eu-west-1"));
+    let both = ["tickets".to_string(), "webhook".to_string()];
+    for (m, ok) in [(0, false), (1, false), (2, true), (3, true), (4, true), (5, true)] {
+        let ns = quorum_round(&mut e, "eu-west-1", m * 60, ok);
+        enqueue(fx.store.as_ref(), &ns, &both, after(m * 60)).await.expect("enqueue");
+        eu.deliver_pending(after(m * 60 + 16)).await.expect("eu step");
+    }
+    assert!(page.requests().is_empty(), "never paged: {:?}", titles(&page));
+    let got = titles(&notice);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].starts_with("[FIRING]") && got[1].starts_with("[RESOLVED]"), "{got:?}");
+    assert_eq!(
+        fx.store.outbox_depth().await.expect("depth"),
+        0,
+        "every item handled: the page channel's marked delivered"
+    );
+}
+
 async fn kinds_joining_while_the_first_page_waits_go_out_in_one_message(fx: Fixture) {
     let w = Receiver::start(Reply::new(200, "")).await;
     let eu = shared_outbox(&fx, &w, "eu-west-1");
@@ -511,6 +608,8 @@ store_support::on_both_stores!(
     a_first_page_waits_for_the_other_regions_view_and_says_global,
     a_page_before_another_region_joins_is_followed_by_one_update,
     kinds_joining_while_the_first_page_waits_go_out_in_one_message,
+    under_a_regional_quorum_one_region_is_a_notice_and_the_second_pages,
+    under_a_regional_quorum_an_incident_of_one_region_never_pages,
 );
 
 /// A loopback server that accepts every connection and never answers; how many it holds.

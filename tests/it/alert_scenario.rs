@@ -221,3 +221,90 @@ async fn a_fault_in_every_region_is_paged_as_global_in_one_message() {
         page["alerts"].as_array().into_iter().flatten().map(|a| &a["scope"]).collect();
     assert!(!scopes.is_empty() && scopes.iter().all(|s| s["scope"] == "global" && s["affected"] == 2), "{page:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_regional_quorum_one_regions_fault_is_a_notice_and_pages_when_a_second_region_sees_it() {
+    let _timing = crate::support::timing_sensitive().await;
+    let db = store_support::PgTestDb::create().await;
+    // Which regions' probes fail: 0 none, 1 eu only, 2 both.
+    let down = Arc::new(AtomicU8::new(0));
+    let d = down.clone();
+    let provider = StandIn::start(move |req| {
+        let failing = match d.load(Ordering::SeqCst) {
+            0 => false,
+            1 => req.path.starts_with("/eu/"),
+            _ => true,
+        };
+        if failing {
+            Script::json(503, br#"{"error":{"message":"overloaded","type":"server_error"}}"#)
+        } else {
+            stream(Duration::from_millis(20))
+        }
+    })
+    .await
+    .expect("stand-in");
+    let (oncall, tickets) = (
+        StandIn::start(|_| Script::json(200, b"{}")).await.expect("page receiver"),
+        StandIn::start(|_| Script::json(200, b"{}")).await.expect("notice receiver"),
+    );
+    let hooks = toml::Value::Array(vec![
+        crate::support::daemon::table([("name", "oncall".into()), ("url_env", "VIGIL_TEST_PAGE_HOOK".into())]),
+        crate::support::daemon::table([("name", "tickets".into()), ("url_env", "VIGIL_TEST_NOTICE_HOOK".into())]),
+    ]);
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut running = Vec::new();
+    for (region, prefix) in [("eu-test-1", "eu"), ("us-test-1", "us")] {
+        let config = DaemonConfig::new(&db.url, &data.path().join(region))
+            .region(region)
+            .set("breaker.consecutive_failures", 2)
+            .set("breaker.open_for", "5m")
+            .set("breaker.latency_trips", 50)
+            .set("alerts.min_regions", 2)
+            .set("alerts.notice_channels", crate::support::daemon::strings(&["tickets"]))
+            .set("alerts.webhook", hooks.clone())
+            .env("VIGIL_TEST_PAGE_HOOK", &format!("{}/hook", oncall.base_url()))
+            .env("VIGIL_TEST_NOTICE_HOOK", &format!("{}/hook", tickets.base_url()))
+            .provider(Provider::openai("shaky", &format!("{}/{prefix}/v1", provider.base_url())))
+            .key("sk-test-quorum");
+        running.push(spawn_app(config.build()).await);
+    }
+    let shaky = "vigil:shaky:m:";
+    // Long enough for each region to read the other's published status (it probes the target too).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    down.store(1, Ordering::SeqCst);
+    let firing = |hook: &StandIn| -> Vec<serde_json::Value> {
+        hook.requests()
+            .iter()
+            .filter_map(|r| r.json())
+            .filter(|v| v["incident"] == shaky && v["status"] == "firing")
+            .collect()
+    };
+    let notice = poll_until(Duration::from_secs(30), || {
+        let got = firing(&tickets).first().cloned();
+        async move { got }
+    })
+    .await
+    .expect("a notice for eu's fault");
+    let title = notice["title"].as_str().unwrap_or_default().to_string();
+    assert!(title.starts_with("[FIRING] shaky/m: ") && title.ends_with("; in 1 of 2 regions)"), "{title}");
+
+    down.store(2, Ordering::SeqCst);
+    let page = poll_until(Duration::from_secs(30), || {
+        let got = firing(&oncall).first().cloned();
+        async move { got }
+    })
+    .await
+    .expect("a page once us sees it too");
+    stop_all(running, Duration::from_secs(15)).await;
+    let title = page["title"].as_str().unwrap_or_default();
+    assert!(title.starts_with("[UPDATE] shaky/m: ") && title.ends_with("; in 2 of 2 regions)"), "{title}");
+    assert_eq!(page["seen"], serde_json::json!({"affected": 2, "regions": 2}), "{page:#}");
+    for v in firing(&oncall) {
+        assert_eq!(v["seen"]["affected"], 2, "the page channel never got the one-region message: {v:#}");
+    }
+    for v in firing(&tickets) {
+        assert_eq!(v["seen"]["affected"], 1, "the notice channel never got the quorum's message: {v:#}");
+    }
+    drop(db);
+}

@@ -33,6 +33,7 @@ mod demo_first_hour;
 mod demo_profiles;
 mod demo_standin;
 mod deploy_assets;
+mod drills;
 mod fuzz_regressions;
 mod hidden_trouble;
 mod hostile_provider;

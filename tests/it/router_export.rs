@@ -217,6 +217,7 @@ async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
         canary: Default::default(),
         reload: None,
         adopt: None,
+        drills: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

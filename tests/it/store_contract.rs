@@ -32,6 +32,7 @@ store_support::on_both_stores!(
     target_status_is_one_row_per_region_and_target_read_by_age,
     an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
     sightings_are_one_row_per_region_and_close_with_the_incident,
+    drills_are_read_by_every_region_while_they_run_and_end_once,
     provider_incidents_and_components_upsert_and_read_back,
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
     the_retention_job_removes_what_its_policy_expires_from_every_table,
@@ -265,6 +266,37 @@ async fn sightings_are_one_row_per_region_and_close_with_the_incident(fx: Fixtur
     assert!(fx.store.sightings(key).await.expect("read").is_empty());
     assert_eq!(fx.store.claim_incident(key, "eu", now, now + Duration::seconds(65)).await.expect("claim"), "eu");
     assert_eq!(fx.store.sightings("vigil:other").await.expect("read").len(), 1);
+}
+
+async fn drills_are_read_by_every_region_while_they_run_and_end_once(fx: Fixture) {
+    use vigil::vocab::drill::Drill;
+    let now = micros(Utc::now());
+    let m = Duration::minutes;
+    let drill = |n: u128, target: &str, started: i64, until: i64| Drill {
+        id: uuid::Uuid::from_u128(n),
+        chain: "chat".into(),
+        target: target.into(),
+        region: "eu".into(),
+        started_at: now + m(started),
+        until: now + m(until),
+        ended_at: None,
+    };
+    let (old, running, later) =
+        (drill(1, "openai", -90, -60), drill(2, "openrouter/openai/gpt-4o@Azure", -5, 5), drill(3, "anthropic", 0, 30));
+    for d in [&later, &old, &running] {
+        fx.store.start_drill(d).await.expect("start");
+    }
+    fx.store.start_drill(&running).await.expect("the same id again is ignored");
+    assert_eq!(fx.store.drills(now).await.expect("read"), vec![running.clone(), later.clone()], "oldest first");
+    assert_eq!(fx.store.drills(now - m(120)).await.expect("read").len(), 3, "ended ones are listed back");
+
+    assert!(fx.store.end_drill(running.id, now + m(1)).await.expect("end"), "ended by another region's request");
+    assert!(!fx.store.end_drill(running.id, now + m(2)).await.expect("end"), "once");
+    assert!(!fx.store.end_drill(old.id, now).await.expect("end"), "a drill run out is not ended");
+    assert!(!fx.store.end_drill(uuid::Uuid::from_u128(9), now).await.expect("end"), "an unknown id");
+    let read = fx.store.drills(now).await.expect("read");
+    assert_eq!(read[0].ended_at, Some(now + m(1)));
+    assert!(!read[0].active_at(now + m(1)) && read[1].active_at(now + m(1)));
 }
 
 async fn every_sample_field_round_trips(fx: Fixture) {
@@ -977,6 +1009,20 @@ async fn every_table_is_pruned_by_its_own_clock_in_bounded_batches(fx: Fixture) 
     s.upsert_provider_components(&[component_at("x", old), component_at("y", fresh)]).await.expect("components");
     assert_eq!(s.prune(Prune::ProviderComponents, cutoff, 100).await.expect("prune"), 1);
     assert_eq!(s.provider_components("openai").await.expect("read"), vec![component_at("y", fresh)]);
+
+    let drill = |n: u128, until: chrono::DateTime<Utc>| vigil::vocab::drill::Drill {
+        id: uuid::Uuid::from_u128(n),
+        chain: "chat".into(),
+        target: "openai".into(),
+        region: "eu".into(),
+        started_at: until - Duration::minutes(10),
+        until,
+        ended_at: None,
+    };
+    s.start_drill(&drill(1, old)).await.expect("drill");
+    s.start_drill(&drill(2, fresh)).await.expect("drill");
+    assert_eq!(s.prune(Prune::Drills, cutoff, 100).await.expect("prune"), 1);
+    assert_eq!(s.drills(old - Duration::days(1)).await.expect("read"), vec![drill(2, fresh)]);
 }
 
 async fn the_retention_job_removes_what_its_policy_expires_from_every_table(fx: Fixture) {

@@ -212,6 +212,7 @@ mod tests {
             providers: vec![],
             ttft_timeout: std::time::Duration::from_secs(10),
             credit: Default::default(),
+            drills: vec![],
         };
         build(&params, &[])
     }

@@ -4,6 +4,7 @@
 pub mod adopt;
 pub mod api;
 pub(crate) mod canary;
+pub mod drills;
 pub mod reload;
 pub mod server;
 mod status_data;
@@ -78,6 +79,8 @@ pub struct HttpState {
     pub reload: Option<reload::ReloadSender>,
     /// Where `POST /-/baselines/adopt` sends its request (`None`: no pipeline in this process).
     pub adopt: Option<adopt::AdoptSender>,
+    /// Where `/v1/drills` starts, lists and ends drills (`None`: no store in this process).
+    pub drills: Option<Arc<crate::io::drill_desk::DrillDesk>>,
 }
 
 /// The router; tests call it without a socket.
@@ -87,6 +90,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/targets", get(api::targets))
         .route("/v1/schema/{name}", get(api::schema))
         .route("/v1/canary", get(canary::latest))
+        .route("/v1/drills", get(drills::list).post(drills::start))
+        .route("/v1/drills/{id}", axum::routing::delete(drills::end))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::require_token));
     Router::new()
         .merge(v1)

@@ -353,6 +353,33 @@ fn credits_html(credits: &[Credit], now: DateTime<Utc>) -> Markup {
     }
 }
 
+/// The drills running now: which chain drops what, until when, started where.
+fn drills_html(drills: &[crate::vocab::drill::Drill], now: DateTime<Utc>) -> Markup {
+    html! {
+        section {
+            h2 { "Drills" }
+            div class="scroll" { table class="credits drills" {
+                thead { tr {
+                    th scope="col" { "Chain" } th scope="col" { "Dropped" }
+                    th scope="col" { "Until" } th scope="col" { "Started" } th scope="col" { "Id" }
+                } }
+                tbody {
+                    @for d in drills {
+                        tr {
+                            th scope="row" { (Text(&d.chain)) }
+                            td { span class="pill degraded" { "drill" } " " (Text(&d.target)) }
+                            td title=(stamp(d.until)) { (stamp(d.until)) }
+                            td title=(stamp(d.started_at)) { (ago(d.started_at, now)) " in " (Text(&d.region)) }
+                            td class="muted" { (d.id.to_string()) }
+                        }
+                    }
+                }
+            } }
+        }
+        "\n"
+    }
+}
+
 /// One provider's reported status: the page's description (or indicator) and the components not
 /// operational.
 fn reported_status(p: &ProviderStatus) -> String {
@@ -591,6 +618,7 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
                 "\n"
                 main {
                     "\n"
+                    @if !data.drills.is_empty() { (drills_html(&data.drills, now)) }
                     @if let Some(plan) = &data.probe_plan { (probe_plan_html(plan)) }
                     @if !data.credits.is_empty() { (credits_html(&data.credits, now)) }
                     @if !data.providers.is_empty() { (providers_html(&data.providers, now)) }
@@ -642,14 +670,24 @@ mod tests {
             failover_factor: Some(2.0),
             refresh_s: 30,
             trend_hours: 168,
+            drills: vec![crate::vocab::drill::Drill {
+                id: uuid::Uuid::nil(),
+                chain: HOSTILE.into(),
+                target: HOSTILE.into(),
+                region: HOSTILE.into(),
+                started_at: now,
+                until: now + chrono::Duration::minutes(10),
+                ended_at: None,
+            }],
             ..StatusData::default()
         };
         let html = render(&data, now);
+        assert!(html.contains("<h2>Drills</h2>"), "{html}");
         assert!(!html.contains("<script") && !html.contains("'x'"), "{html}");
         assert!(html.contains(&format!(r#"<span class="provider">{ESCAPED}</span>"#)), "{html}");
         assert!(html.contains(&format!(r#"<span class="route">via {ESCAPED}</span>"#)), "{html}");
         assert!(html.contains(&format!(r#"<a href="https://example.invalid/{ESCAPED}">{ESCAPED}</a>"#)), "{html}");
         // Target provider, model, route; credit row; providers' row: link, name, indicator, status.
-        assert!(html.matches(ESCAPED).count() >= 8, "{html}");
+        assert!(html.matches(ESCAPED).count() >= 11, "{html}");
     }
 }

@@ -75,6 +75,7 @@ impl StatusPage {
             refresh_s: self.refresh_s,
             trend_hours: self.trends.hours(),
             probe_plan: snap.probe_plan.clone(),
+            drills: snap.drills.to_vec(),
             ..StatusData::default()
         };
         let mut index: HashMap<(String, String, Option<String>), usize> = HashMap::new();
@@ -267,6 +268,7 @@ mod tests {
             providers: Vec::new(),
             probe_plan: None,
             canary: Vec::new(),
+            drills: Vec::new(),
         }
     }
 
@@ -557,6 +559,7 @@ mod tests {
             credits: Default::default(),
             flapping: Default::default(),
             probe_plan: None,
+            drills: Default::default(),
         };
         let d = page.gather(&snap);
         assert_eq!(d.regions, ["eu", "ap", "us"]);

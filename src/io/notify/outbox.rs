@@ -20,6 +20,13 @@
 //! it, so a fault seen everywhere is paged as global; later messages of the same incident that
 //! are due meanwhile go out in that one message. When more regions see it firing than the last
 //! message said, the owner sends an `[UPDATE]`.
+//!
+//! Regional quorum (`alerts.min_regions` above 1): the owner sends a shared incident's firing
+//! message through the page channels only when it is seen in at least that many regions (or in
+//! every region probing it, when fewer do), and through the `alerts.notice_channels` otherwise;
+//! each skipped item is marked delivered with the reason logged. An incident that widens to the
+//! quorum pages with its `[UPDATE]`. A resolve goes to the classes its firing messages went to
+//! from this instance (to both when it does not know: sent by another region, or before a restart).
 
 use super::notifier::DeliveryError;
 use super::notifier::Notifier;
@@ -60,6 +67,10 @@ pub struct OutboxConfig {
     pub lease_ttl: Duration,
     /// How long a shared incident's first page may wait for the other regions' sightings (one lease margin).
     pub hold: Duration,
+    /// `alerts.min_regions`: regions a shared incident must be seen in to page (1: no quorum).
+    pub min_regions: u32,
+    /// `alerts.notice_channels`: the channels that get what is below the quorum.
+    pub notice_channels: BTreeSet<String>,
 }
 
 /// The lease margin for a probe interval, max(interval / 4, 5 s): room for one late step, and
@@ -85,7 +96,29 @@ impl OutboxConfig {
             region: None,
             lease_ttl: lease_ttl_for(Duration::from_secs(60)),
             hold: lease_margin(Duration::from_secs(60)),
+            min_regions: 1,
+            notice_channels: BTreeSet::new(),
         }
+    }
+}
+
+/// The two classes of channel under a regional quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    /// Pages: incidents seen in at least `alerts.min_regions` regions.
+    Page,
+    /// Notices (`alerts.notice_channels`): incidents seen in fewer.
+    Notice,
+}
+
+/// Which class a firing message seen as `seen` goes to under `min_regions`: the quorum is
+/// `min_regions`, or every region probing it when fewer do.
+pub fn quorum_class(min_regions: u32, seen: Option<Seen>) -> Class {
+    let (affected, regions) = seen.map_or((1, 1), |s| (s.affected, s.regions.max(1)));
+    if affected >= min_regions.min(regions) {
+        Class::Page
+    } else {
+        Class::Notice
     }
 }
 
@@ -203,7 +236,13 @@ pub struct Outbox {
     /// Where sends, failed attempts, abandoned items and the depth are counted as they happen.
     metrics: Arc<Metrics>,
     watching: Mutex<BTreeMap<String, Watch>>,
+    /// Per shared incident, the classes its firing messages went to from here, and when last
+    /// (entries a day old are dropped): where its resolve goes under a quorum.
+    reached: Mutex<BTreeMap<String, Reached>>,
 }
+
+/// The classes of channel a shared incident's firing messages reached, and when last.
+type Reached = (BTreeSet<Class>, DateTime<Utc>);
 
 impl Outbox {
     /// A worker over `store` sending through `notifiers` (matched by name), counting into
@@ -217,7 +256,14 @@ impl Outbox {
         let notifiers: BTreeMap<String, Arc<dyn Notifier>> =
             notifiers.into_iter().map(|n| (n.name().to_string(), n)).collect();
         metrics.register_alert_channels(&notifiers.keys().cloned().collect::<Vec<_>>());
-        Outbox { store, notifiers, cfg, metrics, watching: Mutex::new(BTreeMap::new()) }
+        Outbox {
+            store,
+            notifiers,
+            cfg,
+            metrics,
+            watching: Mutex::new(BTreeMap::new()),
+            reached: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// Channel names, for `enqueue`.
@@ -492,6 +538,51 @@ impl Outbox {
         Ok((outcomes, deferred))
     }
 
+    /// Remembers what a shared firing message said, so a wider scope later is sent as an update
+    /// (also when the quorum kept it off a channel: widening to the quorum is what pages it).
+    fn remember_sent(&self, n: &Notification) {
+        if n.shared && n.status == AlertStatus::Firing && !n.test {
+            let said = n.seen.map_or(1, |s| s.affected);
+            let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = g.get_mut(&n.incident_key()) {
+                w.sent = Some((n.clone(), said));
+            }
+        }
+    }
+
+    /// Why a shared message this region sends stays off `channel` under the regional quorum:
+    /// a firing one goes to its class only, a resolve to the classes its firing messages reached.
+    fn off_class(&self, channel: &str, n: &Notification, now: DateTime<Utc>) -> Option<String> {
+        if self.cfg.min_regions <= 1 {
+            return None;
+        }
+        let class = if self.cfg.notice_channels.contains(channel) { Class::Notice } else { Class::Page };
+        let mut reached = self.reached.lock().unwrap_or_else(|e| e.into_inner());
+        reached.retain(|_, (_, at)| now - *at < chrono::Duration::days(1));
+        let key = n.incident_key();
+        if n.status == AlertStatus::Resolved {
+            return match reached.get(&key) {
+                Some((classes, _)) if !classes.contains(&class) => {
+                    Some("its firing messages went to the other class of channel".into())
+                }
+                _ => None,
+            };
+        }
+        let want = quorum_class(self.cfg.min_regions, n.seen);
+        let (affected, regions) = n.seen.map_or((1, 1), |s| (s.affected, s.regions));
+        if want != class {
+            let to = if want == Class::Page { "page" } else { "notice" };
+            return Some(format!(
+                "seen in {affected} of {regions} regions (alerts.min_regions = {}): for the {to} channels",
+                self.cfg.min_regions
+            ));
+        }
+        let entry = reached.entry(key).or_insert_with(|| (BTreeSet::new(), now));
+        entry.0.insert(class);
+        entry.1 = now;
+        None
+    }
+
     async fn abandon(&self, item: &OutboxItem, now: DateTime<Utc>, reason: &str) -> Result<Outcome, StoreError> {
         tracing::error!(channel = %item.channel, kind = %item.kind, dedup_key = %item.dedup_key, id = %item.id,
             attempts = item.attempts + 1, error = %reason, "alert delivery abandoned");
@@ -526,6 +617,13 @@ impl Outbox {
                 Lease::Send(seen) => {
                     n.seen = seen;
                     widen_facets(&mut n);
+                    if let Some(why) = self.off_class(channel, &n, now) {
+                        tracing::info!(channel, incident = %n.incident_key(), status = n.status.as_str(), reason = %why,
+                            "shared incident not sent on this channel (alerts.min_regions)");
+                        self.remember_sent(&n);
+                        self.store.mark_delivered(item.id, now).await?;
+                        return Ok(Outcome::Delivered);
+                    }
                 }
                 Lease::Hold(until) => {
                     tracing::debug!(channel, incident = %n.incident_key(), region = %item.region, until = %until,
@@ -553,14 +651,7 @@ impl Outbox {
                     self.metrics.alert_sent(a.kind.as_str(), channel);
                 }
                 tracing::info!(channel, kind = %item.kind, dedup_key = %item.dedup_key, attempts = item.attempts + 1, "alert delivered");
-                if n.shared && n.status == AlertStatus::Firing && !n.test {
-                    // What this message said, so a wider scope later is sent as an update.
-                    let said = n.seen.map_or(1, |s| s.affected);
-                    let mut g = self.watching.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(w) = g.get_mut(&n.incident_key()) {
-                        w.sent = Some((n.clone(), said));
-                    }
-                }
+                self.remember_sent(&n);
                 if n.shared && n.status == AlertStatus::Resolved && !n.test {
                     // The last region's resolve went out: forget the lease and sightings.
                     self.store.close_incident(&n.incident_key()).await?;
@@ -688,6 +779,17 @@ fn widen_facets(n: &mut Notification) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quorum_is_min_regions_or_every_region_probing_when_fewer_do() {
+        let seen = |affected, regions| Some(Seen { affected, regions });
+        assert_eq!(quorum_class(2, seen(1, 3)), Class::Notice);
+        assert_eq!(quorum_class(2, seen(2, 3)), Class::Page);
+        assert_eq!(quorum_class(3, seen(2, 2)), Class::Page, "fewer regions run than the quorum: all of them");
+        assert_eq!(quorum_class(2, seen(1, 1)), Class::Page, "a lone region pages as before");
+        assert_eq!(quorum_class(2, None), Class::Page);
+        assert_eq!(quorum_class(1, seen(1, 5)), Class::Page, "the default: every incident pages");
+    }
 
     fn firing(key: &str, kinds: &[crate::decide::alert::AlertKind], update: bool, reminder: bool) -> Notification {
         let at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);

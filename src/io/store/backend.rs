@@ -220,6 +220,18 @@ impl<B: Backend> StateStore for B {
     ) -> Result<Vec<TargetStatus>, StoreError> {
         read(self, sql::target_statuses(since, except_region), rows::target_status_of).await
     }
+
+    async fn start_drill(&self, drill: &crate::vocab::drill::Drill) -> Result<(), StoreError> {
+        self.run(sql::start_drill(drill)).await.map(|_| ())
+    }
+
+    async fn drills(&self, since: DateTime<Utc>) -> Result<Vec<crate::vocab::drill::Drill>, StoreError> {
+        read(self, sql::drills(since), rows::drill_of).await
+    }
+
+    async fn end_drill(&self, id: Uuid, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.run(sql::end_drill(id, at)).await.map(|n| n > 0)
+    }
 }
 
 #[async_trait]

@@ -164,6 +164,9 @@ pub struct Context {
     pub credits: BTreeMap<String, Vec<BalanceReading>>,
     /// Every region's recent `target_status` rows (this one's included).
     pub statuses: Vec<TargetStatus>,
+    /// The drills still running (every region's); `None` when they could not be read, so the
+    /// last known ones stay honoured (each runs out by its own time).
+    pub drills: Option<Vec<crate::vocab::drill::Drill>>,
 }
 
 /// Whether the link's store calls succeed, for `/readyz` and the log.
@@ -676,7 +679,7 @@ impl Link {
         let _ = self.replies.send(reply);
     }
 
-    /// Reads other regions' latest samples and the watched providers' credit readings.
+    /// Reads other regions' latest samples and status, the watched providers' credit readings and the running drills.
     pub async fn read_context(&mut self) {
         let Some(plan) = self.plan.clone() else { return };
         // While calls fail, read only every fourth interval: each failing read costs its
@@ -717,7 +720,14 @@ impl Link {
                 Vec::new()
             }
         };
-        let _ = self.replies.send(Reply::Context(Context { read_at: Some(now), elsewhere, credits, statuses }));
+        let drills = match self.call(|s| async move { s.drills(now).await }).await {
+            Ok(rows) => Some(rows),
+            Err(e) => {
+                tracing::warn!(error = %e, "drills not read; the last known ones stay honoured until they run out");
+                None
+            }
+        };
+        let _ = self.replies.send(Reply::Context(Context { read_at: Some(now), elsewhere, credits, statuses, drills }));
     }
 
     async fn finish(&mut self) {

@@ -32,6 +32,7 @@ const POSTGRES: &[(&str, &str)] = embed!("postgres":
     "20261201000044_retention_indexes.sql",
     "20261201000060_transition_key.sql",
     "20261203000010_target_status_health.sql",
+    "20261203000020_drills.sql",
 );
 
 /// `migrations/sqlite/`.
@@ -45,6 +46,7 @@ const SQLITE: &[(&str, &str)] = embed!("sqlite":
     "20261201000044_retention_indexes.sql",
     "20261201000060_transition_key.sql",
     "20261203000010_target_status_health.sql",
+    "20261203000020_drills.sql",
 );
 
 /// The PostgreSQL schema's migrator.

@@ -287,11 +287,13 @@ pub enum Prune {
     ProviderIncidents,
     /// `provider_components` whose state the page last changed before the cutoff.
     ProviderComponents,
+    /// `drills` that ran out before the cutoff (kept as history like breaker transitions).
+    Drills,
 }
 
 impl Prune {
     /// Every prunable table, in the order the retention job visits them.
-    pub const ALL: [Prune; 10] = [
+    pub const ALL: [Prune; 11] = [
         Prune::Rollups,
         Prune::Outbox,
         Prune::BreakerTransitions,
@@ -302,6 +304,7 @@ impl Prune {
         Prune::IncidentSightings,
         Prune::ProviderIncidents,
         Prune::ProviderComponents,
+        Prune::Drills,
     ];
 
     /// The table's name.
@@ -317,6 +320,7 @@ impl Prune {
             Prune::IncidentSightings => "incident_sightings",
             Prune::ProviderIncidents => "provider_incidents",
             Prune::ProviderComponents => "provider_components",
+            Prune::Drills => "drills",
         }
     }
 
@@ -331,6 +335,7 @@ impl Prune {
                 "updated_at < {c}"
             }
             Prune::IncidentLeases => "expires_at < {c}",
+            Prune::Drills => "until_at < {c}",
             Prune::ProviderIncidents => "COALESCE(resolved_at, updated_at, created_at) < {c}",
         }
     }
@@ -457,6 +462,13 @@ pub trait StateStore: Send + Sync {
         since: DateTime<Utc>,
         except_region: Option<&str>,
     ) -> Result<Vec<TargetStatus>, StoreError>;
+
+    /// Stores a new drill (`vigil drill`, `POST /v1/drills`); its id repeated is ignored.
+    async fn start_drill(&self, drill: &crate::vocab::drill::Drill) -> Result<(), StoreError>;
+    /// Drills still running at `since` or started since (ended or not), oldest first.
+    async fn drills(&self, since: DateTime<Utc>) -> Result<Vec<crate::vocab::drill::Drill>, StoreError>;
+    /// Ends a running drill at `at`; false when it is unknown, ended already or run out.
+    async fn end_drill(&self, id: Uuid, at: DateTime<Utc>) -> Result<bool, StoreError>;
 }
 
 /// The alert outbox and the incident leases that let regions share it: used by the notifier

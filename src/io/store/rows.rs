@@ -250,6 +250,19 @@ pub(crate) fn sighting_of(row: &impl StoredRow) -> Result<Sighting, sqlx::Error>
     Ok(Sighting { region: row.text("region")?, firing: row.flag("firing")?, updated_at: row.time("updated_at")? })
 }
 
+/// One `drills` row.
+pub(crate) fn drill_of(row: &impl StoredRow) -> Result<crate::vocab::drill::Drill, sqlx::Error> {
+    Ok(crate::vocab::drill::Drill {
+        id: row.uuid("id")?,
+        chain: row.text("chain")?,
+        target: row.text("target")?,
+        region: row.text("region")?,
+        started_at: row.time("started_at")?,
+        until: row.time("until_at")?,
+        ended_at: row.opt_time("ended_at")?,
+    })
+}
+
 /// One `provider_incidents` row.
 pub(crate) fn incident_of(row: &impl StoredRow) -> Result<ProviderIncident, sqlx::Error> {
     Ok(ProviderIncident {

@@ -613,6 +613,37 @@ pub(crate) fn close_incident(incident: &str) -> [Stmt; 2] {
     ]
 }
 
+/// The columns of `drills` a [`Drill`](crate::vocab::drill::Drill) is read from.
+const DRILL_COLUMNS: &str = "id, chain, target, region, started_at, until_at, ended_at";
+
+/// Stores a new drill (its id is new: a repeat of the same id is ignored).
+pub(crate) fn start_drill(d: &crate::vocab::drill::Drill) -> Stmt {
+    Stmt::new(
+        "INSERT INTO drills (id, chain, target, region, started_at, until_at, ended_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+    )
+    .arg(d.id)
+    .arg(&d.chain)
+    .arg(&d.target)
+    .arg(&d.region)
+    .arg(d.started_at)
+    .arg(d.until)
+    .arg(d.ended_at)
+}
+
+/// Drills still running at `since` or started since, oldest first.
+pub(crate) fn drills(since: DateTime<Utc>) -> Stmt {
+    Stmt::new(format!(
+        "SELECT {DRILL_COLUMNS} FROM drills WHERE until_at >= $1 OR started_at >= $1 ORDER BY started_at, id"
+    ))
+    .arg(since)
+}
+
+/// Ends a drill early at `at`, only while it runs (not ended, not run out).
+pub(crate) fn end_drill(id: Uuid, at: DateTime<Utc>) -> Stmt {
+    Stmt::new("UPDATE drills SET ended_at = $2 WHERE id = $1 AND ended_at IS NULL AND until_at > $2").arg(id).arg(at)
+}
+
 /// Inserts or updates one provider incident; a stored resolution time is kept once set.
 pub(crate) fn upsert_provider_incident(i: &ProviderIncident) -> Stmt {
     let components = serde_json::to_string(&i.components).unwrap_or_else(|_| "[]".into());
@@ -798,6 +829,8 @@ mod tests {
             release_incident("i", "eu"),
             record_sighting("i", "eu", true, now),
             sightings("i"),
+            drills(now),
+            end_drill(Uuid::nil(), now),
             provider_incidents_between(None, now, now),
             provider_components("p"),
             canary_runs(None, now, 3),
