@@ -350,11 +350,12 @@ fn fallbacks(i: usize, raw: &BTreeMap<String, String>, known: &Known<'_>) -> Res
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::config::Config;
     use std::collections::BTreeMap;
 
-    const PROVIDERS: &str = r#"
+    /// Three providers, one with routes: the chain tests' (and `chain_env`'s) configuration.
+    pub(in crate::config) const PROVIDERS: &str = r#"
 [[provider]]
 name = "openrouter"
 models = ["openai/gpt-4o"]

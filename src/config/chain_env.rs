@@ -38,18 +38,7 @@ mod tests {
     use crate::config::Config;
     use std::collections::BTreeMap;
 
-    const PROVIDERS: &str = r#"
-[[provider]]
-name = "openrouter"
-models = ["openai/gpt-4o"]
-routes = ["OpenAI", "Azure"]
-[[provider]]
-name = "openai"
-models = ["gpt-4o-2024-08-06"]
-[[provider]]
-name = "anthropic"
-models = ["claude-sonnet-4-20250514"]
-"#;
+    use crate::config::chain::tests::PROVIDERS;
 
     /// Keys for openrouter and openai; anthropic has none.
     fn keys() -> BTreeMap<String, String> {

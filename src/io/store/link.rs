@@ -699,8 +699,16 @@ impl Link {
                 Vec::new()
             }
         };
+        // Once the stop has begun nobody reads this context, and each call left would cost up to
+        // the stop's call bound on a dark database, outliving the link's share of the stop.
+        if self.stop_begun() {
+            return;
+        }
         let mut credits = BTreeMap::new();
         for provider in &plan.credit_providers {
+            if self.stop_begun() {
+                return;
+            }
             let p = provider.clone();
             // A day of readings is enough to measure the burn rate the projection needs.
             let day = now - chrono::Duration::hours(24);
@@ -712,6 +720,9 @@ impl Link {
                 Err(e) => tracing::warn!(provider = %provider, error = %e, "credit readings not read"),
             }
         }
+        if self.stop_begun() {
+            return;
+        }
         let region = plan.region.clone();
         let statuses = match self.call(|s| async move { s.target_statuses(since, Some(&region)).await }).await {
             Ok(rows) => rows,
@@ -720,6 +731,9 @@ impl Link {
                 Vec::new()
             }
         };
+        if self.stop_begun() {
+            return;
+        }
         let drills = match self.call(|s| async move { s.drills(now).await }).await {
             Ok(rows) => Some(rows),
             Err(e) => {
