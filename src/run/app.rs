@@ -494,7 +494,7 @@ fn check_data_dir(dir: &std::path::Path) -> Result<(), AppError> {
 }
 
 /// The alert stage as the last run left it: the engine's saved state when storage answers in
-/// time, a fresh engine otherwise.
+/// time; otherwise a stage that reads it through the link before it judges or saves anything.
 async fn restore_alerting(
     config: &Config,
     store: &dyn StateStore,
@@ -504,9 +504,13 @@ async fn restore_alerting(
     let saved = load_alert_state(store, &config.region).await;
     let engine = crate::decide::alert::rules::AlertEngine::restore(
         crate::decide::alert::settings::RuleConfig::from_config(config),
-        saved.as_ref(),
+        saved.as_ref().ok().and_then(Option::as_ref),
     );
-    crate::run::pipeline::Alerting::new(config, engine, channels, model_notices)
+    let alerting = crate::run::pipeline::Alerting::new(config, engine, channels, model_notices);
+    match saved {
+        Ok(_) => alerting,
+        Err(()) => alerting.awaiting_saved_state(),
+    }
 }
 
 /// The adaptive planner for `targets`, on `[probe]` and `[probe.adaptive]` and the providers'
@@ -646,17 +650,18 @@ fn build_outbox(
     ))
 }
 
-/// The alert engine's saved state, if storage answers in time; a fresh engine otherwise.
-async fn load_alert_state(store: &dyn StateStore, region: &str) -> Option<StateJson> {
+/// The alert engine's saved state (`None` when none was ever saved), or `Err` when storage did
+/// not answer in time: then the pipeline asks again and judges nothing until it has it.
+async fn load_alert_state(store: &dyn StateStore, region: &str) -> Result<Option<StateJson>, ()> {
     match tokio::time::timeout(CALL_TIMEOUT, store.load_alert_state(region)).await {
-        Ok(Ok(s)) => s,
+        Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "alert state not loaded; starting fresh");
-            None
+            tracing::warn!(error = %e, "alert state not loaded; alerts wait until it is read");
+            Err(())
         }
         Err(_) => {
-            tracing::warn!(timeout = ?CALL_TIMEOUT, "alert state not loaded in time; starting fresh");
-            None
+            tracing::warn!(timeout = ?CALL_TIMEOUT, "alert state not loaded in time; alerts wait until it is read");
+            Err(())
         }
     }
 }

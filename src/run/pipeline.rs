@@ -18,7 +18,7 @@ use crate::decide::baseline::Metric;
 use crate::decide::snapshot::SharedSnapshot;
 use crate::io::http::adopt::{AdoptOutcome, AdoptRequest};
 use crate::io::metrics::Metrics;
-use crate::io::store::link::{Context, LinkHandle, Record, Reply};
+use crate::io::store::link::{Context, LinkHandle, Query, Record, Reply};
 use crate::run::monitor::Monitor;
 use crate::vocab::breaker::State;
 use crate::vocab::health::HealthState;
@@ -101,6 +101,12 @@ pub struct Alerting {
     model_lists: crate::io::feeds::model_lists::SharedModelNotices,
     /// Canary runs since the last evaluation (judged for `model_changed` only).
     canaries: Vec<crate::vocab::canary::CanaryRun>,
+    /// False while the saved alert state is unread (a start on dark storage): the engine
+    /// neither evaluates nor saves, or its empty state would replace the stored one and an open
+    /// incident would never resolve.
+    restored: bool,
+    /// The saved alert state has been asked of the link and not yet answered.
+    restoring: bool,
 }
 
 /// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo`, as the last published export
@@ -148,7 +154,16 @@ impl Alerting {
             ),
             model_lists,
             canaries: Vec::new(),
+            restored: true,
+            restoring: false,
         }
+    }
+
+    /// The same stage for a start whose read of the saved alert state failed: it asks the link
+    /// again at each evaluation and judges nothing until the state is read.
+    pub fn awaiting_saved_state(mut self) -> Self {
+        self.restored = false;
+        self
     }
 
     /// The published set of flapping targets (readers call `is_flapping`).
@@ -285,6 +300,10 @@ impl Pipeline {
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
+        if !self.alerts.restored {
+            self.await_saved_state(now);
+            return;
+        }
         let a = &mut self.alerts;
         let mut round = std::mem::take(&mut a.round);
         let mut changes = std::mem::take(&mut a.changes);
@@ -519,6 +538,22 @@ impl Pipeline {
         }
     }
 
+    /// While the saved alert state is unread: ask for it (once at a time) and let this round's
+    /// samples and breaker changes go; the first evaluation after the state is read corrects
+    /// what the engine last heard of each breaker. Canary runs wait for that evaluation.
+    fn await_saved_state(&mut self, now: DateTime<Utc>) {
+        let a = &mut self.alerts;
+        if !a.restoring {
+            a.restoring = true;
+            self.link.ask(Query::AlertState { region: a.region.clone() });
+        }
+        let skipped = a.round.len();
+        a.round.clear();
+        a.changes.clear();
+        tracing::warn!(region = %a.region, samples = skipped, "saved alert state still unread; alerts not evaluated this round");
+        self.replan(now);
+    }
+
     /// Hands changed rollups and breaker states to the link, and asks for what must be read
     /// back (stored state not yet restored; hours leaving the baseline window).
     pub fn persist(&mut self, now: DateTime<Utc>) {
@@ -561,6 +596,17 @@ impl Pipeline {
             Reply::ExpiringFailed(e) => {
                 self.expiring = false;
                 tracing::warn!(error = %e, "hours leaving the baseline window not read back; the window reaches further back until they are");
+            }
+            Reply::AlertState(saved) => {
+                let a = &mut self.alerts;
+                a.engine = AlertEngine::restore(a.engine.config().clone(), saved.as_ref());
+                a.restored = true;
+                a.restoring = false;
+                tracing::info!(region = %a.region, open = a.engine.open_incidents().len(), "saved alert state read; alerts evaluated from the next round");
+            }
+            Reply::AlertStateFailed(e) => {
+                self.alerts.restoring = false;
+                tracing::warn!(error = %e, "saved alert state still unreadable; not evaluating or saving over it");
             }
             Reply::Context(c) => {
                 self.elsewhere.extend(c.elsewhere.iter().map(|s| (s.target.clone(), s.clone())));

@@ -2,12 +2,15 @@
 //! its PostgreSQL host goes dark, stops within its bound on SIGTERM with what it could not store
 //! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
 
+use crate::support::alert_receiver::{Receiver, Reply};
 use crate::support::daemon::steady_toml;
 use crate::support::process::{free_port, Daemon};
 use crate::support::store as store_support;
 use crate::support::tcp_proxy;
 use crate::support::{fixture, settle};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use store_support::PgTestDb;
 use tcp_proxy::{Mode, TcpProxy};
@@ -134,6 +137,68 @@ async fn a_stop_while_a_write_hangs_on_a_host_just_gone_dark_spools_that_batch()
     let answered = provider.requests().len() as i64;
     let stored = store.count_samples(&SampleQuery::default()).await.expect("count");
     assert_eq!(stored, answered, "one stored sample per answered probe (0 lost, 0 duplicated); log:\n{text}");
+}
+
+/// The webhook pages at `hook` as (incident, title), in arrival order.
+fn pages_at(hook: &Receiver) -> Vec<(String, String)> {
+    let field = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+    hook.acknowledged().iter().map(|r| r.json()).map(|v| (field(&v, "incident"), field(&v, "title"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
+    // A start whose read of the saved alert state timed out used to begin with an empty engine;
+    // once the database answered, that engine's state replaced the stored one and the open
+    // incident was never resolved (chaos run). Now alerts wait for the saved state.
+    let failing = Arc::new(AtomicBool::new(true));
+    let body = fixture("openai-chat-stream-usage.sse");
+    let fails = failing.clone();
+    let provider = StandIn::start(move |_| {
+        if fails.load(Ordering::SeqCst) {
+            Script::status(500)
+        } else {
+            Script::sse(&body, Duration::from_millis(1))
+        }
+    })
+    .await
+    .expect("stand-in");
+    let hook = Receiver::start(Reply::new(200, "ok")).await;
+    let hook_url = hook.url("/hook");
+    let env = [("VIGIL_WATCH_HOOK", hook_url.as_str())];
+    let db = PgTestDb::create().await;
+    let proxy = TcpProxy::to_postgres().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let text = steady_toml("watch-1", &proxy.url_for(&db.url), data.path(), port, &provider.base_url(), &["m1"])
+        + "[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
+    std::fs::write(&config, text).expect("config");
+    let log = data.path().join("vigil.log");
+
+    let vigil = Daemon::start_with(&config, port, &log, &env).await;
+    let fired = settle(Duration::from_secs(30), || async { pages_at(&hook) }, |p| !p.is_empty()).await;
+    let Some((incident, title)) = fired.first().cloned() else { panic!("no page; log:\n{}", vigil.log()) };
+    assert!(title.starts_with("[FIRING]"), "the first page fires: {fired:?}");
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+
+    // The database host is dark at the next start, and the provider has recovered meanwhile.
+    proxy.set_mode(Mode::Blackhole).await;
+    failing.store(false, Ordering::SeqCst);
+    let vigil = Daemon::start_with(&config, port, &log, &env).await;
+    vigil.log_until(Duration::from_secs(15), "alerts not evaluated this round").await;
+    // Healthy rounds pass while the saved state is unread (before the fix, a fresh engine judged
+    // them and its empty state waited to be saved).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.set_mode(Mode::Forward).await;
+    let resolved = |p: &Vec<(String, String)>| p.iter().any(|(i, t)| i == &incident && t.starts_with("[RESOLVED]"));
+    let pages = settle(Duration::from_secs(45), || async { pages_at(&hook) }, resolved).await;
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    assert!(resolved(&pages), "incident {incident} never resolved: {pages:?}; log:\n{text}");
+    assert!(text.contains("saved alert state read"), "{text}");
+    let fires = pages.iter().filter(|(i, t)| i == &incident && t.starts_with("[FIRING]")).count();
+    assert_eq!(fires, 1, "one page and one resolve, no second page: {pages:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,6 +129,11 @@ pub enum Query {
         /// End.
         until: DateTime<Utc>,
     },
+    /// This region's saved alert engine state (asked again while a start could not read it).
+    AlertState {
+        /// Region.
+        region: String,
+    },
 }
 
 /// What the link answers.
@@ -149,6 +154,10 @@ pub enum Reply {
     },
     /// Reading hours leaving the window failed; ask again later.
     ExpiringFailed(String),
+    /// The saved alert state ([`Query::AlertState`]); `None` when none was ever saved.
+    AlertState(Option<crate::vocab::records::StateJson>),
+    /// Reading the saved alert state failed; ask again later.
+    AlertStateFailed(String),
     /// Other regions' latest samples and credit readings, refreshed every interval.
     Context(Context),
 }
@@ -673,6 +682,12 @@ impl Link {
                 match self.call(|s| async move { s.rollups_between(Some(&region), from, Some(until)).await }).await {
                     Ok(rollups) => Reply::Expiring { rollups, until },
                     Err(e) => Reply::ExpiringFailed(e.to_string()),
+                }
+            }
+            Query::AlertState { region } => {
+                match self.call(|s| async move { s.load_alert_state(&region).await }).await {
+                    Ok(state) => Reply::AlertState(state),
+                    Err(e) => Reply::AlertStateFailed(e.to_string()),
                 }
             }
         };
