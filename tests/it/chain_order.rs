@@ -6,7 +6,7 @@
 //! `ttft_slo` (and `chain_slo_at_risk` is sent naming the member that breaks it), and a SIGHUP
 //! picks up a changed order.
 
-use crate::support::daemon::adherent_stream;
+use crate::support::daemon::{adherent_stream, header_toml};
 use crate::support::process::{free_port, Daemon};
 use crate::support::{poll_until, settle};
 use std::path::Path;
@@ -45,15 +45,10 @@ async fn draining() -> StandIn {
 }
 
 fn config(data: &Path, port: u16, prepaid: &str, direct: &str, backup: &str) -> String {
-    format!(
-        r#"region = "chain-1"
-[storage]
-url = "sqlite://{data}/vigil.db"
-data_dir = "{data}"
-batch_age = "200ms"
-[http]
-listen = "127.0.0.1:{port}"
-[probe]
+    let db = format!("sqlite://{}/vigil.db", data.display());
+    header_toml("chain-1", &db, data, port)
+        + &format!(
+            r#"[probe]
 interval = "1s"
 timeout = "900ms"
 [[alerts.webhook]]
@@ -89,9 +84,8 @@ targets_env = "APP_PROVIDER_ORDER"
 targets = ["backup/m", "direct/m", "prepaid/m"]
 fallback_for_credit = {{ "prepaid/m" = "direct/m" }}
 ttft_slo = "1ms"
-"#,
-        data = data.display(),
-    )
+"#
+        )
 }
 
 /// The chain as `GET /v1/thresholds` says now.

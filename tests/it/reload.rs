@@ -4,6 +4,7 @@
 //! validate but cannot start or that would empty it (refused, the old daemon untouched and still
 //! probing), and `POST /-/reload` with and without its bearer token.
 
+use crate::support::daemon::header_toml;
 use crate::support::process::{free_port, Daemon};
 use crate::support::{fixture, settle};
 
@@ -20,15 +21,10 @@ const TOKEN: &str = "test-reload-token";
 fn config(data: &Path, port: u16, base: &str, models: &[&str], timeout: &str, extra: &str) -> String {
     let interval = if timeout.ends_with("ms") { "1s" } else { timeout };
     let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
-    format!(
-        r#"region = "reload-1"
-[storage]
-url = "sqlite://{data}/vigil.db"
-data_dir = "{data}"
-batch_age = "200ms"
-[http]
-listen = "127.0.0.1:{port}"
-api_token_env = "VIGIL_TEST_RELOAD_TOKEN"
+    let db = format!("sqlite://{}/vigil.db", data.display());
+    header_toml("reload-1", &db, data, port)
+        + &format!(
+            r#"api_token_env = "VIGIL_TEST_RELOAD_TOKEN"
 [probe]
 interval = "{interval}"
 timeout = "{timeout}"
@@ -40,9 +36,8 @@ base_url = "{base}/v1"
 api_key_env = "VIGIL_TEST_KEY"
 models = [{models}]
 {extra}"#,
-        data = data.display(),
-        models = models.join(", ")
-    )
+            models = models.join(", ")
+        )
 }
 
 async fn steady_provider(head_delay: Duration) -> StandIn {

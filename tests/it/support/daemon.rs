@@ -16,11 +16,10 @@ use vigil::run::app::{App, AppError, AppOptions};
 /// The variable every test provider reads its key from.
 pub const KEY_ENV: &str = "VIGIL_TEST_KEY";
 
-/// The TOML of a daemon in `region` probing `steady/<model>` for each of `models` at `base`
-/// every second (900 ms timeout), storing into `db_url` with `data` as its data directory and
-/// listening on loopback `port`: the process tests' one steady target.
-pub fn steady_toml(region: &str, db_url: &str, data: &Path, port: u16, base: &str, models: &[&str]) -> String {
-    let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
+/// The first lines of a process test's TOML: `region`, storage at `db_url` with `data` as its
+/// data directory and a 200 ms batch age, listening on loopback `port`. It ends inside the
+/// `[http]` table, so a caller may add an `[http]` key before its own tables.
+pub fn header_toml(region: &str, db_url: &str, data: &Path, port: u16) -> String {
     format!(
         r#"region = "{region}"
 [storage]
@@ -29,7 +28,19 @@ data_dir = "{data}"
 batch_age = "200ms"
 [http]
 listen = "127.0.0.1:{port}"
-[probe]
+"#,
+        data = data.display()
+    )
+}
+
+/// The TOML of a daemon in `region` probing `steady/<model>` for each of `models` at `base`
+/// every second (900 ms timeout), storing into `db_url` with `data` as its data directory and
+/// listening on loopback `port`: the process tests' one steady target.
+pub fn steady_toml(region: &str, db_url: &str, data: &Path, port: u16, base: &str, models: &[&str]) -> String {
+    let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
+    header_toml(region, db_url, data, port)
+        + &format!(
+            r#"[probe]
 interval = "1s"
 timeout = "900ms"
 [[provider]]
@@ -39,9 +50,8 @@ base_url = "{base}/v1"
 api_key_env = "{KEY_ENV}"
 models = [{models}]
 "#,
-        data = data.display(),
-        models = models.join(", ")
-    )
+            models = models.join(", ")
+        )
 }
 
 /// A daemon's config as a builder: one region probing every second (900 ms timeout), listening
