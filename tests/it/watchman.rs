@@ -3,7 +3,7 @@
 //! on disk, loses and duplicates nothing across the restart, and reloads its config on SIGHUP.
 
 use crate::support::alert_receiver::{Receiver, Reply};
-use crate::support::daemon::steady_toml;
+use crate::support::daemon::{adherent_stream, steady_toml};
 use crate::support::process::{free_port, Daemon};
 use crate::support::store as store_support;
 use crate::support::tcp_proxy;
@@ -151,7 +151,7 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
     // once the database answered, that engine's state replaced the stored one and the open
     // incident was never resolved (chaos run). Now alerts wait for the saved state.
     let failing = Arc::new(AtomicBool::new(true));
-    let body = fixture("openai-chat-stream-usage.sse");
+    let body = adherent_stream();
     let fails = failing.clone();
     let provider = StandIn::start(move |_| {
         if fails.load(Ordering::SeqCst) {
@@ -171,7 +171,7 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
     let port = free_port();
     let config = data.path().join("vigil.toml");
     let text = steady_toml("watch-1", &proxy.url_for(&db.url), data.path(), port, &provider.base_url(), &["m1"])
-        + "[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
+        + "[breaker]\nopen_for = \"3s\"\n[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
     std::fs::write(&config, text).expect("config");
     let log = data.path().join("vigil.log");
 
@@ -186,7 +186,7 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
     proxy.set_mode(Mode::Blackhole).await;
     failing.store(false, Ordering::SeqCst);
     let vigil = Daemon::start_with(&config, port, &log, &env).await;
-    vigil.log_until(Duration::from_secs(15), "alerts not evaluated this round").await;
+    vigil.log_until(Duration::from_secs(15), "alert state not loaded").await;
     // Healthy rounds pass while the saved state is unread (before the fix, a fresh engine judged
     // them and its empty state waited to be saved).
     tokio::time::sleep(Duration::from_secs(4)).await;
