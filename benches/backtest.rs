@@ -58,8 +58,15 @@ fn main() {
         adopt_after: None,
     };
     let started = Instant::now();
-    let report =
-        replay(RuleConfig::with_defaults("eu"), &baseline, std::time::Duration::from_secs(60), &[], &samples, &[]);
+    let report = replay(
+        RuleConfig::with_defaults("eu"),
+        &baseline,
+        std::time::Duration::from_secs(60),
+        &[],
+        &samples,
+        &[],
+        None,
+    );
     let secs = started.elapsed().as_secs_f64();
     println!(
         "backtest replay: {} samples, {} rounds, {} incidents ({} messages) in {:.2} s ({:.0} samples/s)",

@@ -241,7 +241,8 @@ pub enum AlertsCommand {
         /// Region, or `all` (default: this instance's).
         #[arg(long)]
         region: Option<String>,
-        /// Override a rule threshold: `--set alerts.latency_k=2` (repeatable).
+        /// Override a rule threshold: `--set alerts.latency_k=2` (repeatable); a breaker rule
+        /// (`--set breaker.failure_k=3 --set breaker.failure_n=7`) replays the breaker from the samples.
         #[arg(long = "set", value_name = "alerts.KEY=VALUE")]
         set: Vec<String>,
         /// JSON instead of a table.
@@ -945,10 +946,11 @@ fn table(samples: &[Sample]) -> String {
 }
 
 /// Reads the window ending at `until` from `store` (samples of `region`, or every region when
-/// `None`; their breaker transitions; the baseline rollups of the window before) and replays it.
+/// `None`; their breaker transitions, unless `breaker` replays the breaker itself; the baseline
+/// rollups of the window before) and replays it.
 async fn backtest_from_store(
     store: &dyn crate::io::store::Store,
-    rules: crate::decide::alert::settings::RuleConfig,
+    (rules, breaker): (crate::decide::alert::settings::RuleConfig, Option<crate::decide::breaker::BreakerSettings>),
     baseline: &crate::config::BaselineConfig,
     interval: std::time::Duration,
     region: Option<&str>,
@@ -965,7 +967,7 @@ async fn backtest_from_store(
     let samples = store.samples(&q).await?;
     let transitions = store.transitions_between(region, since, until).await?;
     let prior = store.rollups_between(region, since - span(baseline.window), Some(since)).await?;
-    Ok(crate::decide::alert::backtest::replay(rules, baseline, interval, &prior, &samples, &transitions))
+    Ok(crate::decide::alert::backtest::replay(rules, baseline, interval, &prior, &samples, &transitions, breaker))
 }
 
 /// Writes an export to `out` (atomically, with its signature beside it in `OUT.sig`) or to
@@ -1038,7 +1040,10 @@ async fn backtest(
     let (c, _running) = load_reading(config.as_ref(), demo).await?;
     let window = crate::config::parse_duration("--window", window)?;
     let mut rules = crate::decide::alert::settings::RuleConfig::from_config(&c);
-    crate::decide::alert::backtest::set_all(&mut rules, set).map_err(UsageError)?;
+    let failover = crate::decide::health::Failover::of(&c.baseline);
+    let mut breaker = crate::decide::breaker::BreakerSettings::from_config(&c.breaker, failover);
+    // A `breaker.*` key replays the breaker from the samples with it (k of n included).
+    let replay_breaker = crate::decide::alert::backtest::set_all(&mut rules, &mut breaker, set).map_err(UsageError)?;
     let region = region.unwrap_or_else(|| c.region.clone());
     // Opening a SQLite file creates it: a store that does not exist has nothing to replay, and
     // must not be left behind (with its -wal and -shm) where the command was run.
@@ -1053,7 +1058,7 @@ async fn backtest(
     let started = std::time::Instant::now();
     let report = backtest_from_store(
         store.as_ref(),
-        rules,
+        (rules, replay_breaker.then_some(breaker)),
         &c.baseline,
         c.probe.interval,
         (region != "all").then_some(region.as_str()),

@@ -33,12 +33,20 @@ pub struct RawChain {
     #[serde(default)]
     fallback_for_credit: BTreeMap<String, String>,
     ttft_slo: Option<String>,
+    total_slo: Option<String>,
 }
 
 impl RawChain {
     /// A chain as the file would write it (`vigil run --demo` adds its own this way).
     pub fn new(name: impl Into<String>, targets: Vec<String>) -> Self {
-        RawChain { name: name.into(), targets, targets_env: None, fallback_for_credit: BTreeMap::new(), ttft_slo: None }
+        RawChain {
+            name: name.into(),
+            targets,
+            targets_env: None,
+            fallback_for_credit: BTreeMap::new(),
+            ttft_slo: None,
+            total_slo: None,
+        }
     }
 
     /// The same chain taking its order from `var` when set (`targets_env`).
@@ -101,6 +109,8 @@ pub struct ChainConfig {
     pub fallback_for_credit: Vec<CreditFallback>,
     /// `ttft_slo`: the worst-case time to a first token the chain must keep.
     pub ttft_slo: Option<Duration>,
+    /// `total_slo`: the worst-case time to a complete answer the chain must keep.
+    pub total_slo: Option<Duration>,
 }
 
 impl ChainConfig {
@@ -113,6 +123,7 @@ impl ChainConfig {
             order_from: ORDER_FROM_CONFIG.to_string(),
             fallback_for_credit: Vec::new(),
             ttft_slo: None,
+            total_slo: None,
         }
     }
 }
@@ -225,15 +236,14 @@ pub fn validate(
                 (members, left_out, ORDER_FROM_CONFIG.to_string())
             }
         };
-        let ttft_slo = match &c.ttft_slo {
-            None => None,
-            Some(s) => Some(super::parse::duration_in(
-                &format!("chain[{i}].ttft_slo"),
-                s,
-                Duration::from_millis(1),
-                super::parse::HOUR,
-            )?),
+        let slo = |key: &str, raw: &Option<String>| match raw {
+            None => Ok(None),
+            Some(s) => {
+                super::parse::duration_in(&format!("chain[{i}].{key}"), s, Duration::from_millis(1), super::parse::HOUR)
+                    .map(Some)
+            }
         };
+        let (ttft_slo, total_slo) = (slo("ttft_slo", &c.ttft_slo)?, slo("total_slo", &c.total_slo)?);
         out.push(ChainConfig {
             name,
             members,
@@ -241,6 +251,7 @@ pub fn validate(
             order_from,
             fallback_for_credit: fallbacks(i, &c.fallback_for_credit, &known)?,
             ttft_slo,
+            total_slo,
         });
     }
     Ok(out)
@@ -452,7 +463,7 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
     }
 
     #[test]
-    fn fallback_for_credit_and_ttft_slo_are_resolved_and_checked() {
+    fn fallback_for_credit_and_slos_are_resolved_and_checked() {
         let chain = |extra: &str| {
             format!("[[chain]]\nname = \"chat\"\ntargets = [\"openrouter/openai/gpt-4o\", \"anthropic/claude-sonnet-4-20250514\"]\n{extra}")
         };
@@ -468,6 +479,9 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
             ("openrouter", "openai/gpt-4o-2024-08-06")
         );
         assert_eq!(c.chains[0].ttft_slo, Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(c.chains[0].total_slo, None);
+        let c = load(&chain("total_slo = \"30s\"\n"), true).expect("valid");
+        assert_eq!((c.chains[0].ttft_slo, c.chains[0].total_slo), (None, Some(std::time::Duration::from_secs(30))));
         let c = load(&chain(""), true).expect("valid");
         assert!(c.chains[0].fallback_for_credit.is_empty() && c.chains[0].ttft_slo.is_none());
         // A pair naming a provider without its key here has nothing to move.
@@ -497,8 +511,10 @@ targets = ["openrouter/openai/gpt-4o@Azure", "openai/gpt-4o-2024-08-06"]
         for (slo, why) in
             [("\"soon\"", "is not a duration"), ("\"2h\"", "out of range"), ("\"0s\"", "greater than zero")]
         {
-            let e = load(&chain(&format!("ttft_slo = {slo}\n")), true).expect_err(slo);
-            assert!(e.starts_with("chain[0].ttft_slo: ") && e.contains(why), "{e}");
+            for key in ["ttft_slo", "total_slo"] {
+                let e = load(&chain(&format!("{key} = {slo}\n")), true).expect_err(slo);
+                assert!(e.starts_with(&format!("chain[0].{key}: ")) && e.contains(why), "{e}");
+            }
         }
     }
 

@@ -83,6 +83,9 @@ pub struct ExportParams {
     /// The probe's own wait for a first token (`probe.ttft_timeout`, capped by `probe.timeout`):
     /// what a chain entry without a published TTFT deadline counts for in the chain's worst case.
     pub ttft_timeout: Duration,
+    /// The probe's whole-request limit (`probe.timeout`): what each chain entry counts for in the
+    /// chain's worst case to a complete answer (vigil learns no whole-reply deadline per target).
+    pub total_timeout: Duration,
     /// Per provider, the credit projection (providers not projected to run out are absent).
     pub credit: BTreeMap<String, CreditOutlook>,
     /// Stored drills; those active at `generated_at` drop their target from their chain.
@@ -247,7 +250,7 @@ pub struct ChainOrder {
     pub skipped: Vec<SkippedMember>,
     /// Where the configured order came from: `config` or `env:VAR` (`targets_env`).
     pub order_from: String,
-    /// The chain's worst-case time to a first token, and its `ttft_slo`.
+    /// The chain's worst-case times to a first token and to a complete answer, and its SLOs.
     pub slo: ChainSlo,
 }
 
@@ -262,6 +265,15 @@ pub struct ChainSlo {
     pub meets: Option<bool>,
     /// The first entry of `order` at which the running sum passes `ttft_ms` (null when it meets).
     pub breaking_member: Option<String>,
+    /// `total_slo` in ms (null when the chain has none).
+    pub total_ms: Option<f64>,
+    /// Sum over `order` of the whole-request limit (`probe.timeout`) each entry may take.
+    pub worst_case_total_ms: f64,
+    /// Whether the worst case to a complete answer is within `total_ms` (null without a
+    /// `total_slo`; false with nothing in order).
+    pub total_meets: Option<bool>,
+    /// The first entry of `order` at which the running sum passes `total_ms` (null when it meets).
+    pub total_breaking_member: Option<String>,
 }
 
 /// The thresholds document.
@@ -525,24 +537,51 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
     }
 }
 
-/// The worst case of `order`: every entry fails over in turn at its TTFT deadline (or at
-/// `probe.ttft_timeout` where none is published), summed in order, against `ttft_slo`.
+/// The worst cases of `order`: every entry fails over in turn, at its TTFT deadline (or at
+/// `probe.ttft_timeout` where none is published) for the first token, at the whole-request limit
+/// (`probe.timeout`) for a complete answer, summed in order, against `ttft_slo` and `total_slo`.
 fn chain_slo(params: &ExportParams, chain: &ChainConfig, order: &[ChainEntry]) -> ChainSlo {
-    let timeout_ms = params.ttft_timeout.as_secs_f64() * 1000.0;
-    let limit = chain.ttft_slo.map(|d| d.as_secs_f64() * 1000.0);
-    let mut sum = 0.0;
-    let mut breaking = None;
-    for e in order {
-        sum += e.failover_ttft_ms.unwrap_or(timeout_ms);
-        if breaking.is_none() && limit.is_some_and(|l| sum > l) {
-            breaking = Some(e.key.target.clone());
-        }
-    }
+    let ttft_timeout_ms = params.ttft_timeout.as_secs_f64() * 1000.0;
+    let total_timeout_ms = params.total_timeout.as_secs_f64() * 1000.0;
+    let ttft = Budget::judge(chain.ttft_slo, order, |e| e.failover_ttft_ms.unwrap_or(ttft_timeout_ms));
+    let total = Budget::judge(chain.total_slo, order, |_| total_timeout_ms);
     ChainSlo {
-        ttft_ms: limit,
-        worst_case_ttft_ms: sum,
-        meets: limit.map(|l| !order.is_empty() && sum <= l),
-        breaking_member: breaking,
+        ttft_ms: ttft.limit,
+        worst_case_ttft_ms: ttft.sum,
+        meets: ttft.meets,
+        breaking_member: ttft.breaking,
+        total_ms: total.limit,
+        worst_case_total_ms: total.sum,
+        total_meets: total.meets,
+        total_breaking_member: total.breaking,
+    }
+}
+
+/// One latency budget of a chain judged over its order.
+struct Budget {
+    /// The SLO in ms, when set.
+    limit: Option<f64>,
+    /// The worst case: every entry's cost summed in order.
+    sum: f64,
+    /// Whether the sum is within the limit (false with nothing to try).
+    meets: Option<bool>,
+    /// The first entry at which the running sum passes the limit.
+    breaking: Option<String>,
+}
+
+impl Budget {
+    /// Sums `cost` over `order` against `slo`.
+    fn judge(slo: Option<Duration>, order: &[ChainEntry], cost: impl Fn(&ChainEntry) -> f64) -> Budget {
+        let limit = slo.map(|d| d.as_secs_f64() * 1000.0);
+        let mut sum = 0.0;
+        let mut breaking = None;
+        for e in order {
+            sum += cost(e);
+            if breaking.is_none() && limit.is_some_and(|l| sum > l) {
+                breaking = Some(e.key.target.clone());
+            }
+        }
+        Budget { limit, sum, meets: limit.map(|l| !order.is_empty() && sum <= l), breaking }
     }
 }
 
@@ -692,6 +731,7 @@ pub(crate) mod tests {
             chains: vec![],
             providers: vec![],
             ttft_timeout: Duration::from_secs(10),
+            total_timeout: Duration::from_secs(15),
             credit: BTreeMap::new(),
             drills: vec![],
         }
@@ -1148,7 +1188,27 @@ pub(crate) mod tests {
             (slo.ttft_ms, slo.worst_case_ttft_ms, slo.meets, slo.breaking_member.as_deref()),
             (None, 2400.0, None, None)
         );
+        // To a complete answer each entry may take the whole-request limit (15 s here).
+        assert_eq!(
+            (slo.total_ms, slo.worst_case_total_ms, slo.total_meets, slo.total_breaking_member.as_deref()),
+            (None, 45_000.0, None, None)
+        );
         assert_eq!(doc.chains[0].order_from, "config");
+        p.chains[0].total_slo = Some(Duration::from_secs(45));
+        assert_eq!(build(&p, &all).chains[0].slo.total_meets, Some(true), "45 s is within 45 s");
+        p.chains[0].total_slo = Some(Duration::from_secs(40));
+        let slo = build(&p, &all).chains[0].slo.clone();
+        let third = doc.chains[0].order[2].key.target.clone();
+        assert_eq!(
+            (slo.total_ms, slo.total_meets, slo.total_breaking_member),
+            (Some(40_000.0), Some(false), Some(third))
+        );
+        assert_eq!(slo.meets, None, "the first-token budget is judged on its own");
+        p.chains[0].total_slo = Some(Duration::from_secs(20));
+        let slo = build(&p, &all).chains[0].slo.clone();
+        let second = doc.chains[0].order[1].key.target.clone();
+        assert_eq!(slo.total_breaking_member, Some(second), "the running sum passes 20 s at the second entry");
+        p.chains[0].total_slo = None;
         p.chains[0].ttft_slo = Some(Duration::from_secs(3));
         p.chains[0].order_from = "env:LLM_PROVIDER_ORDER".into();
         let doc = build(&p, &all);
@@ -1177,7 +1237,8 @@ pub(crate) mod tests {
         let json: Value = serde_json::to_value(&build(&p, &all).chains[0]).expect("json");
         assert_eq!(
             json["slo"],
-            serde_json::json!({"ttft_ms": 12000.0, "worst_case_ttft_ms": 0.0, "meets": false, "breaking_member": null})
+            serde_json::json!({"ttft_ms": 12000.0, "worst_case_ttft_ms": 0.0, "meets": false, "breaking_member": null,
+                "total_ms": null, "worst_case_total_ms": 0.0, "total_meets": null, "total_breaking_member": null})
         );
     }
 

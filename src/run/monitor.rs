@@ -51,6 +51,9 @@ pub struct Monitor {
     /// `probe.ttft_timeout` (capped by `probe.timeout`), what a chain member without a deadline
     /// counts for in its chain's worst case.
     ttft_timeout: std::time::Duration,
+    /// `probe.timeout`, what each chain member counts for in its chain's worst case to a
+    /// complete answer.
+    total_timeout: std::time::Duration,
     /// `balance.demote_within` of each provider on the credit-watch list.
     demote_within: BTreeMap<String, Option<std::time::Duration>>,
     /// The credit projections as of the last readings (providers projected to run out).
@@ -122,6 +125,7 @@ impl Monitor {
             router_providers: config.providers.iter().map(Into::into).collect(),
             // A probe waits for its first token no longer than its whole timeout either.
             ttft_timeout: config.probe.ttft_timeout.min(config.probe.timeout),
+            total_timeout: config.probe.timeout,
             demote_within: config.credit_watch().map(|(p, b)| (p.name.clone(), b.demote_within)).collect(),
             credit: BTreeMap::new(),
             flapping: Default::default(),
@@ -515,6 +519,7 @@ impl Monitor {
             chains: self.chains.clone(),
             providers: self.router_providers.clone(),
             ttft_timeout: self.ttft_timeout,
+            total_timeout: self.total_timeout,
             credit: self.credit.clone(),
             drills: self.drills.clone(),
         };

@@ -109,21 +109,26 @@ pub struct Alerting {
     restoring: bool,
 }
 
-/// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo`, as the last published export
-/// judged it.
+/// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo` or `total_slo`, as the last
+/// published export judged it.
 fn chain_checks(snapshot: &SharedSnapshot) -> Vec<rules::ChainSloCheck> {
     let Ok(snap) = snapshot.read() else { return Vec::new() };
     let Some(doc) = snap.thresholds.as_ref() else { return Vec::new() };
     doc.chains
         .iter()
         .filter_map(|c| {
-            Some(rules::ChainSloCheck {
-                chain: c.name.clone(),
-                ttft_slo_ms: c.slo.ttft_ms?,
-                worst_case_ttft_ms: c.slo.worst_case_ttft_ms,
-                meets: c.slo.meets?,
-                breaking_member: c.slo.breaking_member.clone(),
-            })
+            let s = &c.slo;
+            let budget = |slo: Option<f64>, worst: f64, meets: Option<bool>, breaking: &Option<String>| {
+                Some(rules::SloBudget {
+                    slo_ms: slo?,
+                    worst_case_ms: worst,
+                    meets: meets?,
+                    breaking_member: breaking.clone(),
+                })
+            };
+            let ttft = budget(s.ttft_ms, s.worst_case_ttft_ms, s.meets, &s.breaking_member);
+            let total = budget(s.total_ms, s.worst_case_total_ms, s.total_meets, &s.total_breaking_member);
+            (ttft.is_some() || total.is_some()).then(|| rules::ChainSloCheck { chain: c.name.clone(), ttft, total })
         })
         .collect()
 }

@@ -121,6 +121,28 @@ async fn a_stored_week_replays_to_its_known_incidents() {
     let loose = backtest(&config, &["--set", "alerts.latency_k=1", "--set", "alerts.latency_n=1"]);
     assert!(loose["pages"].as_u64().expect("pages") > 100, "{}", loose["pages"]);
 
+    // No transitions are stored here; the breaker replayed from the samples opens on p0's 10
+    // failed minutes at 3 of the last 5, and not when it takes 20 in a row (p1's slow half hour
+    // may open it on latency, p2's missing model on failures).
+    let breaker_open = |r: &serde_json::Value| -> Vec<String> {
+        let incidents = r["incidents"].as_array().cloned().unwrap_or_default();
+        incidents
+            .iter()
+            .filter(|i| i["kinds"].as_array().is_some_and(|k| k.iter().any(|k| k == "breaker_open")))
+            .map(|i| i["subject"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert!(breaker_open(&r).is_empty(), "{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    let k_of_n = backtest(&config, &["--set", "breaker.failure_k=3", "--set", "breaker.failure_n=5"]);
+    let opened = breaker_open(&k_of_n);
+    assert!(opened.iter().filter(|s| *s == "p0/m").count() >= 3, "each of p0's outages: {opened:?}");
+    assert!(
+        opened.iter().all(|s| ["p0/m", "p1/m", "p2/m"].contains(&s.as_str())),
+        "only the faulty targets: {opened:?}"
+    );
+    let patient = breaker_open(&backtest(&config, &["--set", "breaker.consecutive_failures=20"]));
+    assert!(!patient.iter().any(|s| s == "p0/m"), "10 failed minutes are not 20 in a row: {patient:?}");
+
     // Bad overrides are usage errors naming the key.
     let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(["alerts", "backtest", "--config"])
@@ -130,4 +152,12 @@ async fn a_stored_week_replays_to_its_known_incidents() {
         .expect("vigil runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("alerts.nope"));
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["alerts", "backtest", "--config"])
+        .arg(&config)
+        .args(["--set", "breaker.failure_k=6", "--set", "breaker.failure_n=4"])
+        .output()
+        .expect("vigil runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("breaker.failure_k <= breaker.failure_n"));
 }

@@ -250,7 +250,8 @@ fn route_of(labels: &BTreeMap<String, String>) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// The labels vigil's channel posts for one facet (through the channel's own `labels`).
+/// The labels vigil's channel posts for one facet (through the channel's own `labels`; a
+/// chain-level kind carries `chain`).
 fn vigil_labels(kind: AlertKind, severity: Severity, region: &str) -> BTreeMap<String, String> {
     let t = Target {
         provider: "openrouter".into(),
@@ -258,7 +259,11 @@ fn vigil_labels(kind: AlertKind, severity: Severity, region: &str) -> BTreeMap<S
         route: Some("DeepInfra".into()),
         region: region.into(),
     };
-    let mut a = Alert::new(kind, region, "openrouter", Some(&t), "x".into());
+    let mut a = match kind {
+        // A chain-level facet is about its chain: labelled `chain`, no provider or target.
+        AlertKind::ChainSloAtRisk => Alert::for_chain(kind, region, "chat", "x".into()),
+        _ => Alert::new(kind, region, "openrouter", Some(&t), "x".into()),
+    };
     a.severity = severity;
     let n = Notification::firing("k", region, "openrouter", vec![a.clone()], Utc::now());
     let v = vigil::io::notify::alertmanager::labels(&n, &a);

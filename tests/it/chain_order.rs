@@ -3,7 +3,7 @@
 //! `_FILE` twin, which a running process can change), a name without a key or a provider is
 //! skipped with the reason, a provider whose credit drains is demoted before it runs out with its
 //! `fallback_for_credit` target in its place, the chain's worst case is judged against its
-//! `ttft_slo` (and `chain_slo_at_risk` is sent naming the member that breaks it), and a SIGHUP
+//! `ttft_slo` and `total_slo` (and `chain_slo_at_risk` is sent naming the member that breaks each), and a SIGHUP
 //! picks up a changed order.
 
 use crate::support::daemon::{adherent_stream, header_toml};
@@ -84,6 +84,7 @@ targets_env = "APP_PROVIDER_ORDER"
 targets = ["backup/m", "direct/m", "prepaid/m"]
 fallback_for_credit = {{ "prepaid/m" = "direct/m" }}
 ttft_slo = "1ms"
+total_slo = "2s"
 "#
         )
 }
@@ -168,6 +169,13 @@ async fn the_chain_follows_the_env_order_demotes_a_draining_provider_for_its_fal
         (slo["ttft_ms"].as_f64(), &slo["meets"], &slo["breaking_member"]),
         (Some(1.0), &serde_json::json!(false), &serde_json::json!(got[0].0))
     );
+    // To a complete answer each of the three entries counts at probe.timeout (900 ms): 2.7 s, over
+    // 2 s at the third.
+    assert_eq!(
+        (slo["total_ms"].as_f64(), slo["worst_case_total_ms"].as_f64(), &slo["total_meets"]),
+        (Some(2000.0), Some(2700.0), &serde_json::json!(false))
+    );
+    assert_eq!(slo["total_breaking_member"], serde_json::json!(got[2].0));
     let paged = poll_until(Duration::from_secs(30), || async {
         hook.requests().iter().filter_map(|r| r.json()).find(|v| v["alerts"][0]["kind"] == "chain_slo_at_risk")
     })
@@ -177,6 +185,7 @@ async fn the_chain_follows_the_env_order_demotes_a_draining_provider_for_its_fal
     assert_eq!((&alert["severity"], &alert["chain"]), (&serde_json::json!("warning"), &serde_json::json!("chat")));
     let summary = alert["summary"].as_str().unwrap_or_default();
     assert!(summary.contains("over ttft_slo 1 ms, broken at "), "{summary}");
+    assert!(summary.contains("; worst case 2700 ms to a complete answer if every member fails over in turn, over total_slo 2000 ms, broken at "), "{summary}");
 
     // A new order in the file, a SIGHUP: the chain follows it.
     std::fs::write(&order, "backup,direct\n").expect("new order");

@@ -96,6 +96,7 @@ async fn reading_commands_with_demo_use_their_own_seeded_database() {
     assert_eq!(chains.len(), 1, "the demo's own chain: {chains:?}");
     assert_eq!(chains[0]["name"], vigil::run::demo::DEMO_CHAIN);
     assert_eq!(chains[0]["order"].as_array().map(Vec::len), Some(5), "3 Llama routes, Anthropic, Gemini: {chains:?}");
+    credit_demoted(&chains[0]).unwrap_or_else(|e| panic!("{e}"));
 
     // The table says why a cell is empty instead of a bare dash.
     let mut cmd = vigil_in(dir.path());
@@ -188,6 +189,29 @@ async fn thresholds(http: &reqwest::Client, addr: &str, query: &str) -> Result<s
     serde_norway::from_slice(&body).map_err(|e| format!("{query}: {e}: {}", String::from_utf8_lossy(&body)))
 }
 
+/// Whether the demo chain demotes every `demo-llama` route for its draining credit (`credit empty
+/// in N h`, N under `balance.demote_within`'s 6) behind every healthy member.
+fn credit_demoted(chain: &serde_json::Value) -> Result<(), String> {
+    let order = chain["order"].as_array().ok_or_else(|| format!("no order: {chain}"))?;
+    let llama: Vec<&serde_json::Value> = order.iter().filter(|e| e["provider"] == "demo-llama").collect();
+    let first_llama = order.iter().position(|e| e["provider"] == "demo-llama").unwrap_or(order.len());
+    let hours = |e: &serde_json::Value| {
+        let reason = e["reason"].as_str().unwrap_or_default();
+        let after = reason.split("credit empty in ").nth(1)?;
+        let (n, unit) = after.split_once(' ')?;
+        let n: f64 = n.parse().ok()?;
+        Some(if unit.starts_with("min") { n / 60.0 } else { n })
+    };
+    let demoted = |e: &&serde_json::Value| e["status"] == "demoted" && hours(e).is_some_and(|h| h > 0.0 && h < 6.0);
+    if llama.len() != 3 || !llama.iter().all(demoted) {
+        return Err(format!("every demo-llama route demoted for credit: {chain}"));
+    }
+    if order[first_llama..].iter().any(|e| e["status"] == "healthy") {
+        return Err(format!("every healthy member ahead of the demoted Llama routes: {chain}"));
+    }
+    Ok(())
+}
+
 /// Whether every router format has content for chain `chain` (and OpenRouter for the demo's
 /// routed Llama): the JSON order, LiteLLM's model group, Portkey's config, OpenRouter's `order`.
 async fn every_format_shows(http: &reqwest::Client, addr: &str, chain: &str) -> Result<(), String> {
@@ -241,6 +265,13 @@ async fn a_fresh_demo_shows_baselines_and_sparklines_at_once() {
     let shown = || async { every_format_shows(&http, &addr, vigil::run::demo::DEMO_CHAIN).await };
     let formats = crate::support::settle(Duration::from_secs(20), shown, |r| r.is_ok()).await;
     assert_eq!(formats, Ok(()));
+    // The metered provider's credit drains (seeded week and live key alike): the chain demotes it.
+    let demoted = || async {
+        let doc = thresholds(&http, &addr, "chain=demo").await?;
+        credit_demoted(&doc["chains"][0])
+    };
+    let credit = crate::support::settle(Duration::from_secs(20), demoted, |r| r.is_ok()).await;
+    assert_eq!(credit, Ok(()));
     assert!(started.elapsed() < Duration::from_secs(60), "{:?} after start", started.elapsed());
     screenshot(&format!("http://{addr}/"), &artifacts().join("status-page-demo-first-minute.png"), (1440, 1000)).await;
     drop(daemon);

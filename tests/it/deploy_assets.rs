@@ -1568,11 +1568,17 @@ fn generated_deploy_copies_match_their_sources() {
 /// A kustomization in a scratch directory: the eu-west-1 overlay plus both optional components
 /// (kustomize refuses absolute paths, so they are relative to the scratch directory).
 fn overlay_with_components(dir: &Path) {
+    overlay_with(dir, &["prometheus-operator", "grafana-dashboards"]);
+}
+
+/// A kustomization in a scratch directory: the eu-west-1 overlay plus `components` (by name).
+fn overlay_with(dir: &Path, components: &[&str]) {
     let up = "../".repeat(dir.components().count().saturating_sub(1));
     let root = format!("{up}{}", repo().display().to_string().trim_start_matches('/'));
+    let listed: String = components.iter().map(|c| format!("  - {root}/{COMPONENTS}/{c}\n")).collect();
     let k = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {root}/{K8S}/overlays/eu-west-1\n\
-         components:\n  - {root}/{COMPONENTS}/prometheus-operator\n  - {root}/{COMPONENTS}/grafana-dashboards\n"
+         components:\n{listed}"
     );
     std::fs::write(dir.join("kustomization.yaml"), k).expect("write kustomization");
 }
@@ -2042,6 +2048,13 @@ fn rendered_manifests_pass_the_kubernetes_schemas() {
         let out = run(&kubectl, &["kustomize", "."], dir.path());
         assert_success("kubectl kustomize", &out);
         rendered.push(("kustomize.yaml", all_docs(&out.stdout)));
+        // The chain-order component on top.
+        let sub = dir.path().join("order");
+        std::fs::create_dir(&sub).expect("scratch dir");
+        overlay_with(&sub, &["prometheus-operator", "grafana-dashboards", "chain-order"]);
+        let out = run(&kubectl, &["kustomize", "."], &sub);
+        assert_success("kubectl kustomize (chain-order)", &out);
+        rendered.push(("kustomize-chain-order.yaml", all_docs(&out.stdout)));
     } else {
         optional_tier_missing("(kustomize part) kubectl is not installed");
     }
@@ -2059,6 +2072,10 @@ fn rendered_manifests_pass_the_kubernetes_schemas() {
             "alerts": {"alertmanager": {"url": "http://kube-prometheus-stack-alertmanager.monitoring:9093"},
                        "existingSecret": "vigil-alert-channels", "slack": true, "pagerduty": true}});
         rendered.push(("helm-postgres.yaml", helm_render(&helm, &postgres).unwrap_or_else(|e| panic!("{e}"))));
+        // A chain order mounted from the chart's own ConfigMap.
+        let order = serde_json::json!({"region": "eu-west-1",
+            "chainOrder": {"variable": "LLM_PROVIDER_ORDER", "order": "openrouter,openai"}});
+        rendered.push(("helm-chain-order.yaml", helm_render(&helm, &order).unwrap_or_else(|e| panic!("{e}"))));
         // As a subchart of a parent chart.
         let parent = parent_chart(dir.path());
         let values = serde_json::json!({"global": {"imageRegistry": "registry.example.com"},
@@ -2349,4 +2366,122 @@ async fn readme_first_command_pulls_the_published_image_and_runs_the_demo_as_the
     .await;
     let _ = child.start_kill();
     assert!(ready.is_some(), "`vigil run --demo` with VIGIL_HTTP_LISTEN=0.0.0.0 never became ready");
+}
+
+// ---------------------------------------------------------------- chain order file
+
+/// The order file a packaging mounts for `[[chain]] targets_env`: `<var>_FILE` points into a
+/// directory mount (not a subPath, so the kubelet updates it) of `config_map`'s `key`. Returns
+/// the ConfigMap's order.
+fn check_chain_order_mount(docs: &[Value], var: &str, config_map: &str, key: &str) -> String {
+    let deploy = one(docs, "Deployment");
+    let c = container(deploy);
+    let path = env_value(c, &format!("{var}_FILE")).unwrap_or_else(|| panic!("no {var}_FILE"));
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| str_at(m, &["name"]) == Some("chain-order"))
+        .expect("the chain-order volume is mounted");
+    assert!(mount["subPath"].is_null(), "a subPath mount never sees the ConfigMap change");
+    assert_eq!(mount["readOnly"].as_bool(), Some(true));
+    let dir = str_at(mount, &["mountPath"]).expect("mountPath");
+    assert_eq!(path, format!("{dir}/{key}"), "{var}_FILE names the mounted key");
+    let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_sequence().expect("volumes");
+    let volume = volumes.iter().find(|v| str_at(v, &["name"]) == Some("chain-order")).expect("chain-order volume");
+    assert_eq!(str_at(volume, &["configMap", "name"]), Some(config_map));
+    let cm = kind_of(docs, "ConfigMap")
+        .into_iter()
+        .find(|m| str_at(m, &["metadata", "name"]) == Some(config_map))
+        .unwrap_or_else(|| panic!("no ConfigMap {config_map}"));
+    str_at(cm, &["data", key]).unwrap_or_else(|| panic!("{config_map} has no {key}")).to_string()
+}
+
+/// The rendered vigil.toml with a chain reading `var`, loaded with the order in its `_FILE`
+/// twin: the chain follows the mounted order.
+fn check_chain_reads_the_order(docs: &[Value], config_map: &str, var: &str, order: &str) {
+    let cm = kind_of(docs, "ConfigMap")
+        .into_iter()
+        .find(|m| str_at(m, &["metadata", "name"]) == Some(config_map))
+        .expect("the vigil.toml ConfigMap");
+    let toml = str_at(cm, &["data", "vigil.toml"]).expect("vigil.toml");
+    let chain =
+        format!("{toml}\n[[chain]]\nname = \"chat\"\ntargets_env = \"{var}\"\ntargets = [\"openai/gpt-4o-mini\"]\n");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("order");
+    std::fs::write(&file, order).expect("write order");
+    // Every variable the config names, with the example Secrets' values (the base's channels need theirs).
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for secret in yaml_docs(&repo().join(K8S).join("secrets.example.yaml")) {
+        for (k, v) in secret["stringData"].as_mapping().into_iter().flatten() {
+            if let (Some(k), Some(v)) = (k.as_str(), v.as_str()) {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    env.insert("VIGIL_REGION".into(), "eu-west-1".into());
+    env.insert(format!("{var}_FILE"), file.display().to_string());
+    let config = vigil::config::Config::from_toml(&chain, &env).unwrap_or_else(|e| panic!("vigil.toml + chain: {e}"));
+    let c = &config.chains[0];
+    assert_eq!(c.order_from, format!("env:{var}_FILE"));
+    let providers: Vec<&str> = c.members.iter().map(|m| m.provider.as_str()).collect();
+    let want: Vec<&str> = order.trim().split(',').map(str::trim).collect();
+    assert_eq!(providers, want, "the chain follows the mounted order");
+}
+
+#[test]
+fn k8s_chain_order_component_mounts_the_order_file_targets_env_reads() {
+    let Some(kubectl) = find_in_path("kubectl") else {
+        optional_tier_missing("kubectl is not installed; the chain-order component was not rendered");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    overlay_with(dir.path(), &["chain-order"]);
+    let out = run(&kubectl, &["kustomize", "."], dir.path());
+    assert_success("kubectl kustomize (overlay + chain-order)", &out);
+    let docs = all_docs(&out.stdout);
+    let order = check_chain_order_mount(&docs, "LLM_PROVIDER_ORDER", "vigil-chain-order", "order");
+    assert_eq!(order, read(&format!("{COMPONENTS}/chain-order/order")));
+    // The rest of the workload is the overlay's: its checks still hold.
+    let config_map = kind_of(&docs, "ConfigMap")
+        .into_iter()
+        .filter_map(|m| str_at(m, &["metadata", "name"]))
+        .find(|n| n.starts_with("vigil-config"))
+        .expect("vigil-config")
+        .to_string();
+    check_workload(one(&docs, "Deployment"), one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), &config_map);
+    check_chain_reads_the_order(&docs, &config_map, "LLM_PROVIDER_ORDER", &order);
+}
+
+#[test]
+fn helm_chart_mounts_a_chain_order_the_chain_reads() {
+    let Some(helm) = helm() else { return };
+    let values = serde_json::json!({"region": "eu-west-1",
+        "chainOrder": {"variable": "LLM_PROVIDER_ORDER", "order": "anthropic,openai"}});
+    let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+    check_workload(one(&docs, "Deployment"), one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), "vigil-config");
+    let order = check_chain_order_mount(&docs, "LLM_PROVIDER_ORDER", "vigil-chain-order", "order");
+    assert_eq!(order, "anthropic,openai");
+    check_chain_reads_the_order(&docs, "vigil-config", "LLM_PROVIDER_ORDER", &order);
+    // The application's own ConfigMap: mounted as it is, the chart makes none.
+    let values = serde_json::json!({"region": "eu-west-1", "chainOrder": {"variable": "APP_ORDER",
+        "existingConfigMap": "app-llm-order", "key": "providers"}});
+    let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
+    let c = container(one(&docs, "Deployment"));
+    assert_eq!(env_value(c, "APP_ORDER_FILE").as_deref(), Some("/etc/vigil-chain-order/providers"));
+    let volumes = one(&docs, "Deployment")["spec"]["template"]["spec"]["volumes"].clone();
+    let volume =
+        volumes.as_sequence().expect("volumes").iter().find(|v| str_at(v, &["name"]) == Some("chain-order")).cloned();
+    assert_eq!(volume.as_ref().and_then(|v| str_at(v, &["configMap", "name"])), Some("app-llm-order"));
+    assert_eq!(kind_of(&docs, "ConfigMap").len(), 1, "only vigil-config: the order's ConfigMap is the application's");
+    // Neither an order nor a ConfigMap: refused naming the values.
+    let err = helm_render(&helm, &serde_json::json!({"region": "eu-west-1", "chainOrder": {"variable": "X"}}))
+        .expect_err("a variable without an order");
+    assert!(err.contains("chainOrder.order"), "{err}");
+    let err = helm_render(
+        &helm,
+        &serde_json::json!({"region": "eu-west-1", "chainOrder": {"variable": "1bad", "order": "a"}}),
+    )
+    .expect_err("not a variable name");
+    assert!(err.contains("chainOrder") || err.contains("variable"), "{err}");
 }

@@ -310,10 +310,13 @@ async fn status_page_of_a_live_demo_renders_in_chromium_and_its_metrics_pass_pro
     }
     assert!(dom.contains("no hourly data yet"), "Gemini has no stored history yet");
 
-    // Credit: the demo key's balance against its minimum.
+    // Credit: the demo key's balance against its minimum. It starts at $2.50 (about 5 hours from
+    // empty, so the demo chain shows the credit demotion): under the $5 minimum, marked low.
     assert!(dom.contains("<h2>Credit</h2>"));
-    let credit_row = dom.split("<tr><th scope=\"row\">demo-llama</th>").nth(1).expect("demo-llama credit row");
-    assert!(credit_row.starts_with("<td class=\"usd\">$"), "{credit_row}");
+    let credit_row =
+        dom.split("<tr class=\"low\"><th scope=\"row\">demo-llama</th>").nth(1).expect("demo-llama credit row, low");
+    assert!(credit_row.starts_with("<td class=\"usd\">$2."), "{credit_row}");
+    assert!(credit_row.contains("below minimum"), "{credit_row}");
     assert!(credit_row.contains("<td class=\"usd\">$5.00</td>"), "minimum shown: {credit_row}");
 
     // Self-contained: nothing is loaded from anywhere, no script runs.

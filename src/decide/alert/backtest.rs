@@ -5,6 +5,10 @@
 //! (samples in trouble held out, shifts adopted after `baseline.adopt_after`); and reports the
 //! incidents that would have opened, how long each lasted and how long after the first bad
 //! probe it opened (time to detect). Pure: the caller reads storage.
+//!
+//! Breaker transitions are the stored ones, as they happened; with `--set breaker.…` (k of n:
+//! `breaker.failure_k`, `breaker.failure_n`) the breaker itself is replayed from the samples, one
+//! [`Breaker`] per target judged against the replayed baselines, and the stored ones are set aside.
 
 use super::rules::AlertEngine;
 use super::rules::BaselineP95;
@@ -16,25 +20,65 @@ use super::AlertStatus;
 use super::Notification;
 use crate::config::BaselineConfig;
 use crate::decide::baseline::{exceeds_failover, Baselines, LatencyP95, Metric};
+use crate::decide::breaker::{Breaker, BreakerSettings, Probe};
 use crate::vocab::breaker::State;
 use crate::vocab::records::{BreakerTransition, Rollup};
 use crate::vocab::sample::Sample;
+use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-/// Sets every `--set` in order, then checks what only holds between keys (`error_k <= error_n`,
-/// whichever was set first).
-pub fn set_all(cfg: &mut RuleConfig, assignments: &[String]) -> Result<(), String> {
+/// Sets every `--set` in order (`alerts.*` onto `cfg`, `breaker.*` onto `breaker`), then checks
+/// what only holds between keys (`error_k <= error_n`, `failure_k <= failure_n`, whichever was
+/// set first). True when a `breaker.*` key was set: the breaker is then replayed from the samples.
+pub fn set_all(cfg: &mut RuleConfig, breaker: &mut BreakerSettings, assignments: &[String]) -> Result<bool, String> {
+    let mut replay_breaker = false;
     for a in assignments {
-        set(cfg, a)?;
+        match a.trim().strip_prefix("breaker.") {
+            Some(b) => {
+                set_breaker(breaker, b)?;
+                replay_breaker = true;
+            }
+            None => set(cfg, a)?,
+        }
     }
     if cfg.error_n < cfg.error_k {
         return Err(format!(
             "--set: needs alerts.error_k <= alerts.error_n (k = {}, n = {})",
             cfg.error_k, cfg.error_n
         ));
+    }
+    if breaker.failure_n < breaker.consecutive_failures {
+        return Err(format!(
+            "--set: needs breaker.failure_k <= breaker.failure_n (k = {}, n = {})",
+            breaker.consecutive_failures, breaker.failure_n
+        ));
+    }
+    Ok(replay_breaker)
+}
+
+/// Sets one breaker rule by its `[breaker]` key (`failure_k=3`, after `breaker.`), within the
+/// config's bounds; `consecutive_failures = N` sets k = n = N, as in the config.
+fn set_breaker(b: &mut BreakerSettings, assignment: &str) -> Result<(), String> {
+    let (key, value) =
+        assignment.split_once('=').ok_or_else(|| format!("--set breaker.{assignment}: expected KEY=VALUE"))?;
+    let (key, value) = (key.trim(), value.trim());
+    let bad = |what: &str| format!("--set breaker.{key}={value}: {what}");
+    let int = |lo: u32, hi: u32| {
+        value.parse::<u32>().ok().filter(|v| (lo..=hi).contains(v)).ok_or_else(|| bad(&format!("must be {lo} to {hi}")))
+    };
+    match key {
+        "consecutive_failures" => (b.consecutive_failures, b.failure_n) = (int(1, 1000)?, int(1, 1000)?),
+        "failure_k" => b.consecutive_failures = int(2, 100)?,
+        "failure_n" => b.failure_n = int(2, 100)?,
+        "latency_trips" => b.latency_trips = int(1, 1000)?,
+        "open_for" => {
+            let d = crate::config::parse_duration("--set breaker.open_for", value).map_err(|e| e.to_string())?;
+            b.open_for = chrono::Duration::from_std(d).map_err(|_| bad("out of range"))?;
+        }
+        _ => return Err(bad("unknown key (consecutive_failures, failure_k, failure_n, latency_trips, open_for)")),
     }
     Ok(())
 }
@@ -176,7 +220,8 @@ impl BacktestReport {
 }
 
 /// Replays `samples` (any order) with `transitions` through an engine built from `rules`, one
-/// round per `interval`, baselines seeded from `prior` rollups (the hours before the window).
+/// round per `interval`, baselines seeded from `prior` rollups (the hours before the window);
+/// with `breaker` set, the breaker is replayed from the samples instead of `transitions`.
 pub fn replay(
     rules: RuleConfig,
     baseline: &BaselineConfig,
@@ -184,7 +229,10 @@ pub fn replay(
     prior: &[Rollup],
     samples: &[Sample],
     transitions: &[BreakerTransition],
+    breaker: Option<BreakerSettings>,
 ) -> BacktestReport {
+    let transitions: &[BreakerTransition] = if breaker.is_some() { &[] } else { transitions };
+    let mut replayed = breaker.map(BreakerReplay::new);
     let mut order: Vec<&Sample> = samples.iter().collect();
     order.sort_by_key(|s| s.started_at);
     let factor = rules.latency_factor;
@@ -210,7 +258,7 @@ pub fn replay(
     let mut tracker = Tracker::default();
     // The daemon's baseline guard, replayed: samples taken with the breaker open or half-open, or
     // inside an open latency or error incident, are held out of the baseline.
-    let mut breaker: HashMap<&crate::vocab::target::Target, State> = HashMap::new();
+    let mut breaker: HashMap<&Target, State> = HashMap::new();
     let mut in_trouble: std::collections::HashSet<String> = Default::default();
     let mut shifts = Vec::new();
     let mut changes = Vec::new();
@@ -246,6 +294,10 @@ pub fn replay(
                     base
                 }
             };
+            for t in replayed.as_mut().map(|r| r.step(s, base)).unwrap_or_default() {
+                breaker.insert(&s.target, t.to_state);
+                changes.push(change(&t));
+            }
             tracker.observe(s, base, factor);
             batch.push((s, base));
             i += 1;
@@ -286,6 +338,28 @@ pub fn replay(
     }
     report.by_kind = summarize(&report.incidents);
     report
+}
+
+/// The breaker replayed from the samples: one [`Breaker`] per target, as the daemon keeps them.
+struct BreakerReplay {
+    settings: BreakerSettings,
+    breakers: HashMap<Target, Breaker>,
+}
+
+impl BreakerReplay {
+    fn new(settings: BreakerSettings) -> Self {
+        BreakerReplay { settings, breakers: HashMap::new() }
+    }
+
+    /// Feeds one sample (judged against the baseline it was replayed with): the transitions it
+    /// caused, an open breaker's half-open step first.
+    fn step(&mut self, s: &Sample, base: BaselineP95) -> Vec<BreakerTransition> {
+        let b = self.breakers.entry(s.target.clone()).or_insert_with(|| Breaker::new(self.settings, s.started_at));
+        let p95 = LatencyP95 { ttfb: base.ttfb_p95_ms, ttft: base.ttft_p95_ms };
+        let half_open = b.tick(s.started_at);
+        let decided = b.observe(Probe::from(s), p95, s.started_at);
+        half_open.into_iter().chain(decided).map(|t| t.to_record(&s.target)).collect()
+    }
 }
 
 fn change(t: &BreakerTransition) -> BreakerChange {
@@ -399,7 +473,6 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::vocab::sample::Outcome;
-    use crate::vocab::target::Target;
 
     /// A day at a 60 s interval of one target failing one probe in three, beside a healthy one.
     fn hidden_trouble() -> Vec<Sample> {
@@ -425,8 +498,50 @@ mod tests {
     fn replayed(sets: &[&str]) -> BacktestReport {
         let config = Config::from_toml("region = \"eu\"", &std::collections::BTreeMap::new()).expect("config");
         let mut rules = RuleConfig::from_config(&config);
-        set_all(&mut rules, &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("sets");
-        replay(rules, &config.baseline, Duration::from_secs(60), &[], &hidden_trouble(), &[])
+        let mut b =
+            BreakerSettings::from_config(&config.breaker, crate::decide::health::Failover::of(&config.baseline));
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let breaker = set_all(&mut rules, &mut b, &sets).expect("sets").then_some(b);
+        replay(rules, &config.baseline, Duration::from_secs(60), &[], &hidden_trouble(), &[], breaker)
+    }
+
+    #[test]
+    fn the_breaker_replayed_with_k_of_n_opens_on_one_failure_in_three() {
+        let opened = |r: &BacktestReport| {
+            r.incidents.iter().filter(|i| i.kinds.iter().any(|k| k == "breaker_open")).cloned().collect::<Vec<_>>()
+        };
+        // Stored transitions (none here) as they happened; in a row the breaker never opens either.
+        assert!(opened(&replayed(&[])).is_empty());
+        assert!(opened(&replayed(&["breaker.consecutive_failures=3"])).is_empty(), "3 in a row never holds");
+        let k_of_n = opened(&replayed(&["breaker.failure_k=3", "breaker.failure_n=7"]));
+        assert!(!k_of_n.is_empty(), "3 of the last 7 opens it");
+        assert!(k_of_n.iter().all(|i| i.subject == "lb/m"), "only the failing target: {k_of_n:?}");
+        let first = k_of_n[0].time_to_detect_s.expect("time to detect");
+        assert!(first <= 7 * 60, "opened within 7 probes of the first failure: {first} s");
+    }
+
+    #[test]
+    fn breaker_sets_are_checked_like_the_config() {
+        let mut rules = RuleConfig::with_defaults("eu");
+        let config = Config::from_toml("", &std::collections::BTreeMap::new()).expect("config");
+        let fresh =
+            || BreakerSettings::from_config(&config.breaker, crate::decide::health::Failover::of(&config.baseline));
+        let mut b = fresh();
+        assert_eq!(set_all(&mut rules, &mut b, &[]), Ok(false), "nothing set: the stored transitions");
+        let sets = ["breaker.failure_n=10".to_string(), "breaker.failure_k=4".to_string()];
+        assert_eq!(set_all(&mut rules, &mut b, &sets), Ok(true));
+        assert_eq!((b.consecutive_failures, b.failure_n), (4, 10));
+        let mut b = fresh();
+        let e = set_all(&mut rules, &mut b, &["breaker.failure_k=5".to_string()]).expect_err("k above n");
+        assert!(e.contains("breaker.failure_k <= breaker.failure_n"), "{e}");
+        for (set, why) in [
+            ("breaker.failure_k=1", "2 to 100"),
+            ("breaker.nope=1", "unknown key"),
+            ("breaker.open_for=soon", "open_for"),
+        ] {
+            let e = set_all(&mut rules, &mut fresh(), &[set.to_string()]).expect_err(set);
+            assert!(e.contains(why), "{set}: {e}");
+        }
     }
 
     #[test]
@@ -446,12 +561,15 @@ mod tests {
 
     #[test]
     fn set_all_checks_the_pair_whichever_comes_first() {
+        let config = Config::from_toml("", &std::collections::BTreeMap::new()).expect("config");
+        let mut b =
+            BreakerSettings::from_config(&config.breaker, crate::decide::health::Failover::of(&config.baseline));
         let mut rules = RuleConfig::with_defaults("eu");
         let both = ["alerts.error_k=3".to_string(), "alerts.error_n=10".to_string()];
-        set_all(&mut rules, &both).expect("k then n");
+        assert_eq!(set_all(&mut rules, &mut b, &both), Ok(false), "k then n");
         assert_eq!((rules.error_k, rules.error_n), (3, 10));
         let mut rules = RuleConfig::with_defaults("eu");
-        let e = set_all(&mut rules, &["alerts.error_k=3".to_string()]).expect_err("k above the default n");
+        let e = set_all(&mut rules, &mut b, &["alerts.error_k=3".to_string()]).expect_err("k above the default n");
         assert!(e.contains("error_k <= alerts.error_n"), "{e}");
         let e = set(&mut rules, "alerts.error_k=1").expect_err("k of 1");
         assert!(e.contains("single failure"), "{e}");

@@ -60,7 +60,8 @@ pub enum AlertKind {
     /// was asked) and its baseline adopted the new level; the notice says both levels.
     BaselineShift,
     /// A chain's worst-case time to a first token (every member failing over in turn) is over
-    /// its `ttft_slo`; the summary names the member that breaks it.
+    /// its `ttft_slo`, or to a complete answer over its `total_slo`; the summary names the
+    /// member that breaks it.
     ChainSloAtRisk,
 }
 
@@ -152,7 +153,7 @@ impl AlertKind {
             AlertKind::ProviderIncident => "The provider's own status page reports an open incident on a component you depend on.",
             AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
-            AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo: the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
+            AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo (or the complete answer later than its total_slo): the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
         }
     }
 }

@@ -102,49 +102,77 @@ pub struct Round<'a> {
     pub canaries: Vec<&'a crate::vocab::canary::CanaryRun>,
     /// Shifts the baselines adopted since the last round (`baseline_shift`).
     pub shifts: Vec<crate::decide::baseline::Adoption>,
-    /// Each chain with a `ttft_slo`, as the router export judged it now (`chain_slo_at_risk`).
+    /// Each chain with a `ttft_slo` or `total_slo`, as the router export judged it now (`chain_slo_at_risk`).
     pub chains: Vec<ChainSloCheck>,
 }
 
-/// One chain's latency budget as the router export judged it.
+/// One chain's latency budgets as the router export judged them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChainSloCheck {
     /// Chain name.
     pub chain: String,
-    /// `ttft_slo`, ms.
-    pub ttft_slo_ms: f64,
-    /// The worst case to a first token with every member failing over in turn, ms.
-    pub worst_case_ttft_ms: f64,
+    /// To a first token, against `ttft_slo` (none without one).
+    pub ttft: Option<SloBudget>,
+    /// To a complete answer, against `total_slo` (none without one).
+    pub total: Option<SloBudget>,
+}
+
+/// One latency budget of a chain: its SLO and the worst case with every member failing over in turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloBudget {
+    /// The SLO, ms.
+    pub slo_ms: f64,
+    /// The worst case, ms.
+    pub worst_case_ms: f64,
     /// Whether the worst case is within the SLO.
     pub meets: bool,
     /// The member at which the running sum passes the SLO.
     pub breaking_member: Option<String>,
 }
 
-/// `chain_slo_at_risk`: holds while a chain's worst case is over its `ttft_slo`, naming the
-/// member that breaks it; resolves (after `resolve_after` evaluations) once it meets again.
+impl SloBudget {
+    /// `worst case 2600 ms to a first token …, over ttft_slo 2000 ms, broken at M` (or within it).
+    fn describe(&self, what: &str, key: &str) -> String {
+        let (worst, slo) = (self.worst_case_ms, self.slo_ms);
+        if self.meets {
+            return format!("worst case {worst:.0} ms to {what}, within {key} {slo:.0} ms");
+        }
+        let breaking = self
+            .breaking_member
+            .as_deref()
+            .map(|m| format!(", broken at {m}"))
+            .unwrap_or_else(|| ": nothing in the chain can answer".to_string());
+        format!(
+            "worst case {worst:.0} ms to {what} if every member fails over in turn, over {key} {slo:.0} ms{breaking}"
+        )
+    }
+}
+
+/// `chain_slo_at_risk`: holds while a chain's worst case is over its `ttft_slo` or its
+/// `total_slo`, naming the member that breaks each; resolves (after `resolve_after`
+/// evaluations) once both are met again.
 fn chain_verdicts(region: &str, round: &Round<'_>, out: &mut Vec<Verdict>) {
     for c in &round.chains {
-        let summary = if c.meets {
-            format!(
-                "chain {}: worst case {:.0} ms to a first token, within ttft_slo {:.0} ms",
-                c.chain, c.worst_case_ttft_ms, c.ttft_slo_ms
-            )
-        } else {
-            let breaking = c
-                .breaking_member
-                .as_deref()
-                .map(|m| format!(", broken at {m}"))
-                .unwrap_or_else(|| ": nothing in the chain can answer".to_string());
-            format!(
-                "chain {}: worst case {:.0} ms to a first token if every member fails over in turn, over ttft_slo {:.0} ms{breaking}",
-                c.chain, c.worst_case_ttft_ms, c.ttft_slo_ms
-            )
+        let budgets: Vec<(&SloBudget, &str, &str)> = [
+            c.ttft.as_ref().map(|b| (b, "a first token", "ttft_slo")),
+            c.total.as_ref().map(|b| (b, "a complete answer", "total_slo")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let Some(&(first, _, _)) = budgets.first() else { continue };
+        let broken: Vec<&(&SloBudget, &str, &str)> = budgets.iter().filter(|(b, _, _)| !b.meets).collect();
+        // Broken budgets alone say why it fires; a met chain says how far it is within each.
+        let said: Vec<String> = match broken.is_empty() {
+            true => budgets.iter().map(|(b, what, key)| b.describe(what, key)).collect(),
+            false => broken.iter().map(|(b, what, key)| b.describe(what, key)).collect(),
         };
+        let summary = format!("chain {}: {}", c.chain, said.join("; "));
+        let shown = broken.first().map_or(first, |(b, _, _)| *b);
         let mut a = Alert::for_chain(AlertKind::ChainSloAtRisk, region, &c.chain, summary);
-        a.current = Some(c.worst_case_ttft_ms);
-        a.baseline = Some(c.ttft_slo_ms);
-        out.push(Verdict { alert: a, holds: !c.meets });
+        a.current = Some(shown.worst_case_ms);
+        a.baseline = Some(shown.slo_ms);
+        out.push(Verdict { alert: a, holds: !broken.is_empty() });
     }
 }
 
@@ -1244,13 +1272,57 @@ mod tests {
     }
 
     fn slo(chain: &str, worst: f64, breaking: Option<&str>) -> ChainSloCheck {
-        ChainSloCheck {
-            chain: chain.into(),
-            ttft_slo_ms: 2000.0,
-            worst_case_ttft_ms: worst,
+        let budget = SloBudget {
+            slo_ms: 2000.0,
+            worst_case_ms: worst,
             meets: worst <= 2000.0,
             breaking_member: breaking.map(String::from),
+        };
+        ChainSloCheck { chain: chain.into(), ttft: Some(budget), total: None }
+    }
+
+    #[test]
+    fn a_chain_over_its_total_slo_warns_naming_that_budget_and_resolves_once_both_are_met() {
+        let mut e = AlertEngine::new(cfg());
+        let total = |worst: f64, breaking: Option<&str>| SloBudget {
+            slo_ms: 30_000.0,
+            worst_case_ms: worst,
+            meets: worst <= 30_000.0,
+            breaking_member: breaking.map(String::from),
+        };
+        let check = |ttft: f64, all: f64, breaking: Option<&str>| ChainSloCheck {
+            total: Some(total(all, breaking)),
+            ..slo("chat", ttft, None)
+        };
+        let over = |e: &mut AlertEngine, c: ChainSloCheck, m: i64| {
+            e.evaluate(&Round { chains: vec![c], ..Round::default() }, at(m))
+        };
+        assert!(over(&mut e, check(1500.0, 20_000.0, None), 0).is_empty(), "both budgets met");
+        let n = over(&mut e, check(1500.0, 40_000.0, Some("anthropic/claude")), 1);
+        assert_eq!(n.len(), 1, "{n:?}");
+        let a = &n[0].alerts[0];
+        assert_eq!(
+            (a.kind, a.status, a.chain.as_deref()),
+            (AlertKind::ChainSloAtRisk, AlertStatus::Firing, Some("chat"))
+        );
+        assert_eq!(
+            a.summary,
+            "chain chat: worst case 40000 ms to a complete answer if every member fails over in turn, \
+             over total_slo 30000 ms, broken at anthropic/claude"
+        );
+        assert_eq!((a.current, a.baseline), (Some(40_000.0), Some(30_000.0)), "the broken budget's figures");
+        // Still at risk while the first-token budget breaks too; both named, one incident.
+        let mut later = Vec::new();
+        for m in 2..2 + i64::from(cfg().resolve_after) + 1 {
+            later.extend(over(&mut e, check(2500.0, 20_000.0, None), m));
         }
+        assert!(later.iter().all(|n| n.alerts.iter().all(|a| a.status != AlertStatus::Resolved)), "{later:?}");
+        let mut resolved = Vec::new();
+        for m in 10..10 + i64::from(cfg().resolve_after) + 1 {
+            resolved.extend(over(&mut e, check(1500.0, 20_000.0, None), m));
+        }
+        let gone = resolved.iter().filter(|n| n.alerts.iter().all(|a| a.status == AlertStatus::Resolved)).count();
+        assert_eq!(gone, 1, "{resolved:?}");
     }
 
     #[test]

@@ -211,6 +211,7 @@ mod tests {
             chains: vec![],
             providers: vec![],
             ttft_timeout: std::time::Duration::from_secs(10),
+            total_timeout: std::time::Duration::from_secs(10),
             credit: Default::default(),
             drills: vec![],
         };

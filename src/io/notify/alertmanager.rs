@@ -67,7 +67,9 @@ impl AlertmanagerNotifier {
     }
 }
 
-/// The labels of one facet: what Alertmanager identifies, groups, silences and inhibits by.
+/// The labels of one facet: what Alertmanager identifies, groups, silences, inhibits and routes
+/// by; `chain` names the `[[chain]]` a chain-level facet is about (`chain_slo_at_risk`), so a
+/// route can send a chain's alerts to the team that owns it.
 pub fn labels(n: &Notification, a: &Alert) -> Value {
     let scope = match a.scope {
         Scope::Regional => "regional",
@@ -81,6 +83,7 @@ pub fn labels(n: &Notification, a: &Alert) -> Value {
         "provider": a.provider,
         "model": a.model.clone().unwrap_or_default(),
         "route": a.route.clone().unwrap_or_default(),
+        "chain": a.chain.clone().unwrap_or_default(),
         "kind": a.kind.as_str(),
         "scope": scope,
         "incident": n.incident_key(),
@@ -206,5 +209,27 @@ impl Notifier for AlertmanagerNotifier {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::alert::AlertKind;
+
+    #[test]
+    fn a_chain_facet_is_labelled_with_its_chain_and_a_target_facet_with_none() {
+        let chain = Alert::for_chain(AlertKind::ChainSloAtRisk, "eu-west-1", "chat", "over".into());
+        let n = Notification::firing("k", "eu-west-1", "", vec![chain.clone()], Utc::now());
+        let l = labels(&n, &chain);
+        assert_eq!(
+            (&l["chain"], &l["kind"], &l["provider"]),
+            (&json!("chat"), &json!("chain_slo_at_risk"), &json!(""))
+        );
+        let body = payload(&n, Utc::now(), "https://example.test/runbook");
+        assert_eq!(body[0]["labels"]["chain"], "chat", "{body}");
+        let target = Alert::new(AlertKind::Errors, "eu-west-1", "groq", None, "down".into());
+        let n = Notification::firing("k", "eu-west-1", "groq", vec![target.clone()], Utc::now());
+        assert_eq!(labels(&n, &target)["chain"], "", "an empty label is no label in Alertmanager");
     }
 }

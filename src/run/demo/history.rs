@@ -9,7 +9,8 @@
 //! uses the rolling one), which gives the breaker history and states at `now`. The raw samples stored
 //! for `report` and the weekly summary are a sparser, evenly spaced subset (one probe in
 //! [`STORE_EVERY`]): the daemon's rollups count every probe, a week of raw rows is not needed
-//! to show the figures. Credit readings of the metered demo provider drain over the week.
+//! to show the figures. Credit readings of the metered demo provider drain over the week at the live
+//! key's rate, with its auto top-ups, to the $2.50 the live key reports at start.
 
 use std::time::Instant;
 
@@ -19,6 +20,7 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
 use uuid::Uuid;
 
+use super::demo_credit;
 use super::demo_providers;
 use super::profiles;
 use super::profiles::Profile;
@@ -27,7 +29,7 @@ use super::profiles::JITTER_SIGMA;
 use super::profiles::SPIKE_FACTOR;
 use super::profiles::SPIKE_PROBABILITY;
 use super::profiles::TTFB_SHARE;
-use super::CREDIT_LIMIT_USD;
+use super::CREDIT_BURN_USD_PER_HOUR;
 use super::CREDIT_USED_AT_START_USD;
 use crate::config::Config;
 use crate::decide::baseline::{Baselines, LatencyP95};
@@ -252,39 +254,25 @@ pub fn simulate(config: &Config, now: DateTime<Utc>, seed: u64) -> History {
     }
     history.transitions.sort_by_key(|t| t.at);
     history.samples.sort_by_key(|s| s.started_at);
-    history.readings = readings(config, start, now, &mut rng);
+    history.readings = readings(config, start, now);
     history
 }
 
-/// Hourly credit readings of every demo provider with a `balance` setting, draining towards
-/// what the live demo key reports at start.
-fn readings(config: &Config, start: DateTime<Utc>, now: DateTime<Utc>, rng: &mut StdRng) -> Vec<BalanceReading> {
+/// Hourly credit readings of every demo provider with a `balance` setting: the live key's burn
+/// and top-ups ([`demo_credit`]) run backwards from what it reports at start, steady so the
+/// projection from the last day says what the live key will: empty about 5 hours after `now`.
+fn readings(config: &Config, start: DateTime<Utc>, now: DateTime<Utc>) -> Vec<BalanceReading> {
     let providers = demo_providers("http://127.0.0.1:1").unwrap_or_default();
-    let at_start = CREDIT_LIMIT_USD;
-    let at_now = CREDIT_LIMIT_USD - CREDIT_USED_AT_START_USD;
     let hours = DAYS * 24;
     let mut out = Vec::new();
     for p in providers.iter().filter(|p| p.balance.is_some()) {
-        let mut spent = 0.0;
-        let per_hour = (at_start - at_now) / hours as f64;
-        for h in 0..hours {
-            let at = start + Duration::hours(h);
-            // Busier hours burn more; the week still ends where the live key starts.
-            spent += per_hour * (1.0 + DIURNAL_SWING * diurnal(at)) * rng.random_range(0.8..1.2);
-            let remaining = (at_start - spent).max(at_now);
-            out.push(BalanceReading {
-                provider: p.name.clone(),
-                region: config.region.clone(),
-                at,
-                remaining_usd: remaining,
-            });
-        }
-        out.push(BalanceReading {
-            provider: p.name.clone(),
-            region: config.region.clone(),
-            at: now,
-            remaining_usd: at_now,
-        });
+        let reading = |at: DateTime<Utc>| {
+            let before = (now - at).num_seconds() as f64 / 3600.0;
+            let (_, remaining_usd) = demo_credit(CREDIT_USED_AT_START_USD - CREDIT_BURN_USD_PER_HOUR * before);
+            BalanceReading { provider: p.name.clone(), region: config.region.clone(), at, remaining_usd }
+        };
+        out.extend((0..hours).map(|h| start + Duration::hours(h)).filter(|at| *at < now).map(reading));
+        out.push(reading(now));
     }
     out
 }
@@ -378,6 +366,7 @@ fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::demo::{CREDIT_LIMIT_USD, CREDIT_TOP_UP_AT_USD};
     use std::collections::BTreeMap;
 
     fn config() -> Config {
@@ -412,8 +401,36 @@ mod tests {
         assert_eq!(probes as u64, h.probes);
         // Credit drains to where the live demo key starts.
         let last = h.readings.last().expect("readings");
-        assert!((last.remaining_usd - (CREDIT_LIMIT_USD - CREDIT_USED_AT_START_USD)).abs() < 1e-9);
+        assert!((last.remaining_usd - demo_credit(CREDIT_USED_AT_START_USD).1).abs() < 1e-9);
         assert!(h.readings.first().expect("first").remaining_usd > last.remaining_usd);
+    }
+
+    #[test]
+    fn the_demo_credit_drains_into_demotion_and_a_top_up_ends_it() {
+        let now = Utc::now();
+        let h = simulate(&config(), now, SEED);
+        let points: Vec<(DateTime<Utc>, f64)> = h.readings.iter().map(|r| (r.at, r.remaining_usd)).collect();
+        assert!(points.windows(2).any(|w| w[1].1 > w[0].1), "the week shows a top-up");
+        // The day the daemon projects from says what the live key will: $2.50 at $0.50 an hour.
+        let day: Vec<(DateTime<Utc>, f64)> =
+            points.iter().copied().filter(|(at, _)| *at >= now - Duration::hours(24)).collect();
+        let six_hours = Some(crate::config::DEFAULT_DEMOTE_WITHIN);
+        let o = crate::decide::credit::outlook(&day, six_hours).expect("draining");
+        let left = (o.zero_at - now).num_seconds();
+        assert!((5 * 3600 - 60..=5 * 3600 + 60).contains(&left), "empty about 5 h from now: {left} s");
+        let why = o.demotion(now).expect("within demote_within");
+        assert!(why == "credit empty in 5 h" || why == "credit empty in 4.9 h", "{why}");
+        // The live key: $2.50 left at start, full again once it gets down to the top-up mark.
+        assert_eq!(demo_credit(CREDIT_USED_AT_START_USD), (CREDIT_LIMIT_USD, 2.5));
+        let (_, low) = demo_credit(CREDIT_LIMIT_USD - CREDIT_TOP_UP_AT_USD - 0.01);
+        assert!((low - CREDIT_TOP_UP_AT_USD - 0.01).abs() < 1e-9, "{low}");
+        let (limit, full) = demo_credit(CREDIT_LIMIT_USD - CREDIT_TOP_UP_AT_USD);
+        assert_eq!((limit, full), (2.0 * CREDIT_LIMIT_USD - CREDIT_TOP_UP_AT_USD, CREDIT_LIMIT_USD));
+        let mut live = day.clone();
+        live.push((now + Duration::hours(4), CREDIT_LIMIT_USD));
+        live.push((now + Duration::hours(4) + Duration::minutes(1), CREDIT_LIMIT_USD - 0.01));
+        let o = crate::decide::credit::outlook(&live, six_hours).expect("burning again");
+        assert_eq!(o.demotion(now + Duration::hours(4) + Duration::minutes(1)), None, "a top-up ends the demotion");
     }
 
     #[test]

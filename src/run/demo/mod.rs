@@ -27,12 +27,27 @@ use trouble::Trouble;
 
 /// Key every demo provider is configured with.
 pub const DEMO_KEY: &str = "sk-test-demo";
-/// Credit limit reported by the demo key document.
+/// Credit limit reported by the demo key document (before any top-up).
 pub const CREDIT_LIMIT_USD: f64 = 25.0;
-/// Credit already used when the demo starts.
-pub const CREDIT_USED_AT_START_USD: f64 = 7.5;
+/// Credit already used when the demo starts: $2.50 left, about 5 hours at the burn rate, so
+/// `demo-llama` starts inside `balance.demote_within` (6 h): the demo chain demotes it with
+/// `credit empty in 5 h` and `credit_low` fires (under its $5 minimum).
+pub const CREDIT_USED_AT_START_USD: f64 = 22.5;
 /// Background spend per hour, so the balance visibly drains even between probes.
 pub const CREDIT_BURN_USD_PER_HOUR: f64 = 0.5;
+/// The key's auto top-up: when the credit left gets down to this, the limit is raised by
+/// [`CREDIT_LIMIT_USD`] less this (the credit is back at the full limit), so a demo that runs for
+/// days keeps answering; a top-up ends the projection (and the demotion) until the credit runs
+/// low again, about two days later.
+pub const CREDIT_TOP_UP_AT_USD: f64 = 0.5;
+
+/// The demo key's `(limit, limit_remaining)` after `used` USD of spending (negative: before the
+/// demo started, for the seeded week), topped up at [`CREDIT_TOP_UP_AT_USD`].
+pub fn demo_credit(used: f64) -> (f64, f64) {
+    let top_up = CREDIT_LIMIT_USD - CREDIT_TOP_UP_AT_USD;
+    let limit = CREDIT_LIMIT_USD + (used / top_up).floor() * top_up;
+    (limit, limit - used)
+}
 /// The variable the demo chain takes its order from when set (`demo-anthropic,demo-llama`).
 pub const DEMO_ORDER_ENV: &str = "DEMO_LLM_PROVIDER_ORDER";
 /// Requests the demo server remembers; it may run for days.
@@ -309,10 +324,11 @@ impl DemoState {
         }
         let hours = self.started.elapsed().as_secs_f64() / 3600.0;
         let spent = *self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let usage = (CREDIT_USED_AT_START_USD + CREDIT_BURN_USD_PER_HOUR * hours + spent).min(CREDIT_LIMIT_USD);
+        let usage = CREDIT_USED_AT_START_USD + CREDIT_BURN_USD_PER_HOUR * hours + spent;
+        let (limit, remaining) = demo_credit(usage);
         let body = json!({"data": {
             "label": "sk-test-demo...", "is_management_key": false, "is_provisioning_key": false,
-            "limit": CREDIT_LIMIT_USD, "limit_reset": null, "limit_remaining": CREDIT_LIMIT_USD - usage,
+            "limit": limit, "limit_reset": null, "limit_remaining": remaining,
             "include_byok_in_limit": true, "usage": usage, "usage_daily": usage - CREDIT_USED_AT_START_USD,
             "usage_weekly": usage - CREDIT_USED_AT_START_USD, "usage_monthly": usage,
             "byok_usage": 0, "byok_usage_daily": 0, "byok_usage_weekly": 0, "byok_usage_monthly": 0,

@@ -99,3 +99,13 @@ routing_key_env = "PAGERDUTY_ROUTING_KEY"
 {{- end }}
 {{- toJson $files -}}
 {{- end -}}
+
+{{/* The ConfigMap holding the chain order: the one named, else the chart's own (which needs `order`). */}}
+{{- define "vigil.chainOrderConfigMap" -}}
+{{- if .Values.chainOrder.existingConfigMap -}}
+{{- .Values.chainOrder.existingConfigMap -}}
+{{- else -}}
+{{- $_ := required "chainOrder.variable is set: set chainOrder.order (the list) or chainOrder.existingConfigMap" .Values.chainOrder.order -}}
+{{- include "vigil.fullname" . }}-chain-order
+{{- end -}}
+{{- end }}
