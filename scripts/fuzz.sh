@@ -145,6 +145,14 @@ case "${VIGIL_FUZZ_BUILD:-release}" in
   *) echo "VIGIL_FUZZ_BUILD must be dev or release" >&2; exit 2 ;;
 esac
 
+# VIGIL_FUZZ_BUILD_ONLY=1 builds every target and stops (the test command builds beside its suite
+# and fuzzes later, once nothing else runs).
+if [ "${VIGIL_FUZZ_BUILD_ONLY:-0}" = 1 ]; then
+  (cd fuzz && cargo fuzz build "${build_mode[@]}" --sanitizer "${VIGIL_FUZZ_SANITIZER:-none}")
+  echo "fuzz: targets built"
+  exit 0
+fi
+
 failed=()
 ran=()
 left=$secs

@@ -139,15 +139,32 @@ log "cargo test: waiting for the build"
 # A build failure is reported by the run below, with the summary.
 wait "$build_pid" || true
 tail -n 3 "$build_log"
-if [ -n "$llama_pid" ]; then
-  log "waiting for the llama tier"
-  wait "$llama_pid" || true
-  cat "$llama_log"
-fi
-# Nothing may compile beside the tests: some verdicts rest on measured latency.
 if [ -n "$tools_pid" ]; then
   wait "$tools_pid" || true
   tools_pid=""
+fi
+
+# The other compiles (clippy, the build without `demo`, the fuzz targets) run beside the main
+# suite at a lower priority, as the llama tier may still: the suite's tests wait on loopback
+# peers more than they compute, and none of them rests on measured latency. Clippy and the check
+# share a target directory of their own (they compile dependencies in check mode, which the test
+# build does not reuse), so they never wait for the lock `cargo test` holds.
+lint_log="${TMPDIR:-/tmp}/vigil-lints.log"
+lint_status="${TMPDIR:-/tmp}/vigil-lints.status"
+fuzz_build_log="${TMPDIR:-/tmp}/vigil-fuzz-build.log"
+rm -f "$lint_status"
+log "clippy, check --no-default-features and the fuzz build, beside the suite ($lint_log, $fuzz_build_log)"
+lint_dir="${CARGO_TARGET_DIR:-target}/lint"
+nice -n 10 bash -c "
+  if CARGO_TARGET_DIR='$lint_dir' cargo clippy --all-targets --quiet -- -D warnings; then echo clippy=0; else echo clippy=1; fi >>'$lint_status'
+  if CARGO_TARGET_DIR='$lint_dir' cargo check --no-default-features --lib --bins --quiet; then echo check=0; else echo check=1; fi >>'$lint_status'
+" >"$lint_log" 2>&1 &
+lint_pid=$!
+fuzz_secs="${VIGIL_FUZZ_SECONDS:-30}"
+fuzz_build_pid=""
+if [ "$fuzz_secs" -gt 0 ]; then
+  VIGIL_FUZZ_BUILD="${VIGIL_FUZZ_BUILD:-dev}" VIGIL_FUZZ_BUILD_ONLY=1 nice -n 10 ./scripts/fuzz.sh >"$fuzz_build_log" 2>&1 &
+  fuzz_build_pid=$!
 fi
 
 log "cargo test"
@@ -156,29 +173,40 @@ export VIGIL_REQUIRE_TOOLS=1
 out=$(mktemp)
 status=0
 # The tests whose verdicts rest on measured loopback latency or wall-clock bounds run on their own
-# afterwards, one at a time: beside the rest of the suite on two cores, its load would be in their
-# numbers. The seeded chaos run (about 2 minutes) is one of them.
-timing=(alert_scenario:: router_export::a_three_provider_chain chaos::)
+# afterwards, one at a time, once nothing compiles: beside the rest of the suite on two cores, its
+# load would be in their numbers. The seeded chaos run (about 2 minutes) is one of them. The
+# prompt-cache test waits there too, for the llama tier.
+timing=(alert_scenario:: router_export::a_three_provider_chain chaos:: prompt_cache::)
 skips=()
 for t in "${timing[@]}"; do skips+=(--skip "$t"); done
 cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 "${skips[@]}" 2>&1 | tee "$out" || status=$?
+if [ -n "$llama_pid" ]; then
+  log "waiting for the llama tier"
+  wait "$llama_pid" || true
+  cat "$llama_log"
+fi
+log "waiting for clippy, the check and the fuzz build"
+wait "$lint_pid" || true
+[ -z "$fuzz_build_pid" ] || wait "$fuzz_build_pid" || true
+log "cargo test: the wall-clock tier, alone"
 cargo test --test it --no-fail-fast -- --test-threads=1 "${timing[@]}" 2>&1 | tee -a "$out" || status=$?
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) n += $i } END { print n + 0 }' "$out")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) n += $i } END { print n + 0 }' "$out")
 rm -f "$out"
 
-# Lints are part of the suite: formatting and clippy with warnings as errors.
+# Lints are part of the suite: formatting, and clippy with warnings as errors (run above).
 log "cargo fmt --check and cargo clippy --all-targets -- -D warnings"
-if cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings; then
+cat "$lint_log"
+if cargo fmt --check && grep -qx clippy=0 "$lint_status" 2>/dev/null; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
   status=1
 fi
 
-# The build without the default `demo` feature must keep compiling.
+# The build without the default `demo` feature must keep compiling (checked above).
 log "cargo check --no-default-features (no demo)"
-if cargo check --no-default-features --lib --bins --quiet; then
+if grep -qx check=0 "$lint_status" 2>/dev/null; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
@@ -202,9 +230,9 @@ fi
 
 # The stream parsers and error answers are fuzzed for a bounded time on every run (seeded from the fixtures);
 # VIGIL_FUZZ_SECONDS=0 skips it.
-fuzz_secs="${VIGIL_FUZZ_SECONDS:-30}"
 if [ "$fuzz_secs" -gt 0 ]; then
   log "fuzzing the stream parsers and error answers for ${fuzz_secs}s"
+  tail -n 3 "$fuzz_build_log"
   # A development build of the fuzz targets: the release build (one codegen unit, instrumented)
   # was the slowest compile of the whole run, and 30 s of fuzzing is a smoke run either way;
   # scripts/fuzz.sh alone still builds optimised for long runs.
