@@ -33,12 +33,20 @@ pub struct RawChain {
     #[serde(default)]
     fallback_for_credit: BTreeMap<String, String>,
     ttft_slo: Option<String>,
+    tokens_per_day: Option<super::chain_cost::TokensPerDay>,
 }
 
 impl RawChain {
     /// A chain as the file would write it (`vigil run --demo` adds its own this way).
     pub fn new(name: impl Into<String>, targets: Vec<String>) -> Self {
-        RawChain { name: name.into(), targets, targets_env: None, fallback_for_credit: BTreeMap::new(), ttft_slo: None }
+        RawChain {
+            name: name.into(),
+            targets,
+            targets_env: None,
+            fallback_for_credit: BTreeMap::new(),
+            ttft_slo: None,
+            tokens_per_day: None,
+        }
     }
 
     /// The same chain taking its order from `var` when set (`targets_env`).
@@ -101,6 +109,8 @@ pub struct ChainConfig {
     pub fallback_for_credit: Vec<CreditFallback>,
     /// `ttft_slo`: the worst-case time to a first token the chain must keep.
     pub ttft_slo: Option<Duration>,
+    /// `tokens_per_day`: the traffic the chain carries (the weekly summary's implied spend).
+    pub tokens_per_day: Option<super::chain_cost::TokensPerDay>,
 }
 
 impl ChainConfig {
@@ -113,6 +123,7 @@ impl ChainConfig {
             order_from: ORDER_FROM_CONFIG.to_string(),
             fallback_for_credit: Vec::new(),
             ttft_slo: None,
+            tokens_per_day: None,
         }
     }
 }
@@ -241,6 +252,7 @@ pub fn validate(
             order_from,
             fallback_for_credit: fallbacks(i, &c.fallback_for_credit, &known)?,
             ttft_slo,
+            tokens_per_day: super::chain_cost::tokens_per_day(i, c.tokens_per_day)?,
         });
     }
     Ok(out)

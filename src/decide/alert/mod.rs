@@ -7,6 +7,7 @@
 //! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
 pub mod backtest;
+pub mod chain_head;
 pub mod deprecation;
 pub(crate) mod flap;
 pub(crate) mod incident;
@@ -62,11 +63,14 @@ pub enum AlertKind {
     /// A chain's worst-case time to a first token (every member failing over in turn) is over
     /// its `ttft_slo`; the summary names the member that breaks it.
     ChainSloAtRisk,
+    /// A chain's head (the target a router tries first) moved; the notice says to what and at
+    /// what price against the one before (`alerts.chain_head_changed`, off by default).
+    ChainHeadChanged,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 16] = [
+    pub const ALL: [AlertKind; 17] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -83,6 +87,7 @@ impl AlertKind {
         AlertKind::ModelChanged,
         AlertKind::BaselineShift,
         AlertKind::ChainSloAtRisk,
+        AlertKind::ChainHeadChanged,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -104,6 +109,7 @@ impl AlertKind {
             AlertKind::ModelChanged => "model_changed",
             AlertKind::BaselineShift => "baseline_shift",
             AlertKind::ChainSloAtRisk => "chain_slo_at_risk",
+            AlertKind::ChainHeadChanged => "chain_head_changed",
         }
     }
 
@@ -121,7 +127,7 @@ impl AlertKind {
             | AlertKind::ProviderIncident
             | AlertKind::ModelChanged
             | AlertKind::ChainSloAtRisk => Severity::Warning,
-            AlertKind::BreakerClosed | AlertKind::BaselineShift => Severity::Info,
+            AlertKind::BreakerClosed | AlertKind::BaselineShift | AlertKind::ChainHeadChanged => Severity::Info,
         }
     }
 }
@@ -153,6 +159,7 @@ impl AlertKind {
             AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
             AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo: the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
+            AlertKind::ChainHeadChanged => "The target a router tries first in this failover chain changed: the summary says to which and its price against the one before (a pricier head spends more at the same traffic).",
         }
     }
 }
@@ -256,7 +263,7 @@ pub struct Alert {
     pub model: Option<String>,
     /// Pinned route, when any.
     pub route: Option<String>,
-    /// The `[[chain]]` it is about (`chain_slo_at_risk`).
+    /// The `[[chain]]` it is about (`chain_slo_at_risk`, `chain_head_changed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<String>,
     /// Regional or global.
