@@ -774,6 +774,28 @@ balance = { min_usd = 5.0 }
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
     }
 
+    #[test]
+    fn a_start_records_every_head_and_later_only_the_moves() {
+        use crate::decide::alert::chain_head::ChainHeadCheck;
+        let check = |chain: &str, head: Option<&str>| ChainHeadCheck {
+            chain: chain.into(),
+            head: head.map(str::to_string),
+            price: None,
+            tokens_per_day: None,
+        };
+        let mut stored = std::collections::BTreeMap::new();
+        let first = moved_heads("eu", &[check("chat", Some("a/m")), check("batch", None)], &mut stored, t0());
+        assert_eq!(
+            first.iter().map(|h| (h.chain.as_str(), h.target.clone())).collect::<Vec<_>>(),
+            [("chat", Some("a/m".to_string())), ("batch", None)]
+        );
+        assert!(moved_heads("eu", &[check("chat", Some("a/m")), check("batch", None)], &mut stored, t0()).is_empty());
+        let later = t0() + chrono::Duration::seconds(5);
+        let moved = moved_heads("eu", &[check("chat", Some("b/m")), check("batch", None)], &mut stored, later);
+        assert_eq!((moved.len(), moved[0].target.as_deref(), moved[0].at), (1, Some("b/m"), later));
+        assert_eq!(moved[0].region, "eu");
+    }
+
     fn target(region: &str) -> Target {
         Target { provider: "openrouter".into(), model: "m".into(), route: None, region: region.into() }
     }
