@@ -599,12 +599,14 @@ async fn report(
 }
 
 async fn weekly_report(
+    c: &Config,
     store: Arc<dyn crate::io::store::Store>,
     region: &str,
     out: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let region = (region != "all").then_some(region);
-    let report = crate::io::weekly::build(store.as_ref(), region, chrono::Utc::now()).await?;
+    let traffic = crate::decide::chain_cost::traffic_of(&c.chains);
+    let report = crate::io::weekly::build_for(store.as_ref(), region, chrono::Utc::now(), &traffic).await?;
     let pictures = crate::io::weekly::chart::pictures(&report)?;
     let html = crate::io::weekly::html::document(&report, &pictures, crate::io::weekly::html::ImageSource::DataUri);
     match out {
@@ -754,7 +756,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let store = open_reading(&c, demo).await?;
             match window {
-                None => weekly_report(store, &region, out.as_deref()).await,
+                None => weekly_report(&c, store, &region, out.as_deref()).await,
                 Some(window) => report(&c, store, window, &region, json).await,
             }
         }

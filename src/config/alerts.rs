@@ -176,6 +176,9 @@ pub(super) struct RawAlerts {
     pub(super) provider_incident: bool,
     /// Read by the status pages' validation.
     pub(super) provider_incident_components: Vec<String>,
+    /// Read by `chain_cost::notice` (the `chain_head_changed` notice and its channels).
+    pub(super) chain_head_changed: bool,
+    pub(super) chain_head_channels: Vec<String>,
     /// Whether the file (or `VIGIL_ALERTS_ERROR_PROBES`) set `error_probes`: setting it beside
     /// `error_k`/`error_n` is an error, its default beside them is not.
     #[serde(skip)]
@@ -209,6 +212,8 @@ impl Default for RawAlerts {
             notice_channels: vec![],
             provider_incident: false,
             provider_incident_components: vec![],
+            chain_head_changed: false,
+            chain_head_channels: vec![],
             error_probes_given: false,
         }
     }

@@ -34,6 +34,7 @@ pub struct RawChain {
     fallback_for_credit: BTreeMap<String, String>,
     ttft_slo: Option<String>,
     total_slo: Option<String>,
+    tokens_per_day: Option<super::chain_cost::TokensPerDay>,
 }
 
 impl RawChain {
@@ -46,6 +47,7 @@ impl RawChain {
             fallback_for_credit: BTreeMap::new(),
             ttft_slo: None,
             total_slo: None,
+            tokens_per_day: None,
         }
     }
 
@@ -111,6 +113,8 @@ pub struct ChainConfig {
     pub ttft_slo: Option<Duration>,
     /// `total_slo`: the worst-case time to a complete answer the chain must keep.
     pub total_slo: Option<Duration>,
+    /// `tokens_per_day`: the traffic the chain carries (the weekly summary's implied spend).
+    pub tokens_per_day: Option<super::chain_cost::TokensPerDay>,
 }
 
 impl ChainConfig {
@@ -124,6 +128,7 @@ impl ChainConfig {
             fallback_for_credit: Vec::new(),
             ttft_slo: None,
             total_slo: None,
+            tokens_per_day: None,
         }
     }
 }
@@ -252,6 +257,7 @@ pub fn validate(
             fallback_for_credit: fallbacks(i, &c.fallback_for_credit, &known)?,
             ttft_slo,
             total_slo,
+            tokens_per_day: super::chain_cost::tokens_per_day(i, c.tokens_per_day)?,
         });
     }
     Ok(out)

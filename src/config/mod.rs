@@ -13,6 +13,7 @@ mod breaker;
 mod builtins;
 mod canary;
 pub mod chain;
+pub mod chain_cost;
 mod chain_env;
 mod deprecation;
 mod env;
@@ -139,6 +140,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// `[probe.canary]`: the silent model-change canary.
     pub canary: CanaryConfig,
+    /// The `chain_head_changed` notice (`alerts.chain_head_changed`, `alerts.chain_head_channels`).
+    pub chain_head: chain_cost::ChainHeadNotice,
 }
 
 /// The whole file as written; its defaults are also the template of every `VIGIL_*` override.
@@ -255,7 +258,7 @@ fn given(doc: &toml::Table, section: &str, key: &str) -> bool {
 
 /// The whole file validated, section by section in the order the file is documented; the first
 /// problem found is the error. `added` providers join the configured ones before anything names them.
-fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
+fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<Config, ConfigError> {
     validate_region(&raw.region)?;
     let storage = storage::validate(&raw.storage, &raw.baseline)?;
     let http = http::validate(raw.http, env)?;
@@ -271,7 +274,9 @@ fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<C
     }
     alerts::check_maintenance_providers(&raw.alerts, &resolved.names())?;
     let status_pages = status_pages::validate(&raw.probe.status_page_every, &raw.alerts, resolved.pages)?;
+    let head = (raw.alerts.chain_head_changed, std::mem::take(&mut raw.alerts.chain_head_channels));
     let alerts = alerts::validate(raw.alerts, env)?;
+    let chain_head = chain_cost::notice(head.0, head.1, &alerts)?;
     let report = report::validate(raw.report, &alerts)?;
     let chains = crate::config::chain::validate(raw.chain, &resolved.providers, &resolved.skipped, env)?;
     let deprecation = deprecation::validate(&raw.deprecation)?;
@@ -295,6 +300,7 @@ fn validate(raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Result<C
         deprecation,
         metrics,
         canary,
+        chain_head,
     })
 }
 

@@ -119,6 +119,26 @@ pub struct TargetStats {
     pub ttft_p95_bound: Option<P95Bound>,
     /// Its health, as the monitor judged it (chains demote what is not clean).
     pub health: Health,
+    /// Its price, when known (configured, published or built in; `decide::price_table`).
+    pub price: Option<EntryPrice>,
+}
+
+/// What a target costs, as its chain entries publish it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryPrice {
+    /// USD per million input tokens.
+    pub input_per_mtok: f64,
+    /// USD per million output tokens.
+    pub output_per_mtok: f64,
+    /// Where it came from: `config`, `published` (OpenRouter's endpoints) or `built-in`.
+    pub source: String,
+}
+
+impl EntryPrice {
+    /// The price as the chain-head records keep it.
+    pub fn per_mtok(&self) -> crate::vocab::chain_head::PerMtok {
+        crate::vocab::chain_head::PerMtok { input: self.input_per_mtok, output: self.output_per_mtok }
+    }
 }
 
 /// P50/P95/P99 in the document.
@@ -233,6 +253,8 @@ pub struct ChainEntry {
     pub retry_after_s: Option<u64>,
     /// The outcome class of the last probe when it failed, null otherwise.
     pub last_failure_class: Option<String>,
+    /// What it costs per million tokens, null when not known.
+    pub price: Option<EntryPrice>,
 }
 
 /// One chain: the order to use now in this region.
@@ -406,6 +428,7 @@ fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<Stri
         provisional: j.row.provisional,
         retry_after_s: j.row.retry_after_s,
         last_failure_class: j.row.last_failure_class.clone(),
+        price: j.stats.price.clone(),
     }
 }
 
@@ -764,6 +787,7 @@ pub(crate) mod tests {
             ttfb_p95_bound: None,
             ttft_p95_bound: None,
             health: health(State::Closed, None, Some(ProbeVerdict::Within), false),
+            price: None,
         }
     }
 
@@ -1029,6 +1053,23 @@ pub(crate) mod tests {
         assert_eq!(c.order[2].position, 3);
         assert_eq!(c.order[0].failover_ttft_ms, Some(800.0));
         assert_eq!(c.skipped[0].target, "gemini/gemini-2.0-flash");
+    }
+
+    #[test]
+    fn each_chain_entry_carries_its_price_where_known() {
+        let (p, mut all) = three();
+        all[0].price = Some(EntryPrice { input_per_mtok: 3.0, output_per_mtok: 15.0, source: "config".into() });
+        let doc = build(&p, &all);
+        let c = &doc.chains[0];
+        assert_eq!(c.order[0].price, None, "openrouter: no price known");
+        let anthropic = c.order[2].price.as_ref().expect("anthropic's price");
+        assert_eq!((anthropic.input_per_mtok, anthropic.output_per_mtok), (3.0, 15.0));
+        let json: Value = serde_json::from_str(&doc.to_json()).expect("json");
+        assert_eq!(json["chains"][0]["order"][0]["price"], Value::Null);
+        assert_eq!(
+            json["chains"][0]["order"][2]["price"],
+            serde_json::json!({"input_per_mtok": 3.0, "output_per_mtok": 15.0, "source": "config"})
+        );
     }
 
     #[test]

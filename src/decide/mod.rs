@@ -6,6 +6,7 @@ pub mod alert;
 pub mod baseline;
 pub mod breaker;
 pub mod canary;
+pub mod chain_cost;
 pub mod credit;
 pub mod drill;
 pub(crate) mod export;

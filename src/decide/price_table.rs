@@ -113,6 +113,16 @@ pub enum PriceSource {
 }
 
 impl PriceSource {
+    /// The router export's word for it (a chain entry's `price.source`): `config`, `published`
+    /// or `built-in`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PriceSource::ConfiguredModel | PriceSource::ConfiguredProvider => "config",
+            PriceSource::Published => "published",
+            PriceSource::Builtin(_) => "built-in",
+        }
+    }
+
     /// Short label (`config`, `built-in 2026-12-01`, `published`).
     pub fn label(&self) -> String {
         match self {

@@ -422,6 +422,7 @@ impl Prepared {
         }
         let migrated = unavailable.is_none();
         let mut monitor = Monitor::new(&config, published.1.clone(), Utc::now());
+        monitor.price_with(published.0.clone());
         let loaded = match migrated {
             true => match monitor.load(store.as_ref(), Utc::now()).await {
                 Ok(()) => true,

@@ -70,6 +70,10 @@ pub struct Monitor {
     built: Built,
     /// The stored drills as last read (every region's); the export drops the active ones.
     drills: Vec<crate::vocab::drill::Drill>,
+    /// The configured providers, whose prices the chain entries publish.
+    providers: Vec<crate::config::ProviderConfig>,
+    /// OpenRouter's published prices, shared with the prober (none until [`Monitor::price_with`]).
+    published: Option<crate::io::probe::PublishedPrices>,
 }
 
 /// The per-target parts of the last publish, in `Monitor::targets` order. A target's parts
@@ -134,7 +138,30 @@ impl Monitor {
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
             drills: Vec::new(),
+            providers: config.providers.clone(),
+            published: None,
         }
+    }
+
+    /// Prices the chain entries with OpenRouter's published prices too (the prober's table,
+    /// refreshed by its own task), as samples are priced.
+    pub fn price_with(&mut self, published: crate::io::probe::PublishedPrices) {
+        self.published = Some(published);
+        self.built.all = true;
+    }
+
+    /// A target's price as its chain entries publish it: configured, published, then built in.
+    fn price_of(&self, t: &Target) -> Option<export::EntryPrice> {
+        let p = self.providers.iter().find(|p| p.name == t.provider)?;
+        let table = self.published.as_ref().and_then(|x| x.read().ok());
+        let endpoints = table.as_ref().and_then(|g| g.get(&(t.provider.clone(), t.model.clone())));
+        let (price, source) =
+            crate::decide::price_table::price_of(p, &t.model, t.route.as_deref(), endpoints.map(Vec::as_slice))?;
+        Some(export::EntryPrice {
+            input_per_mtok: price.input_per_mtok,
+            output_per_mtok: price.output_per_mtok,
+            source: source.kind().to_string(),
+        })
     }
 
     /// The stored drills, as the storage link last read them; the next publish honours them.
@@ -571,6 +598,7 @@ impl Monitor {
             ttfb_p95_bound,
             ttft_p95_bound,
             health: health.clone(),
+            price: self.price_of(t),
         };
         let view = TargetView {
             key: TargetKey::from(t),

@@ -107,6 +107,12 @@ pub struct Alerting {
     restored: bool,
     /// The saved alert state has been asked of the link and not yet answered.
     restoring: bool,
+    /// `alerts.chain_head_channels` (else the notice channels): where `chain_head_changed` goes.
+    head_channels: Vec<String>,
+    /// `[[chain]] tokens_per_day` (input, output) by chain, for the notice's daily spend.
+    traffic: std::collections::BTreeMap<String, (f64, f64)>,
+    /// Each chain's head as last handed to the link (`chain_heads`), so only moves are stored.
+    heads_stored: std::collections::BTreeMap<String, Option<String>>,
 }
 
 /// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo` or `total_slo`, as the last
@@ -131,6 +137,75 @@ fn chain_checks(snapshot: &SharedSnapshot) -> Vec<rules::ChainSloCheck> {
             (ttft.is_some() || total.is_some()).then(|| rules::ChainSloCheck { chain: c.name.clone(), ttft, total })
         })
         .collect()
+}
+
+/// The `chain_head_changed` inputs: each chain's head (first entry of its order) in the last
+/// published export, with its price and the chain's `tokens_per_day`.
+fn head_checks(
+    snapshot: &SharedSnapshot,
+    traffic: &std::collections::BTreeMap<String, (f64, f64)>,
+) -> Vec<crate::decide::alert::chain_head::ChainHeadCheck> {
+    let Ok(snap) = snapshot.read() else { return Vec::new() };
+    let Some(doc) = snap.thresholds.as_ref() else { return Vec::new() };
+    doc.chains
+        .iter()
+        .map(|c| {
+            let head = c.order.first();
+            crate::decide::alert::chain_head::ChainHeadCheck {
+                chain: c.name.clone(),
+                head: head.map(|e| e.key.target.clone()),
+                price: head.and_then(|e| e.price.as_ref()).map(|p| p.per_mtok()),
+                tokens_per_day: traffic.get(&c.name).copied(),
+            }
+        })
+        .collect()
+}
+
+/// The records of the heads that moved since `stored` last saw them (every head the first
+/// time: a start records where each chain stands), as of `now`.
+fn moved_heads(
+    region: &str,
+    checks: &[crate::decide::alert::chain_head::ChainHeadCheck],
+    stored: &mut std::collections::BTreeMap<String, Option<String>>,
+    now: DateTime<Utc>,
+) -> Vec<crate::vocab::chain_head::ChainHead> {
+    let mut out = Vec::new();
+    for c in checks {
+        if stored.get(&c.chain) == Some(&c.head) {
+            continue;
+        }
+        stored.insert(c.chain.clone(), c.head.clone());
+        out.push(crate::vocab::chain_head::ChainHead {
+            region: region.to_string(),
+            chain: c.chain.clone(),
+            at: now,
+            target: c.head.clone(),
+            price: c.price,
+        });
+    }
+    out
+}
+
+/// Hands one evaluation's notifications to the link with the engine state that made them:
+/// `chain_head_changed` to its own channels, everything else to every channel.
+fn hand_over(a: &Alerting, link: &LinkHandle, notes: &[crate::decide::alert::Notification], now: DateTime<Utc>) {
+    let (heads, pages): (Vec<_>, Vec<_>) =
+        notes.iter().cloned().partition(|n| n.primary_kind() == crate::decide::alert::AlertKind::ChainHeadChanged);
+    let mut items = crate::io::notify::outbox::items_for(&pages, &a.channels, now);
+    let head_channels: Vec<String> = a.head_channels.iter().filter(|c| a.channels.contains(c)).cloned().collect();
+    items.extend(crate::io::notify::outbox::items_for(&heads, &head_channels, now));
+    match a.engine.state_json() {
+        // Pages and the state that remembers them travel together (one transaction).
+        Ok(state) if !items.is_empty() => link.store(Record::Evaluated { region: a.region.clone(), state, items }),
+        Ok(state) => link.store(Record::AlertState { region: a.region.clone(), state }),
+        // Unreachable for the engine's own types; the pages go alone, the state at the next evaluation.
+        Err(e) => {
+            tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation");
+            if !items.is_empty() {
+                link.store(Record::Outbox(items));
+            }
+        }
+    }
 }
 
 impl Alerting {
@@ -161,6 +236,9 @@ impl Alerting {
             canaries: Vec::new(),
             restored: true,
             restoring: false,
+            head_channels: config.chain_head.channels.clone(),
+            traffic: crate::decide::chain_cost::traffic_of(&config.chains),
+            heads_stored: Default::default(),
         }
     }
 
@@ -305,6 +383,11 @@ impl Pipeline {
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
+        let heads = head_checks(&self.snapshot, &self.alerts.traffic);
+        let moved = moved_heads(&self.alerts.region, &heads, &mut self.alerts.heads_stored, now);
+        if !moved.is_empty() {
+            self.link.store(Record::ChainHeads(moved));
+        }
         if !self.alerts.restored {
             self.await_saved_state(now);
             return;
@@ -375,8 +458,8 @@ impl Pipeline {
         }
         let canaries = canaries.iter().collect();
         let shifts = self.monitor.take_adoptions();
-        let round =
-            rules::Round { probes, breaker: changes, credits, canaries, shifts, chains: chain_checks(&self.snapshot) };
+        let chains = chain_checks(&self.snapshot);
+        let round = rules::Round { probes, breaker: changes, credits, canaries, shifts, chains, heads };
         let mut notes = a.engine.evaluate(&round, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
@@ -406,21 +489,7 @@ impl Pipeline {
         // This region's view of each target, for the other regions' scope and status pages.
         let engine = &a.engine;
         self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
-        let items = crate::io::notify::outbox::items_for(&notes, &a.channels, now);
-        match a.engine.state_json() {
-            // Pages and the state that remembers them travel together (one transaction).
-            Ok(state) if !items.is_empty() => {
-                self.link.store(Record::Evaluated { region: a.region.clone(), state, items })
-            }
-            Ok(state) => self.link.store(Record::AlertState { region: a.region.clone(), state }),
-            // Unreachable for the engine's own types; the pages go alone, the state at the next evaluation.
-            Err(e) => {
-                tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation");
-                if !items.is_empty() {
-                    self.link.store(Record::Outbox(items));
-                }
-            }
-        }
+        hand_over(a, &self.link, &notes, now);
         self.replan(now);
     }
 
@@ -708,6 +777,28 @@ balance = { min_usd = 5.0 }
 
     fn t0() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_start_records_every_head_and_later_only_the_moves() {
+        use crate::decide::alert::chain_head::ChainHeadCheck;
+        let check = |chain: &str, head: Option<&str>| ChainHeadCheck {
+            chain: chain.into(),
+            head: head.map(str::to_string),
+            price: None,
+            tokens_per_day: None,
+        };
+        let mut stored = std::collections::BTreeMap::new();
+        let first = moved_heads("eu", &[check("chat", Some("a/m")), check("batch", None)], &mut stored, t0());
+        assert_eq!(
+            first.iter().map(|h| (h.chain.as_str(), h.target.clone())).collect::<Vec<_>>(),
+            [("chat", Some("a/m".to_string())), ("batch", None)]
+        );
+        assert!(moved_heads("eu", &[check("chat", Some("a/m")), check("batch", None)], &mut stored, t0()).is_empty());
+        let later = t0() + chrono::Duration::seconds(5);
+        let moved = moved_heads("eu", &[check("chat", Some("b/m")), check("batch", None)], &mut stored, later);
+        assert_eq!((moved.len(), moved[0].target.as_deref(), moved[0].at), (1, Some("b/m"), later));
+        assert_eq!(moved[0].region, "eu");
     }
 
     fn target(region: &str) -> Target {

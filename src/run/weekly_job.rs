@@ -127,6 +127,7 @@ async fn wait(d: Duration, shutdown: &CancellationToken) -> bool {
 pub async fn send_weekly(
     store: &dyn Store,
     region: &str,
+    traffic: &crate::decide::chain_cost::Traffic,
     recipients: &[Arc<Recipient>],
     policy: OutboxConfig,
     now: DateTime<Utc>,
@@ -135,7 +136,7 @@ pub async fn send_weekly(
     let mut attempts = 0;
     let started = Utc::now();
     let report = loop {
-        match crate::io::weekly::build(store, Some(region), now).await {
+        match crate::io::weekly::build_for(store, Some(region), now, traffic).await {
             Ok(r) => break r,
             Err(e) => {
                 let waited = (Utc::now() - started).to_std().unwrap_or_default();
@@ -211,6 +212,7 @@ pub async fn run(store: Arc<dyn Store>, config: Config, shutdown: CancellationTo
     let names: Vec<&str> = recipients.iter().map(|r| r.name()).collect();
     tracing::info!(schedule = %expr, channels = ?names, region = %config.region, "weekly summary scheduled (UTC)");
     let policy = retry_policy(config.alerts.delivery_deadline);
+    let traffic = crate::decide::chain_cost::traffic_of(&config.chains);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -218,7 +220,7 @@ pub async fn run(store: Arc<dyn Store>, config: Config, shutdown: CancellationTo
                 if tick.is_none() {
                     break;
                 }
-                let send = send_weekly(store.as_ref(), &config.region, &recipients, policy.clone(), Utc::now(), &shutdown);
+                let send = send_weekly(store.as_ref(), &config.region, &traffic, &recipients, policy.clone(), Utc::now(), &shutdown);
                 // A slow query or SMTP exchange must not hold up a shutdown's drain.
                 tokio::select! {
                     _ = shutdown.cancelled() => {

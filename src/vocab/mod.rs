@@ -3,6 +3,7 @@
 
 pub mod breaker;
 pub mod canary;
+pub mod chain_head;
 pub mod drill;
 pub mod health;
 pub mod notice;

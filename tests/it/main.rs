@@ -21,6 +21,7 @@ mod bounded_bodies;
 mod bounded_memory;
 mod build_hygiene;
 mod canary;
+mod chain_cost;
 mod chain_order;
 mod chaos;
 mod check_config_reach;

@@ -6,6 +6,7 @@ use chrono::{Duration, DurationRound, Utc};
 use store_support::{bare_sample, full_sample, micros, target, Fixture, Kind};
 use vigil::io::store::{Prune, SampleQuery, Store, StoreError};
 use vigil::vocab::breaker::State;
+use vigil::vocab::chain_head::{ChainHead, PerMtok};
 use vigil::vocab::health::{Health, HealthState};
 use vigil::vocab::records::{
     BalanceReading, BreakerRecord, BreakerTransition, OutboxItem, Rollup, Sighting, StateJson, TargetStatus,
@@ -33,6 +34,7 @@ store_support::on_both_stores!(
     an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
     sightings_are_one_row_per_region_and_close_with_the_incident,
     drills_are_read_by_every_region_while_they_run_and_end_once,
+    chain_heads_read_back_by_window_with_the_head_in_effect_at_its_start,
     provider_incidents_and_components_upsert_and_read_back,
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
     the_retention_job_removes_what_its_policy_expires_from_every_table,
@@ -297,6 +299,46 @@ async fn drills_are_read_by_every_region_while_they_run_and_end_once(fx: Fixture
     let read = fx.store.drills(now).await.expect("read");
     assert_eq!(read[0].ended_at, Some(now + m(1)));
     assert!(!read[0].active_at(now + m(1)) && read[1].active_at(now + m(1)));
+}
+
+fn chain_head(region: &str, chain: &str, at: chrono::DateTime<Utc>, target: Option<&str>) -> ChainHead {
+    ChainHead {
+        region: region.into(),
+        chain: chain.into(),
+        at,
+        target: target.map(str::to_string),
+        price: target.map(|_| PerMtok { input: 2.5, output: 10.0 }),
+    }
+}
+
+async fn chain_heads_read_back_by_window_with_the_head_in_effect_at_its_start(fx: Fixture) {
+    let now = micros(Utc::now());
+    let h = Duration::hours;
+    let (since, until) = (now - h(24), now);
+    let rows = [
+        chain_head("eu", "chat", now - h(72), Some("openai/gpt-4o")),
+        chain_head("eu", "chat", now - h(48), Some("openrouter/openai/gpt-4o")),
+        chain_head("eu", "chat", now - h(3), Some("anthropic/claude-sonnet-4-20250514")),
+        chain_head("eu", "chat", now - h(1), None),
+        chain_head("eu", "chat", now + h(1), Some("openrouter/openai/gpt-4o")),
+        chain_head("eu", "batch", now - h(2), Some("openai/gpt-4o")),
+        chain_head("us", "chat", now - h(30), Some("openai/gpt-4o")),
+    ];
+    fx.store.record_chain_heads(&rows).await.expect("record");
+    fx.store.record_chain_heads(&rows[..2]).await.expect("a replay is ignored");
+    let eu = fx.store.chain_heads_between(Some("eu"), since, until).await.expect("read");
+    assert_eq!(eu, vec![rows[5].clone(), rows[1].clone(), rows[2].clone(), rows[3].clone()], "by chain, then time");
+    let all = fx.store.chain_heads_between(None, since, until).await.expect("read");
+    assert_eq!(all.len(), 5, "us's head before the window counts too: {all:?}");
+    assert_eq!(all[4], rows[6]);
+    assert_eq!(all[3].price, None, "no head, no price");
+
+    // Retention keeps each chain's newest record, however old: it is the head still in use.
+    let cutoff = now - h(20);
+    assert_eq!(fx.store.prune(Prune::ChainHeads, cutoff, 100).await.expect("prune"), 2);
+    let left = fx.store.chain_heads_between(None, now - h(100), now + h(2)).await.expect("read");
+    assert_eq!(left.len(), 5, "{left:?}");
+    assert!(left.contains(&rows[6]), "us's only record stays");
 }
 
 async fn every_sample_field_round_trips(fx: Fixture) {

@@ -7,6 +7,7 @@
 //! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
 pub mod backtest;
+pub mod chain_head;
 pub mod deprecation;
 pub(crate) mod flap;
 pub(crate) mod incident;
@@ -63,11 +64,14 @@ pub enum AlertKind {
     /// its `ttft_slo`, or to a complete answer over its `total_slo`; the summary names the
     /// member that breaks it.
     ChainSloAtRisk,
+    /// A chain's head (the target a router tries first) moved; the notice says to what and at
+    /// what price against the one before (`alerts.chain_head_changed`, off by default).
+    ChainHeadChanged,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 16] = [
+    pub const ALL: [AlertKind; 17] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -84,6 +88,7 @@ impl AlertKind {
         AlertKind::ModelChanged,
         AlertKind::BaselineShift,
         AlertKind::ChainSloAtRisk,
+        AlertKind::ChainHeadChanged,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -105,6 +110,7 @@ impl AlertKind {
             AlertKind::ModelChanged => "model_changed",
             AlertKind::BaselineShift => "baseline_shift",
             AlertKind::ChainSloAtRisk => "chain_slo_at_risk",
+            AlertKind::ChainHeadChanged => "chain_head_changed",
         }
     }
 
@@ -122,7 +128,7 @@ impl AlertKind {
             | AlertKind::ProviderIncident
             | AlertKind::ModelChanged
             | AlertKind::ChainSloAtRisk => Severity::Warning,
-            AlertKind::BreakerClosed | AlertKind::BaselineShift => Severity::Info,
+            AlertKind::BreakerClosed | AlertKind::BaselineShift | AlertKind::ChainHeadChanged => Severity::Info,
         }
     }
 }
@@ -154,6 +160,7 @@ impl AlertKind {
             AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
             AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo (or the complete answer later than its total_slo): the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
+            AlertKind::ChainHeadChanged => "The target a router tries first in this failover chain changed: the summary says to which and its price against the one before (a pricier head spends more at the same traffic).",
         }
     }
 }
@@ -257,7 +264,7 @@ pub struct Alert {
     pub model: Option<String>,
     /// Pinned route, when any.
     pub route: Option<String>,
-    /// The `[[chain]]` it is about (`chain_slo_at_risk`).
+    /// The `[[chain]]` it is about (`chain_slo_at_risk`, `chain_head_changed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<String>,
     /// Regional or global.

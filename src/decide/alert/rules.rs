@@ -104,6 +104,8 @@ pub struct Round<'a> {
     pub shifts: Vec<crate::decide::baseline::Adoption>,
     /// Each chain with a `ttft_slo` or `total_slo`, as the router export judged it now (`chain_slo_at_risk`).
     pub chains: Vec<ChainSloCheck>,
+    /// Each chain's head in the last published export (`chain_head_changed`).
+    pub heads: Vec<super::chain_head::ChainHeadCheck>,
 }
 
 /// One chain's latency budgets as the router export judged them.
@@ -241,6 +243,9 @@ pub struct EngineState {
     /// Each target's canary history for `model_changed`, by history key.
     #[serde(default)]
     canary: BTreeMap<String, crate::decide::canary::detect::Detector>,
+    /// Each chain's head as last evaluated (`chain_head_changed`).
+    #[serde(default)]
+    heads: super::chain_head::Heads,
 }
 
 /// A rule's answer for one facet this round.
@@ -419,6 +424,7 @@ impl AlertEngine {
         self.canary_verdicts(round, &mut verdicts);
         self.shift_verdicts(round, &mut verdicts);
         chain_verdicts(&self.cfg.region, round, &mut verdicts);
+        self.head_verdicts(round, &mut verdicts);
         for v in verdicts {
             self.apply(v, now);
         }
@@ -582,6 +588,20 @@ impl AlertEngine {
                 out.push(Verdict { alert: t.alert.clone(), holds: false });
             }
         }
+    }
+
+    /// `chain_head_changed`: a notice when a chain's head moved since the last evaluation.
+    fn head_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) {
+        let open: Vec<Alert> = self
+            .state
+            .facets
+            .values()
+            .filter(|t| t.alert.kind == AlertKind::ChainHeadChanged)
+            .map(|t| t.alert.clone())
+            .collect();
+        let (region, enabled) = (&self.cfg.region, self.cfg.chain_head_changed);
+        let found = super::chain_head::verdicts(region, enabled, &mut self.state.heads, &round.heads, &open);
+        out.extend(found.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
     }
 
     fn target_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>) {
@@ -1351,6 +1371,47 @@ mod tests {
             resolved.iter().filter(|n| n.alerts.iter().all(|a| a.status == AlertStatus::Resolved)).collect();
         assert_eq!(gone.len(), 1, "{resolved:?}");
         assert_eq!(gone[0].alerts[0].chain.as_deref(), Some("batch"));
+    }
+
+    #[test]
+    fn a_chain_head_move_is_one_notice_that_survives_a_restart_and_resolves_by_itself() {
+        use crate::decide::alert::chain_head::ChainHeadCheck;
+        use crate::vocab::chain_head::PerMtok;
+        let on = RuleConfig { chain_head_changed: true, ..cfg() };
+        let head = |target: &str, input: f64| ChainHeadCheck {
+            chain: "chat".into(),
+            head: Some(target.into()),
+            price: Some(PerMtok { input, output: input * 4.0 }),
+            tokens_per_day: None,
+        };
+        let eval = |e: &mut AlertEngine, h: ChainHeadCheck, m: i64| {
+            e.evaluate(&Round { heads: vec![h], ..Round::default() }, at(m))
+        };
+        let mut e = AlertEngine::new(on.clone());
+        assert!(eval(&mut e, head("openrouter/m", 1.0), 0).is_empty(), "a first sight is no news");
+        // A restart between two evaluations: the saved state remembers the head.
+        let saved = crate::vocab::records::StateJson::from_text(e.state_json().expect("state").as_str().to_string());
+        let mut e = AlertEngine::restore(on.clone(), Some(&saved.expect("json")));
+        let n = eval(&mut e, head("anthropic/c", 3.1), 1);
+        assert_eq!(n.len(), 1, "{n:?}");
+        let a = &n[0].alerts[0];
+        assert_eq!((a.kind, a.severity, a.status), (AlertKind::ChainHeadChanged, Severity::Info, AlertStatus::Firing));
+        assert_eq!(n[0].subject, "chain chat");
+        assert!(
+            a.summary.starts_with("chain chat: now anthropic/c, 3.1× the input price of openrouter/m"),
+            "{}",
+            a.summary
+        );
+        let mut later = Vec::new();
+        for m in 2..2 + i64::from(on.resolve_after) + 1 {
+            later.extend(eval(&mut e, head("anthropic/c", 3.1), m));
+        }
+        assert_eq!(later.len(), 1, "only the resolve: {later:?}");
+        assert_eq!(later[0].status, AlertStatus::Resolved);
+        // Switched off (the default), a move is followed but not sent.
+        let mut off = AlertEngine::new(cfg());
+        assert!(eval(&mut off, head("openrouter/m", 1.0), 0).is_empty());
+        assert!(eval(&mut off, head("anthropic/c", 3.1), 1).is_empty());
     }
 
     #[test]

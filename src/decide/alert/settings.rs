@@ -50,6 +50,8 @@ pub struct RuleConfig {
     pub deprecation_warn_days: u32,
     /// The `model_changed` statistic's windows and thresholds (`[probe.canary]`).
     pub canary: crate::config::DetectorConfig,
+    /// `alerts.chain_head_changed`: notice when a chain's head moves (off by default).
+    pub chain_head_changed: bool,
 }
 
 impl RuleConfig {
@@ -89,6 +91,7 @@ impl RuleConfig {
             status_url: c.alerts.status_url.clone(),
             deprecation_warn_days: c.deprecation.warn_days,
             canary: c.canary.detector(),
+            chain_head_changed: c.chain_head.enabled,
         }
     }
 }

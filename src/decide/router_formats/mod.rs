@@ -143,6 +143,7 @@ mod tests {
             ttfb_p95_bound: None,
             ttft_p95_bound: None,
             health: crate::vocab::health::Health { state: crate::vocab::health::HealthState::Ok, ..Default::default() },
+            price: None,
         }
     }
 

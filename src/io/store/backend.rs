@@ -232,6 +232,19 @@ impl<B: Backend> StateStore for B {
     async fn end_drill(&self, id: Uuid, at: DateTime<Utc>) -> Result<bool, StoreError> {
         self.run(sql::end_drill(id, at)).await.map(|n| n > 0)
     }
+
+    async fn record_chain_heads(&self, heads: &[crate::vocab::chain_head::ChainHead]) -> Result<(), StoreError> {
+        self.run_all(heads.iter().map(sql::record_chain_head).collect()).await.map(|_| ())
+    }
+
+    async fn chain_heads_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<crate::vocab::chain_head::ChainHead>, StoreError> {
+        read(self, sql::chain_heads_between(region, since, until), rows::chain_head_of).await
+    }
 }
 
 #[async_trait]

@@ -69,6 +69,8 @@ pub enum Record {
     TargetStatus(#[serde(with = "items")] Vec<TargetStatus>),
     /// Canary runs (appended; idempotent on their ids).
     Canary(#[serde(with = "items")] Vec<crate::vocab::canary::CanaryRun>),
+    /// Chain heads as they moved (appended; idempotent on region, chain and time).
+    ChainHeads(#[serde(with = "items")] Vec<crate::vocab::chain_head::ChainHead>),
     /// One evaluation's notifications with the engine state that made them, stored in one
     /// transaction: a kill between the two would leave a page without the incident it opened
     /// (never resolved) or an incident without its page.
@@ -625,6 +627,10 @@ impl Link {
                 let runs = runs.clone();
                 self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
             }
+            Record::ChainHeads(heads) => {
+                let heads = heads.clone();
+                self.call(|s| async move { s.record_chain_heads(&heads).await }).await
+            }
         }
     }
 
@@ -867,6 +873,13 @@ mod tests {
                 updated_at: now,
             }]),
             Record::Canary(Vec::new()),
+            Record::ChainHeads(vec![crate::vocab::chain_head::ChainHead {
+                region: "eu".into(),
+                chain: "chat".into(),
+                at: now,
+                target: Some(t.id()),
+                price: Some(crate::vocab::chain_head::PerMtok { input: 3.0, output: 15.0 }),
+            }]),
             Record::AlertState {
                 region: "eu".into(),
                 state: crate::vocab::records::StateJson::of(&serde_json::json!({"a": 1})).expect("json"),

@@ -33,6 +33,7 @@ const POSTGRES: &[(&str, &str)] = embed!("postgres":
     "20261201000060_transition_key.sql",
     "20261203000010_target_status_health.sql",
     "20261203000020_drills.sql",
+    "20261203000030_chain_heads.sql",
 );
 
 /// `migrations/sqlite/`.
@@ -47,6 +48,7 @@ const SQLITE: &[(&str, &str)] = embed!("sqlite":
     "20261201000060_transition_key.sql",
     "20261203000010_target_status_health.sql",
     "20261203000020_drills.sql",
+    "20261203000030_chain_heads.sql",
 );
 
 /// The PostgreSQL schema's migrator.

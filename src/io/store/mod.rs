@@ -289,11 +289,13 @@ pub enum Prune {
     ProviderComponents,
     /// `drills` that ran out before the cutoff (kept as history like breaker transitions).
     Drills,
+    /// `chain_heads` recorded before the cutoff, except each chain's newest (the head still in use).
+    ChainHeads,
 }
 
 impl Prune {
     /// Every prunable table, in the order the retention job visits them.
-    pub const ALL: [Prune; 11] = [
+    pub const ALL: [Prune; 12] = [
         Prune::Rollups,
         Prune::Outbox,
         Prune::BreakerTransitions,
@@ -305,6 +307,7 @@ impl Prune {
         Prune::ProviderIncidents,
         Prune::ProviderComponents,
         Prune::Drills,
+        Prune::ChainHeads,
     ];
 
     /// The table's name.
@@ -321,6 +324,7 @@ impl Prune {
             Prune::ProviderIncidents => "provider_incidents",
             Prune::ProviderComponents => "provider_components",
             Prune::Drills => "drills",
+            Prune::ChainHeads => "chain_heads",
         }
     }
 
@@ -336,6 +340,10 @@ impl Prune {
             }
             Prune::IncidentLeases => "expires_at < {c}",
             Prune::Drills => "until_at < {c}",
+            Prune::ChainHeads => {
+                "at < {c} AND at < (SELECT MAX(d.at) FROM chain_heads d \
+                 WHERE d.region = chain_heads.region AND d.chain = chain_heads.chain)"
+            }
             Prune::ProviderIncidents => "COALESCE(resolved_at, updated_at, created_at) < {c}",
         }
     }
@@ -469,6 +477,17 @@ pub trait StateStore: Send + Sync {
     async fn drills(&self, since: DateTime<Utc>) -> Result<Vec<crate::vocab::drill::Drill>, StoreError>;
     /// Ends a running drill at `at`; false when it is unknown, ended already or run out.
     async fn end_drill(&self, id: Uuid, at: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// Appends chain-head records (a repeat of the same region, chain and time is ignored).
+    async fn record_chain_heads(&self, heads: &[crate::vocab::chain_head::ChainHead]) -> Result<(), StoreError>;
+    /// The chain heads of `[since, until)` of one region or all, with each chain's head in
+    /// effect at `since` (its newest record before it), ordered by region, chain and time.
+    async fn chain_heads_between(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<crate::vocab::chain_head::ChainHead>, StoreError>;
 }
 
 /// The alert outbox and the incident leases that let regions share it: used by the notifier

@@ -36,7 +36,7 @@ impl Policy {
         match what {
             Prune::Rollups => t.rollups_days,
             Prune::Outbox => t.outbox_days,
-            Prune::BreakerTransitions | Prune::Drills => t.breaker_transitions_days,
+            Prune::BreakerTransitions | Prune::Drills | Prune::ChainHeads => t.breaker_transitions_days,
             Prune::CreditReadings => t.credit_readings_days,
             Prune::AlertState | Prune::TargetStatus | Prune::IncidentLeases | Prune::IncidentSightings => {
                 t.alert_state_days

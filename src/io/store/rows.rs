@@ -263,6 +263,21 @@ pub(crate) fn drill_of(row: &impl StoredRow) -> Result<crate::vocab::drill::Dril
     })
 }
 
+/// One `chain_heads` row (a price only when both halves are stored).
+pub(crate) fn chain_head_of(row: &impl StoredRow) -> Result<crate::vocab::chain_head::ChainHead, sqlx::Error> {
+    let price = match (row.opt_float("input_per_mtok")?, row.opt_float("output_per_mtok")?) {
+        (Some(input), Some(output)) => Some(crate::vocab::chain_head::PerMtok { input, output }),
+        _ => None,
+    };
+    Ok(crate::vocab::chain_head::ChainHead {
+        region: row.text("region")?,
+        chain: row.text("chain")?,
+        at: row.time("at")?,
+        target: row.opt_text("target")?,
+        price,
+    })
+}
+
 /// One `provider_incidents` row.
 pub(crate) fn incident_of(row: &impl StoredRow) -> Result<ProviderIncident, sqlx::Error> {
     Ok(ProviderIncident {

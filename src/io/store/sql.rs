@@ -644,6 +644,36 @@ pub(crate) fn end_drill(id: Uuid, at: DateTime<Utc>) -> Stmt {
     Stmt::new("UPDATE drills SET ended_at = $2 WHERE id = $1 AND ended_at IS NULL AND until_at > $2").arg(id).arg(at)
 }
 
+/// The columns of `chain_heads` a [`ChainHead`](crate::vocab::chain_head::ChainHead) is read from.
+const CHAIN_HEAD_COLUMNS: &str = "region, chain, at, target, input_per_mtok, output_per_mtok";
+
+/// Appends one chain-head record; the same region, chain and time again is ignored (a replay).
+pub(crate) fn record_chain_head(h: &crate::vocab::chain_head::ChainHead) -> Stmt {
+    Stmt::new(format!(
+        "INSERT INTO chain_heads ({CHAIN_HEAD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (region, chain, at) DO NOTHING"
+    ))
+    .arg(&h.region)
+    .arg(&h.chain)
+    .arg(h.at)
+    .arg(h.target.as_deref())
+    .arg(h.price.map(|p| p.input))
+    .arg(h.price.map(|p| p.output))
+}
+
+/// The chain heads of `[since, until)` (one region or all) and each chain's newest before `since`.
+pub(crate) fn chain_heads_between(region: Option<&str>, since: DateTime<Utc>, until: DateTime<Utc>) -> Stmt {
+    Stmt::new(format!(
+        "SELECT {CHAIN_HEAD_COLUMNS} FROM chain_heads c \
+         WHERE (CAST($3 AS TEXT) IS NULL OR region = $3) AND at < $2 AND (at >= $1 OR at = \
+         (SELECT MAX(d.at) FROM chain_heads d WHERE d.region = c.region AND d.chain = c.chain AND d.at < $1)) \
+         ORDER BY region, chain, at"
+    ))
+    .arg(since)
+    .arg(until)
+    .arg(region)
+}
+
 /// Inserts or updates one provider incident; a stored resolution time is kept once set.
 pub(crate) fn upsert_provider_incident(i: &ProviderIncident) -> Stmt {
     let components = serde_json::to_string(&i.components).unwrap_or_else(|_| "[]".into());
@@ -831,6 +861,7 @@ mod tests {
             sightings("i"),
             drills(now),
             end_drill(Uuid::nil(), now),
+            chain_heads_between(Some("eu"), now, now),
             provider_incidents_between(None, now, now),
             provider_components("p"),
             canary_runs(None, now, 3),

@@ -145,6 +145,54 @@ fn provider_incidents(report: &WeeklyReport) -> Markup {
     }
 }
 
+/// `5 d 18 h`, `6 h 0 min`, `12 min`, `42 s`.
+pub fn span(seconds: i64) -> String {
+    let (d, h, m) = (seconds / 86_400, seconds % 86_400 / 3600, seconds % 3600 / 60);
+    match (d, h) {
+        (0, 0) if m == 0 => format!("{seconds} s"),
+        (0, 0) => format!("{m} min"),
+        (0, _) => format!("{h} h {m} min"),
+        _ => format!("{d} d {h} h"),
+    }
+}
+
+/// A price per million tokens, input / output; `-` when unknown.
+fn per_mtok(p: Option<crate::vocab::chain_head::PerMtok>) -> String {
+    p.map_or_else(|| "-".into(), |p| format!("${:.2} / ${:.2}", p.input, p.output))
+}
+
+/// Time per chain head and the spend it implied.
+fn chain_heads(report: &WeeklyReport) -> Markup {
+    html! {
+        h2 { "Failover chains: time per head" } "\n"
+        table id="chain-heads" style=(TABLE) {
+            "\n"
+            (head_row(&["region", "chain", "head", "time", "share", "price per M tokens (in / out)", "implied spend"]))
+            @for h in &report.chain_heads {
+                @let head = h.target.as_deref().unwrap_or("(nothing usable)");
+                tr data-chain=(Text(&h.chain)) data-region=(Text(&h.region)) data-head=(Text(head)) {
+                    (cell("region", &h.region, false, ""))
+                    (cell("chain", &h.chain, false, ""))
+                    (cell("head", head, false, ""))
+                    (cell("time", &span(h.seconds), true, ""))
+                    (cell("share", &format!("{:.1}%", h.share * 100.0), true, ""))
+                    (cell("price", &per_mtok(h.price), true, ""))
+                    (cell("implied_spend", &usd(h.implied_usd), true, ""))
+                }
+                "\n"
+            }
+        }
+        "\n"
+        p style=(NOTE) {
+            "The head is the target a router tries first (the first entry of the chain's order in the router \
+             export); each move is recorded, and a head counts until the next. Price: the head's when it became \
+             the head. Implied spend: the chain's tokens_per_day at that price for that time (- without \
+             tokens_per_day or a known price)."
+        }
+        "\n"
+    }
+}
+
 /// One provider's chart: heading, image, how to read it and the legend.
 fn chart_html(report: &WeeklyReport, i: usize, chart: &super::Chart, picture: &Picture, images: ImageSource) -> Markup {
     let provider = Text(&chart.provider);
@@ -226,6 +274,7 @@ pub fn document(report: &WeeklyReport, pictures: &[Picture], images: ImageSource
                 }
                 @if !report.instance_alerts.is_empty() { (instance_alerts(report)) }
                 @if !report.provider_incidents.is_empty() { (provider_incidents(report)) }
+                @if !report.chain_heads.is_empty() { (chain_heads(report)) }
                 p style=(NOTE) {
                     "TTFT percentiles are exact (nearest rank) over the successful probes of each week, all of a \
                      provider's models and routes together. Error rate: failed probes / probes. Breaker openings: \
@@ -302,6 +351,17 @@ pub fn text(report: &WeeklyReport) -> String {
     for (region, n) in &report.instance_alerts {
         out.push_str(&format!("\nInstance-wide alerts in {region}: {n}"));
     }
+    for h in &report.chain_heads {
+        out.push_str(&format!(
+            "\nChain {} in {}: {} head for {} ({:.1}%), implied spend {}",
+            h.chain,
+            h.region,
+            h.target.as_deref().unwrap_or("nothing usable"),
+            span(h.seconds),
+            h.share * 100.0,
+            usd(h.implied_usd)
+        ));
+    }
     out.push_str("\nTTFT in ms, exact percentiles over successful probes. Charts are in the HTML version.\n");
     out
 }
@@ -348,6 +408,15 @@ mod tests {
                 median_lead_s: None,
                 max_lead_s: None,
             }],
+            chain_heads: vec![crate::decide::chain_cost::HeadTime {
+                region: "eu".into(),
+                chain: HOSTILE.into(),
+                target: Some(format!("{HOSTILE}/m")),
+                seconds: 3600,
+                share: 1.0,
+                price: None,
+                implied_usd: None,
+            }],
         };
         let picture = Picture { png: vec![], scale: Scale { max: 1.0, step: 1.0 } };
         let html = document(&report, &[picture], ImageSource::ContentId);
@@ -355,7 +424,7 @@ mod tests {
         // Summary row attributes and cell, instance alerts, incidents, chart heading, alt and legend.
         assert!(html.contains(&format!(r#"<tr data-provider="{ESCAPED}" data-region="eu">"#)), "{html}");
         assert!(html.contains(&format!(r#"alt="TTFT P50 of {ESCAPED} every"#)), "{html}");
-        assert!(html.matches(ESCAPED).count() >= 7, "{html}");
+        assert!(html.matches(ESCAPED).count() >= 9, "{html}");
         assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
     }
 }

@@ -157,6 +157,9 @@ pub struct WeeklyReport {
     pub instance_alerts: BTreeMap<String, u64>,
     /// Providers' own status page incidents this week, and how many vigil saw first ([`lead_time`]).
     pub provider_incidents: Vec<lead_time::ProviderLead>,
+    /// Time each target spent as its chain's head this week, and the spend it implied at the
+    /// chain's `tokens_per_day` ([`crate::decide::chain_cost`]).
+    pub chain_heads: Vec<crate::decide::chain_cost::HeadTime>,
 }
 
 impl WeeklyReport {
@@ -338,6 +341,7 @@ impl Collector {
             charts,
             instance_alerts,
             provider_incidents: Vec::new(),
+            chain_heads: Vec::new(),
         }
     }
 }
@@ -365,7 +369,9 @@ fn count_alerts(
         if n.test || n.reminder || n.status != AlertStatus::Firing || !seen.insert(n.key.clone()) {
             continue;
         }
-        for a in n.alerts.iter().filter(|a| a.status == AlertStatus::Firing) {
+        // Head moves are notices with their own section (time per chain head), not alerts.
+        let alerts = n.alerts.iter().filter(|a| a.kind != crate::decide::alert::AlertKind::ChainHeadChanged);
+        for a in alerts.filter(|a| a.status == AlertStatus::Firing) {
             if a.provider.is_empty() {
                 *instance.entry(item.region.clone()).or_default() += 1;
             } else {
@@ -397,8 +403,20 @@ fn credit_spent(
         .collect()
 }
 
-/// Builds the report for `region` (`None`: every region) for the weeks ending at `now`.
+/// Builds the report for `region` (`None`: every region) for the weeks ending at `now`, with
+/// no chain traffic configured (time per chain head, no implied spend).
 pub async fn build(store: &dyn Store, region: Option<&str>, now: DateTime<Utc>) -> Result<WeeklyReport, StoreError> {
+    build_for(store, region, now, &crate::decide::chain_cost::Traffic::new()).await
+}
+
+/// [`build`] with each chain's `tokens_per_day` (`traffic`), so the time per chain head says
+/// the spend it implied.
+pub async fn build_for(
+    store: &dyn Store,
+    region: Option<&str>,
+    now: DateTime<Utc>,
+    traffic: &crate::decide::chain_cost::Traffic,
+) -> Result<WeeklyReport, StoreError> {
     let mut c = Collector::new(now);
     let (this, last) = (c.this, c.last);
     let mut from = last.since;
@@ -431,6 +449,8 @@ pub async fn build(store: &dyn Store, region: Option<&str>, now: DateTime<Utc>) 
         };
         report.provider_incidents = lead_time::lead_times(&incidents, &all);
     }
+    let heads = store.chain_heads_between(region, this.since, this.until).await?;
+    report.chain_heads = crate::decide::chain_cost::time_per_head(&heads, this.since, this.until, traffic);
     Ok(report)
 }
 
