@@ -296,7 +296,8 @@ impl App {
         let health = writer.health();
         let outbox = build_outbox(&config, &store, &metrics, notifiers);
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
-        let alerting = restore_alerting(&config, store.as_ref(), outbox.channels(), model_notices.clone()).await;
+        let alerting =
+            restore_alerting(&config, store.as_ref(), &records, outbox.channels(), model_notices.clone()).await;
         let plan = ContextPlan {
             region: config.region.clone(),
             every: config.probe.interval,
@@ -494,15 +495,23 @@ fn check_data_dir(dir: &std::path::Path) -> Result<(), AppError> {
     Ok(())
 }
 
-/// The alert stage as the last run left it: the engine's saved state when storage answers in
-/// time; otherwise a stage that reads it through the link before it judges or saves anything.
+/// The alert stage as the last run left it: the newest state the record spool holds (written
+/// before the stored one can be), else the stored state when storage answers in time; otherwise
+/// a stage that reads it through the link before it judges or saves anything.
 async fn restore_alerting(
     config: &Config,
     store: &dyn StateStore,
+    records: &store::spool::SpoolOf<crate::io::store::link::Record>,
     channels: Vec<String>,
     model_notices: crate::io::feeds::model_lists::SharedModelNotices,
 ) -> crate::run::pipeline::Alerting {
-    let saved = load_alert_state(store, &config.region).await;
+    let saved = match crate::io::store::link::newest_spooled_alert_state(records, &config.region) {
+        Some(state) => {
+            tracing::info!(region = %config.region, "alert state restored from the record spool (newer than the stored one)");
+            Ok(Some(state))
+        }
+        None => load_alert_state(store, &config.region).await,
+    };
     let engine = crate::decide::alert::rules::AlertEngine::restore(
         crate::decide::alert::settings::RuleConfig::from_config(config),
         saved.as_ref().ok().and_then(Option::as_ref),

@@ -202,6 +202,68 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_opened_while_storage_was_dark_and_spooled_at_the_stop_resolves_after_the_restart() {
+    // The page and the state that remembers it were spooled together at the stop; the next start
+    // read the older stored state, replayed the spool (the page went out) and then saved its own
+    // state over the replayed one: the incident was never resolved (chaos run, seed 372113939).
+    let failing = Arc::new(AtomicBool::new(false));
+    let body = adherent_stream();
+    let fails = failing.clone();
+    let provider = StandIn::start(move |_| {
+        if fails.load(Ordering::SeqCst) {
+            Script::status(500)
+        } else {
+            Script::sse(&body, Duration::from_millis(1))
+        }
+    })
+    .await
+    .expect("stand-in");
+    let hook = Receiver::start(Reply::new(200, "ok")).await;
+    let hook_url = hook.url("/hook");
+    let env = [("VIGIL_WATCH_HOOK", hook_url.as_str())];
+    let db = PgTestDb::create().await;
+    let proxy = TcpProxy::to_postgres().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = data.path().join("vigil.toml");
+    let text = steady_toml("watch-1", &proxy.url_for(&db.url), data.path(), port, &provider.base_url(), &["m1"])
+        + "[breaker]\nopen_for = \"3s\"\n[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
+    std::fs::write(&config, text).expect("config");
+    let log = data.path().join("vigil.log");
+    let store = vigil::io::store::open(&db.url).await.expect("store");
+
+    let vigil = Daemon::start_with(&config, port, &log, &env).await;
+    // Healthy rounds are judged and their state stored.
+    let stored = || async { store.load_alert_state("watch-1").await.ok().flatten().is_some() };
+    assert!(settle(Duration::from_secs(15), stored, |s| *s).await, "no alert state stored; log:\n{}", vigil.log());
+    // Storage goes dark, then the provider fails: the page and its state wait in the spool.
+    proxy.set_mode(Mode::Blackhole).await;
+    failing.store(true, Ordering::SeqCst);
+    vigil.log_until(Duration::from_secs(20), "circuit breaker").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    assert!(pages_at(&hook).is_empty(), "nothing could be delivered while storage was dark");
+
+    // Storage is back and the provider recovered: the restart must page and then resolve.
+    proxy.set_mode(Mode::Forward).await;
+    failing.store(false, Ordering::SeqCst);
+    let vigil = Daemon::start_with(&config, port, &log, &env).await;
+    let resolved = |p: &Vec<(String, String)>| p.iter().any(|(_, t)| t.starts_with("[RESOLVED]"));
+    let pages = settle(Duration::from_secs(45), || async { pages_at(&hook) }, resolved).await;
+    let (_, clean, text) = vigil.stop().await;
+    assert!(clean, "{text}");
+    let Some((incident, _)) = pages.iter().find(|(_, t)| t.starts_with("[FIRING]")).cloned() else {
+        panic!("the spooled page was never delivered: {pages:?}; log:\n{text}")
+    };
+    assert!(
+        pages.iter().any(|(i, t)| i == &incident && t.starts_with("[RESOLVED]")),
+        "incident {incident} never resolved: {pages:?}; log:\n{text}"
+    );
+    assert!(text.contains("alert state restored from the record spool"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_during_a_hanging_probe_keeps_its_bound() {
     // Headers come after 25 s: far past the stop bound, inside the probe's own timeout.
     let provider =

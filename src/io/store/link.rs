@@ -84,6 +84,22 @@ pub enum Record {
     },
 }
 
+/// The newest alert state of `region` in the record spool an earlier run left (`AlertState` or
+/// `Evaluated`), if any. It is newer than the stored one: the link writes nothing past a
+/// non-empty spool. A start restores it rather than the stored state, or the spooled pages would
+/// be replayed for incidents its engine never heard of (paged, never resolved).
+pub fn newest_spooled_alert_state(spool: &SpoolOf<Record>, region: &str) -> Option<crate::vocab::records::StateJson> {
+    if spool.is_empty() {
+        return None;
+    }
+    spool.peek_all().into_iter().rev().find_map(|r| match r {
+        Record::AlertState { region: r, state } | Record::Evaluated { region: r, state, .. } if r == region => {
+            Some(state)
+        }
+        _ => None,
+    })
+}
+
 /// A list record's spool line: `{"record": "rollups", "items": […]}`. A tagged line must be an
 /// object, and serde refuses to tag a bare list: before this, outbox items, rollups and canary
 /// runs that had to be spooled were logged as lost ("cannot serialize tagged newtype variant").
@@ -833,6 +849,31 @@ mod tests {
     use crate::vocab::breaker::State;
     use crate::vocab::health::{Health, HealthState};
     use crate::vocab::target::Target;
+
+    /// A start restores the newest spooled alert state of its own region, whichever record
+    /// carried it, from a spool a stopped run left on disk; none when the spool holds none.
+    #[test]
+    fn the_newest_spooled_alert_state_of_a_region_is_found_across_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = |v: u32| crate::vocab::records::StateJson::of(&serde_json::json!({ "v": v })).expect("json");
+        let newest = |spool: &SpoolOf<Record>, region: &str| {
+            newest_spooled_alert_state(spool, region).map(|s| s.as_str().to_string())
+        };
+        let text = |v: u32| Some(state(v).as_str().to_string());
+        let mut spool = SpoolOf::<Record>::open(dir.path(), 1 << 20).expect("spool").with_segment_bytes(64);
+        assert_eq!(newest(&spool, "eu"), None, "an empty spool");
+        spool.append(&[Record::Outbox(Vec::new())]).expect("append");
+        assert_eq!(newest(&spool, "eu"), None, "no state spooled");
+        spool.append(&[Record::AlertState { region: "eu".into(), state: state(1) }]).expect("append");
+        spool.append(&[Record::Evaluated { region: "eu".into(), state: state(2), items: Vec::new() }]).expect("append");
+        spool.append(&[Record::AlertState { region: "us".into(), state: state(3) }]).expect("append");
+        spool.append(&[Record::Outbox(Vec::new())]).expect("append");
+        drop(spool);
+        let spool = SpoolOf::<Record>::open(dir.path(), 1 << 20).expect("reopened");
+        assert_eq!(newest(&spool, "eu"), text(2), "the evaluation's state, newest of eu");
+        assert_eq!(newest(&spool, "us"), text(3));
+        assert_eq!(newest(&spool, "ap"), None);
+    }
 
     /// Every kind of record survives a spool line: the spool is how nothing is lost while the
     /// database is down.

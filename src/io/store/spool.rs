@@ -227,6 +227,19 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         Ok(None)
     }
 
+    /// Every record still spooled, oldest first, without taking any out (a segment that can no
+    /// longer be read is skipped with a warning; replay reports it too).
+    pub fn peek_all(&self) -> Vec<T> {
+        let mut out = Vec::new();
+        for seg in &self.segments {
+            match read_segment(&seg.path) {
+                Ok(data) => out.extend(parse_lines(&data, &seg.path)),
+                Err(why) => tracing::warn!(file = %seg.path.display(), error = %why, "spool segment not readable"),
+            }
+        }
+        out
+    }
+
     /// Deletes a replayed segment.
     pub fn remove(&mut self, seq: u64) -> Result<(), SpoolError> {
         let Some(pos) = self.segments.iter().position(|s| s.seq == seq) else { return Ok(()) };
