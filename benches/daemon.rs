@@ -1,5 +1,5 @@
-//! Whole-daemon benchmark: the real release `vigil run` probing 1,000 loopback targets every
-//! 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the CPU-s per 1,000 probes,
+//! Whole-daemon benchmark: the real `vigil run` (optimised: the `bench` profile) probing 1,000
+//! loopback targets every 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the CPU-s per 1,000 probes,
 //! peak RSS, scrape size and series count of the vigil process; where Prometheus and
 //! blackbox_exporter are installed, the same targets through them in the same run.
 //!

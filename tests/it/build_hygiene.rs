@@ -209,12 +209,21 @@ fn release_builds_fast_and_the_shipped_dist_profile_keeps_fat_lto() {
     assert_eq!(dist.get("codegen-units").and_then(|v| v.as_integer()), Some(1));
     // Whatever opt-level the release profile gives dependencies, dist builds them at 3
     // (`inherits` carries package overrides over).
+    // A level `release` sets is inherited, so dist must set its own; a named package's entry
+    // wins over "*", so each one `release` lowers needs its own entry in dist too.
     let level = |p: &toml::Table| p.get("opt-level").and_then(|v| v.as_integer()).unwrap_or(3);
+    let own = |p: &toml::Table| p.get("opt-level").and_then(|v| v.as_integer());
+    if own(release).is_some_and(|l| l != 3) {
+        assert_eq!(own(dist), Some(3), "[profile.dist] opt-level = 3 (release sets {:?})", own(release));
+    }
     assert_eq!(level(dist), 3, "[profile.dist] opt-level");
-    let dist_deps = dist.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
-    let release_deps = release.get("package").and_then(|p| p.get("*")).and_then(|p| p.as_table());
-    if release_deps.is_some_and(|p| level(p) != 3) {
-        assert_eq!(dist_deps.map(level), Some(3), "[profile.dist.package.\"*\"] opt-level = 3");
+    let packages = |p: &toml::Table| p.get("package").and_then(|p| p.as_table()).cloned().unwrap_or_default();
+    let dist_packages = packages(dist);
+    for (name, settings) in packages(release) {
+        if settings.as_table().is_some_and(|t| level(t) != 3) {
+            let in_dist = dist_packages.get(&name).and_then(|p| p.as_table()).map(level);
+            assert_eq!(in_dist, Some(3), "[profile.dist.package.{name:?}] opt-level = 3 (release lowers it)");
+        }
     }
     let profiling = profiles["profiling"].as_table().expect("[profile.profiling]");
     assert_eq!(profiling.get("inherits").and_then(|v| v.as_str()), Some("dist"), "profile what ships");
