@@ -1,6 +1,6 @@
 //! Whole-daemon benchmark: the real `vigil run` (optimised: the `bench` profile) probing 1,000
-//! loopback targets every 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the CPU-s per 1,000 probes,
-//! peak RSS, scrape size and series count of the vigil process; where Prometheus and
+//! loopback targets every 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the
+//! CPU-s per 1,000 probes, peak RSS, scrape size and series count of the vigil process; where Prometheus and
 //! blackbox_exporter are installed, the same targets through them in the same run.
 //!
 //! `cargo bench --bench daemon` runs it (about three minutes). The bench binary re-runs itself as
