@@ -145,12 +145,25 @@ fn pages_at(hook: &Receiver) -> Vec<(String, String)> {
     hook.acknowledged().iter().map(|r| r.json()).map(|v| (field(&v, "incident"), field(&v, "title"))).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
-    // A start whose read of the saved alert state timed out used to begin with an empty engine;
-    // once the database answered, that engine's state replaced the stored one and the open
-    // incident was never resolved (chaos run). Now alerts wait for the saved state.
-    let failing = Arc::new(AtomicBool::new(true));
+/// A daemon's surroundings for the paging tests: a stand-in that answers 500 while `failing`
+/// (an adherent stream otherwise), a webhook receiver, and a PostgreSQL database behind a proxy
+/// the test can darken; the config pages to the receiver and half-opens breakers after 3 s.
+struct Paged {
+    failing: Arc<AtomicBool>,
+    hook: Receiver,
+    /// The variable naming the receiver's URL, and the URL.
+    env: (&'static str, String),
+    db: PgTestDb,
+    proxy: TcpProxy,
+    data: tempfile::TempDir,
+    port: u16,
+    config: std::path::PathBuf,
+    log: std::path::PathBuf,
+    _provider: StandIn,
+}
+
+async fn paged(failing_at_start: bool) -> Paged {
+    let failing = Arc::new(AtomicBool::new(failing_at_start));
     let body = adherent_stream();
     let fails = failing.clone();
     let provider = StandIn::start(move |_| {
@@ -163,8 +176,7 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
     .await
     .expect("stand-in");
     let hook = Receiver::start(Reply::new(200, "ok")).await;
-    let hook_url = hook.url("/hook");
-    let env = [("VIGIL_WATCH_HOOK", hook_url.as_str())];
+    let env = ("VIGIL_WATCH_HOOK", hook.url("/hook"));
     let db = PgTestDb::create().await;
     let proxy = TcpProxy::to_postgres().await;
     let data = tempfile::tempdir().expect("tempdir");
@@ -174,6 +186,16 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
         + "[breaker]\nopen_for = \"3s\"\n[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
     std::fs::write(&config, text).expect("config");
     let log = data.path().join("vigil.log");
+    Paged { failing, hook, env, db, proxy, data, port, config, log, _provider: provider }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
+    // A start whose read of the saved alert state timed out used to begin with an empty engine;
+    // once the database answered, that engine's state replaced the stored one and the open
+    // incident was never resolved (chaos run). Now alerts wait for the saved state.
+    let Paged { failing, hook, env, db: _db, proxy, data: _data, port, config, log, _provider } = paged(true).await;
+    let env = [(env.0, env.1.as_str())];
 
     let vigil = Daemon::start_with(&config, port, &log, &env).await;
     let fired = settle(Duration::from_secs(30), || async { pages_at(&hook) }, |p| !p.is_empty()).await;
@@ -192,7 +214,9 @@ async fn a_start_on_dark_storage_while_an_incident_is_open_still_resolves_it() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     proxy.set_mode(Mode::Forward).await;
     let resolved = |p: &Vec<(String, String)>| p.iter().any(|(i, t)| i == &incident && t.starts_with("[RESOLVED]"));
-    let pages = settle(Duration::from_secs(45), || async { pages_at(&hook) }, resolved).await;
+    // The breaker_open facet clears once the stored breakers are read back: a read that failed
+    // on the dark database is asked again at the next persist, up to a minute later.
+    let pages = settle(Duration::from_secs(100), || async { pages_at(&hook) }, resolved).await;
     let (_, clean, text) = vigil.stop().await;
     assert!(clean, "{text}");
     assert!(resolved(&pages), "incident {incident} never resolved: {pages:?}; log:\n{text}");
@@ -206,30 +230,8 @@ async fn an_incident_opened_while_storage_was_dark_and_spooled_at_the_stop_resol
     // The page and the state that remembers it were spooled together at the stop; the next start
     // read the older stored state, replayed the spool (the page went out) and then saved its own
     // state over the replayed one: the incident was never resolved (chaos run, seed 372113939).
-    let failing = Arc::new(AtomicBool::new(false));
-    let body = adherent_stream();
-    let fails = failing.clone();
-    let provider = StandIn::start(move |_| {
-        if fails.load(Ordering::SeqCst) {
-            Script::status(500)
-        } else {
-            Script::sse(&body, Duration::from_millis(1))
-        }
-    })
-    .await
-    .expect("stand-in");
-    let hook = Receiver::start(Reply::new(200, "ok")).await;
-    let hook_url = hook.url("/hook");
-    let env = [("VIGIL_WATCH_HOOK", hook_url.as_str())];
-    let db = PgTestDb::create().await;
-    let proxy = TcpProxy::to_postgres().await;
-    let data = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let config = data.path().join("vigil.toml");
-    let text = steady_toml("watch-1", &proxy.url_for(&db.url), data.path(), port, &provider.base_url(), &["m1"])
-        + "[breaker]\nopen_for = \"3s\"\n[[alerts.webhook]]\nurl_env = \"VIGIL_WATCH_HOOK\"\n";
-    std::fs::write(&config, text).expect("config");
-    let log = data.path().join("vigil.log");
+    let Paged { failing, hook, env, db, proxy, data: _data, port, config, log, _provider } = paged(false).await;
+    let env = [(env.0, env.1.as_str())];
     let store = vigil::io::store::open(&db.url).await.expect("store");
 
     let vigil = Daemon::start_with(&config, port, &log, &env).await;
@@ -250,7 +252,7 @@ async fn an_incident_opened_while_storage_was_dark_and_spooled_at_the_stop_resol
     failing.store(false, Ordering::SeqCst);
     let vigil = Daemon::start_with(&config, port, &log, &env).await;
     let resolved = |p: &Vec<(String, String)>| p.iter().any(|(_, t)| t.starts_with("[RESOLVED]"));
-    let pages = settle(Duration::from_secs(45), || async { pages_at(&hook) }, resolved).await;
+    let pages = settle(Duration::from_secs(100), || async { pages_at(&hook) }, resolved).await;
     let (_, clean, text) = vigil.stop().await;
     assert!(clean, "{text}");
     let Some((incident, _)) = pages.iter().find(|(_, t)| t.starts_with("[FIRING]")).cloned() else {
