@@ -16,28 +16,23 @@ use std::sync::LazyLock;
 
 /// `(file name, contents)` of each migration in `migrations/<folder>/`, any order.
 macro_rules! embed {
-    ($folder:literal: $($file:literal),+ $(,)?) => {
+    ($folder:literal: $($file:literal),+) => {
         &[$(($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $folder, "/", $file)))),+]
     };
 }
 
-/// `migrations/postgres/`.
-const POSTGRES: &[(&str, &str)] = embed!("postgres":
-    "20261130000001_init.sql",
-    "20261130000002_outbox_region.sql",
-    "20261201000010_incidents.sql",
-    "20261201000012_sample_proxy_ms.sql",
-    "20261201000030_provider_status.sql",
-    "20261201000040_canary_runs.sql",
-    "20261201000044_retention_indexes.sql",
-    "20261201000060_transition_key.sql",
-    "20261203000010_target_status_health.sql",
-    "20261203000020_drills.sql",
-    "20261203000030_chain_heads.sql",
-);
+/// Both backends' lists from one list of file names: every migration exists in both folders, so
+/// a new one is named once.
+macro_rules! embed_both {
+    ($($file:literal),+ $(,)?) => {
+        /// `migrations/postgres/`.
+        const POSTGRES: &[(&str, &str)] = embed!("postgres": $($file),+);
+        /// `migrations/sqlite/`.
+        const SQLITE: &[(&str, &str)] = embed!("sqlite": $($file),+);
+    };
+}
 
-/// `migrations/sqlite/`.
-const SQLITE: &[(&str, &str)] = embed!("sqlite":
+embed_both!(
     "20261130000001_init.sql",
     "20261130000002_outbox_region.sql",
     "20261201000010_incidents.sql",
