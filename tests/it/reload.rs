@@ -9,6 +9,8 @@ use crate::support::process::{free_port, Daemon};
 use crate::support::{fixture, settle};
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use vigil::run::demo::standin::{Script, StandIn};
 
@@ -273,24 +275,37 @@ async fn post_reload_needs_the_token_and_applies_a_new_address_without_losing_th
 async fn a_new_daemon_failing_its_last_step_after_the_drain_gives_way_to_the_previous_one() {
     // The one step that runs only after the old daemon has drained is opening the new data
     // directory's spools. The new directory passes the build's check; while the old daemon
-    // drains (its probe takes 4 s), its `spool` directory is replaced by a regular file.
-    let provider = steady_provider(Duration::from_secs(4)).await;
+    // drains, its `spool` directory is replaced by a regular file. The old daemon's probe hangs
+    // (20 s timeout) until the test has done so, so the drain lasts its whole 6 s budget however
+    // long the build took: the replacement never races the new daemon's start.
+    let hang = Arc::new(AtomicBool::new(true));
+    let body = fixture("openai-chat-stream-usage.sse");
+    let held = hang.clone();
+    let provider = StandIn::start(move |_| {
+        let head = if held.load(Ordering::SeqCst) { Duration::from_secs(60) } else { Duration::ZERO };
+        Script::sse(&body, Duration::from_millis(1)).with_head_delay(head)
+    })
+    .await
+    .expect("stand-in");
     let data = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let text = config(data.path(), port, &provider.base_url(), &["m1"], "5s", "");
+    let text = config(data.path(), port, &provider.base_url(), &["m1"], "20s", "");
     let vigil = start(data.path(), &text, port).await;
     let elsewhere = tempfile::tempdir().expect("tempdir");
-    let next = config(data.path(), port, &provider.base_url(), &["m1", "m2"], "5s", "").replace(
+    let next = config(data.path(), port, &provider.base_url(), &["m1", "m2"], "20s", "").replace(
         &format!("data_dir = \"{}\"", data.path().display()),
         &format!("data_dir = \"{}\"", elsewhere.path().display()),
     );
     std::fs::write(data.path().join("vigil.toml"), next).expect("config");
-    probe_just_started(&provider).await;
+    // The first probe comes at the target's offset inside the 20 s interval.
+    settle(Duration::from_secs(30), || async { provider.requests().len() }, |n| *n > 0).await;
+    assert!(!provider.requests().is_empty(), "a probe started; log:\n{}", vigil.log());
     vigil.signal("-HUP");
     vigil.log_until(Duration::from_secs(10), "draining the running daemon to apply it").await;
     let spool = elsewhere.path().join("spool");
     std::fs::remove_dir_all(&spool).expect("the build made the spool directory");
     std::fs::write(&spool, "not a directory").expect("a file in its place");
+    hang.store(false, Ordering::SeqCst);
 
     let log = vigil.log_until(Duration::from_secs(20), "starting the previous one again").await;
     assert!(log.contains("new configuration refused: storage.data_dir: "), "the failed step is named; log:\n{log}");
@@ -302,7 +317,7 @@ async fn a_new_daemon_failing_its_last_step_after_the_drain_gives_way_to_the_pre
     let shown = targets(&base).await;
     assert!(shown.contains("\"steady/m1\"") && !shown.contains("\"steady/m2\""), "the previous targets: {shown}");
     let before = provider.requests().len();
-    settle(Duration::from_secs(15), || async { provider.requests().len() }, |n| *n > before).await;
+    settle(Duration::from_secs(30), || async { provider.requests().len() }, |n| *n > before).await;
     assert!(provider.requests().len() > before, "probing goes on; log:\n{}", vigil.log());
     let (_, clean, log) = vigil.stop().await;
     assert!(clean, "{log}");
