@@ -314,7 +314,8 @@ async fn a_new_daemon_failing_its_last_step_after_the_drain_gives_way_to_the_pre
         settle(Duration::from_secs(20), || async { vigil.get("/readyz").await.map(|(s, _)| s) }, |s| *s == Some(200))
             .await;
     assert_eq!(ready, Some(200), "the previous configuration runs again on the same address; log:\n{}", vigil.log());
-    let shown = targets(&base).await;
+    // Ready comes before the first snapshot is published; the targets show once it is.
+    let shown = settle(Duration::from_secs(20), || targets(&base), |t| t.contains("\"steady/")).await;
     assert!(shown.contains("\"steady/m1\"") && !shown.contains("\"steady/m2\""), "the previous targets: {shown}");
     let before = provider.requests().len();
     settle(Duration::from_secs(30), || async { provider.requests().len() }, |n| *n > before).await;
