@@ -14,8 +14,10 @@ python3 -m venv "$venv" || { echo "llama tier: python3 -m venv failed (install p
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 # A CPU-only build with no native-arch tuning, so the cached venv runs on any x86-64 runner; the
 # multimodal library (mtmd, formerly llava) is left out: the tier serves text only, and the
-# package loads it only for a multimodal chat format, so the compile is shorter.
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF}"
+# package loads it only for a multimodal chat format, so the compile is shorter. -O1 instead of
+# the release build's -O3: the tier serves a model of a few kilobytes (tests/it/support/tiny_gguf.py),
+# where inference speed is irrelevant and the compile is most of a cold CI run's tail.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS_RELEASE=-O1 -DCMAKE_CXX_FLAGS_RELEASE=-O1}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 # Bounded, so a slow machine costs the test run at most this much; pip keeps the built wheel in
 # its cache only once a build completes.
