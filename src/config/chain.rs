@@ -35,6 +35,8 @@ pub struct RawChain {
     ttft_slo: Option<String>,
     total_slo: Option<String>,
     tokens_per_day: Option<super::chain_cost::TokensPerDay>,
+    #[serde(default)]
+    requires: Vec<String>,
 }
 
 impl RawChain {
@@ -48,6 +50,7 @@ impl RawChain {
             ttft_slo: None,
             total_slo: None,
             tokens_per_day: None,
+            requires: Vec::new(),
         }
     }
 
@@ -115,6 +118,9 @@ pub struct ChainConfig {
     pub total_slo: Option<Duration>,
     /// `tokens_per_day`: the traffic the chain carries (the weekly summary's implied spend).
     pub tokens_per_day: Option<super::chain_cost::TokensPerDay>,
+    /// `requires`: capabilities the chain's traffic needs; a member whose capability probe
+    /// last failed one of them is demoted.
+    pub requires: Vec<crate::vocab::capability::Capability>,
 }
 
 impl ChainConfig {
@@ -129,6 +135,7 @@ impl ChainConfig {
             ttft_slo: None,
             total_slo: None,
             tokens_per_day: None,
+            requires: Vec::new(),
         }
     }
 }
@@ -258,6 +265,7 @@ pub fn validate(
             ttft_slo,
             total_slo,
             tokens_per_day: super::chain_cost::tokens_per_day(i, c.tokens_per_day)?,
+            requires: super::capabilities::names(&format!("chain[{i}].requires"), &c.requires)?,
         });
     }
     Ok(out)

@@ -12,9 +12,11 @@ mod baseline;
 mod breaker;
 mod builtins;
 mod canary;
+mod capabilities;
 pub mod chain;
 pub mod chain_cost;
 mod chain_env;
+mod checks;
 mod deprecation;
 mod env;
 mod headers;
@@ -44,6 +46,8 @@ pub use self::baseline::BaselineConfig;
 pub use self::breaker::BreakerConfig;
 pub use self::builtins::{builtin_defaults, builtin_key_vars};
 pub use self::canary::{CanaryConfig, DetectorConfig};
+pub use self::capabilities::CapabilitiesConfig;
+pub use self::checks::{Assertion, CheckConfig, DEFAULT_CHECK_EVERY};
 pub use self::deprecation::DeprecationConfig;
 pub use self::env::{Env, ProcessEnv};
 pub use self::headers::{secret_header_name, SecretHeader};
@@ -140,6 +144,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// `[probe.canary]`: the silent model-change canary.
     pub canary: CanaryConfig,
+    /// `[probe.capabilities]`: capability probes.
+    pub capabilities: CapabilitiesConfig,
     /// The `chain_head_changed` notice (`alerts.chain_head_changed`, `alerts.chain_head_channels`).
     pub chain_head: chain_cost::ChainHeadNotice,
 }
@@ -282,6 +288,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
     let deprecation = deprecation::validate(&raw.deprecation)?;
     let metrics = metrics::validate(&raw.metrics)?;
     let canary = canary::validate(&raw.probe.canary)?;
+    let capabilities = capabilities::validate(&raw.probe.capabilities)?;
     Ok(Config {
         region: raw.region,
         storage,
@@ -300,6 +307,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         deprecation,
         metrics,
         canary,
+        capabilities,
         chain_head,
     })
 }

@@ -63,6 +63,8 @@ pub(super) struct RawProbe {
     incident_interval: String,
     /// `[probe.canary]`, validated on its own.
     pub(super) canary: RawCanary,
+    /// `[probe.capabilities]`, validated on its own.
+    pub(super) capabilities: crate::config::capabilities::RawCapabilities,
 }
 
 impl Default for RawProbe {
@@ -83,6 +85,7 @@ impl Default for RawProbe {
             // Empty: the base interval.
             incident_interval: String::new(),
             canary: RawCanary::default(),
+            capabilities: Default::default(),
         }
     }
 }

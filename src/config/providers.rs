@@ -81,6 +81,8 @@ pub struct ProviderConfig {
     pub secret_headers: Vec<SecretHeader>,
     /// Its own `ca_file` and client certificate (`client_cert_file`/`client_key_file`).
     pub tls: crate::config::tls::ProviderTls,
+    /// Golden prompts (`[[provider.check]]`).
+    pub checks: Vec<crate::config::CheckConfig>,
 }
 
 impl ProviderConfig {
@@ -102,6 +104,7 @@ impl ProviderConfig {
             headers: BTreeMap::new(),
             secret_headers: Vec::new(),
             tls: Default::default(),
+            checks: Vec::new(),
         }
     }
 }
@@ -136,6 +139,8 @@ pub(super) struct RawProvider {
     status_page_url: Option<String>,
     /// Components whose incidents `provider_incident` pages for this provider.
     status_page_components: Option<Vec<String>>,
+    #[serde(default)]
+    check: Vec<super::checks::RawCheck>,
 }
 
 /// `balance = { … }` as written.
@@ -221,6 +226,10 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
     check_prices(i, rp.price.as_ref(), &rp.prices)?;
     let secret_headers = crate::config::headers::read_secrets(i, &rp.headers_env, &rp.headers_file, env)?;
     let tls = tls(i, &rp)?;
+    if kind == ProviderKind::Http && !rp.check.is_empty() {
+        return Err(invalid(key("check"), "a plain HTTP target has no answer to check; checks need a chat API kind"));
+    }
+    let checks = super::checks::validate(i, std::mem::take(&mut rp.check), &models)?;
     let default_page = builtin.map_or("", |b| b.status_page);
     let components = rp.status_page_components.as_ref();
     let page = crate::config::status_pages::source(i, &rp.name, rp.status_page_url.take(), default_page, components)?;
@@ -240,6 +249,7 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
         headers: rp.headers,
         secret_headers,
         tls,
+        checks,
     });
     Ok(())
 }

@@ -90,6 +90,9 @@ pub struct ExportParams {
     pub credit: BTreeMap<String, CreditOutlook>,
     /// Stored drills; those active at `generated_at` drop their target from their chain.
     pub drills: Vec<Drill>,
+    /// Each target's capabilities as its capability probes last judged them (target id →
+    /// capability → passing); a chain's `requires` demotes a member whose entry says `false`.
+    pub capabilities: BTreeMap<String, BTreeMap<crate::vocab::capability::Capability, bool>>,
 }
 
 /// Everything known about one target over the window.
@@ -505,6 +508,15 @@ fn slots<'j, 'a>(
     (out, skipped)
 }
 
+/// `no tools, json (capability probe failed)` when `target` last failed a capability `chain`
+/// requires; a capability not yet probed demotes nothing.
+fn capability_reason(params: &ExportParams, chain: &ChainConfig, target: &str) -> Option<String> {
+    let seen = params.capabilities.get(target)?;
+    let missing: Vec<&str> =
+        chain.requires.iter().filter(|c| seen.get(c) == Some(&false)).map(|c| c.as_str()).collect();
+    (!missing.is_empty()).then(|| format!("no {} (capability probe failed)", missing.join(", ")))
+}
+
 /// `credit empty in 4 h` when `provider`'s credit projection demotes it now.
 fn credit_reason(params: &ExportParams, provider: &str) -> Option<String> {
     params.credit.get(provider).and_then(|o| o.demotion(params.generated_at))
@@ -539,8 +551,10 @@ fn chain_order(params: &ExportParams, chain: &ChainConfig, judged: &[Judged<'_>]
             Some(f) => format!("{why}; {f} stands in"),
             None => why,
         });
-        let reasons: Vec<String> = health.reason.iter().cloned().chain(credit.iter().cloned()).collect();
-        if health.is_clean() && credit.is_none() {
+        let lacking = capability_reason(params, chain, &j.stats.target.id());
+        let reasons: Vec<String> =
+            health.reason.iter().cloned().chain(credit.iter().cloned()).chain(lacking.iter().cloned()).collect();
+        if health.is_clean() && credit.is_none() && lacking.is_none() {
             healthy.push(entry(j, position, ChainStatus::Healthy, None));
         } else {
             let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
@@ -757,6 +771,7 @@ pub(crate) mod tests {
             total_timeout: Duration::from_secs(15),
             credit: BTreeMap::new(),
             drills: vec![],
+            capabilities: BTreeMap::new(),
         }
     }
 

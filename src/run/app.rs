@@ -19,6 +19,7 @@ use crate::run::monitor::Monitor;
 use crate::run::pipeline::{Pipeline, Stages};
 use crate::run::scheduler::{ProbeThread, Scheduler, SchedulerError};
 use crate::run::watchdog::{finish, first_death, Task};
+use crate::vocab::check::SharedChecks;
 use crate::vocab::ready::{Liveness, ReadyCheck};
 use crate::vocab::records::StateJson;
 use chrono::Utc;
@@ -167,7 +168,7 @@ pub struct Prepared {
     notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
     published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),
     demo: Option<crate::run::demo::Demo>,
-    canary: Option<crate::run::canary_runner::CanaryRunner>,
+    side: SideRunners,
     reload: Option<ReloadSender>,
 }
 
@@ -186,8 +187,8 @@ pub struct App {
     published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),
     /// Keeps the demo providers' server alive as long as the app.
     _demo: Option<crate::run::demo::Demo>,
-    /// The model-change canary, when `probe.canary.enabled`.
-    canary: Option<crate::run::canary_runner::CanaryRunner>,
+    /// The canary and the golden checks, when configured.
+    side: SideRunners,
     /// The alert channels, built.
     notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
     /// The spool of breaker transitions and other records.
@@ -236,6 +237,11 @@ impl App {
                     .starting_within(config.probe.interval)
             })
             .filter(|c| !c.is_empty());
+        let golden = Some(
+            crate::run::check_runner::CheckRunner::new(&plans, prober.clone(), &config.capabilities)
+                .starting_within(config.probe.interval),
+        )
+        .filter(|g| !g.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let notifiers = build_notifiers(&config, demo.is_some())?;
         check_data_dir(&config.storage.data_dir)?;
@@ -253,7 +259,7 @@ impl App {
             notifiers,
             published,
             demo,
-            canary,
+            side: SideRunners { canary, golden },
             reload: opts.reload,
         })
     }
@@ -284,7 +290,7 @@ impl App {
             loaded,
             published,
             _demo,
-            canary,
+            side,
             notifiers,
             records,
             reload,
@@ -311,7 +317,7 @@ impl App {
         let planner = planner_for(&config, scheduler.targets(), probe_plan.clone());
         let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
-        let canary_shown = crate::vocab::canary::SharedCanary::default();
+        let (canary_shown, golden_shown) = (crate::vocab::canary::SharedCanary::default(), SharedChecks::default());
         let (adopt_tx, adopt_rx) = mpsc::channel(16);
         // What `/readyz` asks, and systemd's READY=1 waits for.
         let integrity = Arc::new(store::IntegrityCheck(store.clone()));
@@ -324,6 +330,7 @@ impl App {
             snapshot: snapshot.clone(),
             provider_status: provider_status.clone(),
             canary: canary_shown.clone(),
+            golden: golden_shown.clone(),
             reload,
             adopt: Some(adopt_tx),
             ..http_state(&config, &metrics, &store)
@@ -336,8 +343,7 @@ impl App {
         let [writer_stop, link_stop, outbox_stop] = stops.clone();
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let (tx, rx) = mpsc::channel(16_384);
-        // The canary runs on its own clock and concurrency; its runs reach the pipeline on their own channel.
-        let (canary_tx, canary_rx) = mpsc::channel(1024);
+        let (side_runs, canary_rx, golden_rx) = side.start(&shutdown);
         let pipeline = Pipeline::new(Stages {
             metrics: metrics.clone(),
             writer: store_tx,
@@ -351,6 +357,8 @@ impl App {
             planner,
             canary: canary_rx,
             canary_shown: canary_shown.clone(),
+            golden: golden_rx,
+            golden_shown,
             adopt: adopt_rx,
         });
         let mut tasks = vec![
@@ -371,9 +379,7 @@ impl App {
             published,
         };
         tasks.extend(crate::run::side_tasks::start(&config, shared, &shutdown));
-        if let Some(canary) = canary {
-            tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
-        }
+        tasks.extend(side_runs);
         tasks.extend(systemd_notifier(checks, liveness, &shutdown));
         // Probes still in flight when the drain budget is spent are cut short: a gap, not a hang.
         let abort = scheduler.abort_token();
@@ -407,7 +413,7 @@ impl Prepared {
             notifiers,
             published,
             demo,
-            canary,
+            side,
             reload,
         } = self;
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
@@ -444,13 +450,43 @@ impl Prepared {
             writer,
             monitor,
             loaded,
-            canary,
+            side,
             published,
             _demo: demo,
             notifiers,
             records,
             reload,
         })
+    }
+}
+
+/// The canary and the golden checks (with the capability probes): each runs on its own clock
+/// and concurrency, and its runs reach the pipeline on their own channel (nobody sends on a
+/// channel whose runner is off).
+type SideRuns =
+    (Vec<Task>, mpsc::Receiver<crate::vocab::canary::CanaryRun>, mpsc::Receiver<crate::vocab::check::CheckRun>);
+
+/// The runners apart from the regular probes, built with the daemon.
+struct SideRunners {
+    /// The model-change canary, when `probe.canary.enabled`.
+    canary: Option<crate::run::canary_runner::CanaryRunner>,
+    /// The golden checks and capability probes, when any is configured.
+    golden: Option<crate::run::check_runner::CheckRunner>,
+}
+
+impl SideRunners {
+    /// Starts each runner that is on; returns their tasks and the ends of their channels.
+    fn start(self, shutdown: &CancellationToken) -> SideRuns {
+        let (canary_tx, canary_rx) = mpsc::channel(1024);
+        let (golden_tx, golden_rx) = mpsc::channel(1024);
+        let mut tasks = Vec::new();
+        if let Some(canary) = self.canary {
+            tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
+        }
+        if let Some(golden) = self.golden {
+            tasks.push(Task::spawn_optional("golden checks", golden.run(golden_tx, shutdown.clone())));
+        }
+        (tasks, canary_rx, golden_rx)
     }
 }
 
@@ -616,6 +652,7 @@ fn http_state(config: &Config, metrics: &Arc<Metrics>, store: &Arc<dyn Store>) -
         feed: Arc::new(Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
         provider_status: Default::default(),
         canary: Default::default(),
+        golden: Default::default(),
         reload: None,
         adopt: None,
         drills: Some(Arc::new(crate::io::drill_desk::DrillDesk::new(config, store.clone()))),
@@ -683,7 +720,8 @@ async fn load_alert_state(store: &dyn StateStore, region: &str) -> Result<Option
 async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, stops: [CancellationToken; 3]) {
     let [writer_stop, link_stop, outbox_stop] = stops;
     let side = ["upkeep", "credit poller", "weekly summary", "status pages", "models lists", "published prices"];
-    for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain(["canary"]) {
+    for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain(["canary", "golden checks"])
+    {
         finish(tasks, name, deadline).await;
     }
     writer_stop.cancel();

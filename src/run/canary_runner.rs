@@ -26,6 +26,7 @@ pub fn request(cfg: &CanaryConfig) -> CanaryRequest {
         max_tokens: cfg.max_tokens,
         seed: Some(cfg.seed),
         logprobs: cfg.logprobs,
+        capability: None,
     }
 }
 

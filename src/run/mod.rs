@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod canary_runner;
+pub mod check_runner;
 pub mod daemon;
 #[cfg(feature = "demo")]
 pub mod demo;

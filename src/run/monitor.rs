@@ -58,6 +58,8 @@ pub struct Monitor {
     demote_within: BTreeMap<String, Option<std::time::Duration>>,
     /// The credit projections as of the last readings (providers projected to run out).
     credit: BTreeMap<String, crate::decide::credit::CreditOutlook>,
+    /// Each target's capabilities as its capability probes last judged them (chains' `requires`).
+    capabilities: BTreeMap<String, BTreeMap<crate::vocab::capability::Capability, bool>>,
     flapping: crate::decide::alert::FlappingSet,
     /// Ids of the targets with an open latency or error incident in this region (from the last
     /// evaluation): their samples are held out of their baselines like those of an open breaker.
@@ -132,6 +134,7 @@ impl Monitor {
             total_timeout: config.probe.timeout,
             demote_within: config.credit_watch().map(|(p, b)| (p.name.clone(), b.demote_within)).collect(),
             credit: BTreeMap::new(),
+            capabilities: BTreeMap::new(),
             flapping: Default::default(),
             incidents: Default::default(),
             adopted: Vec::new(),
@@ -356,6 +359,19 @@ impl Monitor {
         transition
     }
 
+    /// Takes a capability probe's verdict (a run whose request failed says nothing) into what
+    /// the chains' `requires` read at the next publish.
+    pub fn observe_capability(&mut self, run: &crate::vocab::check::CheckRun) {
+        use crate::vocab::check::CheckVerdict;
+        let Some(capability) = crate::vocab::capability::Capability::of_check(&run.check) else { return };
+        let passing = match run.verdict {
+            CheckVerdict::Passed => true,
+            CheckVerdict::Failed => false,
+            CheckVerdict::Error => return,
+        };
+        self.capabilities.entry(run.target().id()).or_default().insert(capability, passing);
+    }
+
     /// Notes the targets with an open latency or error incident (by id), after each evaluation.
     pub fn set_incidents(&mut self, ids: impl IntoIterator<Item = String>) {
         self.incidents = ids.into_iter().collect();
@@ -549,6 +565,7 @@ impl Monitor {
             total_timeout: self.total_timeout,
             credit: self.credit.clone(),
             drills: self.drills.clone(),
+            capabilities: self.capabilities.clone(),
         };
         let snapshot = Snapshot {
             thresholds: Some(export::build(&params, &built.stats)),

@@ -77,6 +77,9 @@ pub struct Pipeline {
     /// Canary runs from the canary task, and where the latest of each target is published.
     canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
     canary_shown: crate::vocab::canary::SharedCanary,
+    /// Golden check runs from the check task, and where the latest of each check is published.
+    golden: mpsc::Receiver<crate::vocab::check::CheckRun>,
+    golden_shown: crate::vocab::check::SharedChecks,
     /// Requests to adopt a target's held level at once (`POST /-/baselines/adopt`).
     adopt: mpsc::Receiver<AdoptRequest>,
 }
@@ -101,6 +104,8 @@ pub struct Alerting {
     model_lists: crate::io::feeds::model_lists::SharedModelNotices,
     /// Canary runs since the last evaluation (judged for `model_changed` only).
     canaries: Vec<crate::vocab::canary::CanaryRun>,
+    /// Golden check runs since the last evaluation (judged for `check_failed` only).
+    checks: Vec<crate::vocab::check::CheckRun>,
     /// False while the saved alert state is unread (a start on dark storage): the engine
     /// neither evaluates nor saves, or its empty state would replace the stored one and an open
     /// incident would never resolve.
@@ -234,6 +239,7 @@ impl Alerting {
             ),
             model_lists,
             canaries: Vec::new(),
+            checks: Vec::new(),
             restored: true,
             restoring: false,
             head_channels: config.chain_head.channels.clone(),
@@ -286,6 +292,10 @@ pub struct Stages {
     pub canary: mpsc::Receiver<crate::vocab::canary::CanaryRun>,
     /// Where the latest canary run of each target is published for readers.
     pub canary_shown: crate::vocab::canary::SharedCanary,
+    /// Golden check runs from the check task (nothing arrives without `[[provider.check]]`).
+    pub golden: mpsc::Receiver<crate::vocab::check::CheckRun>,
+    /// Where the latest run of each golden check is published for readers.
+    pub golden_shown: crate::vocab::check::SharedChecks,
     /// Requests to adopt a held baseline level, from HTTP (nothing arrives in a process without one).
     pub adopt: mpsc::Receiver<AdoptRequest>,
 }
@@ -318,6 +328,8 @@ impl Pipeline {
             replan_due: false,
             canary: s.canary,
             canary_shown: s.canary_shown,
+            golden: s.golden,
+            golden_shown: s.golden_shown,
             adopt: s.adopt,
         }
     }
@@ -380,6 +392,17 @@ impl Pipeline {
         self.alerts.canaries.push(run);
     }
 
+    /// Takes one golden check run (the step tests drive directly): stored through the link
+    /// (`check_runs`, never `samples`), published for readers and judged for `check_failed`; it
+    /// reaches neither the baselines, the breakers nor the latency metrics.
+    pub fn process_check(&mut self, run: crate::vocab::check::CheckRun) {
+        self.golden_shown.publish(&run);
+        self.metrics.observe_check(&run);
+        self.monitor.observe_capability(&run);
+        self.link.store(Record::Check(vec![run.clone()]));
+        self.alerts.checks.push(run);
+    }
+
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
     /// hands the notifications to the link for the outbox (the step tests drive directly).
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
@@ -419,6 +442,7 @@ impl Pipeline {
             }
         }
         let canaries = std::mem::take(&mut a.canaries);
+        let checks = std::mem::take(&mut a.checks);
         let recent = now - chrono::Duration::from_std(a.every * 3).unwrap_or_default();
         // The scope: the other regions' published view of each target (read by the link).
         let elsewhere = crate::decide::alert::scope::elsewhere_from(&self.context.statuses, &a.region, recent);
@@ -457,9 +481,10 @@ impl Pipeline {
             }
         }
         let canaries = canaries.iter().collect();
+        let checks = checks.iter().collect();
         let shifts = self.monitor.take_adoptions();
         let chains = chain_checks(&self.snapshot);
-        let round = rules::Round { probes, breaker: changes, credits, canaries, shifts, chains, heads };
+        let round = rules::Round { probes, breaker: changes, credits, canaries, checks, shifts, chains, heads };
         let mut notes = a.engine.evaluate(&round, now);
         // What the provider itself admits goes with the page ("OpenAI reports: …").
         if let Ok(snap) = self.provider_status.read() {
@@ -713,6 +738,7 @@ impl Pipeline {
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
         let mut canary_open = true;
+        let mut golden_open = true;
         let mut adopt_open = true;
         loop {
             tokio::select! {
@@ -724,6 +750,10 @@ impl Pipeline {
                     Some(run) => self.guarded("canary", |p| p.process_canary(run)),
                     // The canary task ended (off, or stopping): nothing more comes.
                     None => canary_open = false,
+                },
+                run = self.golden.recv(), if golden_open => match run {
+                    Some(run) => self.guarded("check", |p| p.process_check(run)),
+                    None => golden_open = false,
                 },
                 request = self.adopt.recv(), if adopt_open => match request {
                     Some(r) => self.guarded("adopt", |p| p.adopt_on_request(r, Utc::now())),
@@ -855,6 +885,7 @@ balance = { min_usd = 5.0 }
         let planner =
             crate::run::app::planner_for(&config, targets.clone(), crate::decide::adaptive::SharedPlan::default());
         let (_canary_tx, canary) = mpsc::channel(1);
+        let (_golden_tx, golden) = mpsc::channel(1);
         let (_adopt_tx, adopt) = mpsc::channel(1);
         let pipeline = Pipeline::new(Stages {
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),
@@ -869,6 +900,8 @@ balance = { min_usd = 5.0 }
             planner,
             canary,
             canary_shown: Default::default(),
+            golden,
+            golden_shown: Default::default(),
             adopt,
         });
         Rig { pipeline, store, snapshot, written, stop, _dir: dir }

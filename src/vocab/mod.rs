@@ -3,7 +3,9 @@
 
 pub mod breaker;
 pub mod canary;
+pub mod capability;
 pub mod chain_head;
+pub mod check;
 pub mod drill;
 pub mod health;
 pub mod notice;

@@ -135,6 +135,8 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_canary_runs_total".into(), with(&["outcome"]));
     m.insert("vigil_canary_score".into(), with(&[]));
     m.insert("vigil_canary_last_run_timestamp_seconds".into(), with(&[]));
+    m.insert("vigil_check_runs_total".into(), with(&["check", "verdict"]));
+    m.insert("vigil_check_passing".into(), with(&["check"]));
     m
 }
 

@@ -215,6 +215,7 @@ async fn serve(config: &Config, snapshot: SharedSnapshot) -> String {
         feed: Arc::new(vigil::io::http::api::Feed::new(config.http.signing_key.as_ref(), config.probe.interval)),
         provider_status: Default::default(),
         canary: Default::default(),
+        golden: Default::default(),
         reload: None,
         adopt: None,
         drills: None,

@@ -39,6 +39,7 @@ store_support::on_both_stores!(
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
     the_retention_job_removes_what_its_policy_expires_from_every_table,
     canary_runs_round_trip_newest_last_by_region_and_purge,
+    check_runs_round_trip_newest_last_by_region_and_purge,
     an_unknown_stored_breaker_state_is_an_error_naming_it,
     a_record_spool_replayed_twice_or_cut_midway_stores_each_record_once,
     an_older_database_with_duplicated_transitions_upgrades_to_one_row_each,
@@ -1141,6 +1142,55 @@ fn canary_run(
         },
         logprobs: Some(vigil::vocab::canary::Logprobs { tokens: 12, sum: -0.375 }),
     }
+}
+
+fn check_run(
+    t: vigil::vocab::target::Target,
+    at: chrono::DateTime<Utc>,
+    verdict: vigil::vocab::check::CheckVerdict,
+) -> vigil::vocab::check::CheckRun {
+    vigil::vocab::check::CheckRun {
+        sample: full_sample(t, at),
+        check: "refund-policy".into(),
+        verdict,
+        why: "asked for \"yes\", got \"no, it's 'never'\"\n".into(),
+        answer: "No, it's 'never'. ünïcode ✓".into(),
+    }
+}
+
+async fn check_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {
+    use vigil::vocab::check::CheckVerdict;
+    let start = Utc::now().duration_trunc(Duration::seconds(1)).expect("trunc") - Duration::hours(2);
+    let eu = target("openai", "gpt-4o", None, "eu");
+    let us = target("openai", "gpt-4o", None, "us");
+    let verdicts = [CheckVerdict::Failed, CheckVerdict::Passed, CheckVerdict::Failed, CheckVerdict::Passed];
+    let runs: Vec<_> = verdicts
+        .iter()
+        .enumerate()
+        .map(|(i, v)| check_run(eu.clone(), start + Duration::minutes(15 * i as i64), *v))
+        .collect();
+    let mut bare = check_run(us.clone(), start + Duration::minutes(5), CheckVerdict::Error);
+    bare.sample = bare_sample(us, start + Duration::minutes(5), Outcome::Timeout);
+    bare.why = "the request failed (timeout)".into();
+    bare.answer = String::new();
+    let mut all = runs.clone();
+    all.push(bare.clone());
+    assert_eq!(fx.store.insert_check_runs(&all).await.expect("insert"), 5);
+    assert_eq!(fx.store.insert_check_runs(&all).await.expect("replay"), 0, "idempotent on the run id");
+
+    let eu_back = fx.store.check_runs(Some("eu"), start, 100).await.expect("read eu");
+    assert_eq!(eu_back, runs, "every field round-trips, oldest first");
+    let newest = fx.store.check_runs(Some("eu"), start, 2).await.expect("read newest");
+    assert_eq!(newest, runs[2..].to_vec(), "the limit keeps the newest, still oldest first");
+    let every = fx.store.check_runs(None, start, 100).await.expect("read all");
+    assert_eq!(every.len(), 5);
+    assert!(every.contains(&bare), "a failed request with nulls round-trips");
+    let samples = fx.store.count_samples(&SampleQuery::default()).await.expect("count samples");
+    assert_eq!(samples, 0, "check runs never land in samples");
+
+    let removed = fx.store.purge_check_runs_before(start + Duration::minutes(20)).await.expect("purge");
+    assert_eq!(removed, 3);
+    assert_eq!(fx.store.check_runs(None, start, 100).await.expect("read after").len(), 2);
 }
 
 async fn canary_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {

@@ -7,9 +7,11 @@
 //! [`scope`] says regional or global, [`backtest`] replays stored samples through the same engine.
 
 pub mod backtest;
+pub mod capability;
 pub mod chain_head;
 pub mod deprecation;
 pub(crate) mod flap;
+pub mod golden;
 pub(crate) mod incident;
 pub(crate) mod provider_incident;
 pub mod rules;
@@ -67,11 +69,17 @@ pub enum AlertKind {
     /// A chain's head (the target a router tries first) moved; the notice says to what and at
     /// what price against the one before (`alerts.chain_head_changed`, off by default).
     ChainHeadChanged,
+    /// A golden check of the target (`[[provider.check]]`) broke its assertion or TTFT budget;
+    /// the summary names each failing check with what was asked and what came back.
+    CheckFailed,
+    /// A capability probe (`[probe.capabilities]`) says the target no longer does what it did
+    /// (a function call, JSON mode, a schema); the summary says what was asked and what came back.
+    CapabilityLost,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 17] = [
+    pub const ALL: [AlertKind; 19] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -89,6 +97,8 @@ impl AlertKind {
         AlertKind::BaselineShift,
         AlertKind::ChainSloAtRisk,
         AlertKind::ChainHeadChanged,
+        AlertKind::CheckFailed,
+        AlertKind::CapabilityLost,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -111,6 +121,8 @@ impl AlertKind {
             AlertKind::BaselineShift => "baseline_shift",
             AlertKind::ChainSloAtRisk => "chain_slo_at_risk",
             AlertKind::ChainHeadChanged => "chain_head_changed",
+            AlertKind::CheckFailed => "check_failed",
+            AlertKind::CapabilityLost => "capability_lost",
         }
     }
 
@@ -127,7 +139,9 @@ impl AlertKind {
             | AlertKind::ModelDeprecated
             | AlertKind::ProviderIncident
             | AlertKind::ModelChanged
-            | AlertKind::ChainSloAtRisk => Severity::Warning,
+            | AlertKind::ChainSloAtRisk
+            | AlertKind::CheckFailed
+            | AlertKind::CapabilityLost => Severity::Warning,
             AlertKind::BreakerClosed | AlertKind::BaselineShift | AlertKind::ChainHeadChanged => Severity::Info,
         }
     }
@@ -160,6 +174,8 @@ impl AlertKind {
             AlertKind::ModelChanged => "The canary's answers or the model the provider reports changed against this target's own history.",
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
             AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo (or the complete answer later than its total_slo): the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
+            AlertKind::CheckFailed => "A golden check of this target ([[provider.check]]) broke its assertion or TTFT budget: the summary says what was asked and what came back; an application that relies on that answer breaks while the health checks stay green.",
+            AlertKind::CapabilityLost => "A capability probe says the target no longer does what it did (call a declared function, answer in JSON mode, follow a JSON Schema): requests that need it fail while the health checks stay green; chains that require it demote the target.",
             AlertKind::ChainHeadChanged => "The target a router tries first in this failover chain changed: the summary says to which and its price against the one before (a pricier head spends more at the same traffic).",
         }
     }

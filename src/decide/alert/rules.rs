@@ -100,6 +100,8 @@ pub struct Round<'a> {
     pub credits: Vec<CreditCheck>,
     /// Canary runs finished since the last round (judged for `model_changed` only).
     pub canaries: Vec<&'a crate::vocab::canary::CanaryRun>,
+    /// Golden check runs finished since the last round (judged for `check_failed` only).
+    pub checks: Vec<&'a crate::vocab::check::CheckRun>,
     /// Shifts the baselines adopted since the last round (`baseline_shift`).
     pub shifts: Vec<crate::decide::baseline::Adoption>,
     /// Each chain with a `ttft_slo` or `total_slo`, as the router export judged it now (`chain_slo_at_risk`).
@@ -246,6 +248,12 @@ pub struct EngineState {
     /// Each chain's head as last evaluated (`chain_head_changed`).
     #[serde(default)]
     heads: super::chain_head::Heads,
+    /// Each target's golden checks as last judged (`check_failed`).
+    #[serde(default)]
+    golden: super::golden::Golden,
+    /// Each target's capabilities as last judged (`capability_lost`).
+    #[serde(default)]
+    capabilities: super::capability::Capabilities,
 }
 
 /// A rule's answer for one facet this round.
@@ -422,6 +430,10 @@ impl AlertEngine {
         self.credit_verdicts(round, suspect, &mut verdicts);
         self.provider_incident_verdicts(&mut verdicts);
         self.canary_verdicts(round, &mut verdicts);
+        let golden = super::golden::verdicts(&self.cfg.region, &mut self.state.golden, &round.checks);
+        verdicts.extend(golden.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
+        let lost = super::capability::verdicts(&self.cfg.region, &mut self.state.capabilities, &round.checks);
+        verdicts.extend(lost.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
         self.shift_verdicts(round, &mut verdicts);
         chain_verdicts(&self.cfg.region, round, &mut verdicts);
         self.head_verdicts(round, &mut verdicts);

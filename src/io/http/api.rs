@@ -163,6 +163,10 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
         s.snapshot.read().map(|snap| (snap.targets.clone(), snap.probe_plan.clone())).unwrap_or_default();
     let providers: Vec<crate::vocab::provider_status::ProviderStatus> =
         s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
+    let mut checks: std::collections::HashMap<String, Vec<serde_json::Value>> = Default::default();
+    for run in s.golden.latest() {
+        checks.entry(run.target().id()).or_default().push(check_view(&run));
+    }
     let targets: Vec<serde_json::Value> = targets
         .into_iter()
         .map(|view| {
@@ -170,6 +174,9 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
             let mut v = serde_json::to_value(&*view).unwrap_or(serde_json::Value::Null);
             if let (Some(obj), Some(probe)) = (v.as_object_mut(), probe) {
                 obj.insert("probe".into(), serde_json::to_value(probe).unwrap_or(serde_json::Value::Null));
+            }
+            if let (Some(obj), Some(runs)) = (v.as_object_mut(), checks.remove(&view.key.target)) {
+                obj.insert("checks".into(), serde_json::Value::Array(runs));
             }
             v
         })
@@ -181,6 +188,15 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
         })
     });
     Json(serde_json::json!({ "targets": targets, "probe_plan": plan, "provider_status": providers })).into_response()
+}
+
+/// One golden check's latest run as `/v1/targets` shows it: never its prompt.
+fn check_view(run: &crate::vocab::check::CheckRun) -> serde_json::Value {
+    let s = &run.sample;
+    serde_json::json!({
+        "name": run.check, "verdict": run.verdict, "why": run.why, "answer": run.answer,
+        "outcome": s.outcome.as_str(), "ttft_ms": s.ttft_ms, "total_ms": s.total_ms, "at": s.started_at,
+    })
 }
 
 #[cfg(test)]
@@ -214,6 +230,7 @@ mod tests {
             total_timeout: std::time::Duration::from_secs(10),
             credit: Default::default(),
             drills: vec![],
+            capabilities: Default::default(),
         };
         build(&params, &[])
     }

@@ -75,6 +75,8 @@ pub struct HttpState {
     pub provider_status: crate::vocab::provider_status::SharedProviderStatus,
     /// The latest canary run of each target (empty while the canary is off).
     pub canary: crate::vocab::canary::SharedCanary,
+    /// The latest run of each golden check (empty without `[[provider.check]]`).
+    pub golden: crate::vocab::check::SharedChecks,
     /// Where `POST /-/reload` sends its request (`None`: no reload controller in this process).
     pub reload: Option<reload::ReloadSender>,
     /// Where `POST /-/baselines/adopt` sends its request (`None`: no pipeline in this process).

@@ -35,6 +35,8 @@ pub struct StatusData {
     pub probe_plan: Option<Arc<crate::decide::adaptive::ProbePlan>>,
     /// The latest canary run of each target (section shown when the canary has run).
     pub canary: Vec<crate::vocab::canary::CanaryRun>,
+    /// The latest run of each golden check (section shown when any has run).
+    pub checks: Vec<crate::vocab::check::CheckRun>,
     /// Drills running now, every region's (section shown while any runs).
     pub drills: Vec<crate::vocab::drill::Drill>,
 }

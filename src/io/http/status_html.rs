@@ -12,6 +12,7 @@ use crate::decide::breaker::Explanation;
 use crate::io::markup::Text;
 use crate::vocab::breaker::State as BreakerState;
 use crate::vocab::canary::CanaryRun;
+use crate::vocab::check::{CheckRun, CheckVerdict};
 use crate::vocab::health::HealthState;
 use crate::vocab::provider_status::ProviderStatus;
 use chrono::{DateTime, Duration, DurationRound, Utc};
@@ -546,6 +547,44 @@ fn canary_html(runs: &[CanaryRun], now: DateTime<Utc>) -> Markup {
     }
 }
 
+/// The status page's golden checks section: one row per target and check with its latest
+/// verdict, why, the time to a first token and when it ran (never the prompt).
+fn checks_html(runs: &[CheckRun], now: DateTime<Utc>) -> Markup {
+    html! {
+        section {
+            h2 { "Golden checks and capabilities" }
+            div class="scroll" { table class="credits checks" {
+                thead { tr {
+                    th scope="col" { "Target" } th scope="col" { "Check" } th scope="col" { "Verdict" }
+                    th scope="col" { "Why" } th scope="col" { "TTFT" } th scope="col" { "Run" }
+                } }
+                tbody {
+                    @for r in runs {
+                        @let pill = match r.verdict {
+                            CheckVerdict::Passed => "ok",
+                            CheckVerdict::Failed => "degraded",
+                            CheckVerdict::Error => "down",
+                        };
+                        tr {
+                            th scope="row" { (Text(&r.target().id())) }
+                            td { (Text(&r.check)) }
+                            td { span class={ "pill " (pill) } { (r.verdict.as_str()) } }
+                            td { span title=(Text(&r.answer)) { (Text(if r.why.is_empty() { "–" } else { &r.why })) } }
+                            td { (r.sample.ttft_ms.map_or_else(|| "–".to_string(), |ms| format!("{ms:.0} ms"))) }
+                            td {
+                                span title=(r.sample.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string()) {
+                                    ((now - r.sample.started_at).num_minutes().max(0)) " min ago"
+                                }
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        "\n"
+    }
+}
+
 /// The model, `system_fingerprint` and upstream a canary run's provider reported, space-separated.
 fn reported_model(v: &CanaryView) -> Markup {
     let nothing = v.reported_model.is_none() && v.system_fingerprint.is_none() && v.upstream_provider.is_none();
@@ -624,6 +663,7 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
                     @if !data.providers.is_empty() { (providers_html(&data.providers, now)) }
                     (targets_html(data, now))
                     @if !data.canary.is_empty() { (canary_html(&data.canary, now)) }
+                    @if !data.checks.is_empty() { (checks_html(&data.checks, now)) }
                 }
                 "\n"
                 footer {

@@ -184,6 +184,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
     page.attach_trends(&mut data, &trends);
     data.providers = s.provider_status.read().map(|p| p.providers.values().cloned().collect()).unwrap_or_default();
     data.canary = s.canary.latest();
+    data.checks = s.golden.latest();
     ([(header::CACHE_CONTROL, "no-store")], Html(render(&data, now))).into_response()
 }
 
@@ -268,6 +269,7 @@ mod tests {
             providers: Vec::new(),
             probe_plan: None,
             canary: Vec::new(),
+            checks: Vec::new(),
             drills: Vec::new(),
         }
     }

@@ -6,6 +6,7 @@
 //! few instance-level metrics (alerts, storage, lag, build, process, canary) stay in a
 //! `prometheus` registry.
 
+mod checks;
 mod targets;
 
 use crate::config::Detail;
@@ -69,6 +70,7 @@ pub struct Metrics {
     region: String,
     adaptive: AdaptiveMetrics,
     canary: CanaryMetrics,
+    golden: checks::CheckMetrics,
     /// Per-target series ([`targets`]), written straight into the exposition text.
     targets: Mutex<BTreeMap<Target, Series>>,
     /// Size of the last exposition, to allocate the next one at once.
@@ -160,6 +162,7 @@ impl Metrics {
             region: region.to_string(),
             adaptive: AdaptiveMetrics::new()?,
             canary: CanaryMetrics::new()?,
+            golden: checks::CheckMetrics::new()?,
             registry,
             detail,
             targets: Mutex::new(BTreeMap::new()),
@@ -198,6 +201,7 @@ impl Metrics {
         m.adaptive.register(&m.registry, region)?;
         m.thresholds.register(&m.registry)?;
         m.canary.register(&m.registry)?;
+        m.golden.register(&m.registry)?;
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(m)
@@ -464,6 +468,11 @@ impl CanaryMetrics {
 }
 
 impl Metrics {
+    /// Records one golden check run: its verdict, and whether the check passes.
+    pub fn observe_check(&self, run: &crate::vocab::check::CheckRun) {
+        self.golden.observe(run);
+    }
+
     /// Records one canary run: its outcome, and for a completed run its score.
     pub fn observe_canary(&self, run: &crate::vocab::canary::CanaryRun) {
         let s = &run.sample;

@@ -31,6 +31,17 @@ impl Adapter for Anthropic {
             "system": system,
             "messages": [{"role": "user", "content": user}],
         });
+        if system.is_empty() {
+            // A golden check without a system turn sends none (the API refuses an empty one).
+            body.as_object_mut().map(|b| b.remove("system"));
+        }
+        if p.capability() == Some(crate::vocab::capability::Capability::Tools) {
+            use crate::decide::capability::{tool_parameters, TOOL_NAME};
+            body["tools"] = json!([{
+                "name": TOOL_NAME, "description": "Current weather in a city", "input_schema": tool_parameters(),
+            }]);
+            body["tool_choice"] = json!({"type": "auto"});
+        }
         if p.reasoning {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": MIN_THINKING_BUDGET});
             body["max_tokens"] = json!(MIN_THINKING_BUDGET + max_tokens.max(REASONING_EXTRA_TOKENS / 8));
@@ -72,12 +83,33 @@ impl Adapter for Anthropic {
                         ..Signals::default()
                     },
                     Some("thinking_delta") => Signals { reasoning: true, ..Signals::default() },
+                    Some("input_json_delta") => Signals {
+                        tool: Some(super::ToolDelta {
+                            name: None,
+                            arguments: delta
+                                .and_then(|d| d.get("partial_json"))
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                        }),
+                        ..Signals::default()
+                    },
                     _ => Signals::default(),
                 }
             }
             "content_block_start" => {
-                let block = v.get("content_block").and_then(|b| b.get("type")).and_then(Value::as_str);
-                Signals { reasoning: matches!(block, Some("thinking" | "redacted_thinking")), ..Signals::default() }
+                let block = v.get("content_block");
+                let kind = block.and_then(|b| b.get("type")).and_then(Value::as_str);
+                // A tool use block names the function; its arguments follow as input_json_delta.
+                let tool = (kind == Some("tool_use")).then(|| super::ToolDelta {
+                    name: block.and_then(|b| b.get("name")).and_then(Value::as_str).map(str::to_string),
+                    arguments: String::new(),
+                });
+                Signals {
+                    reasoning: matches!(kind, Some("thinking" | "redacted_thinking")),
+                    tool,
+                    ..Signals::default()
+                }
             }
             "message_delta" => Signals { usage: v.get("usage").map(usage), ..Signals::default() },
             "message_stop" => Signals { done: true, ..Signals::default() },

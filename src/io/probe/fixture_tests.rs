@@ -179,3 +179,68 @@ fn malformed_json_is_a_stream_error_not_a_panic() {
         assert!(s.error.is_some());
     }
 }
+
+/// A function call streamed in pieces (OpenAI, Anthropic) or whole (Gemini) is read back as one
+/// call of `get_weather` with its complete arguments; its first piece is the first token.
+#[test]
+fn every_api_shapes_function_call_is_read_back_whole() {
+    for (kind, name, first) in [
+        (ProviderKind::Openai, "openai-chat-stream-tool-call.sse", 0),
+        (ProviderKind::Anthropic, "anthropic-messages-stream-tool-use.sse", 1),
+        (ProviderKind::Gemini, "gemini-stream-function-call.sse", 0),
+    ] {
+        let r = replay(kind, name);
+        assert!(r.done, "{name}: the terminator");
+        assert_eq!(r.reading.outcome, None, "{name}");
+        assert_eq!(r.first_content_event, Some(first), "{name}: the call's first piece is the first token");
+        let call = r.reading.tool.clone().unwrap_or_else(|| panic!("{name}: no call read"));
+        assert_eq!(call.name, "get_weather", "{name}");
+        let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(args["city"], "Paris", "{name}: {}", call.arguments);
+        assert!(r.reading.answer.is_empty(), "{name}: no text answer");
+    }
+}
+
+/// The body a capability probe of `capability` sends to an API of `kind`.
+fn capability_body(kind: ProviderKind, capability: crate::vocab::capability::Capability) -> serde_json::Value {
+    let url = url::Url::parse("http://127.0.0.1:9/v1").expect("url");
+    let mut provider = crate::config::ProviderConfig::new("p", kind, url);
+    provider.api_key = Some(secrecy::SecretString::from("sk-test-capability"));
+    let request = super::CanaryRequest::for_capability(capability);
+    let params = super::ProbeParams {
+        provider: &provider,
+        model: "m",
+        route: None,
+        max_tokens: 16,
+        reasoning: false,
+        nonce: "n",
+        canary: Some(&request),
+    };
+    let spec = adapter_for(kind).request(&params).expect("request");
+    serde_json::from_slice(&spec.body.expect("a body")).expect("JSON body")
+}
+
+/// Each API shape gets the capability's part of the request in its own dialect.
+#[test]
+fn capability_probes_ask_in_each_apis_dialect() {
+    use crate::vocab::capability::Capability::{Json, JsonSchema, Tools};
+    for kind in [ProviderKind::Openai, ProviderKind::Azure] {
+        let tools = capability_body(kind, Tools);
+        assert_eq!(tools["tools"][0]["function"]["name"], "get_weather", "{kind:?}: {tools}");
+        assert_eq!(tools["tools"][0]["function"]["parameters"]["required"][0], "city");
+        assert_eq!(capability_body(kind, Json)["response_format"]["type"], "json_object");
+        let schema = capability_body(kind, JsonSchema);
+        assert_eq!(schema["response_format"]["type"], "json_schema");
+        assert_eq!(schema["response_format"]["json_schema"]["strict"], true);
+    }
+    let anthropic = capability_body(ProviderKind::Anthropic, Tools);
+    assert_eq!(anthropic["tools"][0]["name"], "get_weather", "{anthropic}");
+    assert_eq!(anthropic["tools"][0]["input_schema"]["type"], "object");
+    let gemini = capability_body(ProviderKind::Gemini, Tools);
+    assert_eq!(gemini["tools"][0]["functionDeclarations"][0]["name"], "get_weather", "{gemini}");
+    let json = capability_body(ProviderKind::Gemini, Json);
+    assert_eq!(json["generationConfig"]["responseMimeType"], "application/json");
+    let schema = capability_body(ProviderKind::Gemini, JsonSchema);
+    assert_eq!(schema["generationConfig"]["responseSchema"]["required"][1], "country", "{schema}");
+    assert!(schema["generationConfig"]["responseSchema"].get("additionalProperties").is_none(), "Gemini's subset");
+}

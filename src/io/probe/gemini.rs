@@ -34,11 +34,16 @@ impl Adapter for Gemini {
         if let Some(seed) = p.canary.and_then(|c| c.seed) {
             generation["seed"] = json!(seed);
         }
-        let body = json!({
+        let mut body = json!({
             "systemInstruction": {"parts": [{"text": system}]},
             "contents": [{"role": "user", "parts": [{"text": user}]}],
             "generationConfig": generation,
         });
+        if system.is_empty() {
+            // A golden check without a system turn sends none.
+            body.as_object_mut().map(|b| b.remove("systemInstruction"));
+        }
+        capability_part(p, &mut body);
         streaming_post(p, url, &body, "x-goog-api-key", str::to_string, &[])
     }
 
@@ -62,6 +67,13 @@ impl Adapter for Gemini {
         let parts = candidate.and_then(|c| c.get("content")).and_then(|c| c.get("parts")).and_then(Value::as_array);
         let mut text = String::new();
         for part in parts.into_iter().flatten() {
+            // Gemini sends a function call whole, arguments as an object.
+            if let Some(call) = part.get("functionCall") {
+                s.tool = Some(super::ToolDelta {
+                    name: call.get("name").and_then(Value::as_str).map(str::to_string),
+                    arguments: call.get("args").map_or_else(String::new, Value::to_string),
+                });
+            }
             let t = part.get("text").and_then(Value::as_str).unwrap_or("");
             if part.get("thought").and_then(Value::as_bool) == Some(true) {
                 s.reasoning |= !t.is_empty();
@@ -87,6 +99,29 @@ impl Adapter for Gemini {
             });
         }
         s
+    }
+}
+
+/// A capability probe's own part of the request: the function declaration (`tools`), JSON
+/// mode (`responseMimeType`) or the schema (`responseSchema`, Gemini's OpenAPI subset: no
+/// `additionalProperties`).
+fn capability_part(p: &ProbeParams<'_>, body: &mut Value) {
+    use crate::decide::capability::{answer_schema, tool_parameters, TOOL_NAME};
+    use crate::vocab::capability::Capability;
+    match p.capability() {
+        Some(Capability::Tools) => {
+            body["tools"] = json!([{"functionDeclarations": [{
+                "name": TOOL_NAME, "description": "Current weather in a city", "parameters": tool_parameters(),
+            }]}]);
+        }
+        Some(Capability::Json) => body["generationConfig"]["responseMimeType"] = json!("application/json"),
+        Some(Capability::JsonSchema) => {
+            let mut schema = answer_schema();
+            schema.as_object_mut().map(|s| s.remove("additionalProperties"));
+            body["generationConfig"]["responseMimeType"] = json!("application/json");
+            body["generationConfig"]["responseSchema"] = schema;
+        }
+        None => {}
     }
 }
 

@@ -117,6 +117,24 @@ pub struct CanaryRequest {
     pub seed: Option<u64>,
     /// Ask OpenAI-compatible APIs for log-probabilities (`logprobs: true`).
     pub logprobs: bool,
+    /// A capability probe: the adapter adds the capability's part of the request (the declared
+    /// function, the JSON mode, the schema; `decide::capability`).
+    pub capability: Option<crate::vocab::capability::Capability>,
+}
+
+impl CanaryRequest {
+    /// The request of a capability probe (`decide::capability::ask`).
+    pub fn for_capability(capability: crate::vocab::capability::Capability) -> Self {
+        let ask = crate::decide::capability::ask(capability);
+        CanaryRequest {
+            system: ask.system.to_string(),
+            user: ask.user.to_string(),
+            max_tokens: crate::decide::capability::MAX_TOKENS,
+            seed: None,
+            logprobs: false,
+            capability: Some(capability),
+        }
+    }
 }
 
 impl ProbeParams<'_> {
@@ -126,6 +144,11 @@ impl ProbeParams<'_> {
             Some(c) => (c.system.clone(), c.user.clone()),
             None => (system_prompt(self.nonce), USER_PROMPT.to_string()),
         }
+    }
+
+    /// The capability a capability probe asks for, if this is one.
+    pub fn capability(&self) -> Option<crate::vocab::capability::Capability> {
+        self.canary.and_then(|c| c.capability)
     }
 
     /// The output budget for the visible answer.
@@ -167,6 +190,18 @@ pub struct Signals {
     pub identity: crate::vocab::canary::ModelIdentity,
     /// Log-probabilities of the event's tokens, when returned.
     pub logprobs: Option<crate::vocab::canary::Logprobs>,
+    /// A piece of a function call (a capability probe's `tools`).
+    pub tool: Option<ToolDelta>,
+}
+
+/// A piece of a streamed function call: its name when the piece carries it, and a piece of its
+/// JSON arguments.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolDelta {
+    /// The function's name (usually on the first piece only).
+    pub name: Option<String>,
+    /// A piece of the arguments' JSON text.
+    pub arguments: String,
 }
 
 /// One file per provider kind: build the request, interpret stream events.
@@ -344,6 +379,7 @@ struct Reading {
     deprecation: Vec<crate::vocab::notice::Notice>,
     identity: crate::vocab::canary::ModelIdentity,
     logprobs: Option<crate::vocab::canary::Logprobs>,
+    tool: Option<crate::decide::capability::ToolCall>,
 }
 
 /// What a canary run reads besides the sample: the answer text and the model's identity.
@@ -355,6 +391,8 @@ pub struct CanaryReading {
     pub identity: crate::vocab::canary::ModelIdentity,
     /// Log-probabilities, when returned.
     pub logprobs: Option<crate::vocab::canary::Logprobs>,
+    /// The function call the stream made, if any (a capability probe's `tools`).
+    pub tool_call: Option<crate::decide::capability::ToolCall>,
 }
 
 impl Prober {
@@ -448,6 +486,10 @@ impl Prober {
                         upstream: clean(r.identity.upstream.take()),
                     },
                     logprobs: r.logprobs,
+                    tool_call: r.tool.take().map(|t| crate::decide::capability::ToolCall {
+                        name: scrub::clean(&t.name, &secrets, 128, true),
+                        arguments: scrub::clean(&t.arguments, &secrets, ANSWER_LIMIT, true),
+                    }),
                 }
             }
             None => CanaryReading::default(),
@@ -703,6 +745,20 @@ impl Reading {
             self.content_events += 1;
             if self.answer.len() + text.len() <= ANSWER_LIMIT {
                 self.answer.push_str(&text);
+            }
+        }
+        if let Some(piece) = s.tool {
+            // A function call is the answer of a tools probe: its first piece is the first token.
+            if self.ttft.is_none() {
+                self.ttft = Some(at.duration_since(sent));
+            }
+            self.content_events += 1;
+            let call = self.tool.get_or_insert_with(Default::default);
+            if call.name.is_empty() {
+                call.name = piece.name.unwrap_or_default();
+            }
+            if call.arguments.len() + piece.arguments.len() <= ANSWER_LIMIT {
+                call.arguments.push_str(&piece.arguments);
             }
         }
         let id = &mut self.identity;

@@ -63,6 +63,7 @@ fn general(event: &SseEvent) -> Signals {
             .and_then(Value::as_str)
             .or_else(|| choice.get("text").and_then(Value::as_str));
         s.content = text.filter(|t| !t.is_empty()).map(str::to_string);
+        s.tool = tool_delta(delta);
         s.reasoning = delta.is_some_and(|d| {
             ["reasoning", "reasoning_content"]
                 .iter()
@@ -97,6 +98,9 @@ fn fast_path(data: &str) -> Option<Signals> {
             return None;
         }
         let delta = choice.delta.unwrap_or_default();
+        if delta.tool_calls.is_some_and(|t| t.get() != "null") {
+            return None;
+        }
         s.content = non_empty(delta.content.or(choice.text));
         s.reasoning =
             [delta.reasoning, delta.reasoning_content].iter().any(|t| t.as_ref().is_some_and(|t| !t.0.is_empty()))
@@ -105,6 +109,36 @@ fn fast_path(data: &str) -> Option<Signals> {
                 });
     }
     Some(s)
+}
+
+/// A capability probe's own part of the request: the declared function (`tools`), JSON mode
+/// (`response_format: json_object`) or the schema (`response_format: json_schema`, strict).
+fn capability_part(p: &ProbeParams<'_>, body: &mut Value) {
+    use crate::decide::capability::{answer_schema, tool_parameters, TOOL_NAME};
+    use crate::vocab::capability::Capability;
+    match p.capability() {
+        Some(Capability::Tools) => {
+            body["tools"] = json!([{"type": "function", "function": {
+                "name": TOOL_NAME, "description": "Current weather in a city", "parameters": tool_parameters(),
+            }}]);
+            body["tool_choice"] = json!("auto");
+        }
+        Some(Capability::Json) => body["response_format"] = json!({"type": "json_object"}),
+        Some(Capability::JsonSchema) => {
+            body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                "name": "capital", "strict": true, "schema": answer_schema(),
+            }});
+        }
+        None => {}
+    }
+}
+
+/// The first piece of a function call in a chunk's `delta.tool_calls`, if any.
+fn tool_delta(delta: Option<&Value>) -> Option<super::ToolDelta> {
+    let f = delta?.get("tool_calls")?.get(0)?.get("function")?;
+    let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_string);
+    let arguments = f.get("arguments").and_then(Value::as_str).unwrap_or_default().to_string();
+    (name.is_some() || !arguments.is_empty()).then_some(super::ToolDelta { name, arguments })
 }
 
 fn non_empty(t: Option<Text<'_>>) -> Option<String> {
@@ -156,6 +190,8 @@ struct Delta<'a> {
     reasoning_content: Option<Text<'a>>,
     #[serde(borrow, default)]
     reasoning_details: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a RawValue>,
 }
 
 /// The streaming chat completions body of one probe (shared with Azure OpenAI).
@@ -171,6 +207,13 @@ pub fn chat_body(p: &ProbeParams<'_>, openrouter: bool) -> Value {
             {"role": "user", "content": user},
         ],
     });
+    if system.is_empty() {
+        // A golden check without a system turn sends none.
+        if let Some(m) = body["messages"].as_array_mut() {
+            m.remove(0);
+        }
+    }
+    capability_part(p, &mut body);
     if p.reasoning {
         // Reasoning models reject temperature; the smallest effort keeps probes cheap and fast.
         body["max_completion_tokens"] = json!(max_tokens + REASONING_EXTRA_TOKENS);

@@ -13,6 +13,7 @@ use super::SampleQuery;
 use super::StoreError;
 use super::{AdminStore, FeedStore, OutboxStore, RollupStore, SampleStore, StateStore};
 use crate::vocab::canary::CanaryRun;
+use crate::vocab::check::CheckRun;
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
@@ -141,6 +142,26 @@ impl<B: Backend> SampleStore for B {
 
     async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         self.run(sql::purge_canary_runs_before(cutoff)).await
+    }
+
+    async fn insert_check_runs(&self, runs: &[CheckRun]) -> Result<u64, StoreError> {
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        self.run_all(runs.chunks(sql::CHECK_CHUNK).map(sql::insert_check_runs).collect()).await
+    }
+
+    async fn check_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<CheckRun>, StoreError> {
+        read(self, sql::check_runs(region, since, limit), rows::check_of).await
+    }
+
+    async fn purge_check_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.run(sql::purge_check_runs_before(cutoff)).await
     }
 }
 

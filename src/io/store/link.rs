@@ -69,6 +69,8 @@ pub enum Record {
     TargetStatus(#[serde(with = "items")] Vec<TargetStatus>),
     /// Canary runs (appended; idempotent on their ids).
     Canary(#[serde(with = "items")] Vec<crate::vocab::canary::CanaryRun>),
+    /// Golden check runs (appended; idempotent on their ids).
+    Check(#[serde(with = "items")] Vec<crate::vocab::check::CheckRun>),
     /// Chain heads as they moved (appended; idempotent on region, chain and time).
     ChainHeads(#[serde(with = "items")] Vec<crate::vocab::chain_head::ChainHead>),
     /// One evaluation's notifications with the engine state that made them, stored in one
@@ -643,6 +645,10 @@ impl Link {
                 let runs = runs.clone();
                 self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
             }
+            Record::Check(runs) => {
+                let runs = runs.clone();
+                self.call(|s| async move { s.insert_check_runs(&runs).await.map(|_| ()) }).await
+            }
             Record::ChainHeads(heads) => {
                 let heads = heads.clone();
                 self.call(|s| async move { s.record_chain_heads(&heads).await }).await
@@ -914,6 +920,7 @@ mod tests {
                 updated_at: now,
             }]),
             Record::Canary(Vec::new()),
+            Record::Check(Vec::new()),
             Record::ChainHeads(vec![crate::vocab::chain_head::ChainHead {
                 region: "eu".into(),
                 chain: "chat".into(),

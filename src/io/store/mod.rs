@@ -408,6 +408,19 @@ pub trait SampleStore: Send + Sync {
     ) -> Result<Vec<crate::vocab::canary::CanaryRun>, StoreError>;
     /// Deletes canary runs started before `cutoff`; returns how many.
     async fn purge_canary_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Stores golden check runs; idempotent on the run id. Returns how many were new.
+    async fn insert_check_runs(&self, runs: &[crate::vocab::check::CheckRun]) -> Result<u64, StoreError>;
+    /// The newest `limit` golden check runs started at or after `since` (`region: None` for
+    /// every region), oldest first.
+    async fn check_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::vocab::check::CheckRun>, StoreError>;
+    /// Deletes golden check runs started before `cutoff`; returns how many.
+    async fn purge_check_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 }
 
 /// Hourly rollups, the baselines' memory: written by the store link, read back by

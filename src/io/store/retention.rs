@@ -92,6 +92,14 @@ pub async fn run_once(
         }
         Err(e) => fail(&mut report, "canary_runs", e),
     }
+    // So are golden check runs.
+    match store.purge_check_runs_before(cutoff).await {
+        Ok(n) => {
+            log_removed("check_runs", n, cutoff);
+            report.removed.push(("check_runs", n));
+        }
+        Err(e) => fail(&mut report, "check_runs", e),
+    }
     for what in Prune::ALL {
         if stop.is_cancelled() {
             break;

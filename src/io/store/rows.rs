@@ -3,6 +3,7 @@
 
 use crate::vocab::breaker::State;
 use crate::vocab::canary::{CanaryRun, Logprobs, ModelIdentity};
+use crate::vocab::check::{CheckRun, CheckVerdict};
 use crate::vocab::health::{Health, HealthState};
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
 use crate::vocab::records::BalanceReading;
@@ -302,6 +303,18 @@ pub(crate) fn component_of(row: &impl StoredRow) -> Result<ProviderComponent, sq
         name: row.text("name")?,
         status: row.text("status")?,
         updated_at: row.opt_time("updated_at")?,
+    })
+}
+
+/// One row of `CHECK_COLUMNS`: the sample's columns through [`sample_of`], then the check's.
+pub(crate) fn check_of(row: &impl StoredRow) -> Result<CheckRun, sqlx::Error> {
+    let verdict = row.text("verdict")?;
+    Ok(CheckRun {
+        sample: sample_of(row)?,
+        check: row.text("check_name")?,
+        verdict: CheckVerdict::parse(&verdict).ok_or_else(|| bad("verdict", format!("unknown verdict {verdict:?}")))?,
+        why: row.text("why")?,
+        answer: row.text("answer")?,
     })
 }
 

@@ -4,6 +4,7 @@
 
 use super::SampleQuery;
 use crate::vocab::canary::CanaryRun;
+use crate::vocab::check::CheckRun;
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
@@ -29,6 +30,11 @@ pub(crate) const CANARY_COLUMNS: &str = "id, provider, model, route, region, sch
     outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, prompt_version, correct, total, \
     answers_fingerprint, answers, echo_model, system_fingerprint, upstream_provider, logprob_tokens, logprob_sum";
 
+/// The columns of `check_runs`: the sample's, then the golden check's own.
+pub(crate) const CHECK_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
+    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, check_name, verdict, why, answer";
+
 /// Values per sample row (the columns of [`SAMPLE_COLUMNS`]).
 const SAMPLE_VALUES: usize = 25;
 /// Values per canary row (the columns of [`CANARY_COLUMNS`]).
@@ -37,6 +43,11 @@ const CANARY_VALUES: usize = 35;
 /// PostgreSQL's 65,535 parameters per statement.
 pub(crate) const CANARY_CHUNK: usize = 500;
 const _: () = assert!(CANARY_CHUNK * CANARY_VALUES < 32_766);
+/// Values per check row (the columns of [`CHECK_COLUMNS`]).
+const CHECK_VALUES: usize = SAMPLE_VALUES + 4;
+/// Check runs per multi-row INSERT, under both backends' parameter limits.
+pub(crate) const CHECK_CHUNK: usize = 500;
+const _: () = assert!(CHECK_CHUNK * CHECK_VALUES < 32_766);
 
 /// The columns of `alert_outbox` an [`OutboxItem`] is read from (JSON read back as text).
 const OUTBOX_COLUMNS: &str = "id, region, channel, kind, dedup_key, CAST(payload AS TEXT) AS payload, created_at, \
@@ -771,6 +782,33 @@ pub(crate) fn purge_canary_runs_before(cutoff: DateTime<Utc>) -> Stmt {
     Stmt::new("DELETE FROM canary_runs WHERE started_at < $1").arg(cutoff)
 }
 
+/// One multi-row insert of golden check runs (at most [`CHECK_CHUNK`]), skipping stored ids.
+pub(crate) fn insert_check_runs(runs: &[CheckRun]) -> Stmt {
+    let mut args = Vec::with_capacity(runs.len() * CHECK_VALUES);
+    for r in runs {
+        sample_args(&mut args, &r.sample);
+        args.extend([(&r.check).into(), r.verdict.as_str().into(), (&r.why).into(), (&r.answer).into()]);
+    }
+    multi_row_insert("check_runs", CHECK_COLUMNS, runs.len(), CHECK_VALUES, args)
+}
+
+/// The newest `limit` golden check runs started at or after `since`, returned oldest first.
+pub(crate) fn check_runs(region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
+    Stmt::new(format!(
+        "SELECT * FROM (SELECT {CHECK_COLUMNS} FROM check_runs WHERE started_at >= $1 \
+         AND (CAST($2 AS TEXT) IS NULL OR region = $2) ORDER BY started_at DESC, id DESC LIMIT $3) AS newest \
+         ORDER BY started_at, id"
+    ))
+    .arg(since)
+    .arg(region)
+    .arg(limit.max(0))
+}
+
+/// Deletes golden check runs started before `cutoff`.
+pub(crate) fn purge_check_runs_before(cutoff: DateTime<Utc>) -> Stmt {
+    Stmt::new("DELETE FROM check_runs WHERE started_at < $1").arg(cutoff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,6 +904,8 @@ mod tests {
             provider_components("p"),
             canary_runs(None, now, 3),
             purge_canary_runs_before(now),
+            check_runs(None, now, 3),
+            purge_check_runs_before(now),
         ];
         for st in stmts {
             assert_eq!(highest_placeholder(&st.sql), st.args.len(), "{}", st.sql);
