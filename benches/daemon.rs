@@ -42,20 +42,22 @@ fn env_num(name: &str, default: u64) -> u64 {
 // The stand-in
 // ---------------------------------------------------------------------------------------------
 
-/// `/status/…` answers a plain 200 JSON, `…/models` a one-model list; every other path streams
+/// `…/status/…` answers a plain 200 JSON, `…/models` a one-model list; every other path streams
 /// the fixture: headers after 50–150 ms, the first content token 200–400 ms later, then an event
 /// every 10–20 ms, each drawn per request (on average 100 ms, 400 ms and 15 ms). Drawn, not fixed:
 /// with fixed delays every answer would land on the probe thread's 100 ms ticks with the starts
-/// and share their wake-ups, which no provider's latencies do.
-fn handler(base: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
+/// and share their wake-ups, which no provider's latencies do. Paths with an `/x…` target (see
+/// [`IGNORING`]) answer the recorded sentence, which does not follow the probe's system prompt.
+fn handler(obeying: Script, ignoring: Script) -> impl Fn(&RequestRecord) -> Script + Send + Sync + 'static {
     move |r: &RequestRecord| {
-        if r.path_only().starts_with("/status") {
+        if r.path_only().contains("/status/") {
             return Script::json(200, br#"{"status":"ok"}"#);
         }
         // The models-list poller's read (every 6 h, the first a minute after start).
         if r.path_only().ends_with("/models") {
             return Script::json(200, br#"{"object":"list","data":[{"id":"m","object":"model"}]}"#);
         }
+        let base = if r.path_only().contains("/x") { &ignoring } else { &obeying };
         let mut s = base.clone().with_head_delay(Duration::from_millis(100));
         for (i, c) in s.chunks.iter_mut().enumerate() {
             // Event 0 is role-only; event 1 carries the first content token.
@@ -90,18 +92,49 @@ fn answering_ok(sse: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Requests the stand-in received since the last `MARK`, by path (without the query).
+type Counts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
+
 /// `--serve`: the stand-in in its own process; prints its port, serves until stdin closes.
+/// `MARK` on stdin starts counting requests per path afresh; `REPORT` prints each count as
+/// `COUNT <n> <path>`, then `END`.
 fn serve_child() {
     raise_nofile();
-    let body = std::fs::read(format!("{}/tests/fixtures/{FIXTURE}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
-    let body = answering_ok(&body);
+    let recorded = std::fs::read(format!("{}/tests/fixtures/{FIXTURE}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
+    let (obeying, ignoring) =
+        (Script::sse(&answering_ok(&recorded), Duration::ZERO), Script::sse(&recorded, Duration::ZERO));
+    let counts = Counts::default();
+    let answer = handler(obeying, ignoring);
+    let counting = {
+        let counts = counts.clone();
+        move |r: &RequestRecord| {
+            if let Ok(mut c) = counts.lock() {
+                *c.entry(r.path_only().to_string()).or_default() += 1;
+            }
+            answer(r)
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let server = rt.block_on(StandIn::start(handler(Script::sse(&body, Duration::ZERO)))).expect("stand-in starts");
+    let server = rt.block_on(StandIn::start(counting)).expect("stand-in starts");
     server.keep_records(0);
     println!("PORT {}", server.addr().port());
     let _ = std::io::stdout().flush();
-    let mut sink = String::new();
-    while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+        let mut c = counts.lock().expect("counts");
+        match line.trim() {
+            "MARK" => c.clear(),
+            "REPORT" => {
+                for (path, n) in c.iter() {
+                    println!("COUNT {n} {path}");
+                }
+                println!("END");
+                let _ = std::io::stdout().flush();
+            }
+            _ => {}
+        }
+        line.clear();
+    }
     drop(server);
 }
 
@@ -256,7 +289,32 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 // The run
 // ---------------------------------------------------------------------------------------------
 
-fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize) -> String {
+/// Streaming targets whose answers ignore the probe's system prompt (`VIGIL_BENCH_IGNORING`):
+/// each opens an `adherence_failed` incident at its second probe, a minute or two after the
+/// start, and the adaptive plan moves it to incident mode (at the same interval) in the window.
+const IGNORING: u64 = 50;
+
+/// Target `i`'s path on the stand-in under a daemon's `prefix`: `/status/i` for a plain HTTP
+/// target, `/ti/v1` (`/xi/v1` when its answers ignore the system prompt) for a streaming one.
+fn target_path(prefix: &str, i: usize, ignoring: usize) -> String {
+    match i % 2 {
+        0 => format!("{prefix}/status/{i}"),
+        _ if i / 2 < ignoring => format!("{prefix}/x{i}/v1"),
+        _ => format!("{prefix}/t{i}/v1"),
+    }
+}
+
+/// The path a probe of target `i` requests (a streaming target's chat completions).
+fn probe_path(prefix: &str, i: usize, ignoring: usize) -> String {
+    let base = target_path(prefix, i, ignoring);
+    if i.is_multiple_of(2) {
+        base
+    } else {
+        format!("{base}/chat/completions")
+    }
+}
+
+fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize, prefix: &str, ignoring: usize) -> String {
     let mut c = format!(
         "region = \"bench\"\n\n[storage]\nurl = \"sqlite://{db}\"\ndata_dir = \"{data}\"\n\n\
          [http]\nlisten = \"127.0.0.1:{http_port}\"\n\n[metrics]\ndetail = \"compact\"\n\n[probe]\ninterval = \"60s\"\ntimeout = \"30s\"\n\
@@ -265,14 +323,15 @@ fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize) -> String {
         data = dir.join("data").display(),
     );
     for i in 0..n {
+        let path = target_path(prefix, i, ignoring);
         if i % 2 == 0 {
             c.push_str(&format!(
-                "[[provider]]\nname = \"h{i}\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:{stand_in}/status/{i}\"\n\
+                "[[provider]]\nname = \"h{i}\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:{stand_in}{path}\"\n\
                  api_key_env = \"{KEY_VAR}\"\n\n"
             ));
         } else {
             c.push_str(&format!(
-                "[[provider]]\nname = \"s{i}\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{stand_in}/t{i}/v1\"\n\
+                "[[provider]]\nname = \"s{i}\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{stand_in}{path}\"\n\
                  api_key_env = \"{KEY_VAR}\"\nmodels = [\"m\"]\n\n"
             ));
         }
@@ -290,13 +349,14 @@ fn blackbox_config() -> String {
         .to_string()
 }
 
-fn prometheus_config(stand_in: u16, blackbox: u16, n: usize) -> String {
+fn prometheus_config(stand_in: u16, blackbox: u16, n: usize, ignoring: usize) -> String {
     let (mut plain, mut stream) = (Vec::new(), Vec::new());
     for i in 0..n {
+        let url = format!("'http://127.0.0.1:{stand_in}{}'", probe_path("", i, ignoring));
         if i % 2 == 0 {
-            plain.push(format!("'http://127.0.0.1:{stand_in}/status/{i}'"));
+            plain.push(url);
         } else {
-            stream.push(format!("'http://127.0.0.1:{stand_in}/t{i}/v1/chat/completions'"));
+            stream.push(url);
         }
     }
     let job = |name: &str, module: &str, targets: &[String]| {
@@ -322,7 +382,7 @@ struct Side {
     prometheus_port: u16,
 }
 
-fn start_side_by_side(dir: &Path, stand_in: u16, n: usize) -> Option<Side> {
+fn start_side_by_side(dir: &Path, stand_in: u16, n: usize, ignoring: usize) -> Option<Side> {
     if std::env::var("VIGIL_BENCH_BLACKBOX").is_ok_and(|v| v == "0") {
         return None;
     }
@@ -330,7 +390,7 @@ fn start_side_by_side(dir: &Path, stand_in: u16, n: usize) -> Option<Side> {
     let prom = which("prometheus")?;
     let (bb_port, prom_port) = (free_port(), free_port());
     std::fs::write(dir.join("blackbox.yml"), blackbox_config()).ok()?;
-    std::fs::write(dir.join("prometheus.yml"), prometheus_config(stand_in, bb_port, n)).ok()?;
+    std::fs::write(dir.join("prometheus.yml"), prometheus_config(stand_in, bb_port, n, ignoring)).ok()?;
     let log = |name: &str| std::fs::File::create(dir.join(name)).map(Stdio::from).unwrap_or_else(|_| Stdio::null());
     let blackbox = Proc(
         Command::new(bb)
@@ -375,15 +435,18 @@ struct Daemon {
     port: u16,
     log: PathBuf,
     db: PathBuf,
+    /// Its targets' paths on the stand-in start with this, so each daemon's requests are counted apart.
+    prefix: String,
 }
 
 impl Daemon {
-    fn start(base: &Path, who: &str, exe: &Path, stand_in: u16, n: usize) -> Daemon {
+    fn start(base: &Path, who: &str, exe: &Path, stand_in: u16, (n, ignoring): (usize, usize), k: usize) -> Daemon {
         let dir = base.join(format!("vigil-{}", free_port()));
         std::fs::create_dir_all(&dir).expect("daemon dir");
         let port = free_port();
         let config = dir.join("vigil.toml");
-        std::fs::write(&config, vigil_config(&dir, stand_in, port, n)).expect("config written");
+        let prefix = format!("/v{k}");
+        std::fs::write(&config, vigil_config(&dir, stand_in, port, n, &prefix, ignoring)).expect("config written");
         let log = dir.join("vigil.log");
         let proc = Proc(
             Command::new(exe)
@@ -395,7 +458,7 @@ impl Daemon {
                 .spawn()
                 .expect("vigil starts"),
         );
-        Daemon { who: who.to_string(), proc, port, log, db: dir.join("vigil.db") }
+        Daemon { who: who.to_string(), proc, port, log, db: dir.join("vigil.db"), prefix }
     }
 
     fn pid(&self) -> u32 {
@@ -437,6 +500,59 @@ fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
     );
 }
 
+/// Asks the stand-in for its counts since `MARK`: requests by path.
+fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> std::collections::HashMap<String, u32> {
+    let mut counts = std::collections::HashMap::new();
+    if writeln!(control, "REPORT").and_then(|()| control.flush()).is_err() {
+        return counts;
+    }
+    let mut line = String::new();
+    while out.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line.trim() != "END" {
+        let mut parts = line.trim().splitn(3, ' ');
+        if let (Some("COUNT"), Some(n), Some(path)) = (parts.next(), parts.next(), parts.next()) {
+            counts.insert(path.to_string(), n.parse().unwrap_or(0));
+        }
+        line.clear();
+    }
+    counts
+}
+
+/// Probes sent (as the stand-in received them) against probes due in the window: every target
+/// once per 60 s at its own offset, whatever its mode. A probe more than due is a start the
+/// schedule did not plan (as a mode change once seemed to add); the models-list poller's reads
+/// are counted apart, they are not probes.
+fn print_due(
+    d: &Daemon,
+    counts: &std::collections::HashMap<String, u32>,
+    (n, ignoring): (usize, usize),
+    measure: Duration,
+) {
+    let due_each = measure.as_secs_f64() / 60.0;
+    let (mut sent, mut extra, mut more, mut fewer) = (0u64, 0u64, 0usize, 0usize);
+    for i in 0..n {
+        let got = counts.get(&probe_path(&d.prefix, i, ignoring)).copied().unwrap_or(0);
+        sent += u64::from(got);
+        extra += u64::from(got).saturating_sub(due_each.ceil() as u64);
+        more += usize::from(f64::from(got) > due_each.ceil());
+        fewer += usize::from(f64::from(got) < due_each.floor());
+    }
+    let models: u32 =
+        counts.iter().filter(|(p, _)| p.starts_with(&d.prefix) && p.ends_with("/models")).map(|(_, c)| c).sum();
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    let switches = log.lines().filter(|l| l.contains("probe interval changed")).count();
+    println!(
+        "{:<34} {:>8} {:>8.0} {:>7} {:>9} {:>9} {:>8} {:>13}",
+        d.who,
+        sent,
+        due_each * n as f64,
+        extra,
+        more,
+        fewer,
+        models,
+        switches
+    );
+}
+
 fn print_row(r: &Row) {
     let per_1000 = if r.probes > 0.0 { r.cpu / r.probes * 1000.0 } else { f64::NAN };
     println!("{:<34} {:>8.0} {:>9.2} {:>12.3} {:>11.1}", r.who, r.probes, r.cpu, per_1000, r.peak_rss);
@@ -445,6 +561,7 @@ fn print_row(r: &Row) {
 fn orchestrate() {
     raise_nofile();
     let n = env_num("VIGIL_BENCH_TARGETS", 1000) as usize;
+    let ignoring = (env_num("VIGIL_BENCH_IGNORING", IGNORING) as usize).min(n / 2);
     let warmup = Duration::from_secs(env_num("VIGIL_BENCH_WARMUP_S", 65));
     let measure = Duration::from_secs(env_num("VIGIL_BENCH_MEASURE_S", 120));
     let vigil_exe = env!("CARGO_BIN_EXE_vigil");
@@ -461,13 +578,16 @@ fn orchestrate() {
     let _ = out.read_line(&mut line);
     let stand_in: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("stand-in port");
 
-    let mut daemons = vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), stand_in, n)];
+    let fleet = (n, ignoring);
+    let mut control = server.stdin.take().expect("stdin");
+    let mut daemons =
+        vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), stand_in, fleet, 0)];
     if let Some(other) = std::env::var_os("VIGIL_BENCH_COMPARE_EXE") {
         let other = PathBuf::from(other);
         let name = other.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, stand_in, n));
+        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, stand_in, fleet, 1));
     }
-    let side = start_side_by_side(dir.path(), stand_in, n);
+    let side = start_side_by_side(dir.path(), stand_in, n, ignoring);
 
     println!("vigil whole-daemon benchmark");
     println!(
@@ -477,6 +597,7 @@ fn orchestrate() {
         n / 2,
         SCRAPE_EVERY.as_secs()
     );
+    println!("{ignoring} of the streaming targets answer without following the probe's system prompt (adherence_failed, then incident mode)");
     println!("load average at start: {}", loadavg());
     match &side {
         Some(_) => println!("side by side: prometheus + blackbox_exporter scraping the same targets every 60 s"),
@@ -493,6 +614,7 @@ fn orchestrate() {
     });
     let started = Instant::now();
     let window_start = chrono::Utc::now();
+    let _ = writeln!(control, "MARK").and_then(|()| control.flush());
     // Per daemon: each scrape and how long it took to serve.
     let mut scrapes: Vec<Vec<(Scrape, Duration)>> = daemons.iter().map(|_| vec![]).collect();
     let mut next = started + SCRAPE_EVERY;
@@ -507,6 +629,7 @@ fn orchestrate() {
         next += SCRAPE_EVERY;
     }
     std::thread::sleep((started + measure).saturating_duration_since(Instant::now()));
+    let counts = read_counts(&mut control, &mut out);
     let cpu1: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
     let wakes1: Vec<(u64, u64)> = daemons.iter().map(|d| wake_ups(d.pid())).collect();
     let side1 = side.as_ref().map(|s| {
@@ -564,6 +687,15 @@ fn orchestrate() {
         print_timings(&d.who, &d.db, window_start);
     }
     println!();
+    println!("probes sent vs probes due in the window (as the stand-in received them; extra probes at a mode switch):");
+    println!(
+        "{:<34} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>13}",
+        "process", "sent", "due", "extra", "targets+", "targets-", "models", "mode changes"
+    );
+    for d in &daemons {
+        print_due(d, &counts, fleet, measure);
+    }
+    println!();
     println!("wake-ups (voluntary context switches) per second in the window:");
     for (i, d) in daemons.iter().enumerate() {
         let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / measure.as_secs_f64();
@@ -577,6 +709,6 @@ fn orchestrate() {
 
     drop(side);
     drop(daemons);
-    drop(server.stdin.take());
+    drop(control);
     let _ = server.wait();
 }

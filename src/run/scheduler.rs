@@ -250,14 +250,21 @@ impl Scheduler {
 
     /// Starts every armed probe that is due, each in its own task.
     fn start_due(&self, armed: &mut Armed, tx: &mpsc::Sender<Sample>) {
-        let now = Instant::now();
-        while let Some(arm) = armed.pop_due(now) {
-            if !self.wanted(arm.slot, arm.round, arm.position, arm.positions) {
-                continue;
-            }
+        self.take_due(armed, Instant::now(), |arm| {
             let this = self.clone();
             let tx = tx.clone();
             self.tracker.spawn(async move { this.run_slot(arm.slot, arm.due, &tx).await });
+        });
+    }
+
+    /// Hands `start` every armed probe due by `now` that the current plan wants; the rest of
+    /// the positions due by then are dropped. The whole decision, with time passed in (tests
+    /// step it through rounds and plan changes without waiting).
+    fn take_due(&self, armed: &mut Armed, now: Instant, mut start: impl FnMut(Arm)) {
+        while let Some(arm) = armed.pop_due(now) {
+            if self.wanted(arm.slot, arm.round, arm.position, arm.positions) {
+                start(arm);
+            }
         }
     }
 
@@ -369,6 +376,135 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::adaptive::{PlanSettings, Planner, SharedPlan};
+    use crate::vocab::target::Target;
+
+    /// A scheduler over `n` plain HTTP targets (never dialled here) following a plan with
+    /// `probe.interval = 60s` and `probe.incident_interval = incident`, and the planner writing it.
+    fn planned(n: usize, incident: Duration) -> (Scheduler, Planner) {
+        let mut toml = String::from("[probe]\ninterval = \"60s\"\n");
+        for i in 0..n {
+            toml.push_str(&format!(
+                "[[provider]]\nname = \"t{i}\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n"
+            ));
+        }
+        let config = crate::config::Config::from_toml(&toml, &std::collections::BTreeMap::new()).expect("config");
+        let plans = Planned::all(&config.providers, "test-1");
+        let targets: Vec<Target> = plans.iter().map(|p| p.target.clone()).collect();
+        let metrics = Arc::new(Metrics::new("test-1").expect("registry"));
+        let interval = config.probe.interval;
+        let settings = PlanSettings {
+            base: interval,
+            max_interval: interval * 5,
+            incident_interval: incident,
+            daily_budget_usd: 1.0,
+        };
+        let shared = SharedPlan::default();
+        let planner = Planner::with_settings(settings, targets, shared.clone());
+        let scheduler = Scheduler::new(plans, Prober::new(config.probe.clone(), &[]), interval, 8, metrics)
+            .with_plan(shared, settings.burst());
+        (scheduler, planner)
+    }
+
+    /// Replans with the targets whose slot `trouble` names in trouble (the rest calm).
+    fn replan(planner: &mut Planner, trouble: &dyn Fn(usize) -> bool) {
+        let targets = planner.targets().to_vec();
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z").expect("time").to_utc();
+        planner.replan(0.0, &|t| targets.iter().position(|x| x == t).is_some_and(trouble), at);
+    }
+
+    /// Runs `rounds` rounds from `t0` as the daemon does, with injected time stepped tick by
+    /// tick instead of slept; `change(now)` may replan before each tick's starts. Returns every
+    /// start as (slot, due).
+    fn simulate(s: &Scheduler, t0: Instant, rounds: u32, mut change: impl FnMut(Instant)) -> Vec<(usize, Instant)> {
+        let mut armed = Armed::default();
+        for r in 0..rounds {
+            s.arm_round(t0 + s.interval * r, &mut armed);
+        }
+        let mut started = Vec::new();
+        let mut now = t0;
+        while now < t0 + s.interval * rounds {
+            change(now);
+            s.take_due(&mut armed, now, |arm| started.push((arm.slot, arm.due)));
+            now += grid::TICK;
+        }
+        assert!(armed.next_due().is_none(), "every armed position came due");
+        started
+    }
+
+    /// The starts of slot `i`, in order.
+    fn starts_of(started: &[(usize, Instant)], i: usize) -> Vec<Instant> {
+        let mut v: Vec<Instant> = started.iter().filter(|(s, _)| *s == i).map(|(_, d)| *d).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_mode_change_at_the_same_interval_neither_moves_a_target_nor_adds_a_probe() {
+        let (s, mut planner) = planned(40, Duration::from_secs(60));
+        assert_eq!(s.max_burst, 1);
+        replan(&mut planner, &|_| false);
+        let t0 = grid::at_or_after(Instant::now());
+        // Half the fleet falls into trouble 90.05 s in (mid-round: some have had this round's
+        // probe, some not), and recovers at 210.05 s; each switch is logged as a mode change.
+        let (fail, recover) = (t0 + Duration::from_millis(90_050), t0 + Duration::from_millis(210_050));
+        let (mut failed, mut recovered) = (false, false);
+        let started = simulate(&s, t0, 5, |now| {
+            if now >= fail && !failed {
+                failed = true;
+                replan(&mut planner, &|i| i % 2 == 0);
+                assert_eq!(planner.current().targets[0].mode, crate::decide::adaptive::Mode::Incident);
+            }
+            if now >= recover && !recovered {
+                recovered = true;
+                replan(&mut planner, &|_| false);
+            }
+        });
+        assert!(failed && recovered);
+        for (i, slot) in s.slots.iter().enumerate() {
+            let due: Vec<Instant> = (0..5).map(|r| t0 + slot.offset + s.interval * r).collect();
+            assert_eq!(starts_of(&started, i), due, "slot {i}: once a round at its own offset, whatever its mode");
+        }
+        assert_eq!(started.len(), 40 * 5);
+    }
+
+    #[test]
+    fn a_shorter_incident_interval_adds_only_the_bursts_positions_at_the_targets_own_offset() {
+        let incident = Duration::from_secs(20);
+        let (s, mut planner) = planned(40, incident);
+        assert_eq!(s.max_burst, 3);
+        replan(&mut planner, &|_| false);
+        let t0 = grid::at_or_after(Instant::now());
+        let (fail, recover) = (t0 + Duration::from_millis(90_050), t0 + Duration::from_millis(210_050));
+        let (mut failed, mut recovered) = (false, false);
+        let started = simulate(&s, t0, 5, |now| {
+            if now >= fail && !failed {
+                failed = true;
+                replan(&mut planner, &|i| i % 2 == 0);
+            }
+            if now >= recover && !recovered {
+                recovered = true;
+                replan(&mut planner, &|_| false);
+            }
+        });
+        for (i, slot) in s.slots.iter().enumerate() {
+            let calm = (0..5).map(|r| t0 + slot.offset + s.interval * r);
+            let mut due: Vec<Instant> = calm.collect();
+            if i % 2 == 0 {
+                // While in trouble: every 20 s on the target's own offset (its calm probes among them).
+                let first = slot.offset.as_nanos() % incident.as_nanos();
+                let mut at = t0 + Duration::from_nanos(u64::try_from(first).expect("small"));
+                while at < t0 + s.interval * 5 {
+                    if at > fail && at < recover && !due.contains(&at) {
+                        due.push(at);
+                    }
+                    at += incident;
+                }
+                due.sort();
+            }
+            assert_eq!(starts_of(&started, i), due, "slot {i}");
+        }
+    }
 
     #[test]
     fn offsets_are_stable_and_inside_the_interval() {
