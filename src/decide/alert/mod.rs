@@ -12,6 +12,7 @@ pub mod deprecation;
 pub(crate) mod flap;
 pub(crate) mod incident;
 pub(crate) mod provider_incident;
+pub mod ratelimit;
 pub mod rules;
 pub(crate) mod scope;
 pub mod settings;
@@ -67,11 +68,15 @@ pub enum AlertKind {
     /// A chain's head (the target a router tries first) moved; the notice says to what and at
     /// what price against the one before (`alerts.chain_head_changed`, off by default).
     ChainHeadChanged,
+    /// A target's rate-limit headroom (remaining / limit of its tighter allowance, from the
+    /// probe's response headers) is under `ratelimit.low_fraction`; see [`ratelimit`].
+    #[serde(rename = "ratelimit_low")]
+    RateLimitLow,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 17] = [
+    pub const ALL: [AlertKind; 18] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -89,6 +94,7 @@ impl AlertKind {
         AlertKind::BaselineShift,
         AlertKind::ChainSloAtRisk,
         AlertKind::ChainHeadChanged,
+        AlertKind::RateLimitLow,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -111,6 +117,7 @@ impl AlertKind {
             AlertKind::BaselineShift => "baseline_shift",
             AlertKind::ChainSloAtRisk => "chain_slo_at_risk",
             AlertKind::ChainHeadChanged => "chain_head_changed",
+            AlertKind::RateLimitLow => "ratelimit_low",
         }
     }
 
@@ -127,7 +134,8 @@ impl AlertKind {
             | AlertKind::ModelDeprecated
             | AlertKind::ProviderIncident
             | AlertKind::ModelChanged
-            | AlertKind::ChainSloAtRisk => Severity::Warning,
+            | AlertKind::ChainSloAtRisk
+            | AlertKind::RateLimitLow => Severity::Warning,
             AlertKind::BreakerClosed | AlertKind::BaselineShift | AlertKind::ChainHeadChanged => Severity::Info,
         }
     }
@@ -161,6 +169,7 @@ impl AlertKind {
             AlertKind::BaselineShift => "The target stayed at a new latency level for baseline.adopt_after and its baseline adopted it; the summary says both levels.",
             AlertKind::ChainSloAtRisk => "If every member of this failover chain failed over in turn, the first token would come later than the chain's ttft_slo (or the complete answer later than its total_slo): the summary names the member that breaks it; tighten deadlines, shorten the chain or fix the slow member.",
             AlertKind::ChainHeadChanged => "The target a router tries first in this failover chain changed: the summary says to which and its price against the one before (a pricier head spends more at the same traffic).",
+            AlertKind::RateLimitLow => "Little is left of this target's rate limit (the summary says which allowance, how much and when it resets): production traffic sharing the key will get 429s soon; spread the load, raise the limit or route elsewhere.",
         }
     }
 }
@@ -511,6 +520,14 @@ pub fn alert_line(a: &Alert) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_is_spelled_the_same_in_json_as_everywhere_else() {
+        for kind in AlertKind::ALL {
+            assert_eq!(serde_json::to_value(kind).expect("json"), kind.as_str(), "{kind:?}");
+            assert_eq!(serde_json::from_value::<AlertKind>(kind.as_str().into()).expect("read back"), kind);
+        }
+    }
 
     #[test]
     fn dedup_key_is_stable_and_names_every_part() {

@@ -44,6 +44,7 @@ embed_both!(
     "20261203000010_target_status_health.sql",
     "20261203000020_drills.sql",
     "20261203000030_chain_heads.sql",
+    "20261204000040_sample_ratelimit.sql",
 );
 
 /// The PostgreSQL schema's migrator.

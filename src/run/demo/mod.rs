@@ -173,6 +173,35 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
     ])
 }
 
+/// The demo Anthropic key's rate-limit window: its token allowance drains over each window and
+/// is whole again at the next, so `ratelimit_low` fires in the last tenth of every window (at
+/// the default `ratelimit.low_fraction`) and resolves after the reset.
+pub const DEMO_RATELIMIT_WINDOW: Duration = Duration::from_secs(600);
+/// The demo key's allowances per window: requests and tokens.
+const DEMO_RATELIMIT: (u64, u64) = (50, 40_000);
+
+/// `script` with Anthropic's rate-limit headers as they stand `elapsed` into the demo (`now`
+/// for the reset times): tokens drain to nothing over each [`DEMO_RATELIMIT_WINDOW`], requests
+/// to half.
+pub fn with_headroom(script: Script, elapsed: Duration, now: chrono::DateTime<chrono::Utc>) -> Script {
+    let window = DEMO_RATELIMIT_WINDOW.as_secs_f64();
+    let used = (elapsed.as_secs_f64() % window) / window;
+    let reset = now + chrono::Duration::milliseconds(((window * (1.0 - used)) * 1000.0) as i64);
+    let reset = reset.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (requests, tokens) = DEMO_RATELIMIT;
+    let left = |limit: u64, share: f64| ((limit as f64) * (1.0 - share)).floor().max(0.0) as u64;
+    let mut script = script;
+    for (family, limit, remaining) in
+        [("requests", requests, left(requests, used / 2.0)), ("tokens", tokens, left(tokens, used))]
+    {
+        script = script
+            .with_header(format!("anthropic-ratelimit-{family}-limit"), limit.to_string())
+            .with_header(format!("anthropic-ratelimit-{family}-remaining"), remaining.to_string())
+            .with_header(format!("anthropic-ratelimit-{family}-reset"), reset.clone());
+    }
+    script
+}
+
 /// Shared state of the demo handler.
 struct DemoState {
     rng: Mutex<StdRng>,
@@ -221,6 +250,11 @@ impl DemoState {
                 }
             },
             false => self.with_rng(|rng| profile.script_for(rng, ask)),
+        };
+        // Anthropic sends its rate-limit headers on every response, errors too.
+        let script = match profile.wire {
+            Wire::Anthropic => with_headroom(script, self.started.elapsed(), chrono::Utc::now()),
+            Wire::OpenRouter | Wire::Gemini => script,
         };
         if script.status == 200 {
             let completion = profiles::reply_tokens(ask.max_tokens).len() as u32;
