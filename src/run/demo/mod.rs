@@ -428,3 +428,33 @@ fn parts_text(content: &Value) -> String {
         .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    /// What a probe reads from the demo's headers `elapsed` into the demo.
+    fn read(elapsed: Duration) -> crate::vocab::ratelimit::Headroom {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("time");
+        let script = with_headroom(Script::status(200), elapsed, now);
+        let mut h = ::http::HeaderMap::new();
+        for (k, v) in &script.headers {
+            let name = ::http::HeaderName::from_bytes(k.as_bytes()).expect("name");
+            h.append(name, ::http::HeaderValue::from_str(v).expect("value"));
+        }
+        crate::decide::ratelimit::from_headers(&h, now)
+    }
+
+    #[test]
+    fn the_demo_allowance_runs_low_late_in_each_window_and_is_whole_after_the_reset() {
+        let at = |s: u64| read(Duration::from_secs(s));
+        assert_eq!(at(0).tightest().map(|(_, f)| f), Some(1.0));
+        let late = at(570);
+        assert!(crate::decide::ratelimit::low(&late, 0.1).is_some(), "{late:?}");
+        let reset = late.tokens.and_then(|a| a.reset_at).expect("reset");
+        assert_eq!(reset, chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 30).single().expect("time"));
+        assert!(crate::decide::ratelimit::low(&at(600), 0.1).is_none(), "whole again in the next window");
+        assert!(crate::decide::ratelimit::low(&at(300), 0.1).is_none());
+    }
+}
