@@ -27,6 +27,7 @@ mod parse;
 mod probe;
 mod providers;
 pub mod proxy;
+mod ratelimit;
 mod redact;
 mod report;
 mod retention;
@@ -57,6 +58,7 @@ pub use self::metrics::{Detail, MetricsConfig};
 pub use self::parse::{duration_in, parse_duration};
 pub use self::probe::{AdaptiveConfig, ProbeConfig};
 pub use self::providers::{BalanceConfig, Price, ProviderConfig, DEFAULT_DEMOTE_WITHIN};
+pub use self::ratelimit::RateLimitConfig;
 pub use self::redact::redact_url;
 pub use self::report::{parse_cron, ReportConfig, DEFAULT_WEEKLY};
 pub use self::retention::RetentionConfig;
@@ -148,6 +150,8 @@ pub struct Config {
     pub capabilities: CapabilitiesConfig,
     /// The `chain_head_changed` notice (`alerts.chain_head_changed`, `alerts.chain_head_channels`).
     pub chain_head: chain_cost::ChainHeadNotice,
+    /// When rate-limit headroom counts as low (`[ratelimit]`, the `ratelimit_low` alert).
+    pub ratelimit: RateLimitConfig,
 }
 
 /// The whole file as written; its defaults are also the template of every `VIGIL_*` override.
@@ -168,6 +172,7 @@ struct RawConfig {
     chain: Vec<crate::config::chain::RawChain>,
     deprecation: deprecation::RawDeprecation,
     metrics: metrics::RawMetrics,
+    ratelimit: ratelimit::RawRateLimit,
 }
 
 impl Default for RawConfig {
@@ -185,6 +190,7 @@ impl Default for RawConfig {
             chain: vec![],
             deprecation: Default::default(),
             metrics: Default::default(),
+            ratelimit: Default::default(),
         }
     }
 }
@@ -289,6 +295,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
     let metrics = metrics::validate(&raw.metrics)?;
     let canary = canary::validate(&raw.probe.canary)?;
     let capabilities = capabilities::validate(&raw.probe.capabilities)?;
+    let ratelimit = ratelimit::validate(&raw.ratelimit)?;
     Ok(Config {
         region: raw.region,
         storage,
@@ -309,6 +316,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         canary,
         capabilities,
         chain_head,
+        ratelimit,
     })
 }
 

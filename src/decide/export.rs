@@ -20,6 +20,7 @@ use crate::config::chain::{ChainConfig, ChainMember, SkippedMember};
 use crate::decide::baseline::Baseline;
 use crate::decide::credit::CreditOutlook;
 use crate::decide::health::{Failover, P95Bound};
+use crate::decide::ratelimit::HeadroomView;
 use crate::decide::router_formats::provider::RouterProvider;
 use crate::vocab::breaker::State;
 use crate::vocab::drill::Drill;
@@ -124,6 +125,9 @@ pub struct TargetStats {
     pub health: Health,
     /// Its price, when known (configured, published or built in; `decide::price_table`).
     pub price: Option<EntryPrice>,
+    /// Its latest rate-limit headroom, judged against `ratelimit.low_fraction` (none when its
+    /// provider never sent rate-limit headers).
+    pub ratelimit: Option<HeadroomView>,
 }
 
 /// What a target costs, as its chain entries publish it.
@@ -213,6 +217,8 @@ pub struct TargetThresholds {
     /// The outcome class of the last probe when it failed (`rate_limited`, `server_error`,
     /// `timeout`, …), null otherwise.
     pub last_failure_class: Option<String>,
+    /// The provider's rate-limit headroom as the latest probe read it (null when it sends none).
+    pub ratelimit: Option<HeadroomView>,
     /// When an open breaker lets one probe through (for LiteLLM's cooldown; not in the document).
     #[serde(skip)]
     pub next_half_open: Option<DateTime<Utc>>,
@@ -258,6 +264,8 @@ pub struct ChainEntry {
     pub last_failure_class: Option<String>,
     /// What it costs per million tokens, null when not known.
     pub price: Option<EntryPrice>,
+    /// The provider's rate-limit headroom as the latest probe read it (null when it sends none).
+    pub ratelimit: Option<HeadroomView>,
 }
 
 /// One chain: the order to use now in this region.
@@ -413,6 +421,7 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
             ms.div_ceil(1000).max(1)
         }),
         last_failure_class: t.health.last_failure_class.clone(),
+        ratelimit: t.ratelimit.clone(),
         next_half_open: t.next_half_open,
     };
     Judged { stats: t, row }
@@ -432,6 +441,7 @@ fn entry(j: &Judged<'_>, position: u32, status: ChainStatus, reason: Option<Stri
         retry_after_s: j.row.retry_after_s,
         last_failure_class: j.row.last_failure_class.clone(),
         price: j.stats.price.clone(),
+        ratelimit: j.row.ratelimit.clone(),
     }
 }
 
@@ -738,7 +748,8 @@ pub(crate) mod tests {
           "flapping": false,
           "rank": 1,
           "retry_after_s": null,
-          "last_failure_class": null
+          "last_failure_class": null,
+          "ratelimit": null
         }
       ],
       "chains": []
@@ -803,6 +814,7 @@ pub(crate) mod tests {
             ttft_p95_bound: None,
             health: health(State::Closed, None, Some(ProbeVerdict::Within), false),
             price: None,
+            ratelimit: None,
         }
     }
 
@@ -1336,6 +1348,31 @@ pub(crate) mod tests {
         assert_eq!((row.retry_after_s, row.last_failure_class.as_deref()), (Some(290), Some("rate_limited")));
         let json: Value = serde_json::from_str(&doc.to_json()).expect("json");
         assert_eq!(json["chains"][0]["order"][0]["retry_after_s"], Value::Null, "present, null when none runs");
+    }
+
+    #[test]
+    fn rate_limit_headroom_is_published_on_rows_and_chain_entries_without_moving_the_order() {
+        use crate::vocab::ratelimit::{Allowance, Headroom};
+        let (p, mut all) = three();
+        let before: Vec<String> = build(&p, &all).chains[0].order.iter().map(|e| e.key.target.clone()).collect();
+        let h = Headroom {
+            requests: Some(Allowance { remaining: Some(3), limit: Some(100), reset_at: Some(p.generated_at) }),
+            tokens: None,
+        };
+        all[0].ratelimit = HeadroomView::of(&h, p.generated_at, 0.1);
+        let doc = build(&p, &all);
+        let after: Vec<String> = doc.chains[0].order.iter().map(|e| e.key.target.clone()).collect();
+        assert_eq!(before, after, "headroom is for routers to read, not a demotion");
+        let json: Value = serde_json::from_str(&doc.to_json()).expect("json");
+        let id = all[0].target.id();
+        let row = json["targets"].as_array().and_then(|r| r.iter().find(|t| t["target"] == id.as_str())).expect("row");
+        assert_eq!(row["ratelimit"]["low"], true, "{row}");
+        assert_eq!(row["ratelimit"]["requests"]["remaining"], 3, "{row}");
+        assert_eq!(row["ratelimit"]["tokens"], Value::Null, "{row}");
+        let entry = json["chains"][0]["order"].as_array().and_then(|o| o.iter().find(|e| e["target"] == id.as_str()));
+        assert_eq!(entry.expect("entry")["ratelimit"]["headroom"], 0.03);
+        let other = json["targets"].as_array().and_then(|r| r.iter().find(|t| t["target"] != id.as_str()));
+        assert_eq!(other.expect("another row")["ratelimit"], Value::Null, "present, null when never sent");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub(crate) mod export;
 pub mod health;
 pub mod price_table;
 pub mod pricing;
+pub mod ratelimit;
 pub(crate) mod report;
 pub(crate) mod router_formats;
 pub(crate) mod signing;

@@ -32,6 +32,9 @@ pub struct TargetView {
     pub health: crate::vocab::health::Health,
     /// Its state changes too often: changes are not paged, routers demote it (= `health.flapping`).
     pub flapping: bool,
+    /// Its latest rate-limit headroom and whether it is low (null when its provider never sent
+    /// rate-limit headers).
+    pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
 }
 
 /// What readers see; replaced as a whole on each publish.

@@ -10,12 +10,14 @@ use crate::decide::export::{self, ExportParams, TargetStats};
 use crate::decide::health::{
     self, Backoff, BreakerView, CapabilityRule, Deadlines, Failover, ProbeVerdict, RateLimitRule, Replies,
 };
+use crate::decide::ratelimit::HeadroomView;
 use crate::decide::snapshot::{Snapshot, TargetView};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Query, Record};
 use crate::io::store::{SampleQuery, Store, StoreError};
 use crate::vocab::breaker::State;
 use crate::vocab::health::Health;
+use crate::vocab::ratelimit::Headroom;
 use crate::vocab::records::{BreakerRecord, Rollup, TargetStatus};
 use crate::vocab::sample::Sample;
 use crate::vocab::target::{Target, TargetKey};
@@ -76,6 +78,10 @@ pub struct Monitor {
     providers: Vec<crate::config::ProviderConfig>,
     /// OpenRouter's published prices, shared with the prober (none until [`Monitor::price_with`]).
     published: Option<crate::io::probe::PublishedPrices>,
+    /// Each target's latest rate-limit reading (each allowance as last said) and when it was read.
+    headroom: HashMap<Target, (Headroom, DateTime<Utc>)>,
+    /// `ratelimit.low_fraction`: headroom under it is low.
+    low_fraction: f64,
 }
 
 /// The per-target parts of the last publish, in `Monitor::targets` order. A target's parts
@@ -143,6 +149,8 @@ impl Monitor {
             drills: Vec::new(),
             providers: config.providers.clone(),
             published: None,
+            headroom: HashMap::new(),
+            low_fraction: config.ratelimit.low_fraction,
         }
     }
 
@@ -274,6 +282,9 @@ impl Monitor {
             for s in newest_first.iter().rev() {
                 replies.record(s, self.capability);
             }
+            for s in newest_first.iter().rev() {
+                self.read_headroom(s);
+            }
             if let Some(s) = newest_first.into_iter().next() {
                 if let Some(c) = s.cost_usd {
                     self.cost.insert(t.clone(), c);
@@ -288,6 +299,16 @@ impl Monitor {
             }
         }
         Ok(())
+    }
+
+    /// Takes what a sample's rate-limit headers said into its target's latest reading (a probe
+    /// that never reached the provider says nothing and leaves it as it was).
+    fn read_headroom(&mut self, s: &Sample) {
+        if s.ratelimit.is_empty() {
+            return;
+        }
+        let held = self.headroom.get(&s.target).map(|(h, _)| *h).unwrap_or_default();
+        self.headroom.insert(s.target.clone(), (held.updated(&s.ratelimit), s.started_at));
     }
 
     /// Rebuilds baselines and counts from raw samples (`vigil baselines --rebuild`).
@@ -340,6 +361,7 @@ impl Monitor {
                 self.last.insert(t.clone(), sample.clone());
             }
         }
+        self.read_headroom(sample);
         match self.verdicts.get_mut(t) {
             Some(v) => *v = verdict,
             None => {
@@ -602,6 +624,7 @@ impl Monitor {
         let (ttfb_p95_bound, ttft_p95_bound) =
             (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
         let health = self.health(t, now);
+        let ratelimit = self.headroom.get(t).and_then(|(h, at)| HeadroomView::of(h, *at, self.low_fraction));
         let stats = TargetStats {
             target: t.clone(),
             ttfb,
@@ -616,6 +639,7 @@ impl Monitor {
             ttft_p95_bound,
             health: health.clone(),
             price: self.price_of(t),
+            ratelimit: ratelimit.clone(),
         };
         let view = TargetView {
             key: TargetKey::from(t),
@@ -627,6 +651,7 @@ impl Monitor {
             breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
             flapping: health.flapping,
             health,
+            ratelimit,
         };
         (stats, view)
     }

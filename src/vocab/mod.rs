@@ -1,5 +1,6 @@
 //! The ground deck: the words every other deck shares (a target and its sample, the breaker's
-//! state, a target's health, stored records, notices, readiness). It imports nothing of vigil's own.
+//! state, a target's health, stored records, notices, readiness, rate-limit headroom). It
+//! imports nothing of vigil's own.
 
 pub mod breaker;
 pub mod canary;
@@ -10,6 +11,7 @@ pub mod drill;
 pub mod health;
 pub mod notice;
 pub mod provider_status;
+pub mod ratelimit;
 pub mod ready;
 pub mod records;
 pub mod sample;

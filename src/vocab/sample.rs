@@ -58,6 +58,10 @@ pub struct Sample {
     pub cost_usd: Option<f64>,
     /// Seconds the provider asked us to wait (`Retry-After`, Gemini `retryDelay`).
     pub retry_after_s: Option<f64>,
+    /// What the response's rate-limit headers said was left of the provider's request and token
+    /// allowances (empty when it sent none or none was readable).
+    #[serde(default, skip_serializing_if = "crate::vocab::ratelimit::Headroom::is_empty")]
+    pub ratelimit: crate::vocab::ratelimit::Headroom,
     /// Provider figures dropped from this sample as implausible (`cost_usd`, `output_tokens`, …),
     /// for the metrics; not stored or shown.
     #[serde(skip)]
@@ -95,6 +99,7 @@ impl Sample {
             adherence_ok: None,
             cost_usd: None,
             retry_after_s: None,
+            ratelimit: Default::default(),
             rejected: Vec::new(),
             deprecation: Vec::new(),
         }

@@ -137,6 +137,15 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_canary_last_run_timestamp_seconds".into(), with(&[]));
     m.insert("vigil_check_runs_total".into(), with(&["check", "verdict"]));
     m.insert("vigil_check_passing".into(), with(&["check"]));
+    for name in [
+        "vigil_ratelimit_remaining",
+        "vigil_ratelimit_headroom_ratio",
+        "vigil_ratelimit_limit",
+        "vigil_ratelimit_reset_timestamp_seconds",
+    ] {
+        m.insert(name.into(), with(&["kind"]));
+    }
+    m.insert("vigil_ratelimit_low_fraction".into(), instance(&[]));
     m
 }
 

@@ -49,6 +49,7 @@ mod probe_standin;
 mod prompt_cache;
 mod provider_incident_alert;
 mod provider_status;
+mod ratelimit_headroom;
 mod reload;
 mod router_export;
 mod secret_files;

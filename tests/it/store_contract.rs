@@ -15,6 +15,7 @@ use vigil::vocab::sample::Outcome;
 
 store_support::on_both_stores!(
     every_sample_field_round_trips,
+    rate_limit_headroom_round_trips_whole_in_part_or_absent_for_samples_and_canary_runs,
     replaying_a_batch_never_duplicates,
     one_regions_queries_never_see_another_region,
     rollups_upsert_and_read_back,
@@ -350,6 +351,32 @@ async fn every_sample_field_round_trips(fx: Fixture) {
 
     let back = fx.store.samples(&SampleQuery::default()).await.expect("read");
     assert_eq!(back, vec![full, bare]);
+}
+
+async fn rate_limit_headroom_round_trips_whole_in_part_or_absent_for_samples_and_canary_runs(fx: Fixture) {
+    use vigil::vocab::ratelimit::{Allowance, Headroom};
+    let now = micros(Utc::now());
+    let t = target("groq", "llama-3.1-8b-instant", None, "eu");
+    let mut azure = bare_sample(t.clone(), now, Outcome::Ok);
+    azure.ratelimit = Headroom {
+        requests: Some(Allowance { remaining: Some(119), limit: None, reset_at: None }),
+        tokens: Some(Allowance { remaining: Some(i64::MAX as u64), limit: None, reset_at: None }),
+    };
+    let mut spent = bare_sample(t.clone(), now + Duration::seconds(1), Outcome::RateLimited);
+    spent.ratelimit = Headroom {
+        requests: None,
+        tokens: Some(Allowance { remaining: Some(0), limit: Some(6000), reset_at: Some(now + Duration::seconds(8)) }),
+    };
+    let none = bare_sample(t.clone(), now + Duration::seconds(2), Outcome::Timeout);
+    let samples = vec![azure, spent, none];
+    assert_eq!(fx.store.insert_samples(&samples).await.expect("insert"), 3);
+    assert_eq!(fx.store.samples(&SampleQuery::default()).await.expect("read"), samples);
+
+    let mut run = canary_run(t, now, 6);
+    run.sample.ratelimit = samples[1].ratelimit;
+    fx.store.insert_canary_runs(std::slice::from_ref(&run)).await.expect("insert canary run");
+    let back = fx.store.canary_runs(None, now - Duration::hours(1), 10).await.expect("read canary runs");
+    assert_eq!(back.iter().map(|r| r.sample.ratelimit).collect::<Vec<_>>(), vec![run.sample.ratelimit]);
 }
 
 async fn replaying_a_batch_never_duplicates(fx: Fixture) {

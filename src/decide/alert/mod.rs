@@ -14,6 +14,7 @@ pub(crate) mod flap;
 pub mod golden;
 pub(crate) mod incident;
 pub(crate) mod provider_incident;
+pub mod ratelimit;
 pub mod rules;
 pub(crate) mod scope;
 pub mod settings;
@@ -75,11 +76,15 @@ pub enum AlertKind {
     /// A capability probe (`[probe.capabilities]`) says the target no longer does what it did
     /// (a function call, JSON mode, a schema); the summary says what was asked and what came back.
     CapabilityLost,
+    /// A target's rate-limit headroom (remaining / limit of its tighter allowance, from the
+    /// probe's response headers) is under `ratelimit.low_fraction`; see [`ratelimit`].
+    #[serde(rename = "ratelimit_low")]
+    RateLimitLow,
 }
 
 impl AlertKind {
     /// Every kind, in SPEC order.
-    pub const ALL: [AlertKind; 19] = [
+    pub const ALL: [AlertKind; 20] = [
         AlertKind::LatencyDegraded,
         AlertKind::Errors,
         AlertKind::BreakerOpen,
@@ -99,6 +104,7 @@ impl AlertKind {
         AlertKind::ChainHeadChanged,
         AlertKind::CheckFailed,
         AlertKind::CapabilityLost,
+        AlertKind::RateLimitLow,
     ];
 
     /// The SPEC name (`latency_degraded`).
@@ -123,6 +129,7 @@ impl AlertKind {
             AlertKind::ChainHeadChanged => "chain_head_changed",
             AlertKind::CheckFailed => "check_failed",
             AlertKind::CapabilityLost => "capability_lost",
+            AlertKind::RateLimitLow => "ratelimit_low",
         }
     }
 
@@ -142,6 +149,7 @@ impl AlertKind {
             | AlertKind::ChainSloAtRisk
             | AlertKind::CheckFailed
             | AlertKind::CapabilityLost => Severity::Warning,
+            AlertKind::RateLimitLow => Severity::Warning,
             AlertKind::BreakerClosed | AlertKind::BaselineShift | AlertKind::ChainHeadChanged => Severity::Info,
         }
     }
@@ -177,6 +185,7 @@ impl AlertKind {
             AlertKind::CheckFailed => "A golden check of this target ([[provider.check]]) broke its assertion or TTFT budget: the summary says what was asked and what came back; an application that relies on that answer breaks while the health checks stay green.",
             AlertKind::CapabilityLost => "A capability probe says the target no longer does what it did (call a declared function, answer in JSON mode, follow a JSON Schema): requests that need it fail while the health checks stay green; chains that require it demote the target.",
             AlertKind::ChainHeadChanged => "The target a router tries first in this failover chain changed: the summary says to which and its price against the one before (a pricier head spends more at the same traffic).",
+            AlertKind::RateLimitLow => "Little is left of this target's rate limit (the summary says which allowance, how much and when it resets): production traffic sharing the key will get 429s soon; spread the load, raise the limit or route elsewhere.",
         }
     }
 }
@@ -527,6 +536,14 @@ pub fn alert_line(a: &Alert) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_is_spelled_the_same_in_json_as_everywhere_else() {
+        for kind in AlertKind::ALL {
+            assert_eq!(serde_json::to_value(kind).expect("json"), kind.as_str(), "{kind:?}");
+            assert_eq!(serde_json::from_value::<AlertKind>(kind.as_str().into()).expect("read back"), kind);
+        }
+    }
 
     #[test]
     fn dedup_key_is_stable_and_names_every_part() {

@@ -426,6 +426,9 @@ impl AlertEngine {
         if !suspect {
             self.target_verdicts(round, &mut verdicts);
             self.deprecation_verdicts(round, now, &mut verdicts);
+            let samples = round.probes.iter().map(|p| p.sample);
+            let low = super::ratelimit::verdicts(&self.cfg.region, samples, self.cfg.ratelimit_low_fraction);
+            verdicts.extend(low.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
         }
         self.credit_verdicts(round, suspect, &mut verdicts);
         self.provider_incident_verdicts(&mut verdicts);
@@ -1068,6 +1071,41 @@ mod tests {
             cleared.extend(round(&mut e, &fleet(Outcome::Ok, at(m)), at(m)));
         }
         assert_eq!(kinds(&cleared), vec![("openai".into(), AlertStatus::Resolved, vec![AlertKind::ModelDeprecated])]);
+    }
+
+    #[test]
+    fn headroom_under_the_fraction_fires_ratelimit_low_once_and_it_resolves_when_the_limit_is_back() {
+        use crate::vocab::ratelimit::{Allowance, Headroom};
+        let mut e = AlertEngine::new(cfg());
+        let with_left = |when, remaining: u64| {
+            let mut v = fleet(Outcome::Ok, when);
+            v[2].ratelimit = Headroom {
+                requests: Some(Allowance { remaining: Some(remaining), limit: Some(1000), reset_at: None }),
+                tokens: None,
+            };
+            v
+        };
+        assert!(round(&mut e, &with_left(at(0), 500), at(0)).is_empty(), "half left is fine");
+        let fired = round(&mut e, &with_left(at(1), 20), at(1));
+        assert_eq!(kinds(&fired), vec![("groq".into(), AlertStatus::Firing, vec![AlertKind::RateLimitLow])]);
+        assert_eq!(fired[0].alerts[0].severity, Severity::Warning);
+        assert!(
+            fired[0].alerts[0].summary.starts_with("requests: 20 of 1000 left (2.0 %)"),
+            "{}",
+            fired[0].alerts[0].summary
+        );
+        assert!(round(&mut e, &with_left(at(2), 10), at(2)).is_empty(), "not repeated while it holds");
+        // Timeouts without headers say nothing: the incident stays open.
+        let mut silent = fleet(Outcome::Ok, at(3));
+        silent[2] = sample(&target("groq", "m"), Outcome::Timeout, at(3));
+        assert!(round(&mut e, &silent, at(3)).iter().all(|n| n.status != AlertStatus::Resolved));
+        let mut cleared = Vec::new();
+        for m in 4..9 {
+            cleared.extend(round(&mut e, &with_left(at(m), 900), at(m)));
+        }
+        let resolved: Vec<_> =
+            kinds(&cleared).into_iter().filter(|(_, _, k)| k.contains(&AlertKind::RateLimitLow)).collect();
+        assert_eq!(resolved, vec![("groq".into(), AlertStatus::Resolved, vec![AlertKind::RateLimitLow])]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The alert engine's settings, gathered from the config sections they come from (alerts,
-//! breaker, probe, deprecation, canary) so the engine never reads the whole config.
+//! breaker, probe, deprecation, canary, ratelimit) so the engine never reads the whole config.
 
 use crate::config::Config;
 use crate::config::MaintenanceWindow;
@@ -52,6 +52,8 @@ pub struct RuleConfig {
     pub canary: crate::config::DetectorConfig,
     /// `alerts.chain_head_changed`: notice when a chain's head moves (off by default).
     pub chain_head_changed: bool,
+    /// `ratelimit.low_fraction`: `ratelimit_low` holds under this headroom (0: off).
+    pub ratelimit_low_fraction: f64,
 }
 
 impl RuleConfig {
@@ -92,6 +94,7 @@ impl RuleConfig {
             deprecation_warn_days: c.deprecation.warn_days,
             canary: c.canary.detector(),
             chain_head_changed: c.chain_head.enabled,
+            ratelimit_low_fraction: c.ratelimit.low_fraction,
         }
     }
 }

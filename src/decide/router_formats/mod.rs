@@ -144,6 +144,7 @@ mod tests {
             ttft_p95_bound: None,
             health: crate::vocab::health::Health { state: crate::vocab::health::HealthState::Ok, ..Default::default() },
             price: None,
+            ratelimit: None,
         }
     }
 

@@ -71,6 +71,8 @@ pub struct Cell {
     pub health: Health,
     /// Its interval in the adaptive plan (known for this region only).
     pub probe: Option<crate::decide::adaptive::TargetPlan>,
+    /// Its latest rate-limit headroom (known for this region only; none when never sent).
+    pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
 }
 
 /// What the page shows of a sample.

@@ -212,6 +212,43 @@ pub(crate) fn cell_html(cell: &Cell, data: &StatusData, now: DateTime<Utc>) -> M
         @if let Some(b) = &cell.breaker {
             (breaker_line(b, now))
         }
+        @if let Some(r) = &cell.ratelimit {
+            (ratelimit_line(r))
+        }
+    }
+}
+
+/// The provider's rate-limit headroom as the last response said it: what is left of each
+/// allowance and when it resets, marked when under `ratelimit.low_fraction`.
+fn ratelimit_line(v: &crate::decide::ratelimit::HeadroomView) -> Markup {
+    use crate::vocab::ratelimit::RateLimitKind;
+    let text = |a: &crate::vocab::ratelimit::Allowance| {
+        let left = match (a.remaining, a.limit) {
+            (Some(r), Some(l)) => format!("{r}/{l}"),
+            (Some(r), None) => format!("{r} left"),
+            (None, Some(l)) => format!("?/{l}"),
+            (None, None) => "?".to_string(),
+        };
+        let share = a.fraction().map(|f| format!(" ({:.0} %)", f * 100.0)).unwrap_or_default();
+        let reset = a.reset_at.map(|r| format!(", resets {}", r.format("%H:%M:%S UTC"))).unwrap_or_default();
+        format!("{left}{share}{reset}")
+    };
+    let parts: Vec<(RateLimitKind, String)> =
+        [(RateLimitKind::Requests, v.requests), (RateLimitKind::Tokens, v.tokens)]
+            .into_iter()
+            .filter_map(|(k, a)| Some((k, text(&a?))))
+            .collect();
+    html! {
+        div class={ "rl" @if v.low { " low" } } title={ "rate-limit headroom as of " (stamp(v.at)) } {
+            span class="k" { "limit" }
+            @for (i, (kind, t)) in parts.iter().enumerate() {
+                @if i > 0 { " · " }
+                (kind.as_str()) " " (t)
+            }
+            @if v.low {
+                " " span class="pill degraded" title="headroom under ratelimit.low_fraction (ratelimit_low)" { "rate limit low" }
+            }
+        }
     }
 }
 
@@ -243,6 +280,7 @@ td.down{border-left-color:var(--down)}
 .m{white-space:nowrap}.k{display:inline-block;width:3.2em;color:var(--muted)}.v.over{color:var(--down)}
 .brk{font-size:12px;color:var(--muted)}.brk-open{color:var(--down);font-weight:600}.brk-half_open{color:var(--half);font-weight:600}
 .err{font-size:12px;color:var(--down);max-width:320px;overflow-wrap:anywhere}
+.rl{font-size:12px;color:var(--muted)}.rl.low{color:var(--degraded);font-weight:600}
 svg.spark{display:block;max-width:100%;height:auto;overflow:visible}
 svg.spark polyline{fill:none;stroke:var(--half);stroke-width:1.5;stroke-linejoin:round}
 svg.spark circle{fill:var(--half)}
@@ -686,6 +724,27 @@ mod tests {
     use chrono::TimeZone;
 
     use crate::io::markup::hostile::{ESCAPED, HOSTILE};
+
+    #[test]
+    fn a_cell_shows_each_allowance_and_marks_low_headroom() {
+        use crate::vocab::ratelimit::{Allowance, Headroom};
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 20, 0).single().expect("time");
+        let h = Headroom {
+            requests: Some(Allowance { remaining: Some(4), limit: Some(100), reset_at: Some(now) }),
+            tokens: Some(Allowance { remaining: Some(900), limit: None, reset_at: None }),
+        };
+        let cell = |low_fraction| Cell {
+            ratelimit: crate::decide::ratelimit::HeadroomView::of(&h, now, low_fraction),
+            ..Cell::default()
+        };
+        let data = StatusData::default();
+        let low = cell_html(&cell(0.1), &data, now).into_string();
+        assert!(low.contains("requests 4/100 (4 %), resets 12:20:00 UTC · tokens 900 left"), "{low}");
+        assert!(low.contains(r#"class="rl low""#) && low.contains("rate limit low"), "{low}");
+        let fine = cell_html(&cell(0.01), &data, now).into_string();
+        assert!(fine.contains(r#"class="rl""#) && !fine.contains("rate limit low"), "{fine}");
+        assert!(!cell_html(&Cell::default(), &data, now).into_string().contains("class=\"rl"), "none sent, none shown");
+    }
 
     #[test]
     fn a_hostile_provider_name_is_escaped_everywhere_it_shows() {

@@ -93,6 +93,7 @@ impl StatusPage {
                     breaker: Some(v.breaker.clone()),
                     health: v.health.clone(),
                     probe: snap.probe_plan.as_ref().and_then(|p| p.get(&k.target).cloned()),
+                    ratelimit: v.ratelimit.clone(),
                 })],
                 trend: Vec::new(),
             });
@@ -253,7 +254,7 @@ mod tests {
             None,
             chrono::Utc::now(),
         );
-        Cell { last, ttfb, ttft, breaker: Some(explained), health, probe: None }
+        Cell { last, ttfb, ttft, breaker: Some(explained), health, probe: None, ratelimit: None }
     }
 
     fn data(rows: Vec<StatusRow>, regions: &[&str]) -> StatusData {
@@ -536,6 +537,7 @@ mod tests {
                 ..Health::default()
             },
             flapping: target.route.as_deref() == Some("B"),
+            ratelimit: None,
         };
         let mut seen = Sample::new(t("A", "eu"), now(), now());
         seen.ttft_ms = Some(210.0);

@@ -10,6 +10,7 @@ mod checks;
 mod targets;
 
 use crate::config::Detail;
+use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Outcome;
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
@@ -273,6 +274,19 @@ impl Metrics {
             if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
                 *h.cost.get_or_insert(0.0) += c;
             }
+            // The last reading of each allowance stands until a response says it again: a
+            // probe that never reached the provider says nothing about its limits.
+            for (i, kind) in RateLimitKind::ALL.into_iter().enumerate() {
+                if let Some(a) = s.ratelimit.get(kind) {
+                    let count = |n: Option<u64>| n.map(|n| n as f64);
+                    h.ratelimit_remaining[i] = count(a.remaining);
+                    h.ratelimit_ratio[i] = a.fraction();
+                    if standard {
+                        h.ratelimit_limit[i] = count(a.limit);
+                        h.ratelimit_reset[i] = a.reset_at.map(|r| r.timestamp_millis() as f64 / 1000.0);
+                    }
+                }
+            }
         });
     }
 
@@ -343,13 +357,14 @@ impl Metrics {
     }
 
     /// Publishes the thresholds the config sets (`balance.min_usd` of every watched provider,
-    /// `baseline.failover_factor`, `alerts.latency_factor`), so the Prometheus rules and the
+    /// `baseline.failover_factor`, `alerts.latency_factor`, `ratelimit.low_fraction`), so the Prometheus rules and the
     /// dashboards compare with the deployment's own numbers instead of constants of their own.
     pub fn set_thresholds(&self, config: &crate::config::Config) {
         let t = &self.thresholds;
         let region = self.region.as_str();
         t.failover_factor.with_label_values(&[region]).set(config.baseline.failover_factor);
         t.latency_factor.with_label_values(&[region]).set(config.alerts.latency_factor);
+        t.ratelimit_low.with_label_values(&[region]).set(config.ratelimit.low_fraction);
         t.credit_min.reset();
         for (provider, balance) in config.credit_watch() {
             t.credit_min.with_label_values(&[provider.name.as_str(), region]).set(balance.min_usd);
@@ -492,6 +507,7 @@ struct ThresholdMetrics {
     credit_min: GaugeVec,
     failover_factor: GaugeVec,
     latency_factor: GaugeVec,
+    ratelimit_low: GaugeVec,
 }
 
 impl ThresholdMetrics {
@@ -515,6 +531,13 @@ impl ThresholdMetrics {
                 ),
                 &["region"],
             )?,
+            ratelimit_low: GaugeVec::new(
+                Opts::new(
+                    "vigil_ratelimit_low_fraction",
+                    "ratelimit.low_fraction: ratelimit_low fires when a target's rate-limit headroom ratio is under this.",
+                ),
+                &["region"],
+            )?,
         })
     }
 
@@ -522,6 +545,7 @@ impl ThresholdMetrics {
         registry.register(Box::new(self.credit_min.clone()))?;
         registry.register(Box::new(self.failover_factor.clone()))?;
         registry.register(Box::new(self.latency_factor.clone()))?;
+        registry.register(Box::new(self.ratelimit_low.clone()))?;
         Ok(())
     }
 }
@@ -607,6 +631,7 @@ mod tests {
             r#"vigil_credit_min_usd{provider="s",region="eu"} 5"#,
             r#"vigil_baseline_failover_factor{region="eu"} 3"#,
             r#"vigil_alert_latency_factor{region="eu"} 1.75"#,
+            r#"vigil_ratelimit_low_fraction{region="eu"} 0.1"#,
         ] {
             assert!(text.contains(line), "{line} missing:\n{text}");
         }
@@ -637,6 +662,41 @@ mod tests {
         assert!(text.contains(r#"vigil_probe_success{model="m",provider="p",region="eu",route=""} 0"#), "{text}");
         assert!(text.contains("} 1700000000\n"), "the last success time stays: {text}");
         assert!(text.contains(r#"outcome="timeout""#), "{text}");
+    }
+
+    #[test]
+    fn rate_limit_gauges_keep_the_last_reading_per_kind_and_compact_keeps_remaining_and_ratio() {
+        use crate::vocab::ratelimit::{Allowance, Headroom};
+        let t = target();
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("time");
+        let mut s = Sample::new(t.clone(), at, at);
+        s.ratelimit = Headroom {
+            requests: Some(Allowance {
+                remaining: Some(5),
+                limit: Some(100),
+                reset_at: Some(at + chrono::Duration::seconds(30)),
+            }),
+            tokens: Some(Allowance { remaining: Some(7000), limit: None, reset_at: None }),
+        };
+        let line = |name: &str, kind: &str, v: &str| {
+            format!(r#"{name}{{kind="{kind}",model="m",provider="p",region="eu",route=""}} {v}"#)
+        };
+        for (detail, full) in [(Detail::Standard, true), (Detail::Compact, false)] {
+            let m = Metrics::with_detail("eu", detail).expect("registry");
+            m.observe(&s);
+            let mut failed = Sample::new(t.clone(), at, at);
+            failed.outcome = Outcome::Timeout;
+            m.observe(&failed);
+            let text = m.render();
+            assert!(text.contains("# TYPE vigil_ratelimit_remaining gauge\n"), "{text}");
+            assert!(text.contains(&line("vigil_ratelimit_remaining", "requests", "5")), "{text}");
+            assert!(text.contains(&line("vigil_ratelimit_headroom_ratio", "requests", "0.05")), "{text}");
+            assert!(text.contains(&line("vigil_ratelimit_remaining", "tokens", "7000")), "no limit: {text}");
+            assert!(!text.contains(r#"vigil_ratelimit_headroom_ratio{kind="tokens""#), "no limit, no ratio: {text}");
+            assert_eq!(text.contains(&line("vigil_ratelimit_limit", "requests", "100")), full, "{text}");
+            let reset = line("vigil_ratelimit_reset_timestamp_seconds", "requests", "1700000030");
+            assert_eq!(text.contains(&reset), full, "{text}");
+        }
     }
 
     #[test]

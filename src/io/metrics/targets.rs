@@ -6,6 +6,7 @@
 //! per scrape. Here a scrape is one pass over the targets, and the text is the same: labels in
 //! name order, `le` last, values as Rust prints them.
 
+use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Outcome;
 use crate::vocab::target::Target;
 use std::collections::BTreeMap;
@@ -55,6 +56,12 @@ pub(super) struct Series {
     pub flapping: Option<f64>,
     pub skipped: Option<u64>,
     pub interval: Option<f64>,
+    /// Rate-limit allowances in [`RateLimitKind::ALL`] order: what is left, the headroom ratio,
+    /// the limit and its reset (Unix seconds).
+    pub ratelimit_remaining: [Option<f64>; 2],
+    pub ratelimit_ratio: [Option<f64>; 2],
+    pub ratelimit_limit: [Option<f64>; 2],
+    pub ratelimit_reset: [Option<f64>; 2],
 }
 
 /// A sample value: counters of whole probes are integers, the rest floats.
@@ -240,6 +247,42 @@ pub(super) fn render(out: &mut String, targets: &BTreeMap<Target, Series>, bound
     gauge(out, "vigil_probe_interval_seconds", "Time between two probes of the target in the current plan.", |s| {
         s.interval
     });
+    render_ratelimit(out, targets);
+}
+
+/// The per-kind rate-limit gauges (`kind`: requests, tokens), each a target's last reading.
+fn render_ratelimit(out: &mut String, targets: &BTreeMap<Target, Series>) {
+    let per_kind = |out: &mut String, name, help, get: fn(&Series) -> &[Option<f64>; 2]| {
+        let mut fam = Family::new(out, name, "gauge", help);
+        for (t, s) in targets {
+            for (kind, v) in RateLimitKind::ALL.iter().zip(get(s)) {
+                if let Some(v) = v {
+                    fam.line("", t, &[("kind", kind.as_str())], None, Value::F(*v));
+                }
+            }
+        }
+    };
+    per_kind(
+        out,
+        "vigil_ratelimit_remaining",
+        "What the rate-limit headers said is left of the allowance (kind: requests, tokens), last reading.",
+        |s| &s.ratelimit_remaining,
+    );
+    per_kind(
+        out,
+        "vigil_ratelimit_headroom_ratio",
+        "Remaining / limit of the rate-limit allowance (0..1), last reading; low under ratelimit.low_fraction.",
+        |s| &s.ratelimit_ratio,
+    );
+    per_kind(out, "vigil_ratelimit_limit", "The rate-limit allowance per window, last reading.", |s| {
+        &s.ratelimit_limit
+    });
+    per_kind(
+        out,
+        "vigil_ratelimit_reset_timestamp_seconds",
+        "When the rate-limit allowance is whole again, Unix seconds, last reading.",
+        |s| &s.ratelimit_reset,
+    );
 }
 
 #[cfg(test)]

@@ -375,6 +375,7 @@ struct Reading {
     content_events: u32,
     answer: String,
     retry_after_s: Option<f64>,
+    ratelimit: crate::vocab::ratelimit::Headroom,
     streamed: bool,
     deprecation: Vec<crate::vocab::notice::Notice>,
     identity: crate::vocab::canary::ModelIdentity,
@@ -537,7 +538,10 @@ impl Prober {
         r.status = Some(status);
         r.request_id = header_request_id(&head.headers);
         r.retry_after_s = retry_after(&head.headers);
-        r.deprecation = crate::decide::alert::deprecation::from_headers(&head.headers, Utc::now());
+        let now = Utc::now();
+        r.deprecation = crate::decide::alert::deprecation::from_headers(&head.headers, now);
+        // On every response, a 429's too: its headers say when the allowance is back.
+        r.ratelimit = crate::decide::ratelimit::from_headers(&head.headers, now);
         drop(head);
 
         if !(200..300).contains(&status) {
@@ -806,6 +810,7 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[cra
     sample.error = r.error;
     sample.request_id = r.request_id;
     sample.retry_after_s = r.retry_after_s;
+    sample.ratelimit = r.ratelimit;
     sample.deprecation = r.deprecation;
     sample.input_tokens = r.usage.input;
     let counted = (r.content_events > 0).then_some(r.content_events);

@@ -3,15 +3,16 @@
 //! Binary rather than text format: no escaping of tabs, newlines or backslashes in provider
 //! error text, and no float or timestamp formatting on either side.
 
+use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Sample;
 use chrono::{DateTime, NaiveDate, Utc};
 
 /// File header: signature, flags (no OIDs), header extension length.
 const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 /// Columns per row; must match `SAMPLE_COLUMNS`.
-const FIELDS: i16 = 25;
+const FIELDS: i16 = 31;
 /// A row's encoded size is roughly this plus its strings, enough to size the buffer once.
-const FIXED_ROW_BYTES: usize = 2 + 25 * 4 + 16 + 2 * 8 + 12 * 8 + 4 + 1;
+const FIXED_ROW_BYTES: usize = 2 + 31 * 4 + 16 + 2 * 8 + 12 * 8 + 4 + 1 + 6 * 8;
 
 /// Why a sample cannot be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,16 @@ pub fn encode(samples: &[Sample]) -> Result<Vec<u8>, CopyEncodeError> {
         float8(&mut buf, s.cost_usd);
         float8(&mut buf, s.retry_after_s);
         float8(&mut buf, s.proxy_ms);
+        for kind in RateLimitKind::ALL {
+            let a = s.ratelimit.get(kind);
+            let count = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+            int8(&mut buf, count(a.and_then(|a| a.remaining)));
+            int8(&mut buf, count(a.and_then(|a| a.limit)));
+            match a.and_then(|a| a.reset_at) {
+                Some(at) => timestamp(&mut buf, at)?,
+                None => null(&mut buf),
+            }
+        }
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     Ok(buf)

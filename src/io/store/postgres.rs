@@ -16,6 +16,7 @@ use super::sql::SAMPLE_COLUMNS;
 use super::Prune;
 use super::StoreError;
 use super::{applied_since, Migrated};
+use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Sample;
 use async_trait::async_trait;
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
@@ -282,6 +283,8 @@ impl PgStore {
         let (mut outcome, mut error, mut request_id, mut adherence, mut cost, mut retry) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         let mut proxy = Vec::with_capacity(n);
+        // Per rate-limit kind (requests, tokens): remaining, limit, reset.
+        let (mut rl_remaining, mut rl_limit, mut rl_reset) = ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]]);
         for s in chunk {
             ids.push(s.id);
             providers.push(clean(&s.target.provider));
@@ -308,15 +311,28 @@ impl PgStore {
             cost.push(s.cost_usd);
             retry.push(s.retry_after_s);
             proxy.push(s.proxy_ms);
+            for (i, kind) in RateLimitKind::ALL.into_iter().enumerate() {
+                let a = s.ratelimit.get(kind);
+                let count = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+                rl_remaining[i].push(count(a.and_then(|a| a.remaining)));
+                rl_limit[i].push(count(a.and_then(|a| a.limit)));
+                rl_reset[i].push(a.and_then(|a| a.reset_at));
+            }
         }
+        let [req_remaining, tok_remaining] = rl_remaining;
+        let [req_limit, tok_limit] = rl_limit;
+        let [req_reset, tok_reset] = rl_reset;
         let res = sqlx::query(
             "INSERT INTO samples (id, provider, model, route, region, scheduled_at, started_at, dns_ms, connect_ms, \
              tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, outcome, \
-             error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms) \
+             error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, ratelimit_requests_remaining, \
+             ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
+             ratelimit_tokens_reset_at) \
              SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], \
              $7::timestamptz[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], $12::float8[], $13::float8[], \
              $14::float8[], $15::int8[], $16::int8[], $17::float8[], $18::int4[], $19::text[], $20::text[], $21::text[], \
-             $22::bool[], $23::float8[], $24::float8[], $25::float8[]) \
+             $22::bool[], $23::float8[], $24::float8[], $25::float8[], $26::int8[], $27::int8[], $28::timestamptz[], \
+             $29::int8[], $30::int8[], $31::timestamptz[]) \
              ON CONFLICT (id, started_at) DO NOTHING",
         )
         .bind(ids)
@@ -344,6 +360,12 @@ impl PgStore {
         .bind(cost)
         .bind(retry)
         .bind(proxy)
+        .bind(req_remaining)
+        .bind(req_limit)
+        .bind(req_reset)
+        .bind(tok_remaining)
+        .bind(tok_limit)
+        .bind(tok_reset)
         .execute(&mut *conn)
         .await?;
         Ok(res.rows_affected())

@@ -6,6 +6,7 @@ use crate::vocab::canary::{CanaryRun, Logprobs, ModelIdentity};
 use crate::vocab::check::{CheckRun, CheckVerdict};
 use crate::vocab::health::{Health, HealthState};
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
+use crate::vocab::ratelimit::{Allowance, Headroom};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
 use crate::vocab::records::BreakerTransition;
@@ -157,9 +158,23 @@ pub(crate) fn sample_of(row: &impl StoredRow) -> Result<Sample, sqlx::Error> {
         adherence_ok: row.opt_flag("adherence_ok")?,
         cost_usd: row.opt_float("cost_usd")?,
         retry_after_s: row.opt_float("retry_after_s")?,
+        ratelimit: Headroom { requests: allowance_of(row, "requests")?, tokens: allowance_of(row, "tokens")? },
         rejected: Vec::new(),
         deprecation: Vec::new(),
     })
+}
+
+/// One allowance of a sample row (`ratelimit_<kind>_*`), `None` when the row has none of it.
+fn allowance_of(row: &impl StoredRow, kind: &str) -> Result<Option<Allowance>, sqlx::Error> {
+    let count = |part: &str| -> Result<Option<u64>, sqlx::Error> {
+        Ok(row.opt_int(&format!("ratelimit_{kind}_{part}"))?.and_then(|n| u64::try_from(n).ok()))
+    };
+    let a = Allowance {
+        remaining: count("remaining")?,
+        limit: count("limit")?,
+        reset_at: row.opt_time(&format!("ratelimit_{kind}_reset_at"))?,
+    };
+    Ok((!a.is_empty()).then_some(a))
 }
 
 /// One `rollups` row.

@@ -6,6 +6,7 @@ use super::SampleQuery;
 use crate::vocab::canary::CanaryRun;
 use crate::vocab::check::CheckRun;
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
+use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
 use crate::vocab::records::BreakerTransition;
@@ -22,24 +23,30 @@ use uuid::Uuid;
 /// Every `samples` column, in table order (both backends use the same names).
 pub(crate) const SAMPLE_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
     connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms";
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, ratelimit_requests_remaining, \
+    ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
+    ratelimit_tokens_reset_at";
 
 /// The columns of `canary_runs`: the sample's, then the canary's own.
 pub(crate) const CANARY_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
     connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, prompt_version, correct, total, \
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, ratelimit_requests_remaining, \
+    ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
+    ratelimit_tokens_reset_at, prompt_version, correct, total, \
     answers_fingerprint, answers, echo_model, system_fingerprint, upstream_provider, logprob_tokens, logprob_sum";
 
 /// The columns of `check_runs`: the sample's, then the golden check's own.
 pub(crate) const CHECK_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
     connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
-    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, check_name, verdict, why, answer";
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, ratelimit_requests_remaining, \
+    ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
+    ratelimit_tokens_reset_at, check_name, verdict, why, answer";
 
 /// Values per sample row (the columns of [`SAMPLE_COLUMNS`]).
-const SAMPLE_VALUES: usize = 25;
+const SAMPLE_VALUES: usize = 31;
 /// Values per canary row (the columns of [`CANARY_COLUMNS`]).
-const CANARY_VALUES: usize = 35;
-/// Canary runs per multi-row INSERT: 17,500 values stays under SQLite's 32,766 and
+const CANARY_VALUES: usize = 41;
+/// Canary runs per multi-row INSERT: 20,500 values stays under SQLite's 32,766 and
 /// PostgreSQL's 65,535 parameters per statement.
 pub(crate) const CANARY_CHUNK: usize = 500;
 const _: () = assert!(CANARY_CHUNK * CANARY_VALUES < 32_766);
@@ -223,6 +230,15 @@ fn sample_args(args: &mut Vec<Arg>, s: &Sample) {
         s.retry_after_s.into(),
         s.proxy_ms.into(),
     ]);
+    for kind in RateLimitKind::ALL {
+        let a = s.ratelimit.get(kind);
+        let count = |n: Option<u64>| Arg::Int(n.map(|n| i64::try_from(n).unwrap_or(i64::MAX)));
+        args.extend([
+            count(a.and_then(|a| a.remaining)),
+            count(a.and_then(|a| a.limit)),
+            a.and_then(|a| a.reset_at).into(),
+        ]);
+    }
 }
 
 /// `INSERT INTO table (columns) VALUES ($1, …), (…) ON CONFLICT (id) DO NOTHING` for `rows`
@@ -270,7 +286,7 @@ fn last_per_key<'a, T, K: Eq + std::hash::Hash>(rows: &'a [T], key: impl Fn(&'a 
 }
 
 /// One multi-row insert of `samples`, skipping ids already stored (SQLite's path; PostgreSQL
-/// copies). Keep `samples.len()` × 25 under the backend's parameter limit.
+/// copies). Keep `samples.len()` × 31 under the backend's parameter limit.
 pub(crate) fn insert_samples(samples: &[Sample]) -> Stmt {
     let mut args = Vec::with_capacity(samples.len() * SAMPLE_VALUES);
     for s in samples {

@@ -36,7 +36,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// Rows per multi-row INSERT: 25 values each stays well under SQLite's 32,766 variable limit.
+/// Rows per multi-row INSERT: 31 values each stays under SQLite's 32,766 variable limit.
 const INSERT_CHUNK: usize = 1_000;
 /// Rows per retention DELETE, so the write lock is held only briefly.
 const PURGE_BATCH: i64 = 5_000;

@@ -173,6 +173,35 @@ pub fn demo_providers(origin: &str) -> std::io::Result<Vec<ProviderConfig>> {
     ])
 }
 
+/// The demo Anthropic key's rate-limit window: its token allowance drains over each window and
+/// is whole again at the next, so `ratelimit_low` fires in the last tenth of every window (at
+/// the default `ratelimit.low_fraction`) and resolves after the reset.
+pub const DEMO_RATELIMIT_WINDOW: Duration = Duration::from_secs(600);
+/// The demo key's allowances per window: requests and tokens.
+const DEMO_RATELIMIT: (u64, u64) = (50, 40_000);
+
+/// `script` with Anthropic's rate-limit headers as they stand `elapsed` into the demo (`now`
+/// for the reset times): tokens drain to nothing over each [`DEMO_RATELIMIT_WINDOW`], requests
+/// to half.
+pub fn with_headroom(script: Script, elapsed: Duration, now: chrono::DateTime<chrono::Utc>) -> Script {
+    let window = DEMO_RATELIMIT_WINDOW.as_secs_f64();
+    let used = (elapsed.as_secs_f64() % window) / window;
+    let reset = now + chrono::Duration::milliseconds(((window * (1.0 - used)) * 1000.0) as i64);
+    let reset = reset.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (requests, tokens) = DEMO_RATELIMIT;
+    let left = |limit: u64, share: f64| ((limit as f64) * (1.0 - share)).floor().max(0.0) as u64;
+    let mut script = script;
+    for (family, limit, remaining) in
+        [("requests", requests, left(requests, used / 2.0)), ("tokens", tokens, left(tokens, used))]
+    {
+        script = script
+            .with_header(format!("anthropic-ratelimit-{family}-limit"), limit.to_string())
+            .with_header(format!("anthropic-ratelimit-{family}-remaining"), remaining.to_string())
+            .with_header(format!("anthropic-ratelimit-{family}-reset"), reset.clone());
+    }
+    script
+}
+
 /// Shared state of the demo handler.
 struct DemoState {
     rng: Mutex<StdRng>,
@@ -221,6 +250,11 @@ impl DemoState {
                 }
             },
             false => self.with_rng(|rng| profile.script_for(rng, ask)),
+        };
+        // Anthropic sends its rate-limit headers on every response, errors too.
+        let script = match profile.wire {
+            Wire::Anthropic => with_headroom(script, self.started.elapsed(), chrono::Utc::now()),
+            Wire::OpenRouter | Wire::Gemini => script,
         };
         if script.status == 200 {
             let completion = profiles::reply_tokens(ask.max_tokens).len() as u32;
@@ -393,4 +427,34 @@ fn parts_text(content: &Value) -> String {
         .as_array()
         .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    /// What a probe reads from the demo's headers `elapsed` into the demo.
+    fn read(elapsed: Duration) -> crate::vocab::ratelimit::Headroom {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("time");
+        let script = with_headroom(Script::status(200), elapsed, now);
+        let mut h = ::http::HeaderMap::new();
+        for (k, v) in &script.headers {
+            let name = ::http::HeaderName::from_bytes(k.as_bytes()).expect("name");
+            h.append(name, ::http::HeaderValue::from_str(v).expect("value"));
+        }
+        crate::decide::ratelimit::from_headers(&h, now)
+    }
+
+    #[test]
+    fn the_demo_allowance_runs_low_late_in_each_window_and_is_whole_after_the_reset() {
+        let at = |s: u64| read(Duration::from_secs(s));
+        assert_eq!(at(0).tightest().map(|(_, f)| f), Some(1.0));
+        let late = at(570);
+        assert!(crate::decide::ratelimit::low(&late, 0.1).is_some(), "{late:?}");
+        let reset = late.tokens.and_then(|a| a.reset_at).expect("reset");
+        assert_eq!(reset, chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 30).single().expect("time"));
+        assert!(crate::decide::ratelimit::low(&at(600), 0.1).is_none(), "whole again in the next window");
+        assert!(crate::decide::ratelimit::low(&at(300), 0.1).is_none());
+    }
 }

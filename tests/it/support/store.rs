@@ -182,6 +182,18 @@ pub fn full_sample(t: Target, started: DateTime<Utc>) -> Sample {
     s.adherence_ok = Some(true);
     s.cost_usd = Some(0.000_023_5);
     s.retry_after_s = Some(1.5);
+    s.ratelimit = vigil::vocab::ratelimit::Headroom {
+        requests: Some(vigil::vocab::ratelimit::Allowance {
+            remaining: Some(42),
+            limit: Some(50),
+            reset_at: Some(started + chrono::Duration::milliseconds(34_250)),
+        }),
+        tokens: Some(vigil::vocab::ratelimit::Allowance {
+            remaining: Some(18_000),
+            limit: Some(40_000),
+            reset_at: Some(started + chrono::Duration::seconds(360)),
+        }),
+    };
     s
 }
 
