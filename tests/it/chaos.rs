@@ -262,7 +262,8 @@ struct World {
     polling: Arc<AtomicBool>,
     /// Storage faults: kind, start, end.
     outages: Vec<(Storage, Instant, Instant)>,
-    kills: Vec<Instant>,
+    /// Each kill -9: when the signal went, and when the next daemon was spawned.
+    kills: Vec<(Instant, Instant)>,
     /// Every moment a daemon was ended or replaced (kill -9, SIGTERM, a valid reload).
     interruptions: Vec<Instant>,
     stops: Vec<(Duration, bool)>,
@@ -482,10 +483,11 @@ models = ["h1"]
         self.count("kill -9");
         d.signal("-KILL");
         let now = Instant::now();
-        self.kills.push(now);
         self.interruptions.push(now);
         let _ = d.exited_within(Duration::from_secs(10)).await;
         tokio::time::sleep(self.rng.millis(100, 1500)).await;
+        // Nothing answered before the next process is spawned can be that process's.
+        self.kills.push((now, Instant::now()));
         self.start().await;
     }
 
@@ -808,7 +810,12 @@ models = ["h1"]
             if stored.contains_key(id) {
                 continue;
             }
-            let at_a_kill = self.kills.iter().any(|k| *k >= *at && k.duration_since(*at) <= IN_FLIGHT_WINDOW);
+            // Lost with the process: answered before the kill within the window, or answered
+            // after it and before the next daemon was spawned (a request the killed process sent,
+            // that a loaded stand-in answered a moment later).
+            let at_a_kill = self.kills.iter().any(|(k, restarted)| {
+                (*k >= *at && k.duration_since(*at) <= IN_FLIGHT_WINDOW) || (*at > *k && *at < *restarted)
+            });
             if at_a_kill {
                 in_flight += 1;
             } else {
