@@ -4,6 +4,7 @@
 //! came back, so `capability_lost` can quote it.
 
 use crate::config::ProviderKind;
+use crate::decide::check::quote;
 use crate::vocab::capability::Capability;
 use crate::vocab::check::CheckVerdict;
 use crate::vocab::sample::Sample;
@@ -125,12 +126,6 @@ fn json_object(answer: &str) -> Result<Value, String> {
         Ok(_) => Err(format!("asked for a JSON object, got other JSON {}", quote(answer))),
         Err(e) => Err(format!("asked for a JSON object, got {} ({e})", quote(answer))),
     }
-}
-
-fn quote(text: &str) -> String {
-    let cut: String = text.chars().take(80).collect();
-    let more = if text.chars().count() > 80 { "…" } else { "" };
-    format!("{cut:?}{more}")
 }
 
 #[cfg(test)]

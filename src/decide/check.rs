@@ -83,8 +83,8 @@ fn json_part(answer: &str) -> &str {
     }
 }
 
-/// `text` quoted, cut to [`QUOTE_CHARS`] characters.
-fn quote(text: &str) -> String {
+/// `text` quoted, cut to [`QUOTE_CHARS`] characters (a verdict's reason quotes what came back).
+pub(crate) fn quote(text: &str) -> String {
     let cut: String = text.chars().take(QUOTE_CHARS).collect();
     let more = if text.chars().count() > QUOTE_CHARS { "…" } else { "" };
     format!("{cut:?}{more}")

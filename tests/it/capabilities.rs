@@ -5,7 +5,7 @@
 //! lost (and only that one), the chain that requires `tools` demotes the target in the router
 //! export, and every run lands in `check_runs` of a real SQLite file.
 
-use crate::support::daemon::{obeying, spawn_app, strings, table, DaemonConfig, Provider};
+use crate::support::daemon::{obeying, spawn_app, strings, table, webhook_deliveries, DaemonConfig, Provider};
 use crate::support::{fixture, poll_until};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,20 +29,6 @@ fn asks(r: &RequestRecord) -> (&'static str, String) {
         }
     };
     (kind, model)
-}
-
-/// `(status, kinds, summaries)` of each webhook delivery.
-fn deliveries(hook: &StandIn) -> Vec<(String, Vec<String>, Vec<String>)> {
-    hook.requests()
-        .iter()
-        .filter_map(|r| r.json())
-        .map(|v| {
-            let alerts = v["alerts"].as_array().cloned().unwrap_or_default();
-            let field = |k: &str| alerts.iter().filter_map(|a| a[k].as_str().map(String::from)).collect();
-            let status = if v["update"] == true { "update" } else { v["status"].as_str().unwrap_or_default() };
-            (status.to_string(), field("kind"), field("summary"))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +95,7 @@ async fn a_target_that_stops_calling_functions_pages_capability_lost_and_is_demo
 
     calls.store(false, Ordering::SeqCst);
     let lost = poll_until(Duration::from_secs(30), || {
-        let got: Vec<String> = deliveries(&hook)
+        let got: Vec<String> = webhook_deliveries(&hook)
             .into_iter()
             .filter(|(s, k, _)| s == "firing" && k.contains(&"capability_lost".to_string()))
             .flat_map(|(_, _, sums)| sums)
@@ -117,7 +103,7 @@ async fn a_target_that_stops_calling_functions_pages_capability_lost_and_is_demo
         async move { (!got.is_empty()).then_some(got) }
     })
     .await;
-    let summaries = lost.unwrap_or_else(|| panic!("no capability_lost page: {:?}", deliveries(&hook)));
+    let summaries = lost.unwrap_or_else(|| panic!("no capability_lost page: {:?}", webhook_deliveries(&hook)));
     let summary = summaries.iter().find(|s| s.contains("lost a capability")).cloned().unwrap_or_default();
     assert!(
         summary.contains("standin/fickle") && summary.contains("tools: asked to call get_weather, got text"),

@@ -5,7 +5,7 @@
 //! page and the metrics, and stores every run in its own table of a real SQLite file, never in
 //! the samples.
 
-use crate::support::daemon::{obeying, spawn_app, DaemonConfig, Provider};
+use crate::support::daemon::{obeying, spawn_app, webhook_deliveries, DaemonConfig, Provider};
 use crate::support::poll_until;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,20 +23,6 @@ fn user_turn(r: &vigil::run::demo::standin::RequestRecord) -> Option<String> {
     let body = r.json()?;
     let messages = body["messages"].as_array()?;
     messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).map(String::from)
-}
-
-/// `(status, kinds, summaries)` of each webhook delivery.
-fn deliveries(hook: &StandIn) -> Vec<(String, Vec<String>, Vec<String>)> {
-    hook.requests()
-        .iter()
-        .filter_map(|r| r.json())
-        .map(|v| {
-            let alerts = v["alerts"].as_array().cloned().unwrap_or_default();
-            let field = |k: &str| alerts.iter().filter_map(|a| a[k].as_str().map(String::from)).collect();
-            let status = if v["update"] == true { "update" } else { v["status"].as_str().unwrap_or_default() };
-            (status.to_string(), field("kind"), field("summary"))
-        })
-        .collect()
 }
 
 fn check(pairs: &[(&str, &str)]) -> Value {
@@ -88,11 +74,11 @@ async fn a_broken_answer_pages_check_failed_with_what_came_back_and_resolves_whe
             .collect()
     };
     let paged = poll_until(Duration::from_secs(20), || {
-        let got = fired(&deliveries(&hook));
+        let got = fired(&webhook_deliveries(&hook));
         async move { (!got.is_empty()).then_some(got) }
     })
     .await;
-    let summaries = paged.unwrap_or_else(|| panic!("no check_failed page: {:?}", deliveries(&hook)));
+    let summaries = paged.unwrap_or_else(|| panic!("no check_failed page: {:?}", webhook_deliveries(&hook)));
     let summary = summaries.iter().find(|s| s.contains("golden check")).cloned().unwrap_or_default();
     assert!(
         summary.contains("\"refund-policy\": asked for \"yes\", got \"no, only unopened items\""),
@@ -123,12 +109,14 @@ async fn a_broken_answer_pages_check_failed_with_what_came_back_and_resolves_whe
 
     right.store(true, Ordering::SeqCst);
     let resolved = poll_until(Duration::from_secs(30), || {
-        let done = deliveries(&hook).iter().any(|(s, k, _)| s == "resolved" && k.contains(&"check_failed".to_string()));
+        let done = webhook_deliveries(&hook)
+            .iter()
+            .any(|(s, k, _)| s == "resolved" && k.contains(&"check_failed".to_string()));
         async move { done.then_some(()) }
     })
     .await;
-    assert!(resolved.is_some(), "check_failed resolves once the answer is right: {:?}", deliveries(&hook));
-    assert_eq!(fired(&deliveries(&hook)).len(), 1, "one page: {:?}", deliveries(&hook));
+    assert!(resolved.is_some(), "check_failed resolves once the answer is right: {:?}", webhook_deliveries(&hook));
+    assert_eq!(fired(&webhook_deliveries(&hook)).len(), 1, "one page: {:?}", webhook_deliveries(&hook));
     let probes: f64 = metrics
         .render()
         .lines()

@@ -303,3 +303,18 @@ pub fn obeying(name: &str) -> Vec<u8> {
     assert!(answered, "{name} has no text delta to answer in");
     out.into_bytes()
 }
+
+/// `(status, kinds, summaries)` of each delivery a webhook receiver got (`update` for an
+/// update of an open incident), in arrival order.
+pub fn webhook_deliveries(hook: &vigil::run::demo::standin::StandIn) -> Vec<(String, Vec<String>, Vec<String>)> {
+    hook.requests()
+        .iter()
+        .filter_map(|r| r.json())
+        .map(|v| {
+            let alerts = v["alerts"].as_array().cloned().unwrap_or_default();
+            let field = |k: &str| alerts.iter().filter_map(|a| a[k].as_str().map(String::from)).collect();
+            let status = if v["update"] == true { "update" } else { v["status"].as_str().unwrap_or_default() };
+            (status.to_string(), field("kind"), field("summary"))
+        })
+        .collect()
+}
