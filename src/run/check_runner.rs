@@ -1,10 +1,11 @@
-//! The golden-check task: one loop per target and `[[provider.check]]` (and per capability of
-//! `[probe.capabilities]`) on its own interval (at a stable offset of its own inside the first interval, so checks spread and stay
-//! off the regular probes' slots), at most `CONCURRENCY` runs in flight through its own
-//! semaphore. It shares nothing with the regular scheduler but the prober's TLS setup, so it
-//! never delays or skips a regular probe. Each run is timed like a probe and judged by
-//! `decide::check` (a golden check) or `decide::capability` (a capability probe, stored under
-//! the name `capability.<name>`); finished runs go to the pipeline on their own channel.
+//! The golden-check task: one loop per target and `[[provider.check]]`, and per capability of
+//! `[probe.capabilities]`, each on its own interval at a stable offset of its own inside the
+//! first interval (so checks spread and stay off the regular probes' slots), at most
+//! `CONCURRENCY` runs in flight through its own semaphore. It shares nothing with the regular
+//! scheduler but the prober's TLS setup, so it never delays or skips a regular probe. Each run
+//! is timed like a probe and judged by `decide::check` (a golden check) or `decide::capability`
+//! (a capability probe, stored under the name `capability.<name>`); finished runs go to the
+//! pipeline on their own channel.
 
 use crate::config::{CapabilitiesConfig, CheckConfig};
 use crate::decide::check::judge;

@@ -100,4 +100,17 @@ mod tests {
         assert!(!verdicts("eu", &mut state, &[&had])[0].1, "clears once it is back");
         assert_eq!(v[0].0.kind, AlertKind::CapabilityLost);
     }
+
+    /// The state is saved as JSON with the engine's: capabilities as map keys read back.
+    #[test]
+    fn the_state_round_trips_as_json() {
+        let mut state = Capabilities::new();
+        let had = run(Capability::Tools, CheckVerdict::Passed, "");
+        let lost = run(Capability::JsonSchema, CheckVerdict::Failed, "asked for a JSON object, got \"x\"");
+        verdicts("eu", &mut state, &[&had, &lost]);
+        let text = serde_json::to_string(&state).expect("saves");
+        assert!(text.contains("\"tools\"") && text.contains("\"json_schema\""), "{text}");
+        let back: Capabilities = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, state);
+    }
 }
