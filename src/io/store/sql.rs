@@ -783,14 +783,7 @@ pub(crate) fn insert_canary_runs(runs: &[CanaryRun]) -> Stmt {
 
 /// The newest `limit` canary runs started at or after `since`, returned oldest first.
 pub(crate) fn canary_runs(region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
-    Stmt::new(format!(
-        "SELECT * FROM (SELECT {CANARY_COLUMNS} FROM canary_runs WHERE started_at >= $1 \
-         AND (CAST($2 AS TEXT) IS NULL OR region = $2) ORDER BY started_at DESC, id DESC LIMIT $3) AS newest \
-         ORDER BY started_at, id"
-    ))
-    .arg(since)
-    .arg(region)
-    .arg(limit.max(0))
+    newest_runs("canary_runs", CANARY_COLUMNS, region, since, limit)
 }
 
 /// Deletes canary runs started before `cutoff`.
@@ -810,8 +803,14 @@ pub(crate) fn insert_check_runs(runs: &[CheckRun]) -> Stmt {
 
 /// The newest `limit` golden check runs started at or after `since`, returned oldest first.
 pub(crate) fn check_runs(region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
+    newest_runs("check_runs", CHECK_COLUMNS, region, since, limit)
+}
+
+/// The newest `limit` rows of a run table (`canary_runs`, `check_runs`) started at or after
+/// `since`, in `region` or every region, returned oldest first.
+fn newest_runs(table: &str, columns: &str, region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
     Stmt::new(format!(
-        "SELECT * FROM (SELECT {CHECK_COLUMNS} FROM check_runs WHERE started_at >= $1 \
+        "SELECT * FROM (SELECT {columns} FROM {table} WHERE started_at >= $1 \
          AND (CAST($2 AS TEXT) IS NULL OR region = $2) ORDER BY started_at DESC, id DESC LIMIT $3) AS newest \
          ORDER BY started_at, id"
     ))
