@@ -248,6 +248,7 @@ pub fn validate(
                 (members, left_out, ORDER_FROM_CONFIG.to_string())
             }
         };
+        same_request(i, &members, providers)?;
         let slo = |key: &str, raw: &Option<String>| match raw {
             None => Ok(None),
             Some(s) => {
@@ -269,6 +270,26 @@ pub fn validate(
         });
     }
     Ok(out)
+}
+
+/// A chain fails over between targets answering the same request: embeddings targets never
+/// share one with chat (or Responses API) targets.
+fn same_request(i: usize, members: &[ChainMember], providers: &[ProviderConfig]) -> Result<(), ConfigError> {
+    let embeds = |m: &ChainMember| {
+        providers.iter().any(|p| p.name == m.provider && p.endpoint == crate::config::Endpoint::Embeddings)
+    };
+    let Some(first) = members.first() else { return Ok(()) };
+    match members.iter().find(|m| embeds(m) != embeds(first)) {
+        Some(other) => Err(invalid(
+            format!("chain[{i}].targets"),
+            format!(
+                "{} and {} answer different requests (one is an embeddings endpoint): a chain fails over \
+                 between targets that answer the same request",
+                first.spelled, other.spelled
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The `targets` list as written: every id configured (or of a skipped provider), none twice.
@@ -407,6 +428,24 @@ models = ["claude-sonnet-4-20250514"]
 
     fn load(chains: &str, with_anthropic: bool) -> Result<Config, String> {
         Config::from_toml(&format!("{PROVIDERS}{chains}"), &keys(with_anthropic)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn embeddings_and_chat_targets_never_share_a_chain() {
+        let embed = r#"
+[[provider]]
+name = "embed"
+kind = "openai"
+base_url = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+endpoint = "embeddings"
+models = ["text-embedding-3-small", "text-embedding-3-large"]
+"#;
+        let mixed = format!("{embed}[[chain]]\nname = \"c\"\ntargets = [\"embed/text-embedding-3-small\", \"openai/gpt-4o-2024-08-06\"]");
+        let msg = load(&mixed, false).err().expect("refused");
+        assert!(msg.starts_with("chain[0].targets: ") && msg.contains("embeddings endpoint"), "{msg}");
+        let alike = format!("{embed}[[chain]]\nname = \"e\"\ntargets = [\"embed/text-embedding-3-small\", \"embed/text-embedding-3-large\"]");
+        assert!(load(&alike, false).is_ok());
     }
 
     #[test]

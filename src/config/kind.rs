@@ -36,3 +36,27 @@ impl ProviderKind {
         }
     }
 }
+
+/// Which OpenAI API a `kind = "openai"` provider's models are probed on (`endpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    /// Chat completions, streamed (`POST {base}/chat/completions`): every kind's default.
+    #[default]
+    Chat,
+    /// Embeddings (`POST {base}/embeddings`): one whole answer, timed to its last byte.
+    Embeddings,
+    /// The Responses API, streamed (`POST {base}/responses`): TTFT on the first output text delta.
+    Responses,
+}
+
+impl Endpoint {
+    /// The config name (`chat`, `embeddings`, `responses`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "chat",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Responses => "responses",
+        }
+    }
+}

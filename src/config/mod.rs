@@ -53,7 +53,7 @@ pub use self::deprecation::DeprecationConfig;
 pub use self::env::{Env, ProcessEnv};
 pub use self::headers::{secret_header_name, SecretHeader};
 pub use self::http::HttpConfig;
-pub use self::kind::{ProviderKind, AZURE_DEFAULT_API_VERSION};
+pub use self::kind::{Endpoint, ProviderKind, AZURE_DEFAULT_API_VERSION};
 pub use self::metrics::{Detail, MetricsConfig};
 pub use self::parse::{duration_in, parse_duration};
 pub use self::probe::{AdaptiveConfig, ProbeConfig};

@@ -6,7 +6,7 @@
 use crate::config::builtins::{Builtin, BUILTINS};
 use crate::config::env::secret_of;
 use crate::config::headers::SecretHeader;
-use crate::config::kind::ProviderKind;
+use crate::config::kind::{Endpoint, ProviderKind};
 use crate::config::parse::{duration_in, no_controls, number_in, DAY, MINUTE, SECOND};
 use crate::config::status_pages::StatusPageSource;
 use crate::config::{invalid, ConfigError, Env};
@@ -83,6 +83,8 @@ pub struct ProviderConfig {
     pub tls: crate::config::tls::ProviderTls,
     /// Golden prompts (`[[provider.check]]`).
     pub checks: Vec<crate::config::CheckConfig>,
+    /// The API its models are probed on (`endpoint`; only `kind = "openai"` has more than chat).
+    pub endpoint: Endpoint,
 }
 
 impl ProviderConfig {
@@ -105,7 +107,14 @@ impl ProviderConfig {
             secret_headers: Vec::new(),
             tls: Default::default(),
             checks: Vec::new(),
+            endpoint: Endpoint::Chat,
         }
+    }
+
+    /// True when its targets answer a chat turn (every kind but plain HTTP, on any endpoint but
+    /// embeddings): what canary runs, golden checks and capability probes need.
+    pub fn chats(&self) -> bool {
+        self.kind != ProviderKind::Http && self.endpoint != Endpoint::Embeddings
     }
 }
 
@@ -141,6 +150,7 @@ pub(super) struct RawProvider {
     status_page_components: Option<Vec<String>>,
     #[serde(default)]
     check: Vec<super::checks::RawCheck>,
+    endpoint: Option<Endpoint>,
 }
 
 /// `balance = { … }` as written.
@@ -226,8 +236,15 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
     check_prices(i, rp.price.as_ref(), &rp.prices)?;
     let secret_headers = crate::config::headers::read_secrets(i, &rp.headers_env, &rp.headers_file, env)?;
     let tls = tls(i, &rp)?;
+    let endpoint = endpoint(i, kind, rp.endpoint)?;
     if kind == ProviderKind::Http && !rp.check.is_empty() {
         return Err(invalid(key("check"), "a plain HTTP target has no answer to check; checks need a chat API kind"));
+    }
+    if endpoint == Endpoint::Embeddings && !rp.check.is_empty() {
+        return Err(invalid(
+            key("check"),
+            "an embeddings target answers with vectors, not text; checks need a chat endpoint",
+        ));
     }
     let checks = super::checks::validate(i, std::mem::take(&mut rp.check), &models)?;
     let default_page = builtin.map_or("", |b| b.status_page);
@@ -250,8 +267,26 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
         secret_headers,
         tls,
         checks,
+        endpoint,
     });
     Ok(())
+}
+
+/// `endpoint`: `chat` (the default) for every kind; `embeddings` and `responses` are OpenAI API
+/// endpoints, so only `kind = "openai"` takes them.
+fn endpoint(i: usize, kind: ProviderKind, given: Option<Endpoint>) -> Result<Endpoint, ConfigError> {
+    match given.unwrap_or_default() {
+        Endpoint::Chat => Ok(Endpoint::Chat),
+        e if kind == ProviderKind::Openai => Ok(e),
+        e => Err(invalid(
+            format!("provider[{i}].endpoint"),
+            format!(
+                "{:?} is an OpenAI API endpoint; kind = {:?} is probed on its own chat API only",
+                e.as_str(),
+                kind.as_str()
+            ),
+        )),
+    }
 }
 
 /// `base_url` as given, else the built-in's; http or https only.
@@ -397,6 +432,33 @@ mod tests {
         assert!(c.skipped.iter().any(|(n, v)| n == "openrouter" && v == "OPENROUTER_API_KEY"));
         assert_eq!(c.probe.interval, Duration::from_secs(60));
         assert_eq!(c.baseline.window, Duration::from_secs(7 * 86400));
+    }
+
+    #[test]
+    fn endpoint_is_an_openai_choice_and_embeddings_take_no_checks() {
+        let e = [("OPENAI_API_KEY", "sk-test-x"), ("ANTHROPIC_API_KEY", "sk-test-a")];
+        let text =
+            "[[provider]]\nname = \"openai\"\nendpoint = \"embeddings\"\nmodels = [\"text-embedding-3-small\"]\n\
+                    [[provider]]\nname = \"r\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                    api_key_env = \"OPENAI_API_KEY\"\nendpoint = \"responses\"\nmodels = [\"gpt-4.1-mini\"]";
+        let c = Config::from_toml(text, &env(&e)).expect("valid");
+        let endpoints: Vec<_> = c.providers.iter().map(|p| p.endpoint).collect();
+        assert_eq!(endpoints, [crate::config::Endpoint::Embeddings, crate::config::Endpoint::Responses]);
+        assert!(!c.providers[0].chats() && c.providers[1].chats());
+        // check-config prints it, and reads back what it printed.
+        let shown = c.redacted_toml();
+        assert!(shown.contains("endpoint = \"embeddings\""), "{shown}");
+        let again = Config::from_toml(&shown, &env(&e)).expect("printed config reads back");
+        assert_eq!(again.providers[1].endpoint, crate::config::Endpoint::Responses);
+
+        let msg = err_at("[[provider]]\nname = \"anthropic\"\nendpoint = \"responses\"", &e, "provider[0].endpoint");
+        assert!(msg.contains("OpenAI API endpoint") && msg.contains("anthropic"), "{msg}");
+        let msg = crate::config::test_util::err("[[provider]]\nname = \"openai\"\nendpoint = \"images\"", &e);
+        assert!(msg.contains("images") && msg.contains("embeddings"), "an unknown endpoint is named: {msg}");
+        let check = "[[provider]]\nname = \"openai\"\nendpoint = \"embeddings\"\n\
+                     [[provider.check]]\nname = \"c\"\nprompt = \"p\"\nexact = \"x\"";
+        let msg = err_at(check, &e, "provider[0].check");
+        assert!(msg.contains("vectors"), "{msg}");
     }
 
     #[test]

@@ -144,6 +144,9 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
     if p.kind != ProviderKind::Http {
         t.insert("models".into(), list(&p.models));
     }
+    if p.endpoint != crate::config::Endpoint::Chat {
+        t.insert("endpoint".into(), s(p.endpoint.as_str()));
+    }
     if !p.routes.is_empty() {
         t.insert("routes".into(), list(&p.routes));
     }

@@ -187,6 +187,8 @@ pub struct TargetThresholds {
     pub key: TargetKey,
     /// Region measured from.
     pub region: String,
+    /// The API its probes call: `chat`, `embeddings` (TTFT is the whole answer) or `responses`.
+    pub endpoint: crate::config::Endpoint,
     /// Probes in the window (every outcome).
     pub samples: u64,
     /// TTFB percentiles, ms.
@@ -404,6 +406,11 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
     let row = TargetThresholds {
         key: TargetKey::from(&t.target),
         region: t.target.region.clone(),
+        endpoint: params
+            .providers
+            .iter()
+            .find(|p| p.name == t.target.provider)
+            .map_or(crate::config::Endpoint::Chat, |p| p.endpoint),
         samples: t.probes,
         ttfb_ms: pct(&t.ttfb),
         ttft_ms: pct(&t.ttft),

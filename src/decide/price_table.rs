@@ -32,13 +32,30 @@ impl BuiltinPrice {
 
 /// The built-in table. Prices change: each row says when and where it was read, docs/METRICS.md
 /// lists them, and a `price`/`prices` entry in the config replaces any of them.
-pub const BUILTIN_PRICES: [BuiltinPrice; 8] = [
+pub const BUILTIN_PRICES: &[BuiltinPrice] = &[
     BuiltinPrice {
         host: "api.openai.com",
         model: "gpt-4o-mini",
         input_per_mtok: 0.15,
         output_per_mtok: 0.60,
         as_of: "2026-12-01",
+        source: "https://openai.com/api/pricing/",
+    },
+    // Embeddings (`endpoint = "embeddings"`) are charged for input only.
+    BuiltinPrice {
+        host: "api.openai.com",
+        model: "text-embedding-3-small",
+        input_per_mtok: 0.02,
+        output_per_mtok: 0.0,
+        as_of: "2026-12-03",
+        source: "https://openai.com/api/pricing/",
+    },
+    BuiltinPrice {
+        host: "api.openai.com",
+        model: "text-embedding-3-large",
+        input_per_mtok: 0.13,
+        output_per_mtok: 0.0,
+        as_of: "2026-12-03",
         source: "https://openai.com/api/pricing/",
     },
     BuiltinPrice {

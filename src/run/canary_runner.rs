@@ -3,7 +3,7 @@
 //! `probe.canary.concurrency` runs in flight through its own semaphore. It shares nothing with
 //! the regular scheduler but the prober's TLS setup, so it never delays or skips a regular probe.
 
-use crate::config::{CanaryConfig, ProviderKind};
+use crate::config::CanaryConfig;
 use crate::decide::canary::prompt;
 use crate::decide::canary::prompt::PROMPT_VERSION;
 use crate::io::probe::{CanaryRequest, Planned, Prober};
@@ -30,9 +30,10 @@ pub fn request(cfg: &CanaryConfig) -> CanaryRequest {
     }
 }
 
-/// Whether a target can be canaried: chat APIs only (a plain HTTP check has no answers).
+/// Whether a target can be canaried: chat answers only (a plain HTTP check or an embedding has
+/// no text to score).
 pub fn applies_to(plan: &Planned) -> bool {
-    plan.provider.kind != ProviderKind::Http
+    plan.provider.chats()
 }
 
 /// One canary run of `plan` now: the timed probe with the canary's prompt, scored.

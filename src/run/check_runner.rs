@@ -106,7 +106,7 @@ impl CheckRunner {
             for c in p.provider.checks.iter().filter(|c| c.applies_to(&p.target.model)) {
                 jobs.push(Job { plan: p.clone(), asks: Asks::Golden(c.clone()), every: c.every });
             }
-            if !capabilities.enabled {
+            if !capabilities.enabled || !p.provider.chats() {
                 continue;
             }
             for c in capabilities.checks.iter().filter(|c| crate::decide::capability::offered(p.provider.kind, **c)) {

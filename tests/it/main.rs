@@ -36,6 +36,7 @@ mod demo_profiles;
 mod demo_standin;
 mod deploy_assets;
 mod drills;
+mod endpoints;
 mod fuzz_regressions;
 mod golden_checks;
 mod hidden_trouble;

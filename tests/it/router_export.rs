@@ -89,7 +89,7 @@ fn run_python(py: &Path, code: &str) -> Output {
 }
 
 /// Validates each file against `docs/schema/<schema>` with Python `jsonschema`.
-fn validate(schema: &str, files: &[&Path]) {
+pub(crate) fn validate(schema: &str, files: &[&Path]) {
     let out = Command::new(python())
         .arg(repo().join("tests/it/support/validate_schema.py"))
         .arg(repo().join("docs/schema"))

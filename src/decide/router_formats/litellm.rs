@@ -77,8 +77,11 @@ fn deployment(group: &str, order: usize, m: &Member<'_>, p: &RouterProvider) -> 
     api_base(p, &mut params);
     params.insert("api_key".into(), format!("os.environ/{}", p.key_env).into());
     params.insert("order".into(), order.into());
+    let embeddings = p.endpoint == crate::config::Endpoint::Embeddings;
     if let Some(ms) = m.failover_ttft_ms {
-        params.insert("stream_timeout".into(), seconds(ms).into());
+        // An embedding is one whole answer (its TTFT is its last byte): LiteLLM's `timeout`, not
+        // the streaming one.
+        params.insert(if embeddings { "timeout" } else { "stream_timeout" }.into(), seconds(ms).into());
     }
     if let (Some(route), true) = (&m.key.route, p.openrouter) {
         params.insert("extra_body".into(), json!({ "provider": route_pin(route) }));
@@ -86,6 +89,10 @@ fn deployment(group: &str, order: usize, m: &Member<'_>, p: &RouterProvider) -> 
     let mut info = Map::new();
     info.insert("id".into(), format!("{group}|{}", m.key.target).into());
     info.insert("vigil_target".into(), m.key.target.clone().into());
+    if embeddings {
+        // What LiteLLM's health checks and `/model/info` read to call it as an embedding model.
+        info.insert("mode".into(), "embedding".into());
+    }
     if let Some(s) = m.open_for_s {
         params.insert("mock_response".into(), COOLDOWN_MOCK.into());
         info.insert("cooldown_time".into(), s.into());

@@ -3,7 +3,7 @@
 //! pinned routes (`decide::pricing::is_openrouter`), never by its name, so a provider called
 //! `or-eu` gets the same pins as one called `openrouter`. Never carries the key itself.
 
-use crate::config::{ProviderConfig, ProviderKind};
+use crate::config::{Endpoint, ProviderConfig, ProviderKind};
 
 /// One configured provider as the router formats see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub struct RouterProvider {
     pub key_env_derived: bool,
     /// OpenRouter, by host or because it pins routes.
     pub openrouter: bool,
+    /// The API its targets are called on (`endpoint`).
+    pub endpoint: Endpoint,
 }
 
 impl From<&ProviderConfig> for RouterProvider {
@@ -36,6 +38,7 @@ impl From<&ProviderConfig> for RouterProvider {
             key_env,
             key_env_derived,
             openrouter: crate::decide::pricing::is_openrouter(p),
+            endpoint: p.endpoint,
         }
     }
 }

@@ -244,3 +244,122 @@ fn capability_probes_ask_in_each_apis_dialect() {
     assert_eq!(schema["generationConfig"]["responseSchema"]["required"][1], "country", "{schema}");
     assert!(schema["generationConfig"]["responseSchema"].get("additionalProperties").is_none(), "Gemini's subset");
 }
+
+/// Feeds a Responses API fixture through its adapter, like [`replay`] does for chat kinds.
+fn replay_responses(name: &str) -> Replay {
+    let body = std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
+    let adapter = &super::responses::Responses;
+    let mut parser = SseParser::new(1 << 20);
+    let mut events = Vec::new();
+    parser.feed(&body, |e| events.push(e)).expect("fixture parses");
+    events.extend(parser.finish().expect("fixture parses"));
+    let sent = Instant::now();
+    let mut r = Reading { streamed: true, ..Reading::default() };
+    let (mut done, mut first_content_event) = (false, None);
+    for (i, ev) in events.iter().enumerate() {
+        done |= r.absorb(super::Adapter::interpret(adapter, ev), sent + Duration::from_millis(i as u64 + 1), sent);
+        if r.ttft.is_some() && first_content_event.is_none() {
+            first_content_event = Some(i);
+        }
+        if r.outcome.is_some() {
+            break;
+        }
+    }
+    Replay { reading: r, done, first_content_event, first_reasoning_event: None, comments: parser.comments }
+}
+
+#[test]
+fn responses_first_token_is_the_first_output_text_delta() {
+    let r = replay_responses("openai-responses-stream.sse");
+    assert_eq!(r.first_content_event, Some(4), "created, in_progress, item and part added carry no text");
+    assert!(r.done, "response.completed ends the stream");
+    assert_eq!(r.reading.outcome, None);
+    assert_eq!(r.reading.answer, "{\"ok\":true}");
+    assert!(super::adherent(&r.reading.answer));
+    assert_eq!(
+        (r.reading.usage.input, r.reading.usage.output, r.reading.usage.reasoning),
+        (Some(36), Some(5), Some(0))
+    );
+    assert_eq!(r.reading.request_id.as_deref(), Some("resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b"));
+    assert_eq!(r.reading.identity.model.as_deref(), Some("gpt-4.1-mini-2025-04-14"));
+}
+
+#[test]
+fn responses_function_calls_and_failures_are_read() {
+    let r = replay_responses("openai-responses-stream-function-call.sse");
+    assert_eq!(r.first_content_event, Some(1), "the call's item is its first token");
+    let call = r.reading.tool.clone().expect("a call");
+    assert_eq!((call.name.as_str(), call.arguments.as_str()), ("get_weather", "{\"city\":\"Paris\"}"));
+    assert!(r.done && r.reading.answer.is_empty());
+
+    let r = replay_responses("openai-responses-stream-error.sse");
+    assert_eq!(r.reading.outcome, Some(Outcome::StreamError));
+    let error = r.reading.error.clone().unwrap_or_default();
+    assert!(error.contains("server_error") && error.contains("processing your request"), "{error}");
+    // An `error` event (the API's own failure frame) and a malformed one: stream errors, no panic.
+    let adapter = &super::responses::Responses;
+    let ev = |data: &str| super::sse::SseEvent { event: None, data: data.into() };
+    let s = super::Adapter::interpret(
+        adapter,
+        &ev(r#"{"type":"error","code":"rate_limit_exceeded","message":"slow down"}"#),
+    );
+    assert_eq!(s.error.as_deref(), Some("error event rate_limit_exceeded: slow down"));
+    assert!(super::Adapter::interpret(adapter, &ev("{\"type\":")).error.is_some());
+}
+
+#[test]
+fn responses_capability_probes_ask_in_the_responses_dialect() {
+    use crate::vocab::capability::Capability::{Json, JsonSchema, Tools};
+    let body = |c: Option<crate::vocab::capability::Capability>| {
+        let url = url::Url::parse("http://127.0.0.1:9/v1").expect("url");
+        let mut provider = crate::config::ProviderConfig::new("p", ProviderKind::Openai, url);
+        provider.endpoint = crate::config::Endpoint::Responses;
+        let request = c.map(super::CanaryRequest::for_capability);
+        let params = super::ProbeParams {
+            provider: &provider,
+            model: "m",
+            route: None,
+            max_tokens: 4,
+            reasoning: false,
+            nonce: "n",
+            canary: request.as_ref(),
+        };
+        let spec = super::adapter_of(&provider).request(&params).expect("request");
+        assert!(spec.url.as_str().ends_with("/v1/responses"), "{}", spec.url);
+        serde_json::from_slice::<serde_json::Value>(&spec.body.expect("a body")).expect("JSON")
+    };
+    let tools = body(Some(Tools));
+    assert_eq!(tools["tools"][0]["name"], "get_weather", "{tools}");
+    assert_eq!(tools["max_output_tokens"], crate::decide::capability::MAX_TOKENS, "{tools}");
+    assert_eq!(body(Some(Json))["text"]["format"]["type"], "json_object");
+    assert_eq!(body(Some(JsonSchema))["text"]["format"]["strict"], true);
+    let probe = body(None);
+    assert_eq!(probe["max_output_tokens"], 16, "a 4-token probe asks for the API's minimum: {probe}");
+    assert!(probe["instructions"].as_str().is_some_and(|i| i.starts_with("n. ")), "nonce first: {probe}");
+    assert_eq!(probe["input"], "ping");
+}
+
+#[test]
+fn embeddings_are_judged_on_the_whole_answer() {
+    let adapter = &super::embeddings::Embeddings;
+    assert!(!super::Adapter::streams(adapter) && super::Adapter::reads_body(adapter));
+    let body = std::fs::read(format!("{}/tests/fixtures/openai-embeddings.json", env!("CARGO_MANIFEST_DIR")))
+        .expect("fixture");
+    let s = super::Adapter::interpret_body(adapter, &body);
+    assert_eq!(s.content.as_deref(), Some("10 dimensions"));
+    assert_eq!(s.usage.and_then(|u| u.input), Some(8));
+    assert_eq!(s.identity.model.as_deref(), Some("text-embedding-3-small"));
+    for bad in [
+        &b"{\"data\":[]}"[..],
+        b"{\"data\":[{\"embedding\":[]}]}",
+        b"[1,",
+        b"",
+        b"{\"data\":[{\"embedding\":[\"x\"]}]}",
+    ] {
+        let s = super::Adapter::interpret_body(adapter, bad);
+        assert!(s.error.is_some() && s.content.is_none(), "{}", String::from_utf8_lossy(bad));
+    }
+    let err =
+        super::Adapter::interpret_body(adapter, br#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#);
+    assert_eq!(err.error.as_deref(), Some("error event invalid_request_error: bad model"));
+}

@@ -10,19 +10,21 @@
 pub(crate) mod anthropic;
 pub(crate) mod azure;
 pub mod classify;
+pub(crate) mod embeddings;
 pub mod gemini;
 pub mod grid;
 pub mod h1;
 pub(crate) mod http;
 pub(crate) mod openai;
 pub mod proxy;
+pub(crate) mod responses;
 pub mod scrub;
 pub(crate) mod socket;
 pub mod sse;
 pub(crate) mod timing;
 pub(crate) mod trust;
 
-use crate::config::{ProbeConfig, ProviderConfig, ProviderKind};
+use crate::config::{Endpoint, ProbeConfig, ProviderConfig, ProviderKind};
 use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
@@ -214,9 +216,28 @@ pub trait Adapter: Send + Sync {
     }
     /// Interprets one SSE event; malformed JSON becomes an error signal, never a panic.
     fn interpret(&self, event: &SseEvent) -> Signals;
+    /// Whether a plain (non-stream) 2xx body is kept and judged by [`Adapter::interpret_body`];
+    /// false: any 2xx is success and the body is only drained.
+    fn reads_body(&self) -> bool {
+        false
+    }
+    /// Interprets a whole plain body (up to `probe.max_body_kb`); content marks the answer,
+    /// arriving with the body's last byte. Malformed data becomes an error signal, never a panic.
+    fn interpret_body(&self, _body: &[u8]) -> Signals {
+        Signals::default()
+    }
 }
 
-/// The adapter for a provider kind.
+/// The adapter a provider's targets are probed with: its endpoint's, else its kind's.
+pub fn adapter_of(p: &ProviderConfig) -> &'static dyn Adapter {
+    match p.endpoint {
+        Endpoint::Embeddings => &embeddings::Embeddings,
+        Endpoint::Responses => &responses::Responses,
+        Endpoint::Chat => adapter_for(p.kind),
+    }
+}
+
+/// The chat adapter of a provider kind.
 pub fn adapter_for(kind: ProviderKind) -> &'static dyn Adapter {
     match kind {
         ProviderKind::Openai => &openai::OpenAi,
@@ -251,7 +272,20 @@ pub fn streaming_post(
     key_value: impl Fn(&str) -> String,
     extra: &[(&str, &str)],
 ) -> Result<RequestSpec, String> {
-    let mut headers = vec![("accept".to_string(), "text/event-stream".to_string())];
+    json_post(p, url, body, "text/event-stream", key_header, key_value, extra)
+}
+
+/// A JSON POST accepting `accept`, with the headers of [`streaming_post`].
+pub fn json_post(
+    p: &ProbeParams<'_>,
+    url: Url,
+    body: &serde_json::Value,
+    accept: &str,
+    key_header: &str,
+    key_value: impl Fn(&str) -> String,
+    extra: &[(&str, &str)],
+) -> Result<RequestSpec, String> {
+    let mut headers = vec![("accept".to_string(), accept.to_string())];
     headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     if let Some(key) = &p.provider.api_key {
         headers.push((key_header.to_string(), key_value(secrecy::ExposeSecret::expose_secret(key))));
@@ -506,7 +540,7 @@ impl Prober {
     }
 
     async fn exchange(&self, plan: &Planned, r: &mut Reading, canary: Option<&CanaryRequest>) {
-        let adapter = adapter_for(plan.provider.kind);
+        let adapter = adapter_of(&plan.provider);
         let Some((mut conn, request)) = self.open(plan, adapter, r, canary).await else { return };
 
         let sent = Instant::now();
@@ -642,6 +676,7 @@ async fn read_answer(
 ) {
     let (limit, ttft_timeout) = limits;
     let mut parser = SseParser::new(limit);
+    let mut body = Vec::new();
     let mut received = 0usize;
     let mut done = false;
     let mut parked = false;
@@ -673,6 +708,9 @@ async fn read_answer(
             return r.fail(Outcome::StreamError, format!("response body exceeded {limit} bytes"));
         }
         if !r.streamed {
+            if adapter.reads_body() {
+                body.extend_from_slice(&data);
+            }
             continue;
         }
         let mut events = Vec::new();
@@ -717,6 +755,15 @@ async fn read_answer(
         }
         if r.ttft.is_none() {
             return r.fail(Outcome::StreamError, "stream finished without any content token".into());
+        }
+    } else if adapter.reads_body() {
+        // The whole answer arrived with the body's last byte: that is its first (and only) token.
+        r.absorb(adapter.interpret_body(&body), end, sent);
+        if r.outcome.is_some() {
+            return;
+        }
+        if r.ttft.is_none() {
+            return r.fail(Outcome::StreamError, "answer carried no result".into());
         }
     }
     r.outcome = Some(Outcome::Ok);
@@ -813,7 +860,8 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[cra
     sample.ratelimit = r.ratelimit;
     sample.deprecation = r.deprecation;
     sample.input_tokens = r.usage.input;
-    let counted = (r.content_events > 0).then_some(r.content_events);
+    // Only a stream's content events approximate its tokens; a whole answer is one event.
+    let counted = (r.streamed && r.content_events > 0).then_some(r.content_events);
     sample.output_tokens = r.usage.output.or(counted);
     if r.streamed {
         sample.adherence_ok = (sample.outcome == Outcome::Ok).then(|| adherent(&r.answer));
@@ -828,20 +876,20 @@ fn fill(sample: &mut Sample, r: Reading, plan: &Planned, published: Option<&[cra
                 sample.tokens_per_s = Some(f64::from(n - 1) / window);
             }
         }
-        // The provider's own figure wins; else usage × the price `vigil report` also uses.
-        sample.cost_usd = r.usage.cost_usd.or_else(|| {
-            if r.usage.input.is_none() && sample.output_tokens.is_none() {
-                return None;
-            }
-            let (price, _) = crate::decide::price_table::price_of(
-                &plan.provider,
-                &plan.target.model,
-                plan.target.route.as_deref(),
-                published,
-            )?;
-            Some(price.cost(r.usage.input.unwrap_or(0), sample.output_tokens.unwrap_or(0)))
-        });
     }
+    // The provider's own figure wins; else usage × the price `vigil report` also uses.
+    sample.cost_usd = r.usage.cost_usd.or_else(|| {
+        if r.usage.input.is_none() && sample.output_tokens.is_none() {
+            return None;
+        }
+        let (price, _) = crate::decide::price_table::price_of(
+            &plan.provider,
+            &plan.target.model,
+            plan.target.route.as_deref(),
+            published,
+        )?;
+        Some(price.cost(r.usage.input.unwrap_or(0), sample.output_tokens.unwrap_or(0)))
+    });
 }
 
 /// The request as one buffer: Host (with the port unless it is the scheme's default), User-Agent,

@@ -113,6 +113,7 @@ impl Demo {
                 None => config.providers.push(p.clone()),
             }
         }
+        ask_for_tools(&mut config.capabilities);
         let ours = |provider: &str| self.providers.iter().any(|p| p.name == provider);
         let named = config.chains.iter().any(|c| c.members.iter().any(|m| ours(&m.provider)));
         if named || config.chains.iter().any(|c| c.name == DEMO_CHAIN) {
@@ -202,6 +203,26 @@ pub fn with_headroom(script: Script, elapsed: Duration, now: chrono::DateTime<ch
     script
 }
 
+/// The arguments the demo's hosts call `get_weather` with.
+const DEMO_TOOL_ARGUMENTS: &str = r#"{"city": "Paris"}"#;
+
+/// How often the demo asks each target whether it still calls a declared function
+/// (`[probe.capabilities]`, `tools` only, when the config leaves capability probes off).
+pub const DEMO_CAPABILITY_EVERY: Duration = Duration::from_secs(120);
+
+/// Turns the demo's `tools` capability probes on unless the config set `[probe.capabilities]`
+/// itself: the misbehaving host stops calling functions for a while each hour, a capability
+/// loss to see.
+fn ask_for_tools(capabilities: &mut crate::config::CapabilitiesConfig) {
+    if !capabilities.enabled {
+        *capabilities = crate::config::CapabilitiesConfig {
+            enabled: true,
+            every: DEMO_CAPABILITY_EVERY,
+            checks: vec![crate::vocab::capability::Capability::Tools],
+        };
+    }
+}
+
 /// Shared state of the demo handler.
 struct DemoState {
     rng: Mutex<StdRng>,
@@ -234,14 +255,24 @@ impl DemoState {
         f(&mut rng)
     }
 
-    /// Runs a profile and books what the reply will cost against the demo credit.
-    fn play(&self, profile: &Profile, ask: &Ask) -> Script {
-        let script = match trouble::is_troubled(profile.model, profile.route) {
+    /// Runs a profile and books what the reply will cost against the demo credit. A request
+    /// declaring a function (`tools`: a capability probe) gets a call of it, except from the
+    /// misbehaving host while it drops tools ([`trouble::drops_tools`]).
+    fn play(&self, profile: &Profile, ask: &Ask, tools: bool) -> Script {
+        let troubled = trouble::is_troubled(profile.model, profile.route);
+        let calls = tools && !(troubled && trouble::drops_tools(self.started.elapsed()));
+        let answer = |p: &Profile| {
+            self.with_rng(|rng| match calls {
+                true => p.tool_call_for(rng, ask, crate::decide::capability::TOOL_NAME, DEMO_TOOL_ARGUMENTS),
+                false => p.script_for(rng, ask),
+            })
+        };
+        let script = match troubled {
             true => match trouble::at(self.started.elapsed()) {
-                Trouble::None => self.with_rng(|rng| profile.script_for(rng, ask)),
+                Trouble::None => answer(profile),
                 Trouble::Degraded => {
                     let slow = Profile { ttft_ms: profile.ttft_ms * trouble::DEGRADE_FACTOR, ..profile.clone() };
-                    self.with_rng(|rng| slow.script_for(rng, ask))
+                    answer(&slow)
                 }
                 Trouble::Failing => {
                     let failure =
@@ -249,7 +280,7 @@ impl DemoState {
                     profile.render(&failure, ask, "demo-trouble")
                 }
             },
-            false => self.with_rng(|rng| profile.script_for(rng, ask)),
+            false => answer(profile),
         };
         // Anthropic sends its rate-limit headers on every response, errors too.
         let script = match profile.wire {
@@ -289,7 +320,7 @@ impl DemoState {
         };
         let max_tokens = body["max_tokens"].as_u64().or_else(|| body["max_completion_tokens"].as_u64());
         let prompt = body["messages"].as_array().map(|m| m.iter().map(|m| text_of(&m["content"])).collect());
-        self.play(profile, &ask(model, prompt.unwrap_or_default(), max_tokens))
+        self.play(profile, &ask(model, prompt.unwrap_or_default(), max_tokens), body.get("tools").is_some())
     }
 
     fn messages(&self, request: &RequestRecord) -> Script {
@@ -316,7 +347,7 @@ impl DemoState {
         if let Some(messages) = body["messages"].as_array() {
             texts.extend(messages.iter().map(|m| text_of(&m["content"])));
         }
-        self.play(profile, &ask(model, texts, body["max_tokens"].as_u64()))
+        self.play(profile, &ask(model, texts, body["max_tokens"].as_u64()), body.get("tools").is_some())
     }
 
     fn gemini(&self, request: &RequestRecord, model_method: &str) -> Script {
@@ -342,7 +373,8 @@ impl DemoState {
         if let Some(contents) = body["contents"].as_array() {
             texts.extend(contents.iter().map(parts_text));
         }
-        self.play(profile, &ask(model, texts, body["generationConfig"]["maxOutputTokens"].as_u64()))
+        let tools = body.get("tools").is_some();
+        self.play(profile, &ask(model, texts, body["generationConfig"]["maxOutputTokens"].as_u64()), tools)
     }
 
     fn status(&self) -> Script {
@@ -444,6 +476,51 @@ mod tests {
             h.append(name, ::http::HeaderValue::from_str(v).expect("value"));
         }
         crate::decide::ratelimit::from_headers(&h, now)
+    }
+
+    /// Every demo host answers a `tools` request with a call vigil's own adapter reads as
+    /// `get_weather({"city": "Paris"})`, in its own dialect.
+    #[test]
+    fn every_demo_dialect_calls_the_declared_function() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for (wire, kind, model, route) in [
+            (Wire::OpenRouter, ProviderKind::Openai, LLAMA, profiles::routes_of(LLAMA).next().map(|p| p.route)),
+            (Wire::Anthropic, ProviderKind::Anthropic, ANTHROPIC_MODEL, Some("")),
+            (Wire::Gemini, ProviderKind::Gemini, GEMINI_MODEL, Some("")),
+        ] {
+            let profile = profiles::find(wire, model, route.unwrap_or_default()).expect("profile");
+            let ask = Ask { model: model.to_string(), prompt_tokens: 40, max_tokens: 64 };
+            let script = std::iter::repeat_with(|| {
+                profile.tool_call_for(&mut rng, &ask, crate::decide::capability::TOOL_NAME, DEMO_TOOL_ARGUMENTS)
+            })
+            .find(|s| s.status == 200)
+            .expect("a successful draw");
+            let mut parser = crate::io::probe::sse::SseParser::new(1 << 20);
+            let mut events = Vec::new();
+            parser.feed(&script.body(), |e| events.push(e)).expect("SSE");
+            events.extend(parser.finish().expect("SSE"));
+            let adapter = crate::io::probe::adapter_for(kind);
+            let pieces: Vec<_> = events.iter().filter_map(|e| adapter.interpret(e).tool).collect();
+            let name = pieces.iter().find_map(|p| p.name.clone());
+            let arguments: String = pieces.iter().map(|p| p.arguments.as_str()).collect();
+            assert_eq!(name.as_deref(), Some("get_weather"), "{wire:?}");
+            let args: Value = serde_json::from_str(&arguments).unwrap_or_else(|e| panic!("{wire:?}: {e}: {arguments}"));
+            assert_eq!(args["city"], "Paris", "{wire:?}");
+            assert!(events.iter().any(|e| adapter.interpret(e).done), "{wire:?}: the stream ends");
+        }
+    }
+
+    #[test]
+    fn the_demo_turns_tools_probes_on_only_when_the_config_leaves_them_off() {
+        let mut off = crate::config::CapabilitiesConfig::default();
+        ask_for_tools(&mut off);
+        assert!(off.enabled);
+        assert_eq!(off.every, DEMO_CAPABILITY_EVERY);
+        assert_eq!(off.checks, vec![crate::vocab::capability::Capability::Tools]);
+        let own = crate::config::CapabilitiesConfig { enabled: true, ..Default::default() };
+        let mut kept = own.clone();
+        ask_for_tools(&mut kept);
+        assert_eq!(kept, own, "a configured [probe.capabilities] is kept");
     }
 
     #[test]

@@ -205,6 +205,17 @@ impl Profile {
         self.render(&draw, ask, &id)
     }
 
+    /// A whole reply to `ask` that calls the function `name` with `arguments` (or fails as a
+    /// draw may).
+    pub fn tool_call_for<R: Rng + ?Sized>(&self, rng: &mut R, ask: &Ask, name: &str, arguments: &str) -> Script {
+        let draw = self.draw(rng, 1);
+        let id: String = rng.sample_iter(&Alphanumeric).take(20).map(char::from).collect();
+        match &draw {
+            Draw::Stream(timing) => self.tool_call(timing, ask, &id, name, arguments),
+            Draw::Failure { .. } => self.render(&draw, ask, &id),
+        }
+    }
+
     /// Turns a draw into the wire script.
     pub fn render(&self, draw: &Draw, ask: &Ask, id: &str) -> Script {
         match draw {
@@ -357,6 +368,70 @@ impl Profile {
             script = script.with_chunk(delay, format!("data: {data}\r\n\r\n"));
         }
         script
+    }
+}
+
+impl Profile {
+    /// A streamed call of the function `name` with the JSON `arguments`, in this profile's
+    /// dialect, its first piece at the timing's TTFT: how the demo's hosts answer a capability
+    /// probe's `tools` request.
+    pub fn tool_call(&self, timing: &Timing, ask: &Ask, id: &str, name: &str, arguments: &str) -> Script {
+        let wait = timing.ttft.saturating_sub(timing.ttfb);
+        match self.wire {
+            Wire::OpenRouter => {
+                let created = unix_now();
+                let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+                    let body = json!({"id": format!("gen-{created}-{id}"), "provider": self.route,
+                        "model": ask.model, "object": "chat.completion.chunk", "created": created,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                    format!("data: {body}\n\n")
+                };
+                let call = json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+                    "id": format!("call_{id}"), "type": "function", "function": {"name": name, "arguments": ""}}]});
+                let args = json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]});
+                sse_script(timing.ttfb, "text/event-stream")
+                    .with_chunk(wait, chunk(call, None))
+                    .with_chunk(Duration::ZERO, chunk(args, None))
+                    .with_chunk(Duration::ZERO, chunk(json!({}), Some("tool_calls")))
+                    .with_chunk(Duration::ZERO, "data: [DONE]\n\n")
+            }
+            Wire::Anthropic => {
+                let event = |name: &str, data: serde_json::Value| format!("event: {name}\ndata: {data}\n\n");
+                let start = json!({"type": "message_start", "message": {"model": ask.model, "id": format!("msg_{id}"),
+                    "type": "message", "role": "assistant", "content": [], "stop_reason": null,
+                    "usage": {"input_tokens": ask.prompt_tokens, "output_tokens": 1}}});
+                let block = json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "tool_use", "id": format!("toolu_{id}"), "name": name, "input": {}}});
+                let delta = json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": arguments}});
+                sse_script(timing.ttfb, "text/event-stream; charset=utf-8")
+                    .with_chunk(Duration::ZERO, event("message_start", start))
+                    .with_chunk(wait, event("content_block_start", block))
+                    .with_chunk(Duration::ZERO, event("content_block_delta", delta))
+                    .with_chunk(
+                        Duration::ZERO,
+                        event("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+                    )
+                    .with_chunk(
+                        Duration::ZERO,
+                        event(
+                            "message_delta",
+                            json!({"type": "message_delta",
+                        "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}}),
+                        ),
+                    )
+                    .with_chunk(Duration::ZERO, event("message_stop", json!({"type": "message_stop"})))
+            }
+            Wire::Gemini => {
+                let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_else(|_| json!({}));
+                let data = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": name, "args": args}}],
+                    "role": "model"}, "finishReason": "STOP"}], "modelVersion": ask.model, "responseId": id,
+                    "usageMetadata": {"promptTokenCount": ask.prompt_tokens, "totalTokenCount": ask.prompt_tokens}});
+                sse_script(timing.ttfb, "text/event-stream")
+                    .with_header("Content-Disposition", "attachment")
+                    .with_chunk(wait, format!("data: {data}\r\n\r\n"))
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The demo's misbehaving host: a schedule of trouble by time since the demo started, so
 //! latency and breaker alerts fire in the first two minutes, an errors alert at minute 8, the
-//! first incident resolves 12–17 minutes in (README), and it all keeps recurring.
+//! first incident resolves 12–17 minutes in, and the host stops calling functions from minute
+//! 25 to 35 (a `capability_lost` page, README), and it all keeps recurring.
 
 use std::time::Duration;
 
@@ -22,6 +23,19 @@ pub const FAIL_EVERY: Duration = Duration::from_secs(60 * 60);
 pub const FAIL_FROM: Duration = Duration::from_secs(8 * 60);
 /// …and lasting this long (three probes at 60 s: the errors alert and the breaker both trip).
 pub const FAIL_FOR: Duration = Duration::from_secs(3 * 60 + 30);
+
+/// The host answers function-calling requests in text this often…
+pub const DROP_TOOLS_EVERY: Duration = Duration::from_secs(60 * 60);
+/// …starting this far into each hour (after the first errors incident has resolved)…
+pub const DROP_TOOLS_FROM: Duration = Duration::from_secs(25 * 60);
+/// …and lasting this long (several of the demo's two-minute capability runs).
+pub const DROP_TOOLS_FOR: Duration = Duration::from_secs(10 * 60);
+
+/// Whether the misbehaving host answers a request declaring a function in text instead of
+/// calling it, `elapsed` after the demo started.
+pub fn drops_tools(elapsed: Duration) -> bool {
+    within(elapsed, DROP_TOOLS_EVERY, DROP_TOOLS_FROM, DROP_TOOLS_FOR)
+}
 
 /// What the misbehaving host does at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,5 +92,16 @@ mod tests {
         let failing = (0..60 * 60).filter(|s| at(Duration::from_secs(*s)) == Trouble::Failing).count();
         assert_eq!(failing, 210, "three and a half minutes an hour");
         assert!(is_troubled(MODEL, "anyscale") && !is_troubled(MODEL, "Together"));
+    }
+
+    #[test]
+    fn stops_calling_functions_from_minute_twenty_five_to_thirty_five_each_hour() {
+        assert!(!drops_tools(minute(0)) && !drops_tools(minute(24)));
+        assert!(drops_tools(minute(25)) && drops_tools(minute(34)));
+        assert!(!drops_tools(minute(35)) && drops_tools(minute(85)));
+        // Never while the host fails outright, so the loss is its own incident.
+        assert!(
+            (0..3600).all(|s| !(drops_tools(Duration::from_secs(s)) && at(Duration::from_secs(s)) == Trouble::Failing))
+        );
     }
 }
