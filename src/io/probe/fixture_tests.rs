@@ -215,6 +215,7 @@ fn capability_body(kind: ProviderKind, capability: crate::vocab::capability::Cap
         reasoning: false,
         nonce: "n",
         canary: Some(&request),
+        credential: None,
     };
     let spec = adapter_for(kind).request(&params).expect("request");
     serde_json::from_slice(&spec.body.expect("a body")).expect("JSON body")
