@@ -22,6 +22,12 @@ pub enum ProviderKind {
     Gemini,
     /// Plain GET expecting 2xx.
     Http,
+    /// Amazon Bedrock `ConverseStream`: SigV4-signed (or a Bedrock API key), `region` required,
+    /// the answer an `application/vnd.amazon.eventstream` binary event stream.
+    Bedrock,
+    /// Google Vertex AI `streamGenerateContent?alt=sse` (Gemini's stream dialect) with an OAuth
+    /// token minted from a service-account JSON file (`credentials_file`).
+    Vertex,
 }
 
 impl ProviderKind {
@@ -33,6 +39,8 @@ impl ProviderKind {
             ProviderKind::Azure => "azure",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Http => "http",
+            ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
         }
     }
 }

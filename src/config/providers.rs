@@ -85,6 +85,8 @@ pub struct ProviderConfig {
     pub checks: Vec<crate::config::CheckConfig>,
     /// The API its models are probed on (`endpoint`; only `kind = "openai"` has more than chat).
     pub endpoint: Endpoint,
+    /// Bedrock's and Vertex's own settings (`region`, `credentials_file`, …).
+    pub cloud: crate::config::cloud::CloudAuth,
 }
 
 impl ProviderConfig {
@@ -108,6 +110,7 @@ impl ProviderConfig {
             tls: Default::default(),
             checks: Vec::new(),
             endpoint: Endpoint::Chat,
+            cloud: Default::default(),
         }
     }
 
@@ -151,6 +154,16 @@ pub(super) struct RawProvider {
     #[serde(default)]
     check: Vec<super::checks::RawCheck>,
     endpoint: Option<Endpoint>,
+    /// Bedrock: the AWS region.
+    region: Option<String>,
+    /// Bedrock: the shared credentials file's profile.
+    profile: Option<String>,
+    /// Bedrock: the shared credentials file; Vertex: the service-account JSON key.
+    credentials_file: Option<String>,
+    /// Vertex: the Google Cloud project.
+    project: Option<String>,
+    /// Vertex: the location.
+    location: Option<String>,
 }
 
 /// `balance = { … }` as written.
@@ -213,13 +226,32 @@ fn check_name(i: usize, rp: &RawProvider, names: &mut HashSet<String>) -> Result
 fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) -> Result<(), ConfigError> {
     let key = |field: &str| format!("provider[{i}].{field}");
     let builtin = BUILTINS.iter().find(|b| b.name == rp.name);
-    let kind = rp
-        .kind
-        .or(builtin.map(|b| b.kind))
-        .ok_or_else(|| invalid(key("kind"), "missing (openai | anthropic | azure | gemini | http)"))?;
-    let base_url = base_url(&key("base_url"), rp.base_url.take(), builtin)?;
+    let kind = rp.kind.or(builtin.map(|b| b.kind)).ok_or_else(|| {
+        invalid(key("kind"), "missing (openai | anthropic | azure | gemini | bedrock | vertex | http)")
+    })?;
+    let raw_cloud = super::cloud::RawCloud {
+        region: rp.region.take(),
+        profile: rp.profile.take(),
+        credentials_file: rp.credentials_file.take(),
+        project: rp.project.take(),
+        location: rp.location.take(),
+    };
+    let (cloud, default_url) = super::cloud::validate(i, kind, raw_cloud)?;
+    let base_url = base_url(&key("base_url"), rp.base_url.take().or(default_url.map(String::from)), builtin)?;
+    if kind == ProviderKind::Vertex && (rp.api_key_env.is_some() || rp.api_key_file.is_some()) {
+        return Err(invalid(
+            key("api_key_env"),
+            "kind = \"vertex\" authenticates with its credentials_file, not a key",
+        ));
+    }
+    // Bedrock signs with AWS credentials unless a Bedrock API key is named.
+    let keyless = match kind {
+        ProviderKind::Http | ProviderKind::Vertex => true,
+        ProviderKind::Bedrock => rp.api_key_env.is_none() && rp.api_key_file.is_none(),
+        _ => false,
+    };
     let (api_key_env, api_key) = api_key(i, &mut rp, builtin, env)?;
-    if kind != ProviderKind::Http && api_key.is_none() {
+    if !keyless && api_key.is_none() {
         let var = api_key_env.clone().unwrap_or_default();
         if var.is_empty() {
             return Err(invalid(
@@ -268,6 +300,7 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
         tls,
         checks,
         endpoint,
+        cloud,
     });
     Ok(())
 }

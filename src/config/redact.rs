@@ -130,6 +130,29 @@ fn price_table(pr: &Price) -> toml::Value {
     toml::Value::Table(pt)
 }
 
+/// Bedrock's and Vertex's keys (paths and names; the key files' content never).
+fn cloud_keys(t: &mut toml::Table, cloud: &crate::config::CloudAuth) {
+    use crate::config::CloudAuth;
+    let s = |v: &str| toml::Value::String(v.to_string());
+    match cloud {
+        CloudAuth::None => {}
+        CloudAuth::Bedrock(b) => {
+            t.insert("region".into(), s(&b.region));
+            if let Some(p) = &b.profile {
+                t.insert("profile".into(), s(p));
+            }
+            if let Some(f) = &b.credentials_file {
+                t.insert("credentials_file".into(), s(&f.display().to_string()));
+            }
+        }
+        CloudAuth::Vertex(v) => {
+            t.insert("credentials_file".into(), s(&v.credentials_file.display().to_string()));
+            t.insert("project".into(), s(&v.project));
+            t.insert("location".into(), s(&v.location));
+        }
+    }
+}
+
 /// A resolved provider as a `[[provider]]` table (the key itself named by `api_key_env` only).
 fn provider_table(p: &ProviderConfig) -> toml::Table {
     let mut t = toml::Table::new();
@@ -163,6 +186,7 @@ fn provider_table(p: &ProviderConfig) -> toml::Table {
     if let Some(price) = &p.price {
         t.insert("price".into(), price_table(price));
     }
+    cloud_keys(&mut t, &p.cloud);
     if !p.headers.is_empty() {
         t.insert("headers".into(), toml::Value::Table(p.headers.iter().map(|(k, v)| (k.clone(), s(v))).collect()));
     }

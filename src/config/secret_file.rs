@@ -43,6 +43,28 @@ pub fn read(path: &Path) -> Result<String, String> {
     Ok(secret.to_owned())
 }
 
+/// Reads a secret document of several lines (a service-account JSON key) with the same
+/// safety as [`read`]: a regular file of at most [`MAX_BYTES`], UTF-8, not empty. Line ends
+/// stay; errors name the path, never the content.
+pub fn read_document(path: &Path) -> Result<String, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    regular_and_small(&meta, path)?;
+    let file = open_nonblocking(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
+    regular_and_small(&meta, path)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(too_large(path));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    if text.trim().is_empty() {
+        return Err(format!("{shown} is empty"));
+    }
+    Ok(text)
+}
+
 /// A regular file within [`MAX_BYTES`], or why not.
 fn regular_and_small(meta: &Metadata, path: &Path) -> Result<(), String> {
     if let Some(what) = not_regular(&meta.file_type()) {

@@ -70,8 +70,10 @@ pub fn answer_schema() -> Value {
 pub fn offered(kind: ProviderKind, capability: Capability) -> bool {
     match kind {
         ProviderKind::Http => false,
-        ProviderKind::Anthropic => capability == Capability::Tools,
-        ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Gemini => true,
+        // Bedrock's Converse API has tool use (`toolConfig`) but no JSON mode or response schema.
+        ProviderKind::Anthropic | ProviderKind::Bedrock => capability == Capability::Tools,
+        // Vertex AI speaks Gemini's dialect, JSON mode and response schema included.
+        ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Gemini | ProviderKind::Vertex => true,
     }
 }
 
@@ -178,5 +180,7 @@ mod tests {
         assert!(offered(ProviderKind::Anthropic, Capability::Tools));
         assert!(!offered(ProviderKind::Anthropic, Capability::Json));
         assert!(Capability::ALL.iter().all(|c| offered(ProviderKind::Gemini, *c) && !offered(ProviderKind::Http, *c)));
+        assert!(Capability::ALL.iter().all(|c| offered(ProviderKind::Vertex, *c)));
+        assert!(offered(ProviderKind::Bedrock, Capability::Tools) && !offered(ProviderKind::Bedrock, Capability::Json));
     }
 }

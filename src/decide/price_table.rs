@@ -114,6 +114,42 @@ pub const BUILTIN_PRICES: &[BuiltinPrice] = &[
         as_of: "2026-12-01",
         source: "https://openrouter.ai/meta-llama/llama-3.1-8b-instruct (cheapest endpoint; published per-endpoint prices win when fetched)",
     },
+    // Bedrock and Vertex AI price per region; these rows are the on-demand list prices of the
+    // default regions (us-east-1, us-central1) as the public pricing pages give them (Bedrock
+    // quotes per 1,000 tokens: × 1000 here). Read 2026-12-03 from the pages' figures as quoted
+    // by stored copies, not from a live account's bill: check before trusting a budget to them.
+    BuiltinPrice {
+        host: "bedrock-runtime.us-east-1.amazonaws.com",
+        model: "amazon.nova-micro-v1:0",
+        input_per_mtok: 0.035,
+        output_per_mtok: 0.14,
+        as_of: "2026-12-03",
+        source: "https://aws.amazon.com/bedrock/pricing/",
+    },
+    BuiltinPrice {
+        host: "bedrock-runtime.us-east-1.amazonaws.com",
+        model: "amazon.nova-lite-v1:0",
+        input_per_mtok: 0.06,
+        output_per_mtok: 0.24,
+        as_of: "2026-12-03",
+        source: "https://aws.amazon.com/bedrock/pricing/",
+    },
+    BuiltinPrice {
+        host: "us-central1-aiplatform.googleapis.com",
+        model: "gemini-2.0-flash-001",
+        input_per_mtok: 0.15,
+        output_per_mtok: 0.60,
+        as_of: "2026-12-03",
+        source: "https://cloud.google.com/vertex-ai/generative-ai/pricing",
+    },
+    BuiltinPrice {
+        host: "us-central1-aiplatform.googleapis.com",
+        model: "gemini-2.0-flash-lite-001",
+        input_per_mtok: 0.075,
+        output_per_mtok: 0.30,
+        as_of: "2026-12-03",
+        source: "https://cloud.google.com/vertex-ai/generative-ai/pricing",
+    },
 ];
 
 /// Where a price came from, for `check-config` and the report.

@@ -27,6 +27,7 @@ mod chain_order;
 mod chaos;
 mod check_config_reach;
 mod cli_honest;
+mod cloud_kinds;
 mod config_bounds;
 mod daemon;
 mod decisions;

@@ -523,6 +523,8 @@ fn first_message(kind: ProviderKind, body: &serde_json::Value) -> String {
         ProviderKind::Openai | ProviderKind::Azure => &body["messages"][0]["content"],
         ProviderKind::Anthropic => &body["system"],
         ProviderKind::Gemini => &body["systemInstruction"]["parts"][0]["text"],
+        ProviderKind::Bedrock => &body["system"][0]["text"],
+        ProviderKind::Vertex => &body["systemInstruction"]["parts"][0]["text"],
         ProviderKind::Http => &serde_json::Value::Null,
     };
     text.as_str().expect("a system prompt").to_string()

@@ -40,7 +40,9 @@ fn model(p: &RouterProvider, model: &str) -> Option<String> {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Azure => "azure",
         ProviderKind::Gemini => "gemini",
-        ProviderKind::Http => return None,
+        // Plain HTTP has no model; the cloud kinds' credentials (AWS keys, a service account)
+        // are not an `api_key` LiteLLM could be pointed at, so they are not exported (docs/ROUTER.md).
+        ProviderKind::Http | ProviderKind::Bedrock | ProviderKind::Vertex => return None,
     };
     (!model.is_empty()).then(|| format!("{prefix}/{model}"))
 }

@@ -293,7 +293,8 @@ impl ModelsPoller {
                     return Err(e);
                 }
             }
-            ProviderKind::Azure | ProviderKind::Http => {}
+            // Bedrock and Vertex list models on other (control-plane) APIs with other permissions.
+            ProviderKind::Azure | ProviderKind::Http | ProviderKind::Bedrock | ProviderKind::Vertex => {}
         }
         Ok(reading)
     }

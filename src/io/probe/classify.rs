@@ -26,18 +26,50 @@ pub fn classify_http_error(status: u16, body: &[u8]) -> Outcome {
 pub fn classify_error_text(lower: &str) -> Option<Outcome> {
     const PAYMENT: [&str; 4] =
         ["insufficient_quota", "credit balance", "requires more credits", "insufficient credits"];
-    const MODEL: [&str; 5] =
-        ["model_not_found", "not_found_error", "\"not_found\"", "no endpoints found", "does not exist"];
-    const AUTH: [&str; 4] = ["invalid_api_key", "authentication_error", "invalid x-api-key", "permission_denied"];
+    // Bedrock: `ResourceNotFoundException`, `ModelNotReadyException`, a ValidationException
+    // saying "The provided model identifier is invalid".
+    const MODEL: [&str; 8] = [
+        "model_not_found",
+        "not_found_error",
+        "\"not_found\"",
+        "no endpoints found",
+        "does not exist",
+        "resourcenotfoundexception",
+        "modelnotreadyexception",
+        "model identifier is invalid",
+    ];
+    // AWS: access denied (also a model whose access is not enabled), bad or expired keys and signatures.
+    const AUTH: [&str; 9] = [
+        "invalid_api_key",
+        "authentication_error",
+        "invalid x-api-key",
+        "permission_denied",
+        "accessdeniedexception",
+        "unrecognizedclientexception",
+        "invalidsignatureexception",
+        "expiredtokenexception",
+        "incompletesignatureexception",
+    ];
+    // AWS throttling and service quotas (tokens or requests per minute or day) are rate limits.
+    const RATE: [&str; 5] = [
+        "rate_limit",
+        "resource_exhausted",
+        "throttlingexception",
+        "servicequotaexceededexception",
+        "toomanyrequestsexception",
+    ];
     if PAYMENT.iter().any(|p| lower.contains(p)) {
         Some(Outcome::PaymentRequired)
     } else if AUTH.iter().any(|p| lower.contains(p)) {
         Some(Outcome::AuthError)
     } else if MODEL.iter().any(|p| lower.contains(p)) {
         Some(Outcome::ModelUnavailable)
-    } else if lower.contains("rate_limit") || lower.contains("resource_exhausted") {
+    } else if RATE.iter().any(|p| lower.contains(p)) {
         Some(Outcome::RateLimited)
-    } else if lower.contains("overloaded") || lower.contains("\"unavailable\"") {
+    } else if ["overloaded", "\"unavailable\"", "serviceunavailableexception", "modelerrorexception"]
+        .iter()
+        .any(|p| lower.contains(p))
+    {
         Some(Outcome::ServerError)
     } else {
         None
@@ -76,6 +108,10 @@ mod tests {
             ("gemini-error-429.json", 429, Outcome::RateLimited),
             ("gemini-error-503.json", 503, Outcome::ServerError),
             ("groq-error-404.json", 404, Outcome::ModelUnavailable),
+            ("vertex-error-403-permission-denied.json", 403, Outcome::AuthError),
+            ("vertex-error-429-quota.json", 429, Outcome::RateLimited),
+            ("vertex-error-404-model.json", 404, Outcome::ModelUnavailable),
+            ("bedrock-error-400-model-id.json", 400, Outcome::ModelUnavailable),
         ];
         for (file, status, want) in cases {
             assert_eq!(classify_http_error(status, &fixture(file)), want, "{file}");

@@ -215,6 +215,7 @@ fn capability_body(kind: ProviderKind, capability: crate::vocab::capability::Cap
         reasoning: false,
         nonce: "n",
         canary: Some(&request),
+        credential: None,
     };
     let spec = adapter_for(kind).request(&params).expect("request");
     serde_json::from_slice(&spec.body.expect("a body")).expect("JSON body")
@@ -323,6 +324,7 @@ fn responses_capability_probes_ask_in_the_responses_dialect() {
             reasoning: false,
             nonce: "n",
             canary: request.as_ref(),
+            credential: None,
         };
         let spec = super::adapter_of(&provider).request(&params).expect("request");
         assert!(spec.url.as_str().ends_with("/v1/responses"), "{}", spec.url);

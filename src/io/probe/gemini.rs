@@ -24,82 +24,90 @@ impl Adapter for Gemini {
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String> {
         let mut url = join(&p.provider.base_url, &format!("models/{}:streamGenerateContent", p.model))?;
         url.set_query(Some("alt=sse"));
-        let (system, user) = p.prompts();
-        let max_tokens = p.answer_tokens();
-        let mut generation = json!({"maxOutputTokens": max_tokens, "temperature": 0});
-        if p.reasoning {
-            generation["maxOutputTokens"] = json!(max_tokens + REASONING_EXTRA_TOKENS);
-            generation["thinkingConfig"] = json!({"thinkingBudget": MIN_THINKING_BUDGET, "includeThoughts": true});
-        }
-        if let Some(seed) = p.canary.and_then(|c| c.seed) {
-            generation["seed"] = json!(seed);
-        }
-        let mut body = json!({
-            "systemInstruction": {"parts": [{"text": system}]},
-            "contents": [{"role": "user", "parts": [{"text": user}]}],
-            "generationConfig": generation,
-        });
-        if system.is_empty() {
-            // A golden check without a system turn sends none.
-            body.as_object_mut().map(|b| b.remove("systemInstruction"));
-        }
-        capability_part(p, &mut body);
-        streaming_post(p, url, &body, "x-goog-api-key", str::to_string, &[])
+        streaming_post(p, url, &body(p), "x-goog-api-key", str::to_string, &[])
     }
 
     fn interpret(&self, event: &SseEvent) -> Signals {
-        let v = match parse_json(event) {
-            Ok(v) => v,
-            Err(s) => return *s,
-        };
-        if let Some(err) = v.get("error") {
-            return error_signal(err);
-        }
-        let mut s = Signals {
-            request_id: v.get("responseId").and_then(Value::as_str).map(str::to_string),
-            identity: crate::vocab::canary::ModelIdentity {
-                model: v.get("modelVersion").and_then(Value::as_str).map(str::to_string),
-                ..Default::default()
-            },
-            ..Signals::default()
-        };
-        let candidate = v.get("candidates").and_then(|c| c.get(0));
-        let parts = candidate.and_then(|c| c.get("content")).and_then(|c| c.get("parts")).and_then(Value::as_array);
-        let mut text = String::new();
-        for part in parts.into_iter().flatten() {
-            // Gemini sends a function call whole, arguments as an object.
-            if let Some(call) = part.get("functionCall") {
-                s.tool = Some(super::ToolDelta {
-                    name: call.get("name").and_then(Value::as_str).map(str::to_string),
-                    arguments: call.get("args").map_or_else(String::new, Value::to_string),
-                });
-            }
-            let t = part.get("text").and_then(Value::as_str).unwrap_or("");
-            if part.get("thought").and_then(Value::as_bool) == Some(true) {
-                s.reasoning |= !t.is_empty();
-            } else {
-                text.push_str(t);
-            }
-        }
-        s.content = Some(text).filter(|t| !t.is_empty());
-        s.done = candidate.and_then(|c| c.get("finishReason")).is_some_and(|f| !f.is_null());
-        if let Some(u) = v.get("usageMetadata") {
-            s.usage = Some(Usage {
-                input: u.get("promptTokenCount").and_then(as_u32),
-                // Visible and thinking tokens are reported apart; output counts both, as billed.
-                output: match (
-                    u.get("candidatesTokenCount").and_then(as_u32),
-                    u.get("thoughtsTokenCount").and_then(as_u32),
-                ) {
-                    (Some(c), Some(t)) => Some(c.saturating_add(t)),
-                    (c, t) => c.or(t),
-                },
-                reasoning: u.get("thoughtsTokenCount").and_then(as_u32),
-                cost_usd: None,
+        interpret(event)
+    }
+}
+
+/// The `generateContent` body, shared with Vertex AI (`super::vertex`), which speaks the same dialect.
+pub(crate) fn body(p: &ProbeParams<'_>) -> Value {
+    let (system, user) = p.prompts();
+    let max_tokens = p.answer_tokens();
+    let mut generation = json!({"maxOutputTokens": max_tokens, "temperature": 0});
+    if p.reasoning {
+        generation["maxOutputTokens"] = json!(max_tokens + REASONING_EXTRA_TOKENS);
+        generation["thinkingConfig"] = json!({"thinkingBudget": MIN_THINKING_BUDGET, "includeThoughts": true});
+    }
+    if let Some(seed) = p.canary.and_then(|c| c.seed) {
+        generation["seed"] = json!(seed);
+    }
+    let mut body = json!({
+        "systemInstruction": {"parts": [{"text": system}]},
+        "contents": [{"role": "user", "parts": [{"text": user}]}],
+        "generationConfig": generation,
+    });
+    if system.is_empty() {
+        // A golden check without a system turn sends none.
+        body.as_object_mut().map(|b| b.remove("systemInstruction"));
+    }
+    capability_part(p, &mut body);
+    body
+}
+
+/// One event of the stream, for Gemini and Vertex AI alike.
+pub(crate) fn interpret(event: &SseEvent) -> Signals {
+    let v = match parse_json(event) {
+        Ok(v) => v,
+        Err(s) => return *s,
+    };
+    if let Some(err) = v.get("error") {
+        return error_signal(err);
+    }
+    let mut s = Signals {
+        request_id: v.get("responseId").and_then(Value::as_str).map(str::to_string),
+        identity: crate::vocab::canary::ModelIdentity {
+            model: v.get("modelVersion").and_then(Value::as_str).map(str::to_string),
+            ..Default::default()
+        },
+        ..Signals::default()
+    };
+    let candidate = v.get("candidates").and_then(|c| c.get(0));
+    let parts = candidate.and_then(|c| c.get("content")).and_then(|c| c.get("parts")).and_then(Value::as_array);
+    let mut text = String::new();
+    for part in parts.into_iter().flatten() {
+        // Gemini sends a function call whole, arguments as an object.
+        if let Some(call) = part.get("functionCall") {
+            s.tool = Some(super::ToolDelta {
+                name: call.get("name").and_then(Value::as_str).map(str::to_string),
+                arguments: call.get("args").map_or_else(String::new, Value::to_string),
             });
         }
-        s
+        let t = part.get("text").and_then(Value::as_str).unwrap_or("");
+        if part.get("thought").and_then(Value::as_bool) == Some(true) {
+            s.reasoning |= !t.is_empty();
+        } else {
+            text.push_str(t);
+        }
     }
+    s.content = Some(text).filter(|t| !t.is_empty());
+    s.done = candidate.and_then(|c| c.get("finishReason")).is_some_and(|f| !f.is_null());
+    if let Some(u) = v.get("usageMetadata") {
+        s.usage = Some(Usage {
+            input: u.get("promptTokenCount").and_then(as_u32),
+            // Visible and thinking tokens are reported apart; output counts both, as billed.
+            output: match (u.get("candidatesTokenCount").and_then(as_u32), u.get("thoughtsTokenCount").and_then(as_u32))
+            {
+                (Some(c), Some(t)) => Some(c.saturating_add(t)),
+                (c, t) => c.or(t),
+            },
+            reasoning: u.get("thoughtsTokenCount").and_then(as_u32),
+            cost_usd: None,
+        });
+    }
+    s
 }
 
 /// A capability probe's own part of the request: the function declaration (`tools`), JSON

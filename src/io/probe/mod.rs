@@ -9,8 +9,10 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod azure;
+pub mod bedrock;
 pub mod classify;
 pub(crate) mod embeddings;
+pub mod eventstream;
 pub mod gemini;
 pub mod grid;
 pub mod h1;
@@ -23,6 +25,7 @@ pub(crate) mod socket;
 pub mod sse;
 pub(crate) mod timing;
 pub(crate) mod trust;
+pub(crate) mod vertex;
 
 use crate::config::{Endpoint, ProbeConfig, ProviderConfig, ProviderKind};
 use crate::vocab::sample::{Outcome, Sample};
@@ -104,6 +107,8 @@ pub struct ProbeParams<'a> {
     pub nonce: &'a str,
     /// A canary run: its fixed prompt replaces the health-check one (no nonce).
     pub canary: Option<&'a CanaryRequest>,
+    /// What [`Adapter::credential`] fetched for this provider (an OAuth token, AWS keys).
+    pub credential: Option<&'a Credential>,
 }
 
 /// What a canary run asks instead of the health check ([`crate::vocab::canary`]).
@@ -206,13 +211,62 @@ pub struct ToolDelta {
     pub arguments: String,
 }
 
+/// A credential fetched before the timed exchange, never inside it.
+#[derive(Clone)]
+pub enum Credential {
+    /// An OAuth access token, sent as `Authorization: Bearer`.
+    Bearer(secrecy::SecretString),
+    /// AWS keys that sign the request (SigV4).
+    Aws(bedrock::AwsKeys),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Bearer(_) => f.write_str("Bearer([redacted])"),
+            Credential::Aws(k) => write!(f, "Aws({}, [redacted])", k.access_key_id),
+        }
+    }
+}
+
+impl Credential {
+    /// The secret values it holds, for the scrubber.
+    fn secrets(&self) -> Vec<String> {
+        use secrecy::ExposeSecret;
+        match self {
+            Credential::Bearer(t) => vec![t.expose_secret().to_string()],
+            Credential::Aws(k) => std::iter::once(&k.secret_access_key)
+                .chain(&k.session_token)
+                .map(|s| s.expose_secret().to_string())
+                .collect(),
+        }
+    }
+}
+
+/// A fetched credential and until when it is reused.
+#[derive(Clone)]
+pub struct Minted {
+    /// The credential.
+    pub credential: Credential,
+    /// Reused by every probe of the provider until this instant.
+    pub fresh_until: Instant,
+}
+
+/// A fetch of a credential that failed: the probe's outcome and the text naming the step.
+pub type CredentialError = (Outcome, String);
+
 /// One file per provider kind: build the request, interpret stream events.
 pub trait Adapter: Send + Sync {
     /// The request for one probe.
     fn request(&self, p: &ProbeParams<'_>) -> Result<RequestSpec, String>;
-    /// Whether the response is an SSE stream (false: a plain body where 2xx is success).
+    /// Whether the response is a stream (false: a plain body where 2xx is success).
     fn streams(&self) -> bool {
         true
+    }
+    /// Whether the stream is an `application/vnd.amazon.eventstream` binary stream, read with
+    /// [`interpret_message`](Self::interpret_message), rather than SSE.
+    fn event_stream(&self) -> bool {
+        false
     }
     /// Interprets one SSE event; malformed JSON becomes an error signal, never a panic.
     fn interpret(&self, event: &SseEvent) -> Signals;
@@ -225,6 +279,84 @@ pub trait Adapter: Send + Sync {
     /// arriving with the body's last byte. Malformed data becomes an error signal, never a panic.
     fn interpret_body(&self, _body: &[u8]) -> Signals {
         Signals::default()
+    }
+    /// Interprets one event-stream message (only asked of kinds whose [`event_stream`](Self::event_stream) is true).
+    fn interpret_message(&self, _message: &eventstream::Message) -> Signals {
+        Signals { error: Some("unexpected binary event stream".into()), ..Signals::default() }
+    }
+    /// Fetches the credential the request needs, before (and never inside) the timed exchange;
+    /// `None` for kinds whose key is in the config. The prober caches what it returns per provider.
+    fn credential<'a>(
+        &'a self,
+        _fetch: Fetch<'a>,
+    ) -> Option<futures::future::BoxFuture<'a, Result<Minted, CredentialError>>> {
+        None
+    }
+}
+
+/// What fetching a credential may use: the provider's settings, and one untimed HTTP exchange
+/// through the prober's own way out (its TLS trust, proxy and connect timeout).
+#[derive(Clone, Copy)]
+pub struct Fetch<'a> {
+    prober: &'a Prober,
+    provider: &'a ProviderConfig,
+}
+
+impl<'a> Fetch<'a> {
+    /// The provider the credential is for.
+    pub fn provider(&self) -> &'a ProviderConfig {
+        self.provider
+    }
+
+    /// POSTs a form to `url` and returns the status and (at most 64 KB of) the body; a failure
+    /// carries the outcome of its step (DNS, connect, TLS, timeout).
+    pub async fn post_form(&self, url: &Url, form: &str) -> Result<(u16, Vec<u8>), CredentialError> {
+        let host = url.host_str().ok_or_else(|| (Outcome::ClientError, format!("{url} has no host")))?.to_string();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let connector = match url.scheme() {
+            "https" => Some(self.prober.connector_for(self.provider).map_err(|e| (Outcome::TlsError, e))?),
+            _ => None,
+        };
+        let cfg = &self.prober.cfg;
+        let proxy = cfg.proxy.for_target(url.scheme(), &host);
+        let exchange = async {
+            let (stream, _) = timing::dial(&host, port, connector.as_ref(), cfg.connect_timeout, proxy)
+                .await
+                .map_err(|e| (e.outcome, e.message))?;
+            let host_header = match url.port() {
+                Some(_) => format!("{host}:{port}"),
+                None => host.clone(),
+            };
+            let target = match url.query() {
+                Some(q) => format!("{}?{q}", url.path()),
+                None => url.path().to_string(),
+            };
+            let headers = [
+                ("User-Agent", concat!("vigil/", env!("CARGO_PKG_VERSION"))),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+                ("Accept", "application/json"),
+            ];
+            let request = h1::encode_request("POST", &target, &host_header, headers, Some(form.as_bytes()))
+                .map_err(|e| (Outcome::ClientError, e.to_string()))?;
+            let mut conn = Exchange::new(stream);
+            let failed = |e: H1Error| (io_outcome(&e), e.to_string());
+            conn.send(request).await.map_err(failed)?;
+            let head = conn.read_head().await.map_err(failed)?;
+            let mut body = Vec::new();
+            while body.len() < ERROR_BODY_LIMIT {
+                match conn.frame().await {
+                    Ok(Some(frame)) => body.extend_from_slice(frame.data),
+                    Ok(None) => break,
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            body.truncate(ERROR_BODY_LIMIT);
+            Ok((head.status, body))
+        };
+        match tokio::time::timeout(cfg.timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err((Outcome::Timeout, format!("no answer within {}", humantime::format_duration(cfg.timeout)))),
+        }
     }
 }
 
@@ -245,6 +377,8 @@ pub fn adapter_for(kind: ProviderKind) -> &'static dyn Adapter {
         ProviderKind::Azure => &azure::Azure,
         ProviderKind::Gemini => &gemini::Gemini,
         ProviderKind::Http => &http::PlainHttp,
+        ProviderKind::Bedrock => &bedrock::Bedrock,
+        ProviderKind::Vertex => &vertex::Vertex,
     }
 }
 
@@ -391,7 +525,12 @@ pub struct Prober {
     roots: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
     /// Connectors of providers with their own `ca_file` or client certificate, built on first use.
     per_provider: Arc<std::sync::Mutex<std::collections::HashMap<String, Result<TlsConnector, String>>>>,
+    /// Fetched credentials (OAuth tokens, AWS keys) per provider: one fetch at a time each.
+    credentials: Arc<std::sync::Mutex<std::collections::HashMap<String, CredentialSlot>>>,
 }
+
+/// One provider's cached credential; its lock makes concurrent probes wait for one fetch.
+type CredentialSlot = Arc<tokio::sync::Mutex<Option<Minted>>>;
 
 /// Everything learned while reading a response; turned into a [`Sample`] at the end.
 #[derive(Default)]
@@ -440,6 +579,7 @@ impl Prober {
             published: PublishedPrices::default(),
             roots: Arc::new(roots),
             per_provider: Arc::default(),
+            credentials: Arc::default(),
         }
     }
 
@@ -479,22 +619,65 @@ impl Prober {
         self.timed(plan, scheduled_at, Some(request)).await
     }
 
+    /// The provider's credential: the cached one while fresh, else fetched now, before the
+    /// probe's clocks start (a token's minting never counts in its timings).
+    async fn credential(&self, plan: &Planned, adapter: &dyn Adapter) -> Result<Option<Credential>, CredentialError> {
+        let Some(fetch) = adapter.credential(Fetch { prober: self, provider: &plan.provider }) else {
+            return Ok(None);
+        };
+        let slot = self.credential_slot(plan)?;
+        let mut cached = slot.lock().await;
+        if let Some(m) = cached.as_ref().filter(|m| m.fresh_until > Instant::now()) {
+            return Ok(Some(m.credential.clone()));
+        }
+        let minted = fetch.await?;
+        let credential = minted.credential.clone();
+        *cached = Some(minted);
+        Ok(Some(credential))
+    }
+
+    fn credential_slot(&self, plan: &Planned) -> Result<CredentialSlot, CredentialError> {
+        let key = format!("{}\0{}", plan.provider.name, plan.provider.cloud.cache_key());
+        let mut map =
+            self.credentials.lock().map_err(|_| (Outcome::ClientError, "credential cache poisoned".to_string()))?;
+        Ok(map.entry(key).or_default().clone())
+    }
+
     async fn timed(
         &self,
         plan: &Planned,
         scheduled_at: DateTime<Utc>,
         canary: Option<&CanaryRequest>,
     ) -> (Sample, CanaryReading) {
+        let adapter = adapter_of(&plan.provider);
+        let fetched = self.credential(plan, adapter).await;
         let mut sample = Sample::new(plan.target.clone(), scheduled_at, Utc::now());
         let start = Instant::now();
         let deadline = tokio::time::Instant::from_std(start + self.cfg.timeout);
         let mut r = Reading::default();
-        match tokio::time::timeout_at(deadline, self.exchange(plan, &mut r, canary)).await {
-            Ok(()) => {}
-            Err(_) => {
-                r.outcome = Some(Outcome::Timeout);
-                r.error = Some(format!("no complete answer within {}", humantime::format_duration(self.cfg.timeout)));
-                r.total = Some(self.cfg.timeout);
+        let credential = match fetched {
+            Ok(c) => c,
+            Err((outcome, message)) => {
+                r.fail(outcome, message);
+                None
+            }
+        };
+        if r.outcome.is_none() {
+            let exchange = self.exchange(plan, adapter, &mut r, canary, credential.as_ref());
+            match tokio::time::timeout_at(deadline, exchange).await {
+                Ok(()) => {}
+                Err(_) => {
+                    r.outcome = Some(Outcome::Timeout);
+                    r.error =
+                        Some(format!("no complete answer within {}", humantime::format_duration(self.cfg.timeout)));
+                    r.total = Some(self.cfg.timeout);
+                }
+            }
+        }
+        if credential.is_some() && matches!(r.status, Some(401 | 403)) {
+            // A refused credential is fetched anew by the next probe, not reused until it expires.
+            if let Ok(slot) = self.credential_slot(plan) {
+                *slot.lock().await = None;
             }
         }
         let published = self
@@ -502,7 +685,7 @@ impl Prober {
             .read()
             .ok()
             .and_then(|m| m.get(&(plan.target.provider.clone(), plan.target.model.clone())).cloned());
-        let secrets = scrub::Secrets::of(&plan.provider);
+        let secrets = scrub::Secrets::of(&plan.provider).with(credential.iter().flat_map(Credential::secrets));
         let reading = match canary {
             // Provider text kept by a canary run is made safe here too, like the sample's.
             Some(_) => {
@@ -539,9 +722,15 @@ impl Prober {
         (sample, reading)
     }
 
-    async fn exchange(&self, plan: &Planned, r: &mut Reading, canary: Option<&CanaryRequest>) {
-        let adapter = adapter_of(&plan.provider);
-        let Some((mut conn, request)) = self.open(plan, adapter, r, canary).await else { return };
+    async fn exchange(
+        &self,
+        plan: &Planned,
+        adapter: &dyn Adapter,
+        r: &mut Reading,
+        canary: Option<&CanaryRequest>,
+        credential: Option<&Credential>,
+    ) {
+        let Some((mut conn, request)) = self.open(plan, adapter, r, (canary, credential)).await else { return };
 
         let sent = Instant::now();
         // Until the first token arrives, the tighter first-token limit applies to streams.
@@ -576,10 +765,11 @@ impl Prober {
         r.deprecation = crate::decide::alert::deprecation::from_headers(&head.headers, now);
         // On every response, a 429's too: its headers say when the allowance is back.
         r.ratelimit = crate::decide::ratelimit::from_headers(&head.headers, now);
+        let error_type = aws_error_type(&head.headers);
         drop(head);
 
         if !(200..300).contains(&status) {
-            return read_error_answer(&mut conn, status, r, sent).await;
+            return read_error_answer(&mut conn, (status, error_type), r, sent).await;
         }
         let limits = (self.cfg.max_body_bytes, self.cfg.ttft_timeout);
         read_answer(&mut conn, adapter, r, sent, ttft_deadline, limits).await;
@@ -592,7 +782,7 @@ impl Prober {
         plan: &Planned,
         adapter: &dyn Adapter,
         r: &mut Reading,
-        canary: Option<&CanaryRequest>,
+        (canary, credential): (Option<&CanaryRequest>, Option<&Credential>),
     ) -> Option<(Exchange<timing::Stream>, Vec<u8>)> {
         let reasoning = plan.provider.reasoning_models.iter().any(|m| m == &plan.target.model);
         let nonce = nonce();
@@ -604,6 +794,7 @@ impl Prober {
             reasoning,
             nonce: &nonce,
             canary,
+            credential,
         };
         let spec = match adapter.request(&params) {
             Ok(s) => s,
@@ -644,7 +835,12 @@ impl Prober {
 
 /// Reads a little of a non-2xx answer's body (its class is already known from the status, so a
 /// slow body never stalls the probe) and fails `r` with what it says.
-async fn read_error_answer(conn: &mut Exchange<timing::Stream>, status: u16, r: &mut Reading, sent: Instant) {
+async fn read_error_answer(
+    conn: &mut Exchange<timing::Stream>,
+    (status, error_type): (u16, Option<String>),
+    r: &mut Reading,
+    sent: Instant,
+) {
     let mut buf = Vec::new();
     let read = async {
         while buf.len() < ERROR_BODY_LIMIT {
@@ -661,7 +857,21 @@ async fn read_error_answer(conn: &mut Exchange<timing::Stream>, status: u16, r: 
     let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
     r.total = Some(sent.elapsed());
     r.retry_after_s = r.retry_after_s.or_else(|| gemini::retry_delay(&buf));
-    r.fail(classify_http_error(status, &buf), error_message(status, &buf));
+    // AWS names the error in a header (`ThrottlingException`); it decides and leads the text.
+    let named = error_type.as_deref().and_then(|t| classify::classify_error_text(&t.to_ascii_lowercase()));
+    let message = match &error_type {
+        Some(t) => error_message(status, &buf).replacen(&format!("HTTP {status}"), &format!("HTTP {status} {t}"), 1),
+        None => error_message(status, &buf),
+    };
+    r.fail(named.unwrap_or_else(|| classify_http_error(status, &buf)), message);
+}
+
+/// The error type AWS services name in `x-amzn-ErrorType` (`ThrottlingException:http://…`),
+/// without its namespace suffix.
+fn aws_error_type(h: &::http::HeaderMap) -> Option<String> {
+    let v = h.get("x-amzn-errortype")?.to_str().ok()?;
+    let name = v.split(':').next().unwrap_or(v).trim();
+    (!name.is_empty() && name.len() <= 100).then(|| name.to_string())
 }
 
 /// Reads a 2xx body to its end, event by event for a stream (TTFT, tokens, errors, the
@@ -677,6 +887,7 @@ async fn read_answer(
     let (limit, ttft_timeout) = limits;
     let mut parser = SseParser::new(limit);
     let mut body = Vec::new();
+    let mut frames = adapter.event_stream().then(|| eventstream::Decoder::new(limit));
     let mut received = 0usize;
     let mut done = false;
     let mut parked = false;
@@ -716,9 +927,14 @@ async fn read_answer(
         let mut events = Vec::new();
         // Events completed before a framing error still count, so the verdict does not
         // depend on how the network happened to split the bytes.
-        let framing = parser.feed(data, |ev| events.push(ev));
-        for ev in events {
-            if r.absorb(adapter.interpret(&ev), at, sent) {
+        let framing = match frames.as_mut() {
+            Some(frames) => {
+                frames.feed(data, |m| events.push(adapter.interpret_message(&m))).map_err(|e| e.to_string())
+            }
+            None => parser.feed(data, |ev| events.push(adapter.interpret(&ev))).map_err(|e| e.to_string()),
+        };
+        for signals in events {
+            if r.absorb(signals, at, sent) {
                 done = true;
             }
             if r.outcome.is_some() {
@@ -728,7 +944,7 @@ async fn read_answer(
         }
         if let Err(e) = framing {
             r.total = Some(at.duration_since(sent));
-            return r.fail(Outcome::StreamError, e.to_string());
+            return r.fail(Outcome::StreamError, e);
         }
         // Past the first token only the stream's end, its tokens and errors matter: the
         // socket can stop waking the thread per event (its reads keep their kernel stamps).
@@ -739,6 +955,9 @@ async fn read_answer(
     // The arrival of the body's last byte: exact even when a parked read saw it a tick late.
     let end = conn.last_read_at();
     r.total = Some(end.duration_since(sent));
+    if let Some(Err(e)) = frames.as_ref().map(eventstream::Decoder::finish) {
+        return r.fail(Outcome::StreamError, e.to_string());
+    }
     if r.streamed {
         match parser.finish() {
             Ok(Some(ev)) => {
@@ -967,6 +1186,11 @@ pub fn error_message(status: u16, body: &[u8]) -> String {
         .as_ref()
         .and_then(|v| v.get("error"))
         .and_then(|e| e.get("message").and_then(|m| m.as_str()).or_else(|| e.as_str()))
+        // AWS services put the text at the top (`{"message": …}`, or `Message`).
+        .or_else(|| {
+            let v = parsed.as_ref()?;
+            v.get("message").or_else(|| v.get("Message")).and_then(|m| m.as_str())
+        })
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
     if msg.is_empty() {

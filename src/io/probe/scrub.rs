@@ -46,7 +46,15 @@ impl Secrets {
         let mut values: Vec<String> = p.api_key.iter().map(|k| k.expose_secret().to_string()).collect();
         values.extend(p.secret_headers.iter().map(|h| h.value.expose_secret().to_string()));
         values.extend(p.headers.iter().filter(|(k, _)| crate::config::secret_header_name(k)).map(|(_, v)| v.clone()));
+        if let crate::config::CloudAuth::Vertex(v) = &p.cloud {
+            values.push(v.account.private_key.expose_secret().to_string());
+        }
         Secrets::new(values)
+    }
+
+    /// These secrets and `more` (credentials fetched at run time: AWS keys, OAuth tokens).
+    pub fn with(self, more: impl IntoIterator<Item = String>) -> Secrets {
+        Secrets::new(self.0.into_iter().chain(more))
     }
 
     /// Every secret vigil itself is configured with: each provider's (see [`Secrets::of`]), the
