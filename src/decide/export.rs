@@ -742,6 +742,7 @@ pub(crate) mod tests {
           "target": "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra",
           "provider": "openrouter", "model": "meta-llama/llama-3-70b-instruct", "route": "DeepInfra",
           "region": "eu-west-1",
+          "endpoint": "chat",
           "samples": 10080,
           "ttfb_ms": {"p50": 180.0, "p95": 310.0, "p99": 520.0},
           "ttft_ms": {"p50": 240.0, "p95": 400.0, "p99": 800.0},
