@@ -538,6 +538,7 @@ mod tests {
             },
             flapping: target.route.as_deref() == Some("B"),
             ratelimit: None,
+            workloads: Vec::new(),
         };
         let mut seen = Sample::new(t("A", "eu"), now(), now());
         seen.ttft_ms = Some(210.0);

@@ -1,0 +1,142 @@
+//! The long-prompt probe task (`[[probe.workload]]`): one loop per chat target and size, each
+//! on its own interval at a stable offset of its own inside the first interval (so sizes and
+//! targets spread and stay off the regular probes' slots), at most `CONCURRENCY` runs in flight
+//! through its own semaphore. It shares nothing with the regular scheduler but the prober (its
+//! sockets, kernel timestamps and TLS setup, with the workload's own time limit), so a slow
+//! prefill never delays or skips a regular probe. Each size's prompt is built once and shared by
+//! its loops; finished runs go to the pipeline on their own channel.
+
+use crate::config::WorkloadConfig;
+use crate::decide::workload::{user_text, SYSTEM};
+use crate::io::probe::{CanaryRequest, Planned, Prober, NONCE_LEN};
+use crate::run::periodic::{self, Schedule};
+use crate::vocab::workload::WorkloadRun;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// Long-prompt runs in flight at once, whatever the number of targets and sizes: each may hold a
+/// provider's prefill for seconds and costs real tokens.
+const CONCURRENCY: usize = 2;
+
+/// The request of one size: nonce first, then the instruction, then the filler.
+pub fn request(w: &WorkloadConfig) -> CanaryRequest {
+    CanaryRequest {
+        system: SYSTEM.to_string(),
+        user: user_text(w.input_tokens, NONCE_LEN),
+        max_tokens: w.max_tokens,
+        seed: None,
+        logprobs: false,
+        capability: None,
+        nonce_first: true,
+    }
+}
+
+/// One size on one target.
+#[derive(Clone)]
+struct Job {
+    plan: Planned,
+    size: u32,
+    every: Duration,
+    request: Arc<CanaryRequest>,
+    prober: Prober,
+}
+
+/// One run of a size on `plan` now, timed exactly as a probe is.
+pub async fn run_once(
+    prober: &Prober,
+    plan: &Planned,
+    request: &CanaryRequest,
+    size: u32,
+    scheduled_at: DateTime<Utc>,
+) -> WorkloadRun {
+    let (sample, _reading) = prober.canary(plan, scheduled_at, request).await;
+    WorkloadRun { sample, input_tokens: size }
+}
+
+/// Runs every target's long-prompt probes until stopped; cheap to clone.
+#[derive(Clone)]
+pub struct WorkloadRunner {
+    jobs: Arc<Vec<Job>>,
+    permits: Arc<Semaphore>,
+    /// The first run of every job falls within this span of the start (at most its interval).
+    first_within: Option<Duration>,
+}
+
+impl WorkloadRunner {
+    /// A runner over every size of `workloads` on every chat target among `plans` it applies to.
+    pub fn new(plans: &[Planned], prober: &Prober, workloads: &[WorkloadConfig]) -> Self {
+        let mut jobs = Vec::new();
+        for w in workloads {
+            let mine: Vec<&Planned> = plans.iter().filter(|p| w.applies_to(&p.provider, &p.target.model)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let request = Arc::new(request(w));
+            let prober = prober.with_timeout(w.timeout);
+            for p in mine {
+                jobs.push(Job {
+                    plan: p.clone(),
+                    size: w.input_tokens,
+                    every: w.every,
+                    request: request.clone(),
+                    prober: prober.clone(),
+                });
+            }
+        }
+        WorkloadRunner { jobs: Arc::new(jobs), permits: Arc::new(Semaphore::new(CONCURRENCY)), first_within: None }
+    }
+
+    /// Spreads the first runs over `span` instead of a whole interval, so a fresh instance
+    /// measures every size soon after it starts.
+    pub fn starting_within(mut self, span: Duration) -> Self {
+        self.first_within = Some(span.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Jobs run (target × size).
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// True when no workload applies to any target.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Runs every job's loop until `shutdown`; a run in flight at shutdown is dropped (a gap
+    /// costs nothing). Finished runs go to `tx`.
+    pub async fn run(self, tx: mpsc::Sender<WorkloadRun>, shutdown: CancellationToken) {
+        tracing::info!(jobs = self.jobs.len(), "long-prompt probes running");
+        let start = tokio::time::Instant::now();
+        let mut loops = tokio::task::JoinSet::new();
+        for i in 0..self.jobs.len() {
+            let this = self.clone();
+            let (tx, shutdown) = (tx.clone(), shutdown.clone());
+            loops.spawn(async move {
+                let job = &this.jobs[i];
+                let span = this.first_within.map_or(job.every, |s| s.min(job.every));
+                let key = format!("workload:{}:{}", job.size, job.plan.target.id());
+                let offset = crate::run::scheduler::offset_for(&key, span);
+                let schedule = Schedule::every(job.every).first_at(start + offset).skipping_missed();
+                let this = &this;
+                let tx = &tx;
+                periodic::every(schedule, &shutdown, (), |()| async move {
+                    let run = {
+                        let _permit = this.permits.acquire().await.ok();
+                        run_once(&job.prober, &job.plan, &job.request, job.size, Utc::now()).await
+                    };
+                    let t = &job.plan.target;
+                    tracing::debug!(target = %t, provider = %t.provider, model = %t.model, region = %t.region,
+                        input_tokens = job.size, outcome = %run.sample.outcome.as_str(),
+                        ttft_ms = ?run.sample.ttft_ms, "long-prompt probe run");
+                    tx.send(run).await.ok()
+                })
+                .await;
+            });
+        }
+        while loops.join_next().await.is_some() {}
+    }
+}
