@@ -126,7 +126,7 @@ fn one(
     let served = |m: &String| providers.iter().filter(chosen).any(|p| p.models.contains(m));
     let some_skipped = rw.providers.iter().any(|n| skipped.iter().any(|(s, _)| s == n))
         || (rw.providers.is_empty() && !skipped.is_empty());
-    if let Some(m) = rw.models.iter().find(|m| m.trim().is_empty() || (!served(*m) && !some_skipped)) {
+    if let Some(m) = rw.models.iter().find(|m| m.trim().is_empty() || (!served(m) && !some_skipped)) {
         return Err(invalid(key("models"), format!("{m:?} is not a model of the providers it runs on")));
     }
     Ok(WorkloadConfig {

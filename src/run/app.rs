@@ -341,7 +341,6 @@ impl App {
             ..http_state(&config, &metrics, &store)
         });
         let server = serve_http(listener, app, &config, &shutdown);
-
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).
         let stops: [CancellationToken; 3] = Default::default();
