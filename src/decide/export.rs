@@ -758,7 +758,8 @@ pub(crate) mod tests {
           "rank": 1,
           "retry_after_s": null,
           "last_failure_class": null,
-          "ratelimit": null
+          "ratelimit": null,
+          "workloads": []
         }
       ],
       "chains": []
