@@ -140,3 +140,65 @@ impl WorkloadRunner {
         while loops.join_next().await.is_some() {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ProviderConfig, ProviderKind};
+    use crate::io::probe::{adapter_for, ProbeParams};
+
+    fn workload(tokens: u32) -> WorkloadConfig {
+        WorkloadConfig {
+            input_tokens: tokens,
+            every: Duration::from_secs(900),
+            max_tokens: 16,
+            timeout: Duration::from_secs(60),
+            providers: vec![],
+            models: vec![],
+        }
+    }
+
+    /// Every chat API gets the nonce as the very first text of its system turn, then the
+    /// instruction; the filler is the user turn; together about 4 characters a token.
+    #[test]
+    fn every_api_sends_the_nonce_first_and_about_the_size_asked() {
+        let request = request(&workload(2000));
+        let nonce = "0123456789ab";
+        for kind in [ProviderKind::Openai, ProviderKind::Azure, ProviderKind::Anthropic, ProviderKind::Gemini] {
+            let url = url::Url::parse("http://127.0.0.1:9/v1").expect("url");
+            let mut provider = ProviderConfig::new("p", kind, url);
+            provider.api_key = Some(secrecy::SecretString::from("sk-test-workload"));
+            let params = ProbeParams {
+                provider: &provider,
+                model: "m",
+                route: None,
+                max_tokens: 16,
+                reasoning: false,
+                nonce,
+                canary: Some(&request),
+            };
+            let (system, user) = params.prompts();
+            assert!(system.starts_with(&format!("{nonce}. {SYSTEM}")), "{kind:?}: {system}");
+            assert_eq!(system.len() + user.len(), 2000 * 4, "{kind:?}");
+            let body = adapter_for(kind).request(&params).expect("request").body.expect("a body");
+            let text = String::from_utf8(body).expect("utf-8");
+            // The system turn (a field of its own in Anthropic's and Gemini's APIs, which their chat
+            // templates put first) begins with the nonce; the filler follows in the user turn.
+            assert!(text.contains(&format!("{nonce}. You are a latency check")), "{kind:?}");
+            assert!(text.contains(&user[..64]), "{kind:?}");
+        }
+        let plain = CanaryRequest { nonce_first: false, ..request };
+        let url = url::Url::parse("http://127.0.0.1:9/v1").expect("url");
+        let provider = ProviderConfig::new("p", ProviderKind::Openai, url);
+        let params = ProbeParams {
+            provider: &provider,
+            model: "m",
+            route: None,
+            max_tokens: 16,
+            reasoning: false,
+            nonce,
+            canary: Some(&plain),
+        };
+        assert_eq!(params.prompts().0, SYSTEM, "other canary-path requests keep their turns as written");
+    }
+}
