@@ -109,6 +109,8 @@ async fn each_size_gets_its_own_ttft_series_and_deadline_apart_from_the_tiny_pro
     let targets: serde_json::Value =
         http.get(format!("http://{addr}/v1/targets")).send().await.expect("targets").json().await.expect("JSON");
     assert_eq!(targets["targets"][0]["workloads"].as_array().map(Vec::len), Some(2), "{targets}");
+    let page = http.get(format!("http://{addr}/")).send().await.expect("page").text().await.expect("html");
+    assert!(page.contains("Long-prompt probes") && page.contains("8000"), "the status page shows the sizes");
     let reserved = targets["probe_plan"]["reserved_usd"].as_f64().unwrap_or_default();
     assert!(reserved > 0.0, "the workloads' daily cost is set aside in the probe plan: {targets}");
     let text = daemon.metrics.render();
