@@ -813,10 +813,23 @@ mod tests {
                 until: now + chrono::Duration::minutes(10),
                 ended_at: None,
             }],
+            workloads: vec![(
+                HOSTILE.into(),
+                crate::decide::workload::WorkloadDeadline {
+                    input_tokens: 8000,
+                    runs: 3,
+                    errors: 1,
+                    ttft_ms: Default::default(),
+                    failover_ttft_ms: Some(4000.0),
+                    provisional: true,
+                    ttft_p95_upper_ms: Some(2000.0),
+                },
+            )],
             ..StatusData::default()
         };
         let html = render(&data, now);
         assert!(html.contains("<h2>Drills</h2>"), "{html}");
+        assert!(html.contains("<h2>Long-prompt probes</h2>") && html.contains("4000 ms"), "{html}");
         assert!(!html.contains("<script") && !html.contains("'x'"), "{html}");
         assert!(html.contains(&format!(r#"<span class="provider">{ESCAPED}</span>"#)), "{html}");
         assert!(html.contains(&format!(r#"<span class="route">via {ESCAPED}</span>"#)), "{html}");

@@ -278,6 +278,7 @@ mod tests {
             canary: Vec::new(),
             checks: Vec::new(),
             drills: Vec::new(),
+            workloads: Vec::new(),
         }
     }
 
