@@ -39,6 +39,7 @@ mod storage;
 pub mod tls;
 mod toml_doc;
 pub mod web;
+mod workloads;
 
 pub use self::alerts::{
     AlertmanagerConfig, AlertsConfig, EmailConfig, MaintenanceWindow, PagerDutyConfig, SlackConfig, WebhookConfig,
@@ -67,6 +68,7 @@ pub use self::retention::RetentionConfig;
 pub use self::status_pages::{StatusPageSource, StatusPagesConfig};
 pub use self::storage::{StorageConfig, UrlFrom};
 pub use self::web::WebConfig;
+pub use self::workloads::{WorkloadConfig, MAX_INPUT_TOKENS, MIN_INPUT_TOKENS};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -150,6 +152,8 @@ pub struct Config {
     pub canary: CanaryConfig,
     /// `[probe.capabilities]`: capability probes.
     pub capabilities: CapabilitiesConfig,
+    /// `[[probe.workload]]`: long-prompt probes, one per size.
+    pub workloads: Vec<WorkloadConfig>,
     /// The `chain_head_changed` notice (`alerts.chain_head_changed`, `alerts.chain_head_channels`).
     pub chain_head: chain_cost::ChainHeadNotice,
     /// When rate-limit headroom counts as low (`[ratelimit]`, the `ratelimit_low` alert).
@@ -297,6 +301,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
     let metrics = metrics::validate(&raw.metrics)?;
     let canary = canary::validate(&raw.probe.canary)?;
     let capabilities = capabilities::validate(&raw.probe.capabilities)?;
+    let workloads = workloads::validate(&raw.probe.workload, &resolved.providers, &resolved.skipped)?;
     let ratelimit = ratelimit::validate(&raw.ratelimit)?;
     Ok(Config {
         region: raw.region,
@@ -317,6 +322,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         metrics,
         canary,
         capabilities,
+        workloads,
         chain_head,
         ratelimit,
     })

@@ -65,6 +65,9 @@ pub(super) struct RawProbe {
     pub(super) canary: RawCanary,
     /// `[probe.capabilities]`, validated on its own.
     pub(super) capabilities: crate::config::capabilities::RawCapabilities,
+    /// `[[probe.workload]]`, validated once the providers are known.
+    #[serde(skip_serializing)]
+    pub(super) workload: Vec<crate::config::workloads::RawWorkload>,
 }
 
 impl Default for RawProbe {
@@ -86,6 +89,7 @@ impl Default for RawProbe {
             incident_interval: String::new(),
             canary: RawCanary::default(),
             capabilities: Default::default(),
+            workload: Vec::new(),
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::decide::credit::CreditOutlook;
 use crate::decide::health::{Failover, P95Bound};
 use crate::decide::ratelimit::HeadroomView;
 use crate::decide::router_formats::provider::RouterProvider;
+use crate::decide::workload::WorkloadDeadline;
 use crate::vocab::breaker::State;
 use crate::vocab::drill::Drill;
 use crate::vocab::health::Health;
@@ -128,6 +129,8 @@ pub struct TargetStats {
     /// Its latest rate-limit headroom, judged against `ratelimit.low_fraction` (none when its
     /// provider never sent rate-limit headers).
     pub ratelimit: Option<HeadroomView>,
+    /// Its long-prompt probes' TTFT and deadline per size, smallest first (`[[probe.workload]]`).
+    pub workloads: Vec<WorkloadDeadline>,
 }
 
 /// What a target costs, as its chain entries publish it.
@@ -221,6 +224,11 @@ pub struct TargetThresholds {
     pub last_failure_class: Option<String>,
     /// The provider's rate-limit headroom as the latest probe read it (null when it sends none).
     pub ratelimit: Option<HeadroomView>,
+    /// Per long-prompt probe size (`[[probe.workload]]`), smallest first: its TTFT percentiles and
+    /// its own failover deadline, so a router picks the size nearest its traffic (empty without
+    /// workloads).
+    #[serde(default)]
+    pub workloads: Vec<WorkloadDeadline>,
     /// When an open breaker lets one probe through (for LiteLLM's cooldown; not in the document).
     #[serde(skip)]
     pub next_half_open: Option<DateTime<Utc>>,
@@ -429,6 +437,7 @@ fn judge<'a>(params: &ExportParams, t: &'a TargetStats) -> Judged<'a> {
         }),
         last_failure_class: t.health.last_failure_class.clone(),
         ratelimit: t.ratelimit.clone(),
+        workloads: t.workloads.clone(),
         next_half_open: t.next_half_open,
     };
     Judged { stats: t, row }
@@ -757,7 +766,8 @@ pub(crate) mod tests {
           "rank": 1,
           "retry_after_s": null,
           "last_failure_class": null,
-          "ratelimit": null
+          "ratelimit": null,
+          "workloads": []
         }
       ],
       "chains": []
@@ -823,6 +833,7 @@ pub(crate) mod tests {
             health: health(State::Closed, None, Some(ProbeVerdict::Within), false),
             price: None,
             ratelimit: None,
+            workloads: Vec::new(),
         }
     }
 

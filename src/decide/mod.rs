@@ -20,3 +20,4 @@ pub(crate) mod report;
 pub(crate) mod router_formats;
 pub(crate) mod signing;
 pub mod snapshot;
+pub mod workload;

@@ -35,6 +35,8 @@ pub struct TargetView {
     /// Its latest rate-limit headroom and whether it is low (null when its provider never sent
     /// rate-limit headers).
     pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
+    /// Its long-prompt probes' TTFT and deadline per size (`[[probe.workload]]`), smallest first.
+    pub workloads: Vec<crate::decide::workload::WorkloadDeadline>,
 }
 
 /// What readers see; replaced as a whole on each publish.

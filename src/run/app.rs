@@ -242,6 +242,11 @@ impl App {
                 .starting_within(config.probe.interval),
         )
         .filter(|g| !g.is_empty());
+        let workload = Some(
+            crate::run::workload_runner::WorkloadRunner::new(&plans, &prober, &config.workloads)
+                .starting_within(config.probe.interval),
+        )
+        .filter(|w| !w.is_empty());
         let scheduler = Scheduler::new(plans, prober, config.probe.interval, config.probe.concurrency, metrics.clone());
         let notifiers = build_notifiers(&config, demo.is_some())?;
         check_data_dir(&config.storage.data_dir)?;
@@ -259,7 +264,7 @@ impl App {
             notifiers,
             published,
             demo,
-            side: SideRunners { canary, golden },
+            side: SideRunners { canary, golden, workload },
             reload: opts.reload,
         })
     }
@@ -336,14 +341,13 @@ impl App {
             ..http_state(&config, &metrics, &store)
         });
         let server = serve_http(listener, app, &config, &shutdown);
-
         // The writer and the link stop only after the pipeline has handed over its last sample
         // and record (they end when their channels close).
         let stops: [CancellationToken; 3] = Default::default();
         let [writer_stop, link_stop, outbox_stop] = stops.clone();
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let (tx, rx) = mpsc::channel(16_384);
-        let (side_runs, canary_rx, golden_rx) = side.start(&shutdown);
+        let (side_runs, canary_rx, golden_rx, workload_rx) = side.start(&shutdown);
         let pipeline = Pipeline::new(Stages {
             metrics: metrics.clone(),
             writer: store_tx,
@@ -359,6 +363,7 @@ impl App {
             canary_shown: canary_shown.clone(),
             golden: golden_rx,
             golden_shown,
+            workloads: workload_rx,
             adopt: adopt_rx,
         });
         let mut tasks = vec![
@@ -460,11 +465,15 @@ impl Prepared {
     }
 }
 
-/// The canary and the golden checks (with the capability probes): each runs on its own clock
+/// The canary, the golden checks (with the capability probes) and the long-prompt probes: each runs on its own clock
 /// and concurrency, and its runs reach the pipeline on their own channel (nobody sends on a
 /// channel whose runner is off).
-type SideRuns =
-    (Vec<Task>, mpsc::Receiver<crate::vocab::canary::CanaryRun>, mpsc::Receiver<crate::vocab::check::CheckRun>);
+type SideRuns = (
+    Vec<Task>,
+    mpsc::Receiver<crate::vocab::canary::CanaryRun>,
+    mpsc::Receiver<crate::vocab::check::CheckRun>,
+    mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
+);
 
 /// The runners apart from the regular probes, built with the daemon.
 struct SideRunners {
@@ -472,6 +481,8 @@ struct SideRunners {
     canary: Option<crate::run::canary_runner::CanaryRunner>,
     /// The golden checks and capability probes, when any is configured.
     golden: Option<crate::run::check_runner::CheckRunner>,
+    /// The long-prompt probes, when any `[[probe.workload]]` applies to a target.
+    workload: Option<crate::run::workload_runner::WorkloadRunner>,
 }
 
 impl SideRunners {
@@ -486,7 +497,11 @@ impl SideRunners {
         if let Some(golden) = self.golden {
             tasks.push(Task::spawn_optional("golden checks", golden.run(golden_tx, shutdown.clone())));
         }
-        (tasks, canary_rx, golden_rx)
+        let (workload_tx, workload_rx) = mpsc::channel(1024);
+        if let Some(workload) = self.workload {
+            tasks.push(Task::spawn_optional("long-prompt probes", workload.run(workload_tx, shutdown.clone())));
+        }
+        (tasks, canary_rx, golden_rx, workload_rx)
     }
 }
 
@@ -567,7 +582,9 @@ pub(crate) fn planner_for(
     shared: crate::decide::adaptive::SharedPlan,
 ) -> crate::decide::adaptive::Planner {
     let settings = crate::decide::adaptive::settings_of(&config.probe, &config.adaptive);
+    let reserved = crate::decide::adaptive::workloads_per_day(&config.providers, &config.workloads, &targets);
     crate::decide::adaptive::Planner::new(settings, &config.providers, config.probe.max_tokens, targets, shared)
+        .reserving(reserved)
 }
 
 /// What the status page reads of the config.
@@ -720,8 +737,11 @@ async fn load_alert_state(store: &dyn StateStore, region: &str) -> Result<Option
 async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, stops: [CancellationToken; 3]) {
     let [writer_stop, link_stop, outbox_stop] = stops;
     let side = ["upkeep", "credit poller", "weekly summary", "status pages", "models lists", "published prices"];
-    for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain(["canary", "golden checks"])
-    {
+    for name in ["pipeline", "sample writer", "storage link"].into_iter().chain(side).chain([
+        "canary",
+        "golden checks",
+        "long-prompt probes",
+    ]) {
         finish(tasks, name, deadline).await;
     }
     writer_stop.cancel();

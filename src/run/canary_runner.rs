@@ -27,6 +27,7 @@ pub fn request(cfg: &CanaryConfig) -> CanaryRequest {
         seed: Some(cfg.seed),
         logprobs: cfg.logprobs,
         capability: None,
+        nonce_first: false,
     }
 }
 

@@ -57,6 +57,7 @@ pub fn request(check: &CheckConfig) -> CanaryRequest {
         seed: None,
         logprobs: false,
         capability: None,
+        nonce_first: false,
     }
 }
 

@@ -19,3 +19,4 @@ pub mod scheduler;
 pub(crate) mod side_tasks;
 pub(crate) mod watchdog;
 pub mod weekly_job;
+pub mod workload_runner;

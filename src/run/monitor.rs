@@ -82,6 +82,8 @@ pub struct Monitor {
     headroom: HashMap<Target, (Headroom, DateTime<Utc>)>,
     /// `ratelimit.low_fraction`: headroom under it is low.
     low_fraction: f64,
+    /// The long-prompt probes' TTFT series per target and size, apart from the baselines.
+    workloads: crate::decide::workload::WorkloadBaselines,
 }
 
 /// The per-target parts of the last publish, in `Monitor::targets` order. A target's parts
@@ -151,6 +153,7 @@ impl Monitor {
             published: None,
             headroom: HashMap::new(),
             low_fraction: config.ratelimit.low_fraction,
+            workloads: crate::decide::workload::WorkloadBaselines::new(&config.baseline),
         }
     }
 
@@ -189,6 +192,9 @@ impl Monitor {
         self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
         self.load_last_samples(store).await?;
         self.drills = store.drills(now).await?;
+        let since = self.workloads.window_start(now);
+        let runs = store.workload_runs(Some(&self.region), since, crate::io::store::link::WORKLOAD_LOAD_LIMIT).await?;
+        self.restore_workloads(&runs, now);
         self.built.all = true;
         tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
         Ok(())
@@ -206,6 +212,20 @@ impl Monitor {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
         self.built.all = true;
+    }
+
+    /// Rebuilds the long-prompt probes' series from stored runs (an answer to
+    /// [`Monitor::load_query`]); runs seen since the start and newer than every stored one stay.
+    pub fn restore_workloads(&mut self, runs: &[crate::vocab::workload::WorkloadRun], now: DateTime<Utc>) {
+        self.workloads.load(runs, now);
+        self.built.all = true;
+    }
+
+    /// Takes one long-prompt probe run into its target's series for that size (never into the
+    /// baselines, breakers or health: those are the tiny probe's).
+    pub fn observe_workload(&mut self, run: &crate::vocab::workload::WorkloadRun) {
+        self.workloads.record(run);
+        self.built.changed.insert(run.target().clone());
     }
 
     /// Restores stored breaker states (the last answer to [`Monitor::load_query`]).
@@ -625,6 +645,7 @@ impl Monitor {
             (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
         let health = self.health(t, now);
         let ratelimit = self.headroom.get(t).and_then(|(h, at)| HeadroomView::of(h, *at, self.low_fraction));
+        let workloads = self.workloads.of(t, now);
         let stats = TargetStats {
             target: t.clone(),
             ttfb,
@@ -640,6 +661,7 @@ impl Monitor {
             health: health.clone(),
             price: self.price_of(t),
             ratelimit: ratelimit.clone(),
+            workloads: workloads.clone(),
         };
         let view = TargetView {
             key: TargetKey::from(t),
@@ -652,6 +674,7 @@ impl Monitor {
             flapping: health.flapping,
             health,
             ratelimit,
+            workloads,
         };
         (stats, view)
     }

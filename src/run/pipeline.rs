@@ -80,6 +80,10 @@ pub struct Pipeline {
     /// Golden check runs from the check task, and where the latest of each check is published.
     golden: mpsc::Receiver<crate::vocab::check::CheckRun>,
     golden_shown: crate::vocab::check::SharedChecks,
+    /// Long-prompt probe runs from the workload task.
+    workloads: mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
+    /// What long-prompt probe runs cost on the UTC day they ran (the planner counts it as spent).
+    workload_spent: (Option<chrono::NaiveDate>, f64),
     /// Requests to adopt a target's held level at once (`POST /-/baselines/adopt`).
     adopt: mpsc::Receiver<AdoptRequest>,
 }
@@ -296,6 +300,8 @@ pub struct Stages {
     pub golden: mpsc::Receiver<crate::vocab::check::CheckRun>,
     /// Where the latest run of each golden check is published for readers.
     pub golden_shown: crate::vocab::check::SharedChecks,
+    /// Long-prompt probe runs from the workload task (nothing arrives without `[[probe.workload]]`).
+    pub workloads: mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
     /// Requests to adopt a held baseline level, from HTTP (nothing arrives in a process without one).
     pub adopt: mpsc::Receiver<AdoptRequest>,
 }
@@ -330,6 +336,8 @@ impl Pipeline {
             canary_shown: s.canary_shown,
             golden: s.golden,
             golden_shown: s.golden_shown,
+            workloads: s.workloads,
+            workload_spent: (None, 0.0),
             adopt: s.adopt,
         }
     }
@@ -360,7 +368,11 @@ impl Pipeline {
         self.replan_due = false;
         let engine = &self.alerts.engine;
         let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
-        let spent = engine.spent_today(now) + pending;
+        let workloads = match self.workload_spent {
+            (Some(day), usd) if day == now.date_naive() => usd,
+            _ => 0.0,
+        };
+        let spent = engine.spent_today(now) + pending + workloads;
         // A set, so each target spells its two keys once whatever the number of open incidents.
         let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
         let monitor = &self.monitor;
@@ -401,6 +413,23 @@ impl Pipeline {
         self.monitor.observe_capability(&run);
         self.link.store(Record::Check(vec![run.clone()]));
         self.alerts.checks.push(run);
+    }
+
+    /// Takes one long-prompt probe run (the step tests drive directly): stored through the link
+    /// (`workload_runs`, never `samples`), into its own TTFT series per target and size (never
+    /// the baselines, breakers, health or alerts: those are the tiny probe's) and its cost into
+    /// today's spend the planner counts.
+    pub fn process_workload(&mut self, run: crate::vocab::workload::WorkloadRun) {
+        self.monitor.observe_workload(&run);
+        self.metrics.observe_workload(&run);
+        if let Some(c) = run.sample.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
+            let day = run.sample.started_at.date_naive();
+            match &mut self.workload_spent {
+                (Some(d), usd) if *d == day => *usd += c,
+                other => *other = (Some(day), c),
+            }
+        }
+        self.link.store(Record::Workload(vec![run]));
     }
 
     /// Evaluates the alert rules over the samples and breaker changes since the last call and
@@ -678,6 +707,7 @@ impl Pipeline {
     pub fn on_reply(&mut self, reply: Reply, now: DateTime<Utc>) {
         match reply {
             Reply::LoadedHour(rollups) => self.monitor.restore_hour(&rollups, now),
+            Reply::LoadedWorkloads(runs) => self.monitor.restore_workloads(&runs, now),
             Reply::Loaded(breakers) => {
                 self.monitor.restore_breakers(&breakers, now);
                 self.loaded = true;
@@ -739,6 +769,7 @@ impl Pipeline {
         self.guarded("replan", |p| p.replan(Utc::now()));
         let mut canary_open = true;
         let mut golden_open = true;
+        let mut workloads_open = true;
         let mut adopt_open = true;
         loop {
             tokio::select! {
@@ -754,6 +785,10 @@ impl Pipeline {
                 run = self.golden.recv(), if golden_open => match run {
                     Some(run) => self.guarded("check", |p| p.process_check(run)),
                     None => golden_open = false,
+                },
+                run = self.workloads.recv(), if workloads_open => match run {
+                    Some(run) => self.guarded("workload", |p| p.process_workload(run)),
+                    None => workloads_open = false,
                 },
                 request = self.adopt.recv(), if adopt_open => match request {
                     Some(r) => self.guarded("adopt", |p| p.adopt_on_request(r, Utc::now())),
@@ -886,6 +921,7 @@ balance = { min_usd = 5.0 }
             crate::run::app::planner_for(&config, targets.clone(), crate::decide::adaptive::SharedPlan::default());
         let (_canary_tx, canary) = mpsc::channel(1);
         let (_golden_tx, golden) = mpsc::channel(1);
+        let (_workload_tx, workloads) = mpsc::channel(1);
         let (_adopt_tx, adopt) = mpsc::channel(1);
         let pipeline = Pipeline::new(Stages {
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),
@@ -902,6 +938,7 @@ balance = { min_usd = 5.0 }
             canary_shown: Default::default(),
             golden,
             golden_shown: Default::default(),
+            workloads,
             adopt,
         });
         Rig { pipeline, store, snapshot, written, stop, _dir: dir }
@@ -1064,6 +1101,41 @@ balance = { min_usd = 5.0 }
         let snap = r.snapshot.read().expect("snapshot");
         let view = snap.targets.iter().find(|v| v.region == "eu").expect("target");
         assert_eq!((view.probes, view.last_sample.is_none()), (0, true), "not a probe of the baselines");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_workload_run_gets_its_own_series_is_stored_and_counts_as_spent_but_never_reaches_the_baselines() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        let mut s = sample("eu", now, crate::vocab::sample::Outcome::Ok);
+        s.ttft_ms = Some(2500.0);
+        s.cost_usd = Some(0.25);
+        let id = s.id;
+        r.pipeline.process_workload(crate::vocab::workload::WorkloadRun { sample: s, input_tokens: 8000 });
+        r.pipeline.replan(now);
+        assert!(r.pipeline.planner.current().spent_usd >= 0.25, "what it cost is spent today");
+        r.pipeline.publish(now);
+        {
+            let snap = r.snapshot.read().expect("snapshot");
+            let view = snap.targets.iter().find(|v| v.region == "eu").expect("target");
+            assert_eq!((view.probes, view.last_sample.is_none()), (0, true), "not a probe of the baselines");
+            assert_eq!(view.workloads.iter().map(|w| (w.input_tokens, w.runs)).collect::<Vec<_>>(), [(8000, 1)]);
+            let doc = snap.thresholds.as_ref().expect("export");
+            assert_eq!(doc.targets[0].workloads, view.workloads, "the export carries the same sizes");
+            assert_eq!(doc.targets[0].ttft_ms.p50, None, "the tiny probe's series saw nothing");
+        }
+        let mut stored = Vec::new();
+        for _ in 0..100 {
+            stored = r.store.workload_runs(Some("eu"), now - chrono::Duration::hours(1), 10).await.expect("runs");
+            if !stored.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(stored.iter().map(|w| (w.sample.id, w.input_tokens)).collect::<Vec<_>>(), [(id, 8000)]);
+        let samples = r.store.count_samples(&crate::io::store::SampleQuery::default()).await.expect("count");
+        assert_eq!(samples, 0, "never in samples");
         r.stop.cancel();
     }
 }

@@ -16,3 +16,4 @@ pub mod ready;
 pub mod records;
 pub mod sample;
 pub mod target;
+pub mod workload;

@@ -137,6 +137,8 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_canary_last_run_timestamp_seconds".into(), with(&[]));
     m.insert("vigil_check_runs_total".into(), with(&["check", "verdict"]));
     m.insert("vigil_check_passing".into(), with(&["check"]));
+    m.insert("vigil_workload_runs_total".into(), with(&["input_tokens", "outcome"]));
+    m.insert("vigil_workload_ttft_seconds".into(), with(&["input_tokens"]));
     for name in [
         "vigil_ratelimit_remaining",
         "vigil_ratelimit_headroom_ratio",

@@ -66,3 +66,4 @@ mod systemd_notify;
 mod watchman;
 mod web_config;
 mod weekly_report;
+mod workloads;

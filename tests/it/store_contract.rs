@@ -41,6 +41,7 @@ store_support::on_both_stores!(
     the_retention_job_removes_what_its_policy_expires_from_every_table,
     canary_runs_round_trip_newest_last_by_region_and_purge,
     check_runs_round_trip_newest_last_by_region_and_purge,
+    workload_runs_round_trip_newest_last_by_region_and_purge,
     an_unknown_stored_breaker_state_is_an_error_naming_it,
     a_record_spool_replayed_twice_or_cut_midway_stores_each_record_once,
     an_older_database_with_duplicated_transitions_upgrades_to_one_row_each,
@@ -1218,6 +1219,41 @@ async fn check_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {
     let removed = fx.store.purge_check_runs_before(start + Duration::minutes(20)).await.expect("purge");
     assert_eq!(removed, 3);
     assert_eq!(fx.store.check_runs(None, start, 100).await.expect("read after").len(), 2);
+}
+
+async fn workload_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {
+    use vigil::vocab::workload::WorkloadRun;
+    let start = Utc::now().duration_trunc(Duration::seconds(1)).expect("trunc") - Duration::hours(2);
+    let eu = target("openai", "gpt-4o", None, "eu");
+    let us = target("openai", "gpt-4o", None, "us");
+    let runs: Vec<_> = [8000u32, 200_000, 8000, 256]
+        .iter()
+        .enumerate()
+        .map(|(i, size)| WorkloadRun {
+            sample: full_sample(eu.clone(), start + Duration::minutes(15 * i as i64)),
+            input_tokens: *size,
+        })
+        .collect();
+    let bare =
+        WorkloadRun { sample: bare_sample(us, start + Duration::minutes(5), Outcome::Timeout), input_tokens: 8000 };
+    let mut all = runs.clone();
+    all.push(bare.clone());
+    assert_eq!(fx.store.insert_workload_runs(&all).await.expect("insert"), 5);
+    assert_eq!(fx.store.insert_workload_runs(&all).await.expect("replay"), 0, "idempotent on the run id");
+
+    let eu_back = fx.store.workload_runs(Some("eu"), start, 100).await.expect("read eu");
+    assert_eq!(eu_back, runs, "every field and the size asked round-trip, oldest first");
+    let newest = fx.store.workload_runs(Some("eu"), start, 2).await.expect("read newest");
+    assert_eq!(newest, runs[2..].to_vec(), "the limit keeps the newest, still oldest first");
+    let every = fx.store.workload_runs(None, start, 100).await.expect("read all");
+    assert_eq!(every.len(), 5);
+    assert!(every.contains(&bare), "a failed run with nulls round-trips");
+    let samples = fx.store.count_samples(&SampleQuery::default()).await.expect("count samples");
+    assert_eq!(samples, 0, "workload runs never land in samples");
+
+    let removed = fx.store.purge_workload_runs_before(start + Duration::minutes(20)).await.expect("purge");
+    assert_eq!(removed, 3);
+    assert_eq!(fx.store.workload_runs(None, start, 100).await.expect("read after").len(), 2);
 }
 
 async fn canary_runs_round_trip_newest_last_by_region_and_purge(fx: Fixture) {

@@ -5,10 +5,10 @@
 
 pub mod plan;
 
-use crate::config::{AdaptiveConfig, ProbeConfig, ProviderConfig};
+use crate::config::{AdaptiveConfig, ProbeConfig, ProviderConfig, WorkloadConfig};
 use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
-pub use plan::{Mode, PlanInput, PlanSettings, ProbePlan, TargetPlan};
+pub use plan::{plan_reserving, Mode, PlanInput, PlanSettings, ProbePlan, TargetPlan};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -32,6 +32,8 @@ pub struct Planner {
     carry: HashMap<Target, f64>,
     targets: Vec<Target>,
     shared: SharedPlan,
+    /// The long-prompt probes' projected spend a day, set aside before every plan.
+    reserved_per_day: f64,
 }
 
 /// The price of `t` at its provider (configured, then built in), if any.
@@ -57,12 +59,19 @@ impl Planner {
                 Some((t.clone(), price.cost(ASSUMED_INPUT_TOKENS, max_tokens)))
             })
             .collect();
-        Planner { settings, cost, carry: HashMap::new(), targets, shared }
+        Planner { settings, cost, carry: HashMap::new(), targets, shared, reserved_per_day: 0.0 }
     }
 
     /// A planner with explicit settings and no prices yet (tests and tools).
     pub fn with_settings(settings: PlanSettings, targets: Vec<Target>, shared: SharedPlan) -> Self {
-        Planner { settings, cost: HashMap::new(), carry: HashMap::new(), targets, shared }
+        Planner { settings, cost: HashMap::new(), carry: HashMap::new(), targets, shared, reserved_per_day: 0.0 }
+    }
+
+    /// This planner setting `usd_per_day` aside for the long-prompt probes
+    /// ([`workloads_per_day`]) before planning the ordinary ones.
+    pub fn reserving(mut self, usd_per_day: f64) -> Self {
+        self.reserved_per_day = if usd_per_day.is_finite() { usd_per_day.max(0.0) } else { 0.0 };
+        self
     }
 
     /// The targets planned.
@@ -123,7 +132,7 @@ impl Planner {
             .iter()
             .map(|t| PlanInput { target: t.id(), cost_per_probe: self.cost.get(t).copied(), in_trouble: in_trouble(t) })
             .collect();
-        let made = Arc::new(plan::plan(&self.settings, &inputs, spent_today, now));
+        let made = Arc::new(plan::plan_reserving(&self.settings, &inputs, spent_today, self.reserved_per_day, now));
         let before = self.current();
         for t in &made.targets {
             let was = before.get(&t.target).map(|b| (b.mode, b.every));
@@ -137,6 +146,23 @@ impl Planner {
         }
         made
     }
+}
+
+/// What every `[[probe.workload]]` is projected to cost a day over the `targets` it runs on, at
+/// each target's configured or built-in price (an unpriced target counts nothing, as an unpriced
+/// ordinary probe does).
+pub fn workloads_per_day(providers: &[ProviderConfig], workloads: &[WorkloadConfig], targets: &[Target]) -> f64 {
+    let mut total = 0.0;
+    for t in targets {
+        let Some(p) = providers.iter().find(|p| p.name == t.provider) else { continue };
+        let Some(price) = price_for(providers, t) else { continue };
+        total += workloads
+            .iter()
+            .filter(|w| w.applies_to(p, &t.model))
+            .map(|w| crate::decide::workload::daily_cost_usd(w, &price))
+            .sum::<f64>();
+    }
+    total
 }
 
 /// The planner's settings from `[probe]` and `[probe.adaptive]`.

@@ -105,6 +105,9 @@ pub struct ProbePlan {
     pub budget_usd: f64,
     /// Spent today (UTC) before `at`.
     pub spent_usd: f64,
+    /// What the long-prompt probes (`[[probe.workload]]`) are projected to cost until the end of
+    /// the UTC day: set aside before the ordinary probes are planned (in `projected_usd`).
+    pub reserved_usd: f64,
     /// Spent plus what every priced target is projected to cost until the end of the UTC day.
     pub projected_usd: f64,
     /// Even every calm target at `probe.max_interval` (and those in trouble at their interval)
@@ -139,6 +142,19 @@ fn rest_of_day(now: DateTime<Utc>) -> f64 {
 /// the cap, at most `max_stretch`) projects within the budget: so the dearest targets stretch
 /// first and the cheap ones keep the base interval.
 pub fn plan(settings: &PlanSettings, inputs: &[PlanInput], spent_usd: f64, now: DateTime<Utc>) -> ProbePlan {
+    plan_reserving(settings, inputs, spent_usd, 0.0, now)
+}
+
+/// [`plan`] with `reserved_per_day_usd` set aside first: the long-prompt probes'
+/// (`[[probe.workload]]`) projected spend a day, of which the rest of the UTC day's share joins
+/// the fixed spend, so the ordinary probes stretch to fit what is left.
+pub fn plan_reserving(
+    settings: &PlanSettings,
+    inputs: &[PlanInput],
+    spent_usd: f64,
+    reserved_per_day_usd: f64,
+    now: DateTime<Utc>,
+) -> ProbePlan {
     let rest = rest_of_day(now);
     let base = settings.base.as_secs_f64().max(1e-3);
     let kmax = settings.max_stretch();
@@ -146,7 +162,11 @@ pub fn plan(settings: &PlanSettings, inputs: &[PlanInput], spent_usd: f64, now: 
     let spent = if spent_usd.is_finite() { spent_usd.max(0.0) } else { 0.0 };
     let cost = |c: Option<f64>| c.filter(|c| c.is_finite() && *c >= 0.0);
     // Per-probe costs of calm priced targets; the rest is fixed.
-    let mut fixed = 0.0;
+    let reserved = match reserved_per_day_usd {
+        r if r.is_finite() && r > 0.0 => r * rest / 86_400.0,
+        _ => 0.0,
+    };
+    let mut fixed = reserved;
     let mut calm: Vec<(usize, f64)> = Vec::new();
     for (i, t) in inputs.iter().enumerate() {
         match (cost(t.cost_per_probe), t.in_trouble) {
@@ -228,6 +248,7 @@ pub fn plan(settings: &PlanSettings, inputs: &[PlanInput], spent_usd: f64, now: 
         at: now,
         budget_usd: settings.daily_budget_usd,
         spent_usd: spent,
+        reserved_usd: reserved,
         projected_usd: projected,
         over_budget: projected > settings.daily_budget_usd + 1e-9,
         targets,
@@ -291,6 +312,26 @@ mod tests {
 
     fn input(id: &str, cost: Option<f64>, in_trouble: bool) -> PlanInput {
         PlanInput { target: id.into(), cost_per_probe: cost, in_trouble }
+    }
+
+    #[test]
+    fn a_workloads_daily_cost_leaves_less_for_the_ordinary_probes() {
+        // 1,440 probes a day at $0.001 = $1.44 a target: two fit a $3 budget unstretched.
+        let inputs = [input("a", Some(0.001), false), input("b", Some(0.001), false)];
+        let free = plan(&settings(3.0), &inputs, 0.0, at(0, 0));
+        assert!(free.targets.iter().all(|t| t.stretch == 1) && !free.over_budget);
+        assert_eq!(free.reserved_usd, 0.0);
+        // A workload projected at $2 a day leaves $1: both stretch to fit it.
+        let tight = plan_reserving(&settings(3.0), &inputs, 0.0, 2.0, at(0, 0));
+        assert!((tight.reserved_usd - 2.0).abs() < 1e-9, "the whole day is left at midnight");
+        assert!(tight.targets.iter().all(|t| t.stretch >= 2), "{:?}", tight.targets);
+        assert!(tight.projected_usd <= 3.0 + 1e-9 && !tight.over_budget, "{}", tight.projected_usd);
+        // At noon only half the day's reservation is still to be spent.
+        let noon = plan_reserving(&settings(3.0), &inputs, 0.0, 2.0, at(12, 0));
+        assert!((noon.reserved_usd - 1.0).abs() < 1e-9);
+        // A reservation larger than the budget leaves every calm target at its longest stretch.
+        let over = plan_reserving(&settings(3.0), &inputs, 0.0, 10.0, at(0, 0));
+        assert!(over.over_budget && over.targets.iter().all(|t| t.stretch == 5));
     }
 
     #[test]

@@ -510,6 +510,39 @@ impl Baselines {
     }
 }
 
+/// The baseline of a small set of raw values (ms) with the minimum counts `min` (P50, P95, P99),
+/// bucketed and ranked exactly as every baseline here is: for side series kept as raw values
+/// (the long-prompt probes' TTFT per target and size, `decide::workload`).
+pub fn baseline_of(values: impl IntoIterator<Item = f64>, min: [u64; 3]) -> Baseline {
+    let sparse = sparse_of(values);
+    let count = sparse_total(&sparse);
+    if count == 0 {
+        return Baseline::default();
+    }
+    let q = quantiles(std::iter::empty(), &sparse, count, [0.5, 0.95, 0.99]);
+    let publish = |k: usize| (count >= min[k]).then(|| q[k] as f64 / SCALE);
+    Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
+}
+
+/// The nearest-rank quantile `q` of raw values (ms), as [`baseline_of`] buckets them, whatever
+/// their count (`None` without values): for provisional bounds.
+pub fn quantile_of(values: impl IntoIterator<Item = f64>, q: f64) -> Option<f64> {
+    let sparse = sparse_of(values);
+    let count = sparse_total(&sparse);
+    if count == 0 || !(0.0..=1.0).contains(&q) {
+        return None;
+    }
+    Some(quantiles(std::iter::empty(), &sparse, count, [q; 3])[0] as f64 / SCALE)
+}
+
+fn sparse_of(values: impl IntoIterator<Item = f64>) -> Sparse {
+    let mut sparse = Sparse::new();
+    for v in values.into_iter().filter_map(to_recorded) {
+        codec::sparse_insert(&mut sparse, index_for(v), 1);
+    }
+    sparse
+}
+
 /// A rollup read back: a metric's histogram or an hour's counts.
 enum Decoded {
     Hist(usize, Hist),

@@ -145,6 +145,7 @@ mod tests {
             health: crate::vocab::health::Health { state: crate::vocab::health::HealthState::Ok, ..Default::default() },
             price: None,
             ratelimit: None,
+            workloads: Vec::new(),
         }
     }
 

@@ -183,7 +183,7 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
         .collect();
     let plan = plan.map(|p| {
         serde_json::json!({
-            "at": p.at, "budget_usd": p.budget_usd, "spent_usd": p.spent_usd,
+            "at": p.at, "budget_usd": p.budget_usd, "spent_usd": p.spent_usd, "reserved_usd": p.reserved_usd,
             "projected_usd": p.projected_usd, "over_budget": p.over_budget,
         })
     });

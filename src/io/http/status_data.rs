@@ -39,6 +39,9 @@ pub struct StatusData {
     pub checks: Vec<crate::vocab::check::CheckRun>,
     /// Drills running now, every region's (section shown while any runs).
     pub drills: Vec<crate::vocab::drill::Drill>,
+    /// Each target's long-prompt probe sizes, as (target id, size) in target then size order
+    /// (section shown when any has run).
+    pub workloads: Vec<(String, crate::decide::workload::WorkloadDeadline)>,
 }
 
 /// One target across the regions.

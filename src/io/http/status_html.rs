@@ -623,6 +623,40 @@ fn checks_html(runs: &[CheckRun], now: DateTime<Utc>) -> Markup {
     }
 }
 
+/// The status page's long-prompt probes section: one row per target and size with its TTFT
+/// percentiles and its own failover deadline (`[[probe.workload]]`).
+fn workloads_html(sizes: &[(String, crate::decide::workload::WorkloadDeadline)]) -> Markup {
+    let ms = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |ms| format!("{ms:.0} ms"));
+    html! {
+        section {
+            h2 { "Long-prompt probes" }
+            div class="scroll" { table class="credits workloads" {
+                thead { tr {
+                    th scope="col" { "Target" } th scope="col" { "Input tokens" } th scope="col" { "Runs" }
+                    th scope="col" { "TTFT P50" } th scope="col" { "TTFT P95" } th scope="col" { "Deadline" }
+                } }
+                tbody {
+                    @for (target, w) in sizes {
+                        tr {
+                            th scope="row" { (Text(target)) }
+                            td { (w.input_tokens) }
+                            td { (w.runs) @if w.errors > 0 { span class="muted" { " (" (w.errors) " failed)" } } }
+                            td { (ms(w.ttft_ms.p50)) }
+                            td { (ms(w.ttft_ms.p95)) }
+                            td {
+                                (ms(w.failover_ttft_ms))
+                                @if w.provisional { span class="muted" { " provisional" } }
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        "
+    "
+    }
+}
+
 /// The model, `system_fingerprint` and upstream a canary run's provider reported, space-separated.
 fn reported_model(v: &CanaryView) -> Markup {
     let nothing = v.reported_model.is_none() && v.system_fingerprint.is_none() && v.upstream_provider.is_none();
@@ -702,6 +736,7 @@ pub fn render(data: &StatusData, now: DateTime<Utc>) -> String {
                     (targets_html(data, now))
                     @if !data.canary.is_empty() { (canary_html(&data.canary, now)) }
                     @if !data.checks.is_empty() { (checks_html(&data.checks, now)) }
+                    @if !data.workloads.is_empty() { (workloads_html(&data.workloads)) }
                 }
                 "\n"
                 footer {
@@ -778,10 +813,23 @@ mod tests {
                 until: now + chrono::Duration::minutes(10),
                 ended_at: None,
             }],
+            workloads: vec![(
+                HOSTILE.into(),
+                crate::decide::workload::WorkloadDeadline {
+                    input_tokens: 8000,
+                    runs: 3,
+                    errors: 1,
+                    ttft_ms: Default::default(),
+                    failover_ttft_ms: Some(4000.0),
+                    provisional: true,
+                    ttft_p95_upper_ms: Some(2000.0),
+                },
+            )],
             ..StatusData::default()
         };
         let html = render(&data, now);
         assert!(html.contains("<h2>Drills</h2>"), "{html}");
+        assert!(html.contains("<h2>Long-prompt probes</h2>") && html.contains("4000 ms"), "{html}");
         assert!(!html.contains("<script") && !html.contains("'x'"), "{html}");
         assert!(html.contains(&format!(r#"<span class="provider">{ESCAPED}</span>"#)), "{html}");
         assert!(html.contains(&format!(r#"<span class="route">via {ESCAPED}</span>"#)), "{html}");

@@ -168,6 +168,11 @@ impl StatusPage {
     }
 }
 
+/// Each target's long-prompt probe sizes as the last publish built them (target id, size).
+fn workloads_of(snap: &Snapshot) -> Vec<(String, crate::decide::workload::WorkloadDeadline)> {
+    snap.targets.iter().flat_map(|v| v.workloads.iter().map(|w| (v.key.target.clone(), w.clone()))).collect()
+}
+
 /// `GET /`.
 pub async fn page(State(s): State<HttpState>) -> Response {
     let Some(page) = s.status.clone() else {
@@ -179,6 +184,7 @@ pub async fn page(State(s): State<HttpState>) -> Response {
         let snap = s.snapshot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut data = page.gather(&snap);
         data.credits = page.credits(&snap, now);
+        data.workloads = workloads_of(&snap);
         data
     };
     let trends = page.trends.current(now).await;
@@ -272,6 +278,7 @@ mod tests {
             canary: Vec::new(),
             checks: Vec::new(),
             drills: Vec::new(),
+            workloads: Vec::new(),
         }
     }
 
@@ -538,6 +545,7 @@ mod tests {
             },
             flapping: target.route.as_deref() == Some("B"),
             ratelimit: None,
+            workloads: Vec::new(),
         };
         let mut seen = Sample::new(t("A", "eu"), now(), now());
         seen.ttft_ms = Some(210.0);

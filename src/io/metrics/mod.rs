@@ -8,6 +8,7 @@
 
 mod checks;
 mod targets;
+mod workloads;
 
 use crate::config::Detail;
 use crate::vocab::ratelimit::RateLimitKind;
@@ -72,6 +73,7 @@ pub struct Metrics {
     adaptive: AdaptiveMetrics,
     canary: CanaryMetrics,
     golden: checks::CheckMetrics,
+    workloads: workloads::WorkloadMetrics,
     /// Per-target series ([`targets`]), written straight into the exposition text.
     targets: Mutex<BTreeMap<Target, Series>>,
     /// Size of the last exposition, to allocate the next one at once.
@@ -164,6 +166,7 @@ impl Metrics {
             adaptive: AdaptiveMetrics::new()?,
             canary: CanaryMetrics::new()?,
             golden: checks::CheckMetrics::new()?,
+            workloads: workloads::WorkloadMetrics::new()?,
             registry,
             detail,
             targets: Mutex::new(BTreeMap::new()),
@@ -203,6 +206,7 @@ impl Metrics {
         m.thresholds.register(&m.registry)?;
         m.canary.register(&m.registry)?;
         m.golden.register(&m.registry)?;
+        m.workloads.register(&m.registry)?;
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(m)
@@ -486,6 +490,11 @@ impl Metrics {
     /// Records one golden check run: its verdict, and whether the check passes.
     pub fn observe_check(&self, run: &crate::vocab::check::CheckRun) {
         self.golden.observe(run);
+    }
+
+    /// Records one long-prompt probe run: its outcome, and for a successful run its TTFT.
+    pub fn observe_workload(&self, run: &crate::vocab::workload::WorkloadRun) {
+        self.workloads.observe(run);
     }
 
     /// Records one canary run: its outcome, and for a completed run its score.

@@ -127,6 +127,9 @@ pub struct CanaryRequest {
     /// A capability probe: the adapter adds the capability's part of the request (the declared
     /// function, the JSON mode, the schema; `decide::capability`).
     pub capability: Option<crate::vocab::capability::Capability>,
+    /// Put the probe's nonce first in the system turn, as the tiny probe does, so no prefix or
+    /// prompt cache can answer it (a long-prompt probe: `decide::workload`).
+    pub nonce_first: bool,
 }
 
 impl CanaryRequest {
@@ -140,6 +143,7 @@ impl CanaryRequest {
             seed: None,
             logprobs: false,
             capability: Some(capability),
+            nonce_first: false,
         }
     }
 }
@@ -148,6 +152,7 @@ impl ProbeParams<'_> {
     /// The system and user turns this probe sends.
     pub fn prompts(&self) -> (String, String) {
         match self.canary {
+            Some(c) if c.nonce_first => (format!("{}. {}", self.nonce, c.system), c.user.clone()),
             Some(c) => (c.system.clone(), c.user.clone()),
             None => (system_prompt(self.nonce), USER_PROMPT.to_string()),
         }
@@ -581,6 +586,16 @@ impl Prober {
             per_provider: Arc::default(),
             credentials: Arc::default(),
         }
+    }
+
+    /// This prober with `timeout` as both its whole-probe and its first-token limit (a long
+    /// prompt's prefill outlasts the tiny probe's first-token wait); sockets, clocks and TLS are
+    /// the same.
+    pub fn with_timeout(&self, timeout: Duration) -> Prober {
+        let mut p = self.clone();
+        p.cfg.timeout = timeout;
+        p.cfg.ttft_timeout = timeout;
+        p
     }
 
     /// The TLS connector for a provider: the shared one, or one with its own CA or client certificate.

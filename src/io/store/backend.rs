@@ -24,6 +24,7 @@ use crate::vocab::records::Sighting;
 use crate::vocab::records::TargetStatus;
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
+use crate::vocab::workload::WorkloadRun;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -162,6 +163,26 @@ impl<B: Backend> SampleStore for B {
 
     async fn purge_check_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         self.run(sql::purge_check_runs_before(cutoff)).await
+    }
+
+    async fn insert_workload_runs(&self, runs: &[WorkloadRun]) -> Result<u64, StoreError> {
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        self.run_all(runs.chunks(sql::WORKLOAD_CHUNK).map(sql::insert_workload_runs).collect()).await
+    }
+
+    async fn workload_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<WorkloadRun>, StoreError> {
+        read(self, sql::workload_runs(region, since, limit), rows::workload_of).await
+    }
+
+    async fn purge_workload_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.run(sql::purge_workload_runs_before(cutoff)).await
     }
 }
 

@@ -42,6 +42,8 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
 /// Longest a store call may take while stopping.
 const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most long-prompt probe runs a load reads back (a week of 96 a day for 100 target-sizes).
+pub const WORKLOAD_LOAD_LIMIT: i64 = 100_000;
 /// Store calls failing for longer than this make the instance not ready.
 const UNHEALTHY_AFTER: Duration = Duration::from_secs(60);
 
@@ -71,6 +73,8 @@ pub enum Record {
     Canary(#[serde(with = "items")] Vec<crate::vocab::canary::CanaryRun>),
     /// Golden check runs (appended; idempotent on their ids).
     Check(#[serde(with = "items")] Vec<crate::vocab::check::CheckRun>),
+    /// Long-prompt probe runs (appended; idempotent on their ids).
+    Workload(#[serde(with = "items")] Vec<crate::vocab::workload::WorkloadRun>),
     /// Chain heads as they moved (appended; idempotent on region, chain and time).
     ChainHeads(#[serde(with = "items")] Vec<crate::vocab::chain_head::ChainHead>),
     /// One evaluation's notifications with the engine state that made them, stored in one
@@ -161,6 +165,8 @@ pub enum Query {
 pub enum Reply {
     /// One hour of the stored window ([`Query::Load`]), oldest first.
     LoadedHour(Vec<Rollup>),
+    /// The long-prompt probe runs of the stored window ([`Query::Load`]), oldest first.
+    LoadedWorkloads(Vec<crate::vocab::workload::WorkloadRun>),
     /// The end of a load: this region's stored breakers.
     Loaded(Vec<BreakerRecord>),
     /// A load failed part-way; ask again later (what arrived is kept).
@@ -649,6 +655,10 @@ impl Link {
                 let runs = runs.clone();
                 self.call(|s| async move { s.insert_check_runs(&runs).await.map(|_| ()) }).await
             }
+            Record::Workload(runs) => {
+                let runs = runs.clone();
+                self.call(|s| async move { s.insert_workload_runs(&runs).await.map(|_| ()) }).await
+            }
             Record::ChainHeads(heads) => {
                 let heads = heads.clone();
                 self.call(|s| async move { s.record_chain_heads(&heads).await }).await
@@ -700,6 +710,18 @@ impl Link {
                         }
                     }
                     hour = next;
+                }
+                let r = region.clone();
+                let read =
+                    |s: Arc<dyn Store>| async move { s.workload_runs(Some(&r), from, WORKLOAD_LOAD_LIMIT).await };
+                match self.call(read).await {
+                    Ok(runs) => {
+                        let _ = self.replies.send(Reply::LoadedWorkloads(runs));
+                    }
+                    Err(e) => {
+                        let _ = self.replies.send(Reply::LoadFailed(e.to_string()));
+                        return;
+                    }
                 }
                 match self.call(|s| async move { s.load_breakers(Some(&region)).await }).await {
                     Ok(b) => Reply::Loaded(b),
@@ -921,6 +943,7 @@ mod tests {
             }]),
             Record::Canary(Vec::new()),
             Record::Check(Vec::new()),
+            Record::Workload(Vec::new()),
             Record::ChainHeads(vec![crate::vocab::chain_head::ChainHead {
                 region: "eu".into(),
                 chain: "chat".into(),

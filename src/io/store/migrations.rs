@@ -46,6 +46,7 @@ embed_both!(
     "20261203000030_chain_heads.sql",
     "20261203000040_check_runs.sql",
     "20261204000040_sample_ratelimit.sql",
+    "20261205000010_workload_runs.sql",
 );
 
 /// The PostgreSQL schema's migrator.

@@ -421,6 +421,19 @@ pub trait SampleStore: Send + Sync {
     ) -> Result<Vec<crate::vocab::check::CheckRun>, StoreError>;
     /// Deletes golden check runs started before `cutoff`; returns how many.
     async fn purge_check_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Stores long-prompt probe runs; idempotent on the run id. Returns how many were new.
+    async fn insert_workload_runs(&self, runs: &[crate::vocab::workload::WorkloadRun]) -> Result<u64, StoreError>;
+    /// The newest `limit` long-prompt probe runs started at or after `since` (`region: None` for
+    /// every region), oldest first.
+    async fn workload_runs(
+        &self,
+        region: Option<&str>,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::vocab::workload::WorkloadRun>, StoreError>;
+    /// Deletes long-prompt probe runs started before `cutoff`; returns how many.
+    async fn purge_workload_runs_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 }
 
 /// Hourly rollups, the baselines' memory: written by the store link, read back by

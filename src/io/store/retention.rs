@@ -100,6 +100,14 @@ pub async fn run_once(
         }
         Err(e) => fail(&mut report, "check_runs", e),
     }
+    // And long-prompt probe runs.
+    match store.purge_workload_runs_before(cutoff).await {
+        Ok(n) => {
+            log_removed("workload_runs", n, cutoff);
+            report.removed.push(("workload_runs", n));
+        }
+        Err(e) => fail(&mut report, "workload_runs", e),
+    }
     for what in Prune::ALL {
         if stop.is_cancelled() {
             break;

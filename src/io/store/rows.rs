@@ -333,6 +333,15 @@ pub(crate) fn check_of(row: &impl StoredRow) -> Result<CheckRun, sqlx::Error> {
     })
 }
 
+/// One row of `WORKLOAD_COLUMNS`: the sample's columns through [`sample_of`], then the size asked.
+pub(crate) fn workload_of(row: &impl StoredRow) -> Result<crate::vocab::workload::WorkloadRun, sqlx::Error> {
+    let size = row.int("workload_tokens")?;
+    Ok(crate::vocab::workload::WorkloadRun {
+        sample: sample_of(row)?,
+        input_tokens: u32::try_from(size).map_err(|e| bad("workload_tokens", e))?,
+    })
+}
+
 /// One row of `CANARY_COLUMNS`: the sample's columns through [`sample_of`], then the canary's.
 pub(crate) fn canary_of(row: &impl StoredRow) -> Result<CanaryRun, sqlx::Error> {
     let count = |col: &str| -> Result<u32, sqlx::Error> { Ok(u32::try_from(row.int4(col)?.max(0)).unwrap_or(0)) };

@@ -15,6 +15,7 @@ use crate::vocab::records::Rollup;
 use crate::vocab::records::TargetStatus;
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
+use crate::vocab::workload::WorkloadRun;
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -42,6 +43,13 @@ pub(crate) const CHECK_COLUMNS: &str = "id, provider, model, route, region, sche
     ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
     ratelimit_tokens_reset_at, check_name, verdict, why, answer";
 
+/// The columns of `workload_runs`: the sample's, then the size asked.
+pub(crate) const WORKLOAD_COLUMNS: &str = "id, provider, model, route, region, scheduled_at, started_at, dns_ms, \
+    connect_ms, tls_ms, ttfb_ms, ttft_ms, ttfr_ms, total_ms, input_tokens, output_tokens, tokens_per_s, status, \
+    outcome, error, request_id, adherence_ok, cost_usd, retry_after_s, proxy_ms, ratelimit_requests_remaining, \
+    ratelimit_requests_limit, ratelimit_requests_reset_at, ratelimit_tokens_remaining, ratelimit_tokens_limit, \
+    ratelimit_tokens_reset_at, workload_tokens";
+
 /// Values per sample row (the columns of [`SAMPLE_COLUMNS`]).
 const SAMPLE_VALUES: usize = 31;
 /// Values per canary row (the columns of [`CANARY_COLUMNS`]).
@@ -55,6 +63,11 @@ const CHECK_VALUES: usize = SAMPLE_VALUES + 4;
 /// Check runs per multi-row INSERT, under both backends' parameter limits.
 pub(crate) const CHECK_CHUNK: usize = 500;
 const _: () = assert!(CHECK_CHUNK * CHECK_VALUES < 32_766);
+/// Values per workload row (the columns of [`WORKLOAD_COLUMNS`]).
+const WORKLOAD_VALUES: usize = SAMPLE_VALUES + 1;
+/// Workload runs per multi-row INSERT, under both backends' parameter limits.
+pub(crate) const WORKLOAD_CHUNK: usize = 500;
+const _: () = assert!(WORKLOAD_CHUNK * WORKLOAD_VALUES < 32_766);
 
 /// The columns of `alert_outbox` an [`OutboxItem`] is read from (JSON read back as text).
 const OUTBOX_COLUMNS: &str = "id, region, channel, kind, dedup_key, CAST(payload AS TEXT) AS payload, created_at, \
@@ -806,7 +819,27 @@ pub(crate) fn check_runs(region: Option<&str>, since: DateTime<Utc>, limit: i64)
     newest_runs("check_runs", CHECK_COLUMNS, region, since, limit)
 }
 
-/// The newest `limit` rows of a run table (`canary_runs`, `check_runs`) started at or after
+/// One multi-row insert of long-prompt probe runs (at most [`WORKLOAD_CHUNK`]), skipping stored ids.
+pub(crate) fn insert_workload_runs(runs: &[WorkloadRun]) -> Stmt {
+    let mut args = Vec::with_capacity(runs.len() * WORKLOAD_VALUES);
+    for r in runs {
+        sample_args(&mut args, &r.sample);
+        args.push(i64::from(r.input_tokens).into());
+    }
+    multi_row_insert("workload_runs", WORKLOAD_COLUMNS, runs.len(), WORKLOAD_VALUES, args)
+}
+
+/// The newest `limit` long-prompt probe runs started at or after `since`, returned oldest first.
+pub(crate) fn workload_runs(region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
+    newest_runs("workload_runs", WORKLOAD_COLUMNS, region, since, limit)
+}
+
+/// Deletes long-prompt probe runs started before `cutoff`.
+pub(crate) fn purge_workload_runs_before(cutoff: DateTime<Utc>) -> Stmt {
+    Stmt::new("DELETE FROM workload_runs WHERE started_at < $1").arg(cutoff)
+}
+
+/// The newest `limit` rows of a run table (`canary_runs`, `check_runs`, `workload_runs`) started at or after
 /// `since`, in `region` or every region, returned oldest first.
 fn newest_runs(table: &str, columns: &str, region: Option<&str>, since: DateTime<Utc>, limit: i64) -> Stmt {
     Stmt::new(format!(
@@ -921,6 +954,8 @@ mod tests {
             purge_canary_runs_before(now),
             check_runs(None, now, 3),
             purge_check_runs_before(now),
+            workload_runs(None, now, 3),
+            purge_workload_runs_before(now),
         ];
         for st in stmts {
             assert_eq!(highest_placeholder(&st.sql), st.args.len(), "{}", st.sql);
