@@ -442,7 +442,7 @@ endpoint = "embeddings"
 models = ["text-embedding-3-small", "text-embedding-3-large"]
 "#;
         let mixed = format!("{embed}[[chain]]\nname = \"c\"\ntargets = [\"embed/text-embedding-3-small\", \"openai/gpt-4o-2024-08-06\"]");
-        let msg = load(&mixed, false).err().expect("refused");
+        let msg = load(&mixed, false).expect_err("refused");
         assert!(msg.starts_with("chain[0].targets: ") && msg.contains("embeddings endpoint"), "{msg}");
         let alike = format!("{embed}[[chain]]\nname = \"e\"\ntargets = [\"embed/text-embedding-3-small\", \"embed/text-embedding-3-large\"]");
         assert!(load(&alike, false).is_ok());

@@ -935,7 +935,7 @@ async fn read_answer(
         }
         if !r.streamed {
             if adapter.reads_body() {
-                body.extend_from_slice(&data);
+                body.extend_from_slice(data);
             }
             continue;
         }
