@@ -82,8 +82,6 @@ pub struct Pipeline {
     golden_shown: crate::vocab::check::SharedChecks,
     /// Long-prompt probe runs from the workload task.
     workloads: mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
-    /// What long-prompt probe runs cost on the UTC day they ran (the planner counts it as spent).
-    workload_spent: (Option<chrono::NaiveDate>, f64),
     /// Requests to adopt a target's held level at once (`POST /-/baselines/adopt`).
     adopt: mpsc::Receiver<AdoptRequest>,
 }
@@ -337,7 +335,6 @@ impl Pipeline {
             golden: s.golden,
             golden_shown: s.golden_shown,
             workloads: s.workloads,
-            workload_spent: (None, 0.0),
             adopt: s.adopt,
         }
     }
@@ -368,11 +365,7 @@ impl Pipeline {
         self.replan_due = false;
         let engine = &self.alerts.engine;
         let pending: f64 = self.alerts.round.iter().filter_map(|(s, _)| s.cost_usd).filter(|c| c.is_finite()).sum();
-        let workloads = match self.workload_spent {
-            (Some(day), usd) if day == now.date_naive() => usd,
-            _ => 0.0,
-        };
-        let spent = engine.spent_today(now) + pending + workloads;
+        let spent = engine.spent_today(now) + pending;
         // A set, so each target spells its two keys once whatever the number of open incidents.
         let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
         let monitor = &self.monitor;
@@ -422,12 +415,9 @@ impl Pipeline {
     pub fn process_workload(&mut self, run: crate::vocab::workload::WorkloadRun) {
         self.monitor.observe_workload(&run);
         self.metrics.observe_workload(&run);
-        if let Some(c) = run.sample.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
-            let day = run.sample.started_at.date_naive();
-            match &mut self.workload_spent {
-                (Some(d), usd) if *d == day => *usd += c,
-                other => *other = (Some(day), c),
-            }
+        if let Some(c) = run.sample.cost_usd {
+            // Spent like a probe's: in the day's tally the plan and `probe_budget_exceeded` read.
+            self.alerts.engine.add_spend(c, run.sample.started_at);
         }
         self.link.store(Record::Workload(vec![run]));
     }

@@ -409,6 +409,21 @@ impl AlertEngine {
         }
     }
 
+    /// Adds spend made outside the probe rounds (long-prompt workload runs) to the UTC day's
+    /// tally at `at`: the next round's `probe_budget_exceeded` judgement and the planner's
+    /// [`spent_today`](Self::spent_today) count it, and it is saved with the alert state.
+    pub fn add_spend(&mut self, usd: f64, at: DateTime<Utc>) {
+        if !usd.is_finite() || usd < 0.0 {
+            return;
+        }
+        let day = at.date_naive();
+        if self.state.budget_day != Some(day) {
+            self.state.budget_day = Some(day);
+            self.state.spent_usd = 0.0;
+        }
+        self.state.spent_usd += usd;
+    }
+
     /// Feeds one round and returns the notifications to enqueue, one per incident that changed.
     pub fn evaluate(&mut self, round: &Round<'_>, now: DateTime<Utc>) -> Vec<Notification> {
         let mut verdicts = Vec::new();
@@ -1462,6 +1477,22 @@ mod tests {
         let mut off = AlertEngine::new(cfg());
         assert!(eval(&mut off, head("openrouter/m", 1.0), 0).is_empty());
         assert!(eval(&mut off, head("anthropic/c", 3.1), 1).is_empty());
+    }
+
+    #[test]
+    fn spend_outside_the_rounds_counts_toward_the_daily_budget() {
+        // The test config's budget is $5: $4.9 of workload runs, then one $0.5 probe.
+        let mut e = AlertEngine::new(cfg());
+        let t = target("openai", "gpt");
+        e.add_spend(4.9, at(0));
+        e.add_spend(f64::NAN, at(0));
+        e.add_spend(-5.0, at(0));
+        assert!((e.spent_today(at(0)) - 4.9).abs() < 1e-9, "{}", e.spent_today(at(0)));
+        let mut s = sample(&t, Outcome::Ok, at(1));
+        s.cost_usd = Some(0.5);
+        let sent = round(&mut e, &[s], at(1));
+        assert_eq!(kinds(&sent), vec![(String::new(), AlertStatus::Firing, vec![AlertKind::ProbeBudgetExceeded])]);
+        assert_eq!(e.spent_today(at(24 * 60)), 0.0, "a new UTC day starts at zero");
     }
 
     #[test]
