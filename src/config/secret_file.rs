@@ -15,21 +15,7 @@ pub const MAX_BYTES: u64 = 64 * 1024;
 /// character (a line feed inside, NUL, ESC, tab), is an error saying which and naming the path.
 pub fn read(path: &Path) -> Result<String, String> {
     let shown = path.display();
-    // Follows symlinks (Kubernetes mounts secrets as links into `..data/`) and never opens:
-    // opening a FIFO for reading blocks until a writer comes.
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    regular_and_small(&meta, path)?;
-    let file = open_nonblocking(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    // The path may have been swapped between the look and the open: look at what was opened.
-    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
-    regular_and_small(&meta, path)?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    // One byte past the bound tells a file that grew since the look from one that fits.
-    file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if bytes.len() as u64 > MAX_BYTES {
-        return Err(too_large(path));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    let text = read_document(path)?;
     let secret = text.trim_end_matches(['\n', '\r']);
     if secret.is_empty() {
         return Err(format!("{shown} is empty"));
@@ -48,12 +34,16 @@ pub fn read(path: &Path) -> Result<String, String> {
 /// stay; errors name the path, never the content.
 pub fn read_document(path: &Path) -> Result<String, String> {
     let shown = path.display();
+    // Follows symlinks (Kubernetes mounts secrets as links into `..data/`) and never opens:
+    // opening a FIFO for reading blocks until a writer comes.
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
     regular_and_small(&meta, path)?;
     let file = open_nonblocking(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    // The path may have been swapped between the look and the open: look at what was opened.
     let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
     regular_and_small(&meta, path)?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // One byte past the bound tells a file that grew since the look from one that fits.
     file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {shown}: {e}"))?;
     if bytes.len() as u64 > MAX_BYTES {
         return Err(too_large(path));

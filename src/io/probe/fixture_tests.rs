@@ -18,8 +18,12 @@ struct Replay {
 
 /// Feeds a fixture event by event, pretending event `i` arrived `i` ms after the request.
 fn replay(kind: ProviderKind, name: &str) -> Replay {
+    replay_with(adapter_for(kind), name)
+}
+
+/// [`replay`] through any adapter (an endpoint's as well as a kind's).
+fn replay_with(adapter: &dyn super::Adapter, name: &str) -> Replay {
     let body = std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
-    let adapter = adapter_for(kind);
     let mut parser = SseParser::new(1 << 20);
     let mut events = Vec::new();
     parser.feed(&body, |e| events.push(e)).expect("fixture parses");
@@ -246,27 +250,9 @@ fn capability_probes_ask_in_each_apis_dialect() {
     assert!(schema["generationConfig"]["responseSchema"].get("additionalProperties").is_none(), "Gemini's subset");
 }
 
-/// Feeds a Responses API fixture through its adapter, like [`replay`] does for chat kinds.
+/// Feeds a Responses API fixture through its adapter.
 fn replay_responses(name: &str) -> Replay {
-    let body = std::fs::read(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
-    let adapter = &super::responses::Responses;
-    let mut parser = SseParser::new(1 << 20);
-    let mut events = Vec::new();
-    parser.feed(&body, |e| events.push(e)).expect("fixture parses");
-    events.extend(parser.finish().expect("fixture parses"));
-    let sent = Instant::now();
-    let mut r = Reading { streamed: true, ..Reading::default() };
-    let (mut done, mut first_content_event) = (false, None);
-    for (i, ev) in events.iter().enumerate() {
-        done |= r.absorb(super::Adapter::interpret(adapter, ev), sent + Duration::from_millis(i as u64 + 1), sent);
-        if r.ttft.is_some() && first_content_event.is_none() {
-            first_content_event = Some(i);
-        }
-        if r.outcome.is_some() {
-            break;
-        }
-    }
-    Replay { reading: r, done, first_content_event, first_reasoning_event: None, comments: parser.comments }
+    replay_with(&super::responses::Responses, name)
 }
 
 #[test]
