@@ -152,7 +152,10 @@ async fn a_head_moving_to_a_dearer_target_is_noticed_with_its_price_ratio_and_co
     let of =
         |t: &str| heads.iter().find(|h| h.target.as_deref() == Some(t)).unwrap_or_else(|| panic!("{t}: {heads:?}"));
     let (cheap, dear) = (of("cheap/m"), of("dear/m"));
-    assert!(cheap.seconds >= 4 && dear.seconds >= 2, "{heads:?}");
+    // Each lead lasted at least the sleep after its move was recorded (2 s): the first record of
+    // cheap at the head waits for the daemon's first evaluation, which a loaded machine delays,
+    // so the time before the drill is not counted on.
+    assert!(cheap.seconds >= 2 && dear.seconds >= 2, "{heads:?}");
     let total: i64 = heads.iter().map(|h| h.seconds).sum();
     assert!(total <= (stopped - started).num_seconds() + 1, "no more time than the daemon ran: {heads:?}");
     for (h, usd_a_day) in [(cheap, 1e6), (dear, 3.1e6)] {
