@@ -145,10 +145,8 @@ impl CheckRunner {
             let (tx, shutdown) = (tx.clone(), shutdown.clone());
             loops.spawn(async move {
                 let job = &this.jobs[i];
-                let span = this.first_within.map_or(job.every, |s| s.min(job.every));
                 let key = format!("check:{}:{}", job.name(), job.plan.target.id());
-                let offset = crate::run::scheduler::offset_for(&key, span);
-                let schedule = Schedule::every(job.every).first_at(start + offset).skipping_missed();
+                let schedule = Schedule::spread(&key, job.every, start, this.first_within);
                 let this = &this;
                 let tx = &tx;
                 periodic::every(schedule, &shutdown, (), |()| async move {

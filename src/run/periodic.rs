@@ -32,6 +32,14 @@ impl Schedule {
         Schedule { first: at, ..self }
     }
 
+    /// A side job's schedule (a canary, a check, a long-prompt size): every `every` from
+    /// `start`, first at the stable offset of `key` within `first_within` (at most `every`), so
+    /// the jobs started together spread out and keep their phases; missed rounds are skipped.
+    pub fn spread(key: &str, every: Duration, start: Instant, first_within: Option<Duration>) -> Self {
+        let span = first_within.map_or(every, |s| s.min(every));
+        Schedule::every(every).first_at(start + crate::run::scheduler::offset_for(key, span)).skipping_missed()
+    }
+
     /// Rounds missed while one ran long are skipped, so later rounds keep their phase.
     pub fn skipping_missed(self) -> Self {
         Schedule { missed: MissedTickBehavior::Skip, ..self }
