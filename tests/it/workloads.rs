@@ -46,6 +46,9 @@ fn config(data: &std::path::Path, base: &str) -> DaemonConfig {
         .set("baseline.min_samples_p95", 1)
         .set("baseline.min_samples_p99", 1)
         .set("probe.workload", workloads)
+        // The two sizes set aside about $40 a day at these prices: under the default $5 budget
+        // the tiny probe would be stretched to `probe.max_interval` and this test would wait on it.
+        .set("probe.daily_budget_usd", 1000.0)
         .provider(Provider::openai("standin", &format!("{base}/v1")).models(&["m1"]).set("price", price))
         .key(KEY)
 }
