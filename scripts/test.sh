@@ -175,8 +175,9 @@ status=0
 # The tests whose verdicts rest on measured loopback latency or wall-clock bounds run on their own
 # afterwards, one at a time, once nothing compiles: beside the rest of the suite on two cores, its
 # load would be in their numbers. The seeded chaos run (about 2 minutes) is one of them. The
-# prompt-cache test waits there too, for the llama tier.
-timing=(alert_scenario:: router_export::a_three_provider_chain chaos:: prompt_cache::)
+# prompt-cache test waits there too, for the llama tier; the replicas' processes judge probes one
+# interval apart.
+timing=(alert_scenario:: router_export::a_three_provider_chain chaos:: prompt_cache:: replicas::)
 skips=()
 for t in "${timing[@]}"; do skips+=(--skip "$t"); done
 cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 "${skips[@]}" 2>&1 | tee "$out" || status=$?

@@ -17,6 +17,7 @@ pub mod price_table;
 pub mod pricing;
 pub mod ratelimit;
 pub(crate) mod report;
+pub mod roster;
 pub(crate) mod router_formats;
 pub(crate) mod signing;
 pub mod snapshot;

@@ -5,6 +5,7 @@
 //! it drained (the spools and the stored state it left).
 
 use crate::config::Config;
+use crate::decide::roster::{LeaderGate, Timing};
 use crate::decide::snapshot::SharedSnapshot;
 use crate::io::http::api::Feed;
 use crate::io::http::reload::ReloadSender;
@@ -17,6 +18,7 @@ use crate::io::store::writer::WRITE_TIMEOUT;
 use crate::io::store::{self, Spool, StateStore, Store, StoreError, Writer};
 use crate::run::monitor::Monitor;
 use crate::run::pipeline::{Pipeline, Stages};
+use crate::run::replicas::{ReplicaError, Replicas};
 use crate::run::scheduler::{ProbeThread, Scheduler, SchedulerError};
 use crate::run::watchdog::{finish, first_death, Task};
 use crate::vocab::check::SharedChecks;
@@ -76,6 +78,9 @@ pub enum AppError {
     /// The demo providers could not start.
     #[error("--demo: {0}")]
     Demo(std::io::Error),
+    /// Replicas of this region cannot share this store (another instance runs on the same SQLite file).
+    #[error("storage.url: {0}")]
+    Replicas(String),
     /// A task of the daemon died while running (the process exits non-zero so it is restarted).
     #[error("{task} died ({why}); vigil stopped so its service manager restarts it")]
     TaskDied {
@@ -95,6 +100,7 @@ impl AppError {
             }
             AppError::Bind { addr, source } => ("http.listen", format!("{addr}: {source}")),
             AppError::Store(e) => ("storage.url", e.to_string()),
+            AppError::Replicas(e) => ("storage.url", e.clone()),
             AppError::Spool(e) => ("storage.data_dir", e.to_string()),
             AppError::DataDir { path, source } => ("storage.data_dir", format!("{}: {source}", path.display())),
             AppError::Alerts(e) => ("alerts", e.clone()),
@@ -194,6 +200,8 @@ pub struct App {
     /// The spool of breaker transitions and other records.
     records: store::spool::SpoolOf<crate::io::store::link::Record>,
     reload: Option<ReloadSender>,
+    /// This instance among the region's members (replicas).
+    replicas: Replicas,
 }
 
 impl App {
@@ -299,28 +307,23 @@ impl App {
             notifiers,
             records,
             reload,
+            replicas,
         } = self;
+        let (roster, gate) = (replicas.roster(), LeaderGate::of(replicas.roster()));
+        metrics.follow_roster(roster.clone());
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
         let writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
         let health = writer.health();
-        let outbox = build_outbox(&config, &store, &metrics, notifiers);
+        let outbox = build_outbox(&config, &store, &metrics, notifiers, gate.clone());
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
         let alerting =
             restore_alerting(&config, store.as_ref(), &records, outbox.channels(), model_notices.clone()).await;
-        let plan = ContextPlan {
-            region: config.region.clone(),
-            every: config.probe.interval,
-            credit_providers: alerting.credit_providers(),
-        };
-        let (link, link_handle) = Link::new(store.clone(), records, Some(plan));
+        let (link, link_handle) = storage_link(&config, &store, records, &alerting);
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
-        // Cost-aware adaptive probing: the pipeline plans, the scheduler follows.
-        let probe_plan = crate::decide::adaptive::SharedPlan::default();
-        let planner = planner_for(&config, scheduler.targets(), probe_plan.clone());
-        let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst());
+        let (scheduler, planner) = plan_probes(&config, scheduler, roster.clone());
         let provider_status = crate::vocab::provider_status::SharedProviderStatus::default();
         let (canary_shown, golden_shown) = (crate::vocab::canary::SharedCanary::default(), SharedChecks::default());
         let (adopt_tx, adopt_rx) = mpsc::channel(16);
@@ -347,7 +350,8 @@ impl App {
         let [writer_stop, link_stop, outbox_stop] = stops.clone();
         let (store_tx, store_rx) = mpsc::channel(16_384);
         let (tx, rx) = mpsc::channel(16_384);
-        let (side_runs, canary_rx, golden_rx, workload_rx) = side.start(&shutdown);
+        let (side_runs, canary_rx, golden_rx, workload_rx) = side.start(&gate, &shutdown);
+        let (peers_tx, peers_rx) = mpsc::channel(16_384);
         let pipeline = Pipeline::new(Stages {
             metrics: metrics.clone(),
             writer: store_tx,
@@ -365,6 +369,8 @@ impl App {
             golden_shown,
             workloads: workload_rx,
             adopt: adopt_rx,
+            roster: Some(roster),
+            peers: peers_rx,
         });
         let mut tasks = vec![
             Task::spawn("pipeline", pipeline.run(rx)),
@@ -374,6 +380,7 @@ impl App {
                 let (outbox, stop) = (outbox.clone(), outbox_stop.clone());
                 Task::spawn("alert delivery", async move { outbox.run(stop).await })
             },
+            Task::spawn("replicas", replicas.run(peers_tx, shutdown.clone())),
         ];
         let shared = crate::run::side_tasks::Shared {
             store: store.clone(),
@@ -382,6 +389,7 @@ impl App {
             provider_status,
             model_notices,
             published,
+            gate,
         };
         tasks.extend(crate::run::side_tasks::start(&config, shared, &shutdown));
         tasks.extend(side_runs);
@@ -445,6 +453,7 @@ impl Prepared {
             },
             false => false,
         };
+        let replicas = join_region(&config, store.clone(), migrated, metrics.clone()).await?;
         Ok(App {
             config,
             listener,
@@ -461,7 +470,62 @@ impl Prepared {
             notifiers,
             records,
             reload,
+            replicas,
         })
+    }
+}
+
+/// The storage link, reading what the pipeline shows of other regions and the watched credit.
+fn storage_link(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    records: store::spool::SpoolOf<crate::io::store::link::Record>,
+    alerting: &crate::run::pipeline::Alerting,
+) -> (Link, crate::io::store::link::LinkHandle) {
+    let plan = ContextPlan {
+        region: config.region.clone(),
+        every: config.probe.interval,
+        credit_providers: alerting.credit_providers(),
+    };
+    Link::new(store.clone(), records, Some(plan))
+}
+
+/// Cost-aware adaptive probing (the pipeline plans, the scheduler follows) over this replica's
+/// share of the region.
+fn plan_probes(
+    config: &Config,
+    scheduler: Scheduler,
+    roster: crate::decide::roster::SharedRoster,
+) -> (Scheduler, crate::decide::adaptive::Planner) {
+    let probe_plan = crate::decide::adaptive::SharedPlan::default();
+    let planner = planner_for(config, scheduler.targets(), probe_plan.clone());
+    let scheduler = scheduler.with_plan(probe_plan, planner.settings().burst()).with_roster(roster);
+    (scheduler, planner)
+}
+
+/// Joins the region's members: alone while storage is unreachable at start (it beats once
+/// storage answers); refused when another live instance of the region shares an SQLite file.
+async fn join_region(
+    config: &Config,
+    store: Arc<dyn Store>,
+    migrated: bool,
+    metrics: Arc<Metrics>,
+) -> Result<Replicas, AppError> {
+    let interval = config.probe.interval;
+    // A peer's sample reaches storage up to a probe timeout and a write batch after its start.
+    let window = config.probe.timeout + config.storage.batch_age + Timing::for_interval(interval).beat * 2;
+    let alone = |store| Replicas::alone(store, &config.region, interval, window, metrics.clone());
+    if !migrated {
+        return Ok(alone(store));
+    }
+    let sqlite = config.storage.url.expose_secret().starts_with("sqlite:");
+    match Replicas::join(store.clone(), sqlite, &config.region, interval, window, metrics.clone()).await {
+        Ok(r) => Ok(r),
+        Err(e @ ReplicaError::SqliteShared { .. }) => Err(AppError::Replicas(e.to_string())),
+        Err(e) => {
+            tracing::warn!(region = %config.region, error = %e, "region's members not read at start; probing every target until they are");
+            Ok(alone(store))
+        }
     }
 }
 
@@ -487,18 +551,18 @@ struct SideRunners {
 
 impl SideRunners {
     /// Starts each runner that is on; returns their tasks and the ends of their channels.
-    fn start(self, shutdown: &CancellationToken) -> SideRuns {
+    fn start(self, gate: &LeaderGate, shutdown: &CancellationToken) -> SideRuns {
         let (canary_tx, canary_rx) = mpsc::channel(1024);
         let (golden_tx, golden_rx) = mpsc::channel(1024);
         let mut tasks = Vec::new();
-        if let Some(canary) = self.canary {
+        if let Some(canary) = self.canary.map(|c| c.led_by(gate.clone())) {
             tasks.push(Task::spawn_optional("canary", canary.run(canary_tx, shutdown.clone())));
         }
-        if let Some(golden) = self.golden {
+        if let Some(golden) = self.golden.map(|g| g.led_by(gate.clone())) {
             tasks.push(Task::spawn_optional("golden checks", golden.run(golden_tx, shutdown.clone())));
         }
         let (workload_tx, workload_rx) = mpsc::channel(1024);
-        if let Some(workload) = self.workload {
+        if let Some(workload) = self.workload.map(|w| w.led_by(gate.clone())) {
             tasks.push(Task::spawn_optional("long-prompt probes", workload.run(workload_tx, shutdown.clone())));
         }
         (tasks, canary_rx, golden_rx, workload_rx)
@@ -697,21 +761,25 @@ fn build_outbox(
     store: &Arc<dyn Store>,
     metrics: &Arc<Metrics>,
     notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
+    gate: LeaderGate,
 ) -> Arc<crate::io::notify::outbox::Outbox> {
     use crate::io::notify::outbox::{lease_margin, lease_ttl_for, Outbox, OutboxConfig};
-    Arc::new(Outbox::new(
-        store.clone(),
-        notifiers,
-        OutboxConfig {
-            region: Some(config.region.clone()),
-            lease_ttl: lease_ttl_for(config.probe.interval),
-            hold: lease_margin(config.probe.interval),
-            min_regions: config.alerts.min_regions,
-            notice_channels: config.alerts.notice_channels.iter().cloned().collect(),
-            ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
-        },
-        metrics.clone(),
-    ))
+    Arc::new(
+        Outbox::new(
+            store.clone(),
+            notifiers,
+            OutboxConfig {
+                region: Some(config.region.clone()),
+                lease_ttl: lease_ttl_for(config.probe.interval),
+                hold: lease_margin(config.probe.interval),
+                min_regions: config.alerts.min_regions,
+                notice_channels: config.alerts.notice_channels.iter().cloned().collect(),
+                ..OutboxConfig::with_deadline(config.alerts.delivery_deadline)
+            },
+            metrics.clone(),
+        )
+        .led_by(gate),
+    )
 }
 
 /// The alert engine's saved state (`None` when none was ever saved), or `Err` when storage did

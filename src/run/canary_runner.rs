@@ -74,6 +74,8 @@ pub struct CanaryRunner {
     permits: Arc<Semaphore>,
     /// The first run of every target falls within this span of the start.
     first_within: std::time::Duration,
+    /// Runs only while this member leads its region (always without replicas).
+    gate: crate::decide::roster::LeaderGate,
 }
 
 impl CanaryRunner {
@@ -82,7 +84,7 @@ impl CanaryRunner {
         let plans: Vec<Planned> = plans.into_iter().filter(applies_to).collect();
         let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
         let first_within = cfg.interval;
-        CanaryRunner { plans: Arc::new(plans), prober, cfg, permits, first_within }
+        CanaryRunner { plans: Arc::new(plans), prober, cfg, permits, first_within, gate: Default::default() }
     }
 
     /// Spreads the first runs over `span` (at most the canary interval) instead of a whole
@@ -90,6 +92,12 @@ impl CanaryRunner {
     /// runs keep one interval apart.
     pub fn starting_within(mut self, span: std::time::Duration) -> Self {
         self.first_within = span.min(self.cfg.interval).max(std::time::Duration::from_millis(1));
+        self
+    }
+
+    /// Runs only while this member leads its region ([`crate::decide::roster::LeaderGate`]).
+    pub fn led_by(mut self, gate: crate::decide::roster::LeaderGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -121,6 +129,9 @@ impl CanaryRunner {
                 let schedule = Schedule::every(interval).first_at(start + offset).skipping_missed();
                 let (this, request, tx) = (&this, request.as_ref(), &tx);
                 periodic::every(schedule, &shutdown, (), |()| async move {
+                    if !this.gate.open(Utc::now()) {
+                        return Some(());
+                    }
                     let scheduled_at = Utc::now();
                     let run = {
                         let _permit = this.permits.acquire().await.ok();

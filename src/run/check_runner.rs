@@ -96,6 +96,8 @@ pub struct CheckRunner {
     permits: Arc<Semaphore>,
     /// The first run of every check falls within this span of the start (at most its interval).
     first_within: Option<Duration>,
+    /// Runs only while this member leads its region (always without replicas).
+    gate: crate::decide::roster::LeaderGate,
 }
 
 impl CheckRunner {
@@ -114,13 +116,25 @@ impl CheckRunner {
                 jobs.push(Job { plan: p.clone(), asks: Asks::Capability(*c), every: capabilities.every });
             }
         }
-        CheckRunner { jobs: Arc::new(jobs), prober, permits: Arc::new(Semaphore::new(CONCURRENCY)), first_within: None }
+        CheckRunner {
+            jobs: Arc::new(jobs),
+            prober,
+            permits: Arc::new(Semaphore::new(CONCURRENCY)),
+            first_within: None,
+            gate: Default::default(),
+        }
     }
 
     /// Spreads the first runs over `span` instead of a whole interval, so a fresh instance
     /// shows every check's verdict soon after it starts.
     pub fn starting_within(mut self, span: Duration) -> Self {
         self.first_within = Some(span.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Runs only while this member leads its region ([`crate::decide::roster::LeaderGate`]).
+    pub fn led_by(mut self, gate: crate::decide::roster::LeaderGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -150,6 +164,9 @@ impl CheckRunner {
                 let this = &this;
                 let tx = &tx;
                 periodic::every(schedule, &shutdown, (), |()| async move {
+                    if !this.gate.open(Utc::now()) {
+                        return Some(());
+                    }
                     let run = {
                         let _permit = this.permits.acquire().await.ok();
                         match &job.asks {

@@ -84,6 +84,12 @@ pub struct Pipeline {
     workloads: mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
     /// Requests to adopt a target's held level at once (`POST /-/baselines/adopt`).
     adopt: mpsc::Receiver<AdoptRequest>,
+    /// Replicas: the region's members, and the other members' samples read back from storage
+    /// (judged here, never stored or counted again); without replicas nothing arrives.
+    roster: Option<crate::decide::roster::SharedRoster>,
+    peers: mpsc::Receiver<Sample>,
+    /// This instance's own recent samples, so their read-back among the peers' is skipped.
+    own: std::collections::HashMap<uuid::Uuid, DateTime<Utc>>,
 }
 
 /// The alert stage: samples and breaker changes of one probe interval are evaluated together,
@@ -120,6 +126,10 @@ pub struct Alerting {
     traffic: std::collections::BTreeMap<String, (f64, f64)>,
     /// Each chain's head as last handed to the link (`chain_heads`), so only moves are stored.
     heads_stored: std::collections::BTreeMap<String, Option<String>>,
+    /// A follower's notifications of the last few intervals, held in case the leader died
+    /// before sending them; and whether this member led at the last evaluation.
+    held: Vec<crate::decide::alert::Notification>,
+    led: bool,
 }
 
 /// The `chain_slo_at_risk` inputs: every chain with a `ttft_slo` or `total_slo`, as the last
@@ -196,11 +206,7 @@ fn moved_heads(
 /// Hands one evaluation's notifications to the link with the engine state that made them:
 /// `chain_head_changed` to its own channels, everything else to every channel.
 fn hand_over(a: &Alerting, link: &LinkHandle, notes: &[crate::decide::alert::Notification], now: DateTime<Utc>) {
-    let (heads, pages): (Vec<_>, Vec<_>) =
-        notes.iter().cloned().partition(|n| n.primary_kind() == crate::decide::alert::AlertKind::ChainHeadChanged);
-    let mut items = crate::io::notify::outbox::items_for(&pages, &a.channels, now);
-    let head_channels: Vec<String> = a.head_channels.iter().filter(|c| a.channels.contains(c)).cloned().collect();
-    items.extend(crate::io::notify::outbox::items_for(&heads, &head_channels, now));
+    let items = items_of(a, notes, now);
     match a.engine.state_json() {
         // Pages and the state that remembers them travel together (one transaction).
         Ok(state) if !items.is_empty() => link.store(Record::Evaluated { region: a.region.clone(), state, items }),
@@ -213,6 +219,36 @@ fn hand_over(a: &Alerting, link: &LinkHandle, notes: &[crate::decide::alert::Not
             }
         }
     }
+}
+
+/// Logs a probe's outcome: a failure as a warning with why, a success at debug.
+fn log_outcome(sample: &Sample) {
+    if sample.outcome.is_failure() {
+        tracing::warn!(
+            target = %sample.target, provider = %sample.target.provider, model = %sample.target.model,
+            region = %sample.target.region, outcome = %sample.outcome, status = ?sample.status,
+            error = sample.error.as_deref().unwrap_or(""), "probe failed"
+        );
+    } else {
+        tracing::debug!(
+            target = %sample.target, outcome = %sample.outcome, ttfb_ms = ?sample.ttfb_ms.map(|v| v.round()),
+            ttft_ms = ?sample.ttft_ms.map(|v| v.round()), "probe ok"
+        );
+    }
+}
+
+/// The outbox items of `notes`: `chain_head_changed` for its own channels, everything else for every channel.
+fn items_of(
+    a: &Alerting,
+    notes: &[crate::decide::alert::Notification],
+    now: DateTime<Utc>,
+) -> Vec<crate::vocab::records::OutboxItem> {
+    let (heads, pages): (Vec<_>, Vec<_>) =
+        notes.iter().cloned().partition(|n| n.primary_kind() == crate::decide::alert::AlertKind::ChainHeadChanged);
+    let mut items = crate::io::notify::outbox::items_for(&pages, &a.channels, now);
+    let head_channels: Vec<String> = a.head_channels.iter().filter(|c| a.channels.contains(c)).cloned().collect();
+    items.extend(crate::io::notify::outbox::items_for(&heads, &head_channels, now));
+    items
 }
 
 impl Alerting {
@@ -247,6 +283,8 @@ impl Alerting {
             head_channels: config.chain_head.channels.clone(),
             traffic: crate::decide::chain_cost::traffic_of(&config.chains),
             heads_stored: Default::default(),
+            held: Vec::new(),
+            led: true,
         }
     }
 
@@ -302,6 +340,10 @@ pub struct Stages {
     pub workloads: mpsc::Receiver<crate::vocab::workload::WorkloadRun>,
     /// Requests to adopt a held baseline level, from HTTP (nothing arrives in a process without one).
     pub adopt: mpsc::Receiver<AdoptRequest>,
+    /// The region's members, when replicas share its targets (`None`: this instance alone).
+    pub roster: Option<crate::decide::roster::SharedRoster>,
+    /// The other members' samples, read back from storage (nothing arrives without replicas).
+    pub peers: mpsc::Receiver<Sample>,
 }
 
 impl Pipeline {
@@ -336,6 +378,9 @@ impl Pipeline {
             golden_shown: s.golden_shown,
             workloads: s.workloads,
             adopt: s.adopt,
+            roster: s.roster,
+            peers: s.peers,
+            own: Default::default(),
         }
     }
 
@@ -427,7 +472,7 @@ impl Pipeline {
     pub fn evaluate_alerts(&mut self, now: DateTime<Utc>) {
         let heads = head_checks(&self.snapshot, &self.alerts.traffic);
         let moved = moved_heads(&self.alerts.region, &heads, &mut self.alerts.heads_stored, now);
-        if !moved.is_empty() {
+        if !moved.is_empty() && self.leads(now) {
             self.link.store(Record::ChainHeads(moved));
         }
         if !self.alerts.restored {
@@ -530,11 +575,44 @@ impl Pipeline {
         a.flapping_before = a.flapping.targets();
         // Targets in an open latency or error incident are in trouble: the baselines hold their samples.
         self.monitor.set_incidents(a.engine.in_trouble());
+        self.deliver(notes, now);
+        self.replan(now);
+    }
+
+    /// Whether this instance leads its region now (always, without replicas): only the leader
+    /// stores what the region shares (breakers, rollups, alert state, the region's view of each
+    /// target) and sends the pages; the others judge the same samples and keep the same state
+    /// warm, so a takeover neither re-pages an open incident nor forgets an open breaker.
+    fn leads(&self, now: DateTime<Utc>) -> bool {
+        self.roster.as_ref().is_none_or(|r| r.read().map_or(true, |r| r.leads(now)))
+    }
+
+    /// Hands one evaluation's notifications and this region's view to the link when leading;
+    /// holds them (three intervals) when following. On taking the lead, what was held goes to the
+    /// link too, which sends only what the old leader had not.
+    fn deliver(&mut self, notes: Vec<crate::decide::alert::Notification>, now: DateTime<Utc>) {
+        let leads = self.leads(now);
+        let a = &mut self.alerts;
+        let hold_for = chrono::Duration::from_std(a.every * 3).unwrap_or_default();
+        a.held.retain(|n| now - n.created_at <= hold_for);
+        if !leads {
+            a.held.extend(notes);
+            a.led = false;
+            return;
+        }
+        if !a.led {
+            a.led = true;
+            let held = std::mem::take(&mut a.held);
+            tracing::info!(region = %a.region, held = held.len(), "this replica now leads the region");
+            if !held.is_empty() {
+                let items = items_of(a, &held, now);
+                self.link.store(Record::Takeover { region: a.region.clone(), since: now - hold_for * 2, items });
+            }
+        }
         // This region's view of each target, for the other regions' scope and status pages.
         let engine = &a.engine;
         self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
         hand_over(a, &self.link, &notes, now);
-        self.replan(now);
     }
 
     /// Processes one sample (the step tests drive directly). A panic in the decision stages is
@@ -544,15 +622,32 @@ impl Pipeline {
         if self.writer.send(sample.clone()).await.is_err() {
             tracing::error!(target = %sample.target, "store writer stopped; sample not stored");
         }
+        // Only while there are peers: their samples are read back from then on, ours among them.
+        if self.roster.as_ref().is_some_and(|r| r.read().is_ok_and(|r| r.peers() > 0)) {
+            self.own.insert(sample.id, sample.started_at);
+        }
+        self.judge_guarded(sample, true);
+        self.liveness.processed(Utc::now());
+    }
+
+    /// Judges another member's sample read back from storage (its own read-back is skipped):
+    /// baselines, breakers and alerts only; it was stored and counted where it was probed.
+    pub fn process_peer(&mut self, sample: Sample) {
+        if self.own.remove(&sample.id).is_none() {
+            self.judge_guarded(sample, false);
+        }
+    }
+
+    /// [`Pipeline::judge`], with a panic caught, logged and counted.
+    fn judge_guarded(&mut self, sample: Sample, own: bool) {
         let target = sample.target.clone();
-        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.judge(sample)));
+        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.judge(sample, own)));
         if let Err(payload) = judged {
             let why = crate::run::watchdog::panic_message(payload);
             tracing::error!(target = %target, provider = %target.provider, model = %target.model,
                 region = %target.region, panic = %why, "judging a sample panicked; sample stored, stages kept");
             self.metrics.task_panicked("pipeline");
         }
-        self.liveness.processed(Utc::now());
     }
 
     /// Runs one periodic step; a panic in it is logged and counted, and the loop goes on.
@@ -564,19 +659,11 @@ impl Pipeline {
         }
     }
 
-    fn judge(&mut self, sample: Sample) {
-        self.metrics.observe(&sample);
-        if sample.outcome.is_failure() {
-            tracing::warn!(
-                target = %sample.target, provider = %sample.target.provider, model = %sample.target.model,
-                region = %sample.target.region, outcome = %sample.outcome, status = ?sample.status,
-                error = sample.error.as_deref().unwrap_or(""), "probe failed"
-            );
-        } else {
-            tracing::debug!(
-                target = %sample.target, outcome = %sample.outcome, ttfb_ms = ?sample.ttfb_ms.map(|v| v.round()),
-                ttft_ms = ?sample.ttft_ms.map(|v| v.round()), "probe ok"
-            );
+    fn judge(&mut self, sample: Sample, own: bool) {
+        // A peer's sample was counted and logged by the member that probed it.
+        if own {
+            self.metrics.observe(&sample);
+            log_outcome(&sample);
         }
         let now = Utc::now();
         // An open breaker whose wait is over is half-open before its deciding probe is judged,
@@ -623,6 +710,9 @@ impl Pipeline {
         tracing::warn!(target = %target, provider = %target.provider, model = %target.model, region = %target.region,
             from = %t.from, to = %t.to, reason = %t.reason, "circuit breaker");
         self.metrics.set_circuit(target, t.to.gauge());
+        if !self.leads(Utc::now()) {
+            return;
+        }
         self.link.store(Record::Transition(t.to_record(target)));
         if let Some(b) = self.monitor.breaker(target) {
             self.link.store(Record::Breaker(b.to_record(target)));
@@ -682,9 +772,13 @@ impl Pipeline {
             }
             return;
         }
-        for record in self.monitor.take_dirty() {
+        // Followers drop theirs: the leader stores the same state from the same samples.
+        let leads = self.leads(now);
+        for record in self.monitor.take_dirty().into_iter().filter(|_| leads) {
             self.link.store(record);
         }
+        let keep_from = now - chrono::Duration::minutes(10);
+        self.own.retain(|_, at| *at >= keep_from);
         if !self.expiring {
             if let Some(q) = self.monitor.expiring_query(now) {
                 self.expiring = true;
@@ -780,6 +874,7 @@ impl Pipeline {
                     Some(run) => self.guarded("workload", |p| p.process_workload(run)),
                     None => workloads_open = false,
                 },
+                Some(sample) = self.peers.recv() => self.process_peer(sample),
                 request = self.adopt.recv(), if adopt_open => match request {
                     Some(r) => self.guarded("adopt", |p| p.adopt_on_request(r, Utc::now())),
                     None => adopt_open = false,
@@ -913,6 +1008,7 @@ balance = { min_usd = 5.0 }
         let (_golden_tx, golden) = mpsc::channel(1);
         let (_workload_tx, workloads) = mpsc::channel(1);
         let (_adopt_tx, adopt) = mpsc::channel(1);
+        let (_peers_tx, peers) = mpsc::channel(1);
         let pipeline = Pipeline::new(Stages {
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),
             writer,
@@ -930,6 +1026,8 @@ balance = { min_usd = 5.0 }
             golden_shown: Default::default(),
             workloads,
             adopt,
+            roster: None,
+            peers,
         });
         Rig { pipeline, store, snapshot, written, stop, _dir: dir }
     }

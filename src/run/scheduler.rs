@@ -8,12 +8,14 @@
 //! round (at 1,000 targets those wake-ups were a visible share of the daemon's CPU). A target
 //! still running when it is due again is skipped (and counted), never probed twice at once. With an adaptive plan
 //! ([`crate::decide::adaptive`]) a stretched target is armed only in one round of every `stretch`, and a
-//! target in trouble `burst` times per round, evenly spaced from its offset.
+//! target in trouble `burst` times per round, evenly spaced from its offset. Rounds start on
+//! multiples of the interval since the Unix epoch; with replicas ([`crate::decide::roster`]) each
+//! instance starts only the probes the roster gives it at their scheduled time.
 
 use crate::io::metrics::Metrics;
 use crate::io::probe::{grid, Planned, Prober};
 use crate::vocab::sample::Sample;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,9 +45,13 @@ struct Slot {
 }
 
 /// One probe armed for its due time: slot `slot` at `position` of `positions` in round `round`.
+/// `at` is when it is scheduled on the wall clock, computed from the round's number and the
+/// target's offset only: every replica of the region gets the same `at` for the same probe
+/// whatever its own clock says, and asks the roster who owns the target then.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Arm {
     due: Instant,
+    at: DateTime<Utc>,
     slot: usize,
     round: u64,
     position: u32,
@@ -125,9 +131,11 @@ pub struct Scheduler {
     tracker: TaskTracker,
     /// Cuts in-flight probes short when a stop must finish within its bound.
     abort: CancellationToken,
-    /// The adaptive plan, when probing is cost-aware; rounds planned so far.
+    /// The adaptive plan, when probing is cost-aware.
     adaptive: Option<crate::decide::adaptive::SharedPlan>,
-    rounds: Arc<std::sync::atomic::AtomicU64>,
+    /// The region's members, when this instance shares its targets with replicas: it probes
+    /// only the targets the roster gives it at each probe's scheduled time.
+    roster: Option<crate::decide::roster::SharedRoster>,
     /// Probe positions per round under a plan (`probe.interval / probe.incident_interval`).
     max_burst: u32,
 }
@@ -140,6 +148,18 @@ pub fn offset_for(id: &str, interval: Duration) -> Duration {
     let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     let nanos = interval.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
     grid::floor(Duration::from_nanos(hash % nanos))
+}
+
+/// The number of the round `at` falls in: whole intervals since the Unix epoch.
+fn round_of(at: DateTime<Utc>, interval: Duration) -> u64 {
+    let period = interval.as_millis().max(1);
+    u64::try_from(u128::try_from(at.timestamp_millis()).unwrap_or(0) / period).unwrap_or(0)
+}
+
+/// When round `round` starts on the wall clock.
+fn round_wall_start(round: u64, interval: Duration) -> DateTime<Utc> {
+    let ms = u128::from(round).saturating_mul(interval.as_millis().max(1));
+    DateTime::from_timestamp_millis(i64::try_from(ms).unwrap_or(i64::MAX)).unwrap_or_default()
 }
 
 impl Scheduler {
@@ -174,7 +194,7 @@ impl Scheduler {
             tracker: TaskTracker::new(),
             abort: CancellationToken::new(),
             adaptive: None,
-            rounds: Arc::default(),
+            roster: None,
             max_burst: 1,
         }
     }
@@ -184,6 +204,12 @@ impl Scheduler {
     pub fn with_plan(mut self, plan: crate::decide::adaptive::SharedPlan, max_burst: u32) -> Self {
         self.adaptive = Some(plan);
         self.max_burst = max_burst.max(1);
+        self
+    }
+
+    /// Probes only the targets `roster` gives this member (replicas of a region).
+    pub fn with_roster(mut self, roster: crate::decide::roster::SharedRoster) -> Self {
+        self.roster = Some(roster);
         self
     }
 
@@ -231,10 +257,12 @@ impl Scheduler {
         out.into_iter().map(|(_, s)| s).collect()
     }
 
-    /// Arms one probe per target (per burst position under an adaptive plan) for the round
-    /// starting at `round_start`.
-    fn arm_round(&self, round_start: Instant, armed: &mut Armed) {
-        let round = self.rounds.fetch_add(1, Ordering::AcqRel);
+    /// Arms one probe per target (per burst position under an adaptive plan) for round number
+    /// `round` (counted from the Unix epoch), which starts at `round_start` on this process's
+    /// clock; positions due before `not_before` (the part of a round already gone at a start)
+    /// are left out.
+    fn arm_round(&self, round: u64, round_start: Instant, not_before: Instant, armed: &mut Armed) {
+        let round_wall = round_wall_start(round, self.interval);
         // Without a plan each target has one position a round; with one, every target has the
         // incident burst's positions and the plan, read when each comes due, says which probe.
         let positions = if self.adaptive.is_some() { self.max_burst } else { 1 };
@@ -243,7 +271,11 @@ impl Scheduler {
             for (position, offset) in (0..positions).zip(offsets) {
                 // On a tick even when the interval or a burst's spacing is not whole ticks.
                 let due = grid::at_or_after(round_start + offset);
-                armed.0.push(Reverse(Arm { due, slot, round, position, positions }));
+                if due < not_before {
+                    continue;
+                }
+                let at = round_wall + chrono::Duration::from_std(offset).unwrap_or_default();
+                armed.0.push(Reverse(Arm { due, at, slot, round, position, positions }));
             }
         }
     }
@@ -262,7 +294,7 @@ impl Scheduler {
     /// step it through rounds and plan changes without waiting).
     fn take_due(&self, armed: &mut Armed, now: Instant, mut start: impl FnMut(Arm)) {
         while let Some(arm) = armed.pop_due(now) {
-            if self.wanted(arm.slot, arm.round, arm.position, arm.positions) {
+            if self.wanted(arm.slot, arm.round, arm.position, arm.positions) && self.owned(arm.slot, arm.at) {
                 start(arm);
             }
         }
@@ -283,8 +315,14 @@ impl Scheduler {
     #[cfg(any(test, feature = "test-support"))]
     pub async fn run_one_round(&self, round_start: Instant, tx: mpsc::Sender<Sample>, shutdown: &CancellationToken) {
         let mut armed = Armed::default();
-        self.arm_round(round_start, &mut armed);
+        self.arm_round(0, round_start, round_start, &mut armed);
         self.dispatch(&mut armed, &tx, shutdown).await;
+    }
+
+    /// Whether this member probes slot `i` at `at` (always, without replicas).
+    fn owned(&self, i: usize, at: DateTime<Utc>) -> bool {
+        let Some(roster) = &self.roster else { return true };
+        roster.read().map_or(true, |r| r.owns(&self.slots[i].id, at))
     }
 
     /// Whether the current plan probes slot `i` at this position of round `round`.
@@ -329,11 +367,16 @@ impl Scheduler {
 
     /// Runs rounds until `shutdown`, then waits for in-flight probes to finish.
     pub async fn run(&self, tx: mpsc::Sender<Sample>, shutdown: CancellationToken) -> Result<(), SchedulerError> {
-        let start = grid::at_or_after(Instant::now());
+        // Rounds start on multiples of the interval since the Unix epoch, so replicas of a
+        // region (and this instance across restarts) agree on when each target is due.
+        let (now, wall) = (Instant::now(), Utc::now());
+        let round = round_of(wall, self.interval);
+        let into = (wall - round_wall_start(round, self.interval)).to_std().unwrap_or_default();
+        let start = now.checked_sub(into).unwrap_or(now);
         let mut armed = Armed::default();
-        self.arm_round(start, &mut armed);
-        self.arm_round(start + self.interval, &mut armed);
-        let mut next = start + self.interval * 2;
+        self.arm_round(round, start, now, &mut armed);
+        self.arm_round(round + 1, start + self.interval, now, &mut armed);
+        let mut next = (round + 2, start + self.interval * 2);
         // The cron job only signals ticks; this loop owns the sample sender, so the channel
         // closes (and the pipeline drains) once the loop and every probe task have ended.
         let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<()>();
@@ -353,8 +396,8 @@ impl Scheduler {
                     if tick.is_none() {
                         break;
                     }
-                    self.arm_round(next, &mut armed);
-                    next += self.interval;
+                    self.arm_round(next.0, next.1, next.1, &mut armed);
+                    next = (next.0 + 1, next.1 + self.interval);
                 }
                 // The next two rounds are queued before the first starts; only an empty fleet
                 // leaves nothing to dispatch.
@@ -419,7 +462,7 @@ mod tests {
     fn simulate(s: &Scheduler, t0: Instant, rounds: u32, mut change: impl FnMut(Instant)) -> Vec<(usize, Instant)> {
         let mut armed = Armed::default();
         for r in 0..rounds {
-            s.arm_round(t0 + s.interval * r, &mut armed);
+            s.arm_round(u64::from(r), t0 + s.interval * r, t0, &mut armed);
         }
         let mut started = Vec::new();
         let mut now = t0;
@@ -466,6 +509,40 @@ mod tests {
             assert_eq!(starts_of(&started, i), due, "slot {i}: once a round at its own offset, whatever its mode");
         }
         assert_eq!(started.len(), 40 * 5);
+    }
+
+    #[test]
+    fn two_members_start_every_probe_once_and_a_joiner_takes_its_share_at_one_probe() {
+        use crate::decide::roster::Roster;
+        use crate::vocab::member::Member;
+        let epoch = DateTime::UNIX_EPOCH;
+        let member = |id: &str, active_s: i64| Member {
+            region: "test-1".into(),
+            id: id.into(),
+            host: "h".into(),
+            started_at: epoch,
+            heartbeat_at: epoch,
+            active_from: epoch + chrono::Duration::seconds(active_s),
+        };
+        // b joins 150 s in: mid round 2, so some of its targets change hands in that round.
+        let rows = vec![member("a", 0), member("b", 150)];
+        let view = |me: Member| Arc::new(std::sync::RwLock::new(Roster::read(me, rows.clone(), epoch, Duration::MAX)));
+        let (a, _) = planned(40, Duration::from_secs(60));
+        let (b, _) = planned(40, Duration::from_secs(60));
+        let (a, b) = (a.with_roster(view(member("a", 0))), b.with_roster(view(member("b", 150))));
+        let t0 = grid::at_or_after(Instant::now());
+        let (by_a, by_b) = (simulate(&a, t0, 5, |_| ()), simulate(&b, t0, 5, |_| ()));
+        let join = t0 + Duration::from_secs(150);
+        assert!(by_b.iter().all(|(_, due)| *due >= join), "nothing before its start");
+        for (i, slot) in a.slots.iter().enumerate() {
+            let mut starts = starts_of(&by_a, i);
+            starts.extend(starts_of(&by_b, i));
+            starts.sort();
+            let due: Vec<Instant> = (0..5).map(|r| t0 + slot.offset + a.interval * r).collect();
+            assert_eq!(starts, due, "slot {i}: once a round between the two, never twice, never skipped");
+        }
+        let moved = (0..40).filter(|i| !starts_of(&by_b, *i).is_empty()).count();
+        assert!(moved > 5 && moved < 35, "b takes about half: {moved}");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The daemon's side tasks: store upkeep and the feeds (credit, providers' status pages, models
 //! lists, published prices) and the weekly summary. Each feed is one adapter's round on the
-//! periodic loop; none of them is on the sample road, so a slow one delays only itself.
+//! periodic loop; none of them is on the sample road, so a slow one delays only itself. With
+//! replicas, upkeep, credit readings and the weekly summary run on the region's leader only.
 
 use super::periodic::{self, Schedule};
 use super::watchdog::Task;
 use crate::config::Config;
+use crate::decide::roster::LeaderGate;
 use crate::io::feeds::model_lists::SharedModelNotices;
 use crate::io::feeds::{balance, model_lists, prices, provider_status};
 use crate::io::metrics::Metrics;
@@ -30,17 +32,28 @@ pub(crate) struct Shared {
     pub model_notices: SharedModelNotices,
     /// The prober's table of OpenRouter's published prices and the targets it prices.
     pub published: (PublishedPrices, Vec<Target>),
+    /// Store upkeep, credit readings and the weekly summary run only on the region's leader.
+    pub gate: LeaderGate,
 }
 
 /// Starts every side task; each stops at `shutdown`.
 pub(crate) fn start(config: &Config, shared: Shared, shutdown: &CancellationToken) -> Vec<Task> {
-    let Shared { store, metrics, migrated, provider_status, model_notices, published } = shared;
+    let Shared { store, metrics, migrated, provider_status, model_notices, published, gate } = shared;
     vec![
         Task::spawn(
             "upkeep",
-            upkeep(store.clone(), retention::Policy::from_config(&config.storage), migrated, shutdown.clone()),
+            upkeep(
+                store.clone(),
+                retention::Policy::from_config(&config.storage),
+                migrated,
+                gate.clone(),
+                shutdown.clone(),
+            ),
         ),
-        Task::spawn_optional("credit poller", credit(store.clone(), config.clone(), metrics, shutdown.clone())),
+        Task::spawn_optional(
+            "credit poller",
+            credit(store.clone(), config.clone(), metrics, gate.clone(), shutdown.clone()),
+        ),
         Task::spawn_optional(
             "status pages",
             status_pages(
@@ -67,13 +80,19 @@ pub(crate) fn start(config: &Config, shared: Shared, shutdown: &CancellationToke
             ),
         ),
         Task::spawn_optional("published prices", published_prices(config.clone(), published, shutdown.clone())),
-        Task::spawn_optional("weekly summary", super::weekly_job::run(store, config.clone(), shutdown.clone())),
+        Task::spawn_optional("weekly summary", super::weekly_job::run(store, config.clone(), gate, shutdown.clone())),
     ]
 }
 
 /// Store upkeep: migrations retried while the database was down at start, then retention on
 /// its own clock. Never touches the sample road.
-async fn upkeep(store: Arc<dyn Store>, policy: retention::Policy, migrated: bool, shutdown: CancellationToken) {
+async fn upkeep(
+    store: Arc<dyn Store>,
+    policy: retention::Policy,
+    migrated: bool,
+    gate: LeaderGate,
+    shutdown: CancellationToken,
+) {
     if !migrated {
         let retry = Schedule::every(retention::MIGRATE_RETRY_EVERY);
         let store = store.as_ref();
@@ -83,24 +102,35 @@ async fn upkeep(store: Arc<dyn Store>, policy: retention::Policy, migrated: bool
             return;
         }
     }
-    let (store, policy, stop) = (store.as_ref(), &policy, &shutdown);
+    let (store, policy, stop, gate) = (store.as_ref(), &policy, &shutdown, &gate);
     periodic::every(Schedule::every(policy.tables.every), &shutdown, (), |()| async move {
-        retention::run_once(store, policy, Utc::now(), stop).await;
+        if gate.open(Utc::now()) {
+            retention::run_once(store, policy, Utc::now(), stop).await;
+        }
         Some(())
     })
     .await;
 }
 
 /// The credit of every provider with a `balance` setting, each on its own period.
-async fn credit(store: Arc<dyn Store>, config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+async fn credit(
+    store: Arc<dyn Store>,
+    config: Config,
+    metrics: Arc<Metrics>,
+    gate: LeaderGate,
+    shutdown: CancellationToken,
+) {
     let mut jobs = tokio::task::JoinSet::new();
     for watched in balance::watched(config.credit_watch(), config.probe.timeout) {
-        let (store, metrics, shutdown, region) =
-            (store.clone(), metrics.clone(), shutdown.clone(), config.region.clone());
+        let (store, metrics, shutdown, region, gate) =
+            (store.clone(), metrics.clone(), shutdown.clone(), config.region.clone(), gate.clone());
         jobs.spawn(async move {
-            let (w, store, metrics, region) = (&watched, store.as_ref(), metrics.as_ref(), region.as_str());
+            let (w, store, metrics, region, gate) =
+                (&watched, store.as_ref(), metrics.as_ref(), region.as_str(), &gate);
             periodic::every(Schedule::every(w.balance.every), &shutdown, (), |()| async move {
-                w.read_once(store, metrics, region).await;
+                if gate.open(Utc::now()) {
+                    w.read_once(store, metrics, region).await;
+                }
                 Some(())
             })
             .await;

@@ -174,7 +174,12 @@ pub async fn send_weekly(
 
 /// Runs the schedule until `shutdown`. Does nothing (after one log line) when `report.weekly`
 /// is `off` or no email channel is configured.
-pub async fn run(store: Arc<dyn Store>, config: Config, shutdown: CancellationToken) {
+pub async fn run(
+    store: Arc<dyn Store>,
+    config: Config,
+    gate: crate::decide::roster::LeaderGate,
+    shutdown: CancellationToken,
+) {
     let Some(expr) = config.report.weekly.clone() else {
         tracing::info!("weekly summary off (report.weekly = \"off\")");
         return;
@@ -219,6 +224,10 @@ pub async fn run(store: Arc<dyn Store>, config: Config, shutdown: CancellationTo
             tick = ticks.recv() => {
                 if tick.is_none() {
                     break;
+                }
+                if !gate.open(Utc::now()) {
+                    tracing::info!(region = %config.region, "weekly summary left to the region's leading replica");
+                    continue;
                 }
                 let send = send_weekly(store.as_ref(), &config.region, &traffic, &recipients, policy.clone(), Utc::now(), &shutdown);
                 // A slow query or SMTP exchange must not hold up a shutdown's drain.

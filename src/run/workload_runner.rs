@@ -63,6 +63,8 @@ pub struct WorkloadRunner {
     permits: Arc<Semaphore>,
     /// The first run of every job falls within this span of the start (at most its interval).
     first_within: Option<Duration>,
+    /// Runs only while this member leads its region (always without replicas).
+    gate: crate::decide::roster::LeaderGate,
 }
 
 impl WorkloadRunner {
@@ -86,13 +88,24 @@ impl WorkloadRunner {
                 });
             }
         }
-        WorkloadRunner { jobs: Arc::new(jobs), permits: Arc::new(Semaphore::new(CONCURRENCY)), first_within: None }
+        WorkloadRunner {
+            jobs: Arc::new(jobs),
+            permits: Arc::new(Semaphore::new(CONCURRENCY)),
+            first_within: None,
+            gate: Default::default(),
+        }
     }
 
     /// Spreads the first runs over `span` instead of a whole interval, so a fresh instance
     /// measures every size soon after it starts.
     pub fn starting_within(mut self, span: Duration) -> Self {
         self.first_within = Some(span.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Runs only while this member leads its region ([`crate::decide::roster::LeaderGate`]).
+    pub fn led_by(mut self, gate: crate::decide::roster::LeaderGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -122,6 +135,9 @@ impl WorkloadRunner {
                 let this = &this;
                 let tx = &tx;
                 periodic::every(schedule, &shutdown, (), |()| async move {
+                    if !this.gate.open(Utc::now()) {
+                        return Some(());
+                    }
                     let run = {
                         let _permit = this.permits.acquire().await.ok();
                         run_once(&job.prober, &job.plan, &job.request, job.size, Utc::now()).await

@@ -1,6 +1,6 @@
 //! The ground deck: the words every other deck shares (a target and its sample, the breaker's
-//! state, a target's health, stored records, notices, readiness, rate-limit headroom). It
-//! imports nothing of vigil's own.
+//! state, a target's health, stored records, notices, readiness, rate-limit headroom, a
+//! region's members). It imports nothing of vigil's own.
 
 pub mod breaker;
 pub mod canary;
@@ -9,6 +9,7 @@ pub mod chain_head;
 pub mod check;
 pub mod drill;
 pub mod health;
+pub mod member;
 pub mod notice;
 pub mod provider_status;
 pub mod ratelimit;

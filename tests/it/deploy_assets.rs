@@ -127,6 +127,8 @@ fn exported_metrics() -> BTreeMap<String, BTreeSet<&'static str>> {
     m.insert("vigil_alerts_abandoned_total".into(), with(&["channel"]));
     m.insert("vigil_samples_spooled".into(), instance(&[]));
     m.insert("vigil_outbox_depth".into(), instance(&[]));
+    m.insert("vigil_region_members".into(), instance(&[]));
+    m.insert("vigil_region_leader".into(), instance(&[]));
     m.insert("vigil_build_info".into(), instance(&["version"]));
     m.insert("vigil_probe_interval_seconds".into(), with(&[]));
     m.insert("vigil_probe_projected_spend_usd".into(), instance(&[]));
@@ -1045,18 +1047,40 @@ fn container(deployment: &Value) -> &Value {
 fn k8s_base_wires_probes_selectors_ports_and_security() {
     let r = base_resources();
     check_workload(&r["Deployment"], &r["Service"], &r["PodDisruptionBudget"], "vigil-config");
+    assert_eq!(r["Deployment"]["spec"]["replicas"].as_u64(), Some(2), "two replicas per region (DATABASE_URL)");
     check_network_policy(&r["NetworkPolicy"], &r["Deployment"]);
 }
 
-/// The choices every packaging of vigil makes (kustomize base, Helm chart): one replica,
-/// selectors that match, the HTTP port, probes, a locked-down container, config and data mounts.
+/// The choices every packaging of vigil makes (kustomize base, Helm chart): one replica with
+/// Recreate, or (sharing PostgreSQL) replicas rolled one at a time on different nodes with a
+/// PDB that keeps one; selectors that match, the HTTP port, probes, a locked-down container, config and data mounts.
 fn check_workload(deploy: &Value, svc: &Value, pdb: &Value, config_map: &str) {
     let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
     assert!(labels_match(&deploy["spec"]["selector"]["matchLabels"], pod_labels), "Deployment selector");
     assert!(labels_match(&svc["spec"]["selector"], pod_labels), "Service selector does not match the pods");
     assert!(labels_match(&pdb["spec"]["selector"]["matchLabels"], pod_labels), "PDB selector does not match the pods");
-    assert_eq!(deploy["spec"]["replicas"].as_u64(), Some(1), "one prober per region");
-    assert_eq!(str_at(deploy, &["spec", "strategy", "type"]), Some("Recreate"), "never two probers in a rollout");
+    match deploy["spec"]["replicas"].as_u64() {
+        // SQLite: one prober, never two in a rollout, and a drain may take it.
+        Some(1) => {
+            assert_eq!(
+                str_at(deploy, &["spec", "strategy", "type"]),
+                Some("Recreate"),
+                "never two probers in a rollout"
+            );
+            assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1), "node drains stay possible");
+        }
+        // Replicas sharing the region through PostgreSQL: one always left, on another node.
+        Some(n) if n >= 2 => {
+            assert_eq!(str_at(deploy, &["spec", "strategy", "type"]), Some("RollingUpdate"));
+            assert_eq!(deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"].as_u64(), Some(0));
+            assert_eq!(pdb["spec"]["minAvailable"].as_u64(), Some(1), "a drain leaves one replica probing");
+            let term = &deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+                ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+            assert_eq!(str_at(term, &["topologyKey"]), Some("kubernetes.io/hostname"));
+            assert!(labels_match(&term["labelSelector"]["matchLabels"], pod_labels), "anti-affinity selects the pods");
+        }
+        other => panic!("replicas: {other:?}"),
+    }
 
     let c = container(deploy);
     let port = c["ports"].as_sequence().and_then(|p| p.first()).expect("container port");
@@ -1773,6 +1797,7 @@ fn helm_chart_lints_and_renders_the_same_choices_as_the_kustomize_base() {
     );
     let (deploy, svc) = (one(&docs, "Deployment"), one(&docs, "Service"));
     check_workload(deploy, svc, one(&docs, "PodDisruptionBudget"), "vigil-config");
+    assert_eq!(deploy["spec"]["replicas"].as_u64(), Some(1), "SQLite by default: one prober");
     check_network_policy(one(&docs, "NetworkPolicy"), deploy);
     let c = container(deploy);
     assert_eq!(env_value(c, "VIGIL_REGION").as_deref(), Some("eu-west-1"));
@@ -1844,6 +1869,7 @@ fn helm_chart_reads_only_the_secrets_its_values_name_and_alerts_an_in_cluster_al
     let docs = helm_render(&helm, &values).unwrap_or_else(|e| panic!("{e}"));
     let deploy = one(&docs, "Deployment");
     check_workload(deploy, one(&docs, "Service"), one(&docs, "PodDisruptionBudget"), "vigil-config");
+    assert_eq!(deploy["spec"]["replicas"].as_u64(), Some(2), "a shared PostgreSQL: two replicas");
     let read_from = |secret: &str, key: &str| (secret.to_string(), key.to_string());
     let files = secret_files(deploy);
     assert_eq!(

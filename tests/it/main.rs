@@ -53,6 +53,7 @@ mod provider_incident_alert;
 mod provider_status;
 mod ratelimit_headroom;
 mod reload;
+mod replicas;
 mod router_export;
 mod secret_files;
 mod status_page;

@@ -35,6 +35,7 @@ store_support::on_both_stores!(
     an_incident_lease_is_claimed_once_renewed_by_its_owner_and_taken_over_when_expired,
     sightings_are_one_row_per_region_and_close_with_the_incident,
     drills_are_read_by_every_region_while_they_run_and_end_once,
+    members_beat_read_back_by_region_leave_and_are_forgotten_a_day_after_their_last_beat,
     chain_heads_read_back_by_window_with_the_head_in_effect_at_its_start,
     provider_incidents_and_components_upsert_and_read_back,
     every_table_is_pruned_by_its_own_clock_in_bounded_batches,
@@ -271,6 +272,39 @@ async fn sightings_are_one_row_per_region_and_close_with_the_incident(fx: Fixtur
     assert!(fx.store.sightings(key).await.expect("read").is_empty());
     assert_eq!(fx.store.claim_incident(key, "eu", now, now + Duration::seconds(65)).await.expect("claim"), "eu");
     assert_eq!(fx.store.sightings("vigil:other").await.expect("read").len(), 1);
+}
+
+async fn members_beat_read_back_by_region_leave_and_are_forgotten_a_day_after_their_last_beat(fx: Fixture) {
+    use vigil::vocab::member::Member;
+    let now = micros(Utc::now());
+    let member = |region: &str, id: &str, beat: i64| Member {
+        region: region.into(),
+        id: id.into(),
+        host: "pod-\"a\"".into(),
+        started_at: now - Duration::minutes(10),
+        heartbeat_at: now + Duration::seconds(beat),
+        active_from: now - Duration::minutes(9),
+    };
+    let (a, b, us) = (member("eu", "a", 0), member("eu", "b", 0), member("us", "a", 0));
+    let cutoff = now - Duration::days(1);
+    for m in [&a, &b, &us] {
+        fx.store.beat(m, cutoff).await.expect("beat");
+    }
+    assert_eq!(fx.store.members("eu").await.expect("read"), vec![a.clone(), b.clone()], "one region's, by id");
+    // A later beat moves the heartbeat only: the start and the share's start stay as first written.
+    let later = Member { heartbeat_at: now + Duration::seconds(5), active_from: now + Duration::hours(1), ..a.clone() };
+    fx.store.beat(&later, cutoff).await.expect("beat");
+    let read = fx.store.members("eu").await.expect("read");
+    assert_eq!(read[0], Member { heartbeat_at: later.heartbeat_at, ..a.clone() });
+    fx.store.leave("eu", "b").await.expect("leave");
+    assert_eq!(fx.store.members("eu").await.expect("read").len(), 1);
+    // A member dead for over a day is removed at anyone's next beat, in any region.
+    let stale = member("eu", "old", -2 * 86_400);
+    fx.store.beat(&stale, now - Duration::days(3)).await.expect("beat");
+    assert_eq!(fx.store.members("eu").await.expect("read").len(), 2);
+    fx.store.beat(&us, cutoff).await.expect("beat");
+    let ids: Vec<String> = fx.store.members("eu").await.expect("read").into_iter().map(|m| m.id).collect();
+    assert_eq!(ids, ["a"]);
 }
 
 async fn drills_are_read_by_every_region_while_they_run_and_end_once(fx: Fixture) {

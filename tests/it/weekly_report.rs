@@ -463,7 +463,7 @@ async fn the_daemon_job_sends_its_regions_summary_on_the_cron_schedule() {
     // Every second, so the test need not wait for a Monday.
     let cfg = config(&fx, Some(&server.url()), "[report]\nweekly = \"* * * * * *\"");
     let stop = CancellationToken::new();
-    let job = tokio::spawn(weekly_job::run(fx.store.clone(), cfg, stop.clone()));
+    let job = tokio::spawn(weekly_job::run(fx.store.clone(), cfg, Default::default(), stop.clone()));
     let m = server.message(0).await;
     stop.cancel();
     job.await.expect("the job stops on shutdown");
@@ -477,8 +477,14 @@ async fn the_daemon_job_sends_its_regions_summary_on_the_cron_schedule() {
 async fn without_an_email_channel_the_job_does_nothing_and_returns() {
     let fx = Fixture::sqlite().await;
     let never = CancellationToken::new();
-    weekly_job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"* * * * * *\""), never.clone()).await;
-    weekly_job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"off\""), never).await;
+    weekly_job::run(
+        fx.store.clone(),
+        config(&fx, None, "[report]\nweekly = \"* * * * * *\""),
+        Default::default(),
+        never.clone(),
+    )
+    .await;
+    weekly_job::run(fx.store.clone(), config(&fx, None, "[report]\nweekly = \"off\""), Default::default(), never).await;
 }
 
 fn vigil(dir: &std::path::Path, db: &str) -> Command {

@@ -90,7 +90,8 @@ async fn each_size_gets_its_own_ttft_series_and_deadline_apart_from_the_tiny_pro
         (tiny && s.len() == 2 && s.iter().all(|w| w["failover_ttft_ms"].is_f64())).then_some(doc)
     })
     .await;
-    let doc = both.unwrap_or_else(|| panic!("no deadline for both sizes and the tiny probe: {:?}", provider.requests().len()));
+    let doc = both
+        .unwrap_or_else(|| panic!("no deadline for both sizes and the tiny probe: {:?}", provider.requests().len()));
     let s = sizes(&doc);
     let (small, large) = (&s[0], &s[1]);
     assert_eq!((small["input_tokens"].as_u64(), large["input_tokens"].as_u64()), (Some(512), Some(8000)), "{doc}");

@@ -69,6 +69,8 @@ pub struct Metrics {
     panics: IntCounterVec,
     records_spooled: IntGaugeVec,
     rejected: IntCounterVec,
+    /// Live members of the region (this one included), and whether this one leads.
+    replicas: ReplicaGauges,
     region: String,
     adaptive: AdaptiveMetrics,
     canary: CanaryMetrics,
@@ -78,6 +80,8 @@ pub struct Metrics {
     targets: Mutex<BTreeMap<Target, Series>>,
     /// Size of the last exposition, to allocate the next one at once.
     last_len: AtomicUsize,
+    /// With replicas, the region's members: per-target gauges are exposed by the target's owner only.
+    roster: std::sync::OnceLock<crate::decide::roster::SharedRoster>,
 }
 
 fn labels(t: &Target) -> [&str; 4] {
@@ -86,6 +90,40 @@ fn labels(t: &Target) -> [&str; 4] {
 
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `vigil_region_members` and `vigil_region_leader` of this instance's region (1 and 1 alone).
+struct ReplicaGauges {
+    members: IntGaugeVec,
+    leader: IntGaugeVec,
+    region: String,
+}
+
+impl ReplicaGauges {
+    fn new(region: &str) -> Result<Self, prometheus::Error> {
+        let gauge = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["region"]);
+        let members = gauge(
+            "vigil_region_members",
+            "Live instances sharing this region's targets (replicas), this one included.",
+        )?;
+        let leader = gauge(
+            "vigil_region_leader",
+            "1 on the region's leading replica (it pages and runs the region's once-only work), else 0.",
+        )?;
+        let gauges = ReplicaGauges { members, leader, region: region.to_string() };
+        gauges.set(1, true);
+        Ok(gauges)
+    }
+
+    fn set(&self, live: usize, leads: bool) {
+        self.members.with_label_values(&[&self.region]).set(i64::try_from(live).unwrap_or(i64::MAX));
+        self.leader.with_label_values(&[&self.region]).set(i64::from(leads));
+    }
+
+    fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.members.clone()))?;
+        registry.register(Box::new(self.leader.clone()))
+    }
 }
 
 impl Metrics {
@@ -162,6 +200,7 @@ impl Metrics {
                 ),
                 &["field", "region"],
             )?,
+            replicas: ReplicaGauges::new(region)?,
             region: region.to_string(),
             adaptive: AdaptiveMetrics::new()?,
             canary: CanaryMetrics::new()?,
@@ -171,6 +210,7 @@ impl Metrics {
             detail,
             targets: Mutex::new(BTreeMap::new()),
             last_len: AtomicUsize::new(0),
+            roster: std::sync::OnceLock::new(),
         };
         let build = GaugeVec::new(
             Opts::new("vigil_build_info", "Always 1; labels carry the version."),
@@ -203,6 +243,7 @@ impl Metrics {
             m.registry.register(c)?;
         }
         m.adaptive.register(&m.registry, region)?;
+        m.replicas.register(&m.registry)?;
         m.thresholds.register(&m.registry)?;
         m.canary.register(&m.registry)?;
         m.golden.register(&m.registry)?;
@@ -355,6 +396,16 @@ impl Metrics {
         self.with_target(t, |h| h.flapping = Some(if flapping { 1.0 } else { 0.0 }));
     }
 
+    /// Exposes per-target gauges only for the targets `roster` gives this replica (set once).
+    pub fn follow_roster(&self, roster: crate::decide::roster::SharedRoster) {
+        let _ = self.roster.set(roster);
+    }
+
+    /// Sets the region's live members and whether this one leads.
+    pub fn set_members(&self, live: usize, leads: bool) {
+        self.replicas.set(live, leads);
+    }
+
     /// Sets a provider's remaining credit.
     pub fn set_credit(&self, provider: &str, usd: f64) {
         self.credit.with_label_values(&[provider, &self.region]).set(usd);
@@ -442,7 +493,11 @@ impl Metrics {
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
         let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
-        targets::render(&mut text, &self.lock(), self.bounds);
+        // Alone, a replica shows every target: no rendezvous hash per target per scrape.
+        let roster = self.roster.get().and_then(|r| r.read().ok().filter(|r| r.peers() > 0).map(|r| r.clone()));
+        let now = chrono::Utc::now();
+        let shown = |t: &Target| roster.as_ref().is_none_or(|r| r.owns(&t.id(), now));
+        targets::render(&mut text, &self.lock(), self.bounds, &shown);
         // Encoding into a String cannot fail for the text format.
         let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text);
         self.last_len.store(text.len(), Ordering::Relaxed);

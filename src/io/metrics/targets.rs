@@ -156,12 +156,19 @@ fn label(out: &mut String, sep: char, name: &str, value: &str) {
     out.push('"');
 }
 
-/// Writes every per-target family; `bounds` are the latency histograms' upper bounds.
-pub(super) fn render(out: &mut String, targets: &BTreeMap<Target, Series>, bounds: &[f64]) {
+/// Writes every per-target family; `bounds` are the latency histograms' upper bounds. Gauges
+/// are written only for the targets `shown` says (with replicas, those this one probes now, so
+/// each target's gauges come from one replica at a time); counters and histograms for all.
+pub(super) fn render(
+    out: &mut String,
+    targets: &BTreeMap<Target, Series>,
+    bounds: &[f64],
+    shown: &dyn Fn(&Target) -> bool,
+) {
     let les: Vec<String> = bounds.iter().map(f64::to_string).collect();
     let each = |out: &mut String, name, kind, help, f: &dyn Fn(&mut Family<'_>, &Target, &Series)| {
         let mut fam = Family::new(out, name, kind, help);
-        for (t, s) in targets {
+        for (t, s) in targets.iter().filter(|(t, _)| kind != "gauge" || shown(t)) {
             f(&mut fam, t, s);
         }
     };
@@ -247,14 +254,14 @@ pub(super) fn render(out: &mut String, targets: &BTreeMap<Target, Series>, bound
     gauge(out, "vigil_probe_interval_seconds", "Time between two probes of the target in the current plan.", |s| {
         s.interval
     });
-    render_ratelimit(out, targets);
+    render_ratelimit(out, targets, shown);
 }
 
 /// The per-kind rate-limit gauges (`kind`: requests, tokens), each a target's last reading.
-fn render_ratelimit(out: &mut String, targets: &BTreeMap<Target, Series>) {
+fn render_ratelimit(out: &mut String, targets: &BTreeMap<Target, Series>, shown: &dyn Fn(&Target) -> bool) {
     let per_kind = |out: &mut String, name, help, get: fn(&Series) -> &[Option<f64>; 2]| {
         let mut fam = Family::new(out, name, "gauge", help);
-        for (t, s) in targets {
+        for (t, s) in targets.iter().filter(|(t, _)| shown(t)) {
             for (kind, v) in RateLimitKind::ALL.iter().zip(get(s)) {
                 if let Some(v) = v {
                     fam.line("", t, &[("kind", kind.as_str())], None, Value::F(*v));
@@ -366,7 +373,7 @@ mod tests {
             map.insert(t.clone(), s);
         }
         let mut ours = String::new();
-        render(&mut ours, &map, &bounds);
+        render(&mut ours, &map, &bounds, &|_| true);
         let mut buf = Vec::new();
         TextEncoder::new().encode(&reg.gather(), &mut buf).expect("encode");
         let theirs = String::from_utf8(buf).expect("utf-8");

@@ -239,6 +239,8 @@ pub struct Outbox {
     /// Per shared incident, the classes its firing messages went to from here, and when last
     /// (entries a day old are dropped): where its resolve goes under a quorum.
     reached: Mutex<BTreeMap<String, Reached>>,
+    /// With replicas, only the region's leader delivers (each item once); always open without.
+    gate: crate::decide::roster::LeaderGate,
 }
 
 /// The classes of channel a shared incident's firing messages reached, and when last.
@@ -263,7 +265,14 @@ impl Outbox {
             metrics,
             watching: Mutex::new(BTreeMap::new()),
             reached: Mutex::new(BTreeMap::new()),
+            gate: Default::default(),
         }
+    }
+
+    /// Delivers only while this member leads its region (replicas share one outbox).
+    pub fn led_by(mut self, gate: crate::decide::roster::LeaderGate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Channel names, for `enqueue`.
@@ -692,6 +701,10 @@ impl Outbox {
 
     async fn channel_loop(&self, name: &str, notifier: &Arc<dyn Notifier>, shutdown: &CancellationToken) {
         while !shutdown.is_cancelled() {
+            if !self.gate.open(Utc::now()) {
+                self.pause(shutdown).await;
+                continue;
+            }
             let busy = match self.channel_step(name, notifier, Utc::now()).await {
                 // Straight on while items go out; a pause after a failure or an empty step.
                 Ok((outcomes, deferred)) => {
@@ -711,6 +724,10 @@ impl Outbox {
     async fn upkeep_loop(&self, shutdown: &CancellationToken) {
         while !shutdown.is_cancelled() {
             let now = Utc::now();
+            if !self.gate.open(now) {
+                self.pause(shutdown).await;
+                continue;
+            }
             let step = async {
                 self.renew(now).await?;
                 self.abandon_orphans(now).await?;

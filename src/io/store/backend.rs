@@ -1,4 +1,4 @@
-//! The [`Store`](super::Store) implementation both databases share (all six narrow traits):
+//! The [`Store`](super::Store) implementation both databases share (all seven narrow traits):
 //! every method whose SQL is the same in both dialects is written here once over a
 //! [`Backend`], which only runs [`Stmt`]s and supplies what really differs (migrations, the
 //! sample insert path, sample and row purging).
@@ -11,9 +11,10 @@ use super::sql::Stmt;
 use super::Prune;
 use super::SampleQuery;
 use super::StoreError;
-use super::{AdminStore, FeedStore, OutboxStore, RollupStore, SampleStore, StateStore};
+use super::{AdminStore, FeedStore, MemberStore, OutboxStore, RollupStore, SampleStore, StateStore};
 use crate::vocab::canary::CanaryRun;
 use crate::vocab::check::CheckRun;
+use crate::vocab::member::Member;
 use crate::vocab::provider_status::{ProviderComponent, ProviderIncident};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
@@ -413,5 +414,20 @@ impl<B: Backend> FeedStore for B {
 
     async fn provider_components(&self, provider: &str) -> Result<Vec<ProviderComponent>, StoreError> {
         read(self, sql::provider_components(provider), rows::component_of).await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> MemberStore for B {
+    async fn beat(&self, member: &Member, prune_before: DateTime<Utc>) -> Result<(), StoreError> {
+        self.run_all(vec![sql::members_prune(prune_before), sql::member_beat(member)]).await.map(|_| ())
+    }
+
+    async fn members(&self, region: &str) -> Result<Vec<Member>, StoreError> {
+        read(self, sql::members(region), rows::member_of).await
+    }
+
+    async fn leave(&self, region: &str, id: &str) -> Result<(), StoreError> {
+        self.run(sql::member_leave(region, id)).await.map(|_| ())
     }
 }

@@ -77,6 +77,17 @@ pub enum Record {
     Workload(#[serde(with = "items")] Vec<crate::vocab::workload::WorkloadRun>),
     /// Chain heads as they moved (appended; idempotent on region, chain and time).
     ChainHeads(#[serde(with = "items")] Vec<crate::vocab::chain_head::ChainHead>),
+    /// Notifications a replica held while it followed, handed over when it takes the region's
+    /// lead: each is enqueued unless an item of the same incident, status and channel was
+    /// enqueued by the region since `since` (the old leader sent it before it died).
+    Takeover {
+        /// Region.
+        region: String,
+        /// How far back the old leader's items are looked for.
+        since: DateTime<Utc>,
+        /// The held notifications' items.
+        items: Vec<OutboxItem>,
+    },
     /// One evaluation's notifications with the engine state that made them, stored in one
     /// transaction: a kill between the two would leave a page without the incident it opened
     /// (never resolved) or an incident without its page.
@@ -88,6 +99,26 @@ pub enum Record {
         /// Its notifications.
         items: Vec<OutboxItem>,
     },
+}
+
+/// Enqueues the `items` of `region` that the region has not enqueued since `since`: the same
+/// incident (`dedup_key`), status and channel counts as sent.
+async fn enqueue_unsent(
+    store: &dyn Store,
+    region: &str,
+    since: DateTime<Utc>,
+    items: Vec<OutboxItem>,
+) -> Result<(), StoreError> {
+    let key = |i: &OutboxItem| (i.dedup_key.clone(), i.payload.get("status").cloned(), i.channel.clone());
+    let until = Utc::now() + chrono::Duration::days(1);
+    let sent: std::collections::HashSet<_> =
+        store.outbox_between(Some(region), since, until).await?.iter().map(key).collect();
+    let unsent: Vec<OutboxItem> = items.into_iter().filter(|i| !sent.contains(&key(i))).collect();
+    if unsent.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(region, items = unsent.len(), "sending what the region's old leader had not sent");
+    store.enqueue(&unsent).await
 }
 
 /// The newest alert state of `region` in the record spool an earlier run left (`AlertState` or
@@ -647,6 +678,10 @@ impl Link {
                 let rows = rows.clone();
                 self.call(|s| async move { s.publish_target_status(&rows).await }).await
             }
+            Record::Takeover { region, since, items } => {
+                let (region, since, items) = (region.clone(), *since, items.clone());
+                self.call(|s| async move { enqueue_unsent(s.as_ref(), &region, since, items).await }).await
+            }
             Record::Canary(runs) => {
                 let runs = runs.clone();
                 self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
@@ -955,6 +990,7 @@ mod tests {
                 region: "eu".into(),
                 state: crate::vocab::records::StateJson::of(&serde_json::json!({"a": 1})).expect("json"),
             },
+            Record::Takeover { region: "eu".into(), since: now, items: Vec::new() },
         ];
         for r in records {
             let line = serde_json::to_string(&r).unwrap_or_else(|e| panic!("{r:?} does not spool: {e}"));
@@ -963,6 +999,50 @@ mod tests {
         }
         let line = serde_json::to_string(&Record::Canary(Vec::new())).expect("spools");
         assert_eq!(line, r#"{"record":"canary","items":[]}"#);
+    }
+
+    /// A new leader sends what it held while following only where the region's outbox has no
+    /// item of the same incident, status and channel: the old leader's page is not sent twice,
+    /// what the old leader never sent goes out.
+    #[tokio::test]
+    async fn a_takeover_enqueues_only_what_the_old_leader_had_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = super::super::open(&format!("sqlite://{}/vigil.db", dir.path().display())).await.expect("open");
+        store.migrate().await.expect("migrate");
+        let now = Utc::now();
+        let item = |n: u128, incident: &str, status: &str, channel: &str| OutboxItem {
+            id: uuid::Uuid::from_u128(n),
+            region: "eu".into(),
+            channel: channel.into(),
+            kind: "errors".into(),
+            dedup_key: incident.into(),
+            payload: serde_json::json!({"status": status, "incident": incident}),
+            created_at: now,
+            next_attempt_at: now,
+            attempts: 0,
+            last_error: None,
+        };
+        store.enqueue(&[item(1, "vigil:p:a:", "firing", "slack")]).await.expect("the old leader's page");
+        let held = vec![
+            item(2, "vigil:p:a:", "firing", "slack"),
+            item(3, "vigil:p:a:", "firing", "pagerduty"),
+            item(4, "vigil:p:a:", "resolved", "slack"),
+            item(5, "vigil:p:b:", "firing", "slack"),
+        ];
+        let since = now - chrono::Duration::minutes(3);
+        enqueue_unsent(store.as_ref(), "eu", since, held.clone()).await.expect("takeover");
+        let ids: Vec<u128> = store
+            .outbox_between(Some("eu"), since, now + chrono::Duration::minutes(1))
+            .await
+            .expect("read")
+            .iter()
+            .map(|i| i.id.as_u128())
+            .collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        assert!(!ids.contains(&2) && [1, 3, 4, 5].iter().all(|n| ids.contains(n)), "{ids:?}");
+        enqueue_unsent(store.as_ref(), "eu", since, held).await.expect("again");
+        let again = store.outbox_between(Some("eu"), since, now + chrono::Duration::minutes(1)).await.expect("read");
+        assert_eq!(again.len(), 4, "a replayed takeover adds nothing");
     }
 
     /// A state read back from the spool is older than one queued since: it never replaces it.

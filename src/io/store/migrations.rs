@@ -47,6 +47,7 @@ embed_both!(
     "20261203000040_check_runs.sql",
     "20261204000040_sample_ratelimit.sql",
     "20261205000010_workload_runs.sql",
+    "20261206000010_members.sql",
 );
 
 /// The PostgreSQL schema's migrator.

@@ -352,9 +352,28 @@ impl Prune {
 /// Everything vigil persists, as one seam every backend implements: the union of the narrow
 /// traits below, each grouped by what its callers need. Implementations: [`postgres`] and
 /// [`sqlite`]. Hold an `Arc<dyn Store>`; hand a component only the part it uses.
-pub trait Store: AdminStore + SampleStore + RollupStore + StateStore + OutboxStore + FeedStore + Send + Sync {}
+pub trait Store:
+    AdminStore + SampleStore + RollupStore + StateStore + OutboxStore + FeedStore + MemberStore + Send + Sync
+{
+}
 
-impl<T> Store for T where T: AdminStore + SampleStore + RollupStore + StateStore + OutboxStore + FeedStore + ?Sized {}
+impl<T> Store for T where
+    T: AdminStore + SampleStore + RollupStore + StateStore + OutboxStore + FeedStore + MemberStore + ?Sized
+{
+}
+
+/// The replicas of a region (`members`): each instance's heartbeat and the roster it reads
+/// back; used by `run::replicas`.
+#[async_trait]
+pub trait MemberStore: Send + Sync {
+    /// Writes `member`'s heartbeat (its row is created at the first), after removing every
+    /// row whose heartbeat is older than `prune_before` (members that died long ago).
+    async fn beat(&self, member: &crate::vocab::member::Member, prune_before: DateTime<Utc>) -> Result<(), StoreError>;
+    /// Every member row of `region`, stale ones included (the reader judges liveness).
+    async fn members(&self, region: &str) -> Result<Vec<crate::vocab::member::Member>, StoreError>;
+    /// Removes a member's row: it stopped cleanly and its share moves now.
+    async fn leave(&self, region: &str, id: &str) -> Result<(), StoreError>;
+}
 
 /// Schema, reachability and table pruning: used by startup (`run::app`, the CLI), `/readyz`
 /// and the retention job.

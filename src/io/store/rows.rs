@@ -364,3 +364,15 @@ pub(crate) fn canary_of(row: &impl StoredRow) -> Result<CanaryRun, sqlx::Error> 
         },
     })
 }
+
+/// One `members` row.
+pub(crate) fn member_of(row: &impl StoredRow) -> Result<crate::vocab::member::Member, sqlx::Error> {
+    Ok(crate::vocab::member::Member {
+        region: row.text("region")?,
+        id: row.text("member")?,
+        host: row.text("host")?,
+        started_at: row.time("started_at")?,
+        heartbeat_at: row.time("heartbeat_at")?,
+        active_from: row.time("active_from")?,
+    })
+}

@@ -857,6 +857,38 @@ pub(crate) fn purge_check_runs_before(cutoff: DateTime<Utc>) -> Stmt {
     Stmt::new("DELETE FROM check_runs WHERE started_at < $1").arg(cutoff)
 }
 
+/// The columns of `members` a [`Member`](crate::vocab::member::Member) is read from.
+const MEMBER_COLUMNS: &str = "region, member, host, started_at, heartbeat_at, active_from";
+
+/// Inserts a member's row or renews its heartbeat (its start and `active_from` stay as first written).
+pub(crate) fn member_beat(m: &crate::vocab::member::Member) -> Stmt {
+    Stmt::new(format!(
+        "INSERT INTO members ({MEMBER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (region, member) DO UPDATE SET heartbeat_at = excluded.heartbeat_at"
+    ))
+    .arg(&m.region)
+    .arg(&m.id)
+    .arg(&m.host)
+    .arg(m.started_at)
+    .arg(m.heartbeat_at)
+    .arg(m.active_from)
+}
+
+/// A region's members, by id.
+pub(crate) fn members(region: &str) -> Stmt {
+    Stmt::new(format!("SELECT {MEMBER_COLUMNS} FROM members WHERE region = $1 ORDER BY member")).arg(region)
+}
+
+/// Removes one member's row (a clean stop).
+pub(crate) fn member_leave(region: &str, id: &str) -> Stmt {
+    Stmt::new("DELETE FROM members WHERE region = $1 AND member = $2").arg(region).arg(id)
+}
+
+/// Removes the rows of members whose last heartbeat is before `cutoff` (any region).
+pub(crate) fn members_prune(cutoff: DateTime<Utc>) -> Stmt {
+    Stmt::new("DELETE FROM members WHERE heartbeat_at < $1").arg(cutoff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

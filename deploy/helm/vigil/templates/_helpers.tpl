@@ -109,3 +109,11 @@ routing_key_env = "PAGERDUTY_ROUTING_KEY"
 {{- include "vigil.fullname" . }}-chain-order
 {{- end -}}
 {{- end }}
+
+{{/*
+Replicas of the region: .Values.replicas with a shared PostgreSQL (database.existingSecret), one
+with SQLite (each pod's own file: two would each probe everything and page twice).
+*/}}
+{{- define "vigil.replicas" -}}
+{{- if .Values.database.existingSecret }}{{ .Values.replicas }}{{ else }}1{{ end }}
+{{- end -}}
