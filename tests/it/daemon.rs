@@ -51,7 +51,17 @@ async fn run_serves_metrics_that_promtool_accepts_and_drains_on_shutdown() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
-    let text = settle(Duration::from_secs(10), || daemon.scrape(), |text| ok_count(text) >= 4.0).await;
+    let all_count = |text: &String| {
+        text.lines()
+            .filter(|l| l.starts_with("vigil_probes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    // Rounds start on the interval's multiples since the epoch: a target whose offset had passed
+    // in the first, partial round is first probed in the next one.
+    let text =
+        settle(Duration::from_secs(10), || daemon.scrape(), |text| ok_count(text) >= 4.0 && all_count(text) >= 6.0)
+            .await;
     for name in [
         "vigil_probe_ttfb_seconds_bucket",
         "vigil_probe_ttft_seconds_bucket",
