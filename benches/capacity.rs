@@ -20,8 +20,12 @@ use vigil::vocab::breaker::State;
 use vigil::vocab::health::{Health, HealthState};
 use vigil::vocab::member::Member;
 use vigil::vocab::records::TargetStatus;
-use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::sample::Sample;
 use vigil::vocab::target::Target;
+
+#[path = "support/stored_sample.rs"]
+mod stored_sample;
+use stored_sample::stored_sample;
 
 /// Samples per insert, as the writer batches them (`storage.batch_size`'s default).
 const BATCH: usize = 5000;
@@ -43,31 +47,6 @@ fn target(region: &str, i: usize) -> Target {
         route: routes[i % routes.len()].map(Into::into),
         region: region.into(),
     }
-}
-
-/// One probe's sample, as a streaming target's ok probe stores it (1 % rate limited).
-fn sample(t: Target, started: DateTime<Utc>, i: usize) -> Sample {
-    let mut s = Sample::new(t, started - Duration::milliseconds(2), started);
-    let jitter = (i % 97) as f64;
-    s.dns_ms = Some(1.0 + jitter / 50.0);
-    s.connect_ms = Some(10.0 + jitter / 10.0);
-    s.tls_ms = Some(25.0 + jitter / 5.0);
-    s.ttfb_ms = Some(180.0 + jitter);
-    s.ttft_ms = Some(240.0 + jitter * 2.0);
-    s.total_ms = Some(480.0 + jitter * 3.0);
-    s.input_tokens = Some(21);
-    s.output_tokens = Some(16);
-    s.tokens_per_s = Some(60.0 + jitter / 10.0);
-    s.status = Some(200);
-    s.adherence_ok = Some(true);
-    s.cost_usd = Some(0.000_021);
-    s.request_id = Some(format!("gen-{:016x}", i * 7919));
-    if i % 100 == 0 {
-        s.outcome = Outcome::RateLimited;
-        s.status = Some(429);
-        s.error = Some("Rate limit reached for requests".into());
-    }
-    s
 }
 
 /// Milliseconds since `t`.
@@ -95,7 +74,7 @@ async fn ingest(store: &Arc<dyn Store>, fleet: &Fleet, start: DateTime<Utc>) -> 
                 let reg = region(r);
                 let at = start + Duration::minutes(minute as i64);
                 let batch: Vec<Sample> = (0..n)
-                    .map(|i| sample(target(&reg, i), at + Duration::milliseconds((i * 60_000 / n) as i64), i))
+                    .map(|i| stored_sample(target(&reg, i), at + Duration::milliseconds((i * 60_000 / n) as i64), i))
                     .collect();
                 for chunk in batch.chunks(BATCH) {
                     store.insert_samples(chunk).await.expect("insert");
@@ -228,7 +207,7 @@ async fn run(store: Arc<dyn Store>, pg: &PgStore, fleet: Fleet) {
     // Partition maintenance: tomorrow's partition made by the first insert of the day, and the
     // drop of every day just written (what retention does to a day that aged out).
     let t = Instant::now();
-    store.insert_samples(&[sample(target(&here, 0), now + Duration::days(1), 1)]).await.expect("tomorrow");
+    store.insert_samples(&[stored_sample(target(&here, 0), now + Duration::days(1), 1)]).await.expect("tomorrow");
     let create_ms = ms(t);
     let t = Instant::now();
     let dropped = store.purge_samples_before(now + Duration::days(1)).await.expect("purge");

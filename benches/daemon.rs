@@ -318,9 +318,11 @@ fn vigil_config(dir: &Path, stand_in: u16, http_port: u16, n: usize, prefix: &st
     let mut c = format!(
         "region = \"bench\"\n\n[storage]\nurl = \"sqlite://{db}\"\ndata_dir = \"{data}\"\n\n\
          [http]\nlisten = \"127.0.0.1:{http_port}\"\n\n[metrics]\ndetail = \"compact\"\n\n[probe]\ninterval = \"60s\"\ntimeout = \"30s\"\n\
-         ttft_timeout = \"20s\"\nconcurrency = {n}\n\n",
+         ttft_timeout = \"20s\"\nconcurrency = {concurrency}\n\n",
         db = dir.join("vigil.db").display(),
         data = dir.join("data").display(),
+        // `probe.concurrency` takes at most 4,096: above that many targets, probes queue for a permit.
+        concurrency = n.min(4096),
     );
     for i in 0..n {
         let path = target_path(prefix, i, ignoring);
@@ -606,7 +608,20 @@ fn orchestrate() {
     println!("warm-up {} s (every target probed once), then {} s measured", warmup.as_secs(), measure.as_secs());
     std::thread::sleep(warmup);
 
-    let first: Vec<Scrape> = daemons.iter().map(|d| scrape(d.port).expect("vigil serves /metrics")).collect();
+    let first: Vec<Scrape> = daemons
+        .iter()
+        .map(|d| {
+            scrape(d.port).unwrap_or_else(|| {
+                let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                panic!(
+                    "{} does not serve /metrics; the end of its log:\n{}",
+                    d.who,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+        })
+        .collect();
     let cpu0: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
     let wakes0: Vec<(u64, u64)> = daemons.iter().map(|d| wake_ups(d.pid())).collect();
     let side0 = side.as_ref().map(|s| {

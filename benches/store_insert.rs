@@ -15,8 +15,12 @@ use std::sync::Arc;
 use std::time::Instant;
 use vigil::io::store::postgres::{InsertPath, PgStore};
 use vigil::io::store::{self, AdminStore, SampleStore, Store};
-use vigil::vocab::sample::{Outcome, Sample};
+use vigil::vocab::sample::Sample;
 use vigil::vocab::target::Target;
+
+#[path = "support/stored_sample.rs"]
+mod stored_sample;
+use stored_sample::stored_sample;
 
 /// Batch size before the `COPY` change, kept as a comparison row.
 const OLD_BATCH: usize = 500;
@@ -38,29 +42,7 @@ fn samples(n: usize) -> Vec<Sample> {
                 route: routes[i % routes.len()].map(Into::into),
                 region: if i % 2 == 0 { "eu-west-1".into() } else { "us-east-1".into() },
             };
-            let started = start + Duration::milliseconds(i as i64 * 600);
-            let mut s = Sample::new(t, started - Duration::milliseconds(2), started);
-            let jitter = (i % 97) as f64;
-            s.dns_ms = Some(1.0 + jitter / 50.0);
-            s.connect_ms = Some(10.0 + jitter / 10.0);
-            s.tls_ms = Some(25.0 + jitter / 5.0);
-            s.ttfb_ms = Some(180.0 + jitter);
-            s.ttft_ms = Some(240.0 + jitter * 2.0);
-            s.total_ms = Some(480.0 + jitter * 3.0);
-            s.input_tokens = Some(21);
-            s.output_tokens = Some(16);
-            s.tokens_per_s = Some(60.0 + jitter / 10.0);
-            s.status = Some(200);
-            s.adherence_ok = Some(true);
-            s.cost_usd = Some(0.000_021);
-            s.request_id = Some(format!("gen-{:016x}", i * 7919));
-            if i % 100 == 0 {
-                s.outcome = Outcome::RateLimited;
-                s.status = Some(429);
-                s.error = Some("Rate limit reached for requests".into());
-                s.retry_after_s = Some(2.0);
-            }
-            s
+            stored_sample(t, start + Duration::milliseconds(i as i64 * 600), i)
         })
         .collect()
 }

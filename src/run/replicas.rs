@@ -55,6 +55,18 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// This instance's row at its start `now`: a new id, its host, its share from `active_from`.
+fn new_member(region: &str, now: DateTime<Utc>, active_from: DateTime<Utc>) -> Member {
+    Member {
+        region: region.to_string(),
+        id: Uuid::new_v4().simple().to_string()[..12].to_string(),
+        host: host_name(),
+        started_at: now,
+        heartbeat_at: now,
+        active_from,
+    }
+}
+
 /// This instance's membership: its row, and the roster everyone reads.
 pub struct Replicas {
     store: Arc<dyn Store>,
@@ -103,14 +115,7 @@ impl Replicas {
         }
         let now = Utc::now();
         let join = chrono::Duration::from_std(timing.join).unwrap_or_default();
-        let me = Member {
-            region: region.to_string(),
-            id: Uuid::new_v4().simple().to_string()[..12].to_string(),
-            host: host_name(),
-            started_at: now,
-            heartbeat_at: now,
-            active_from: if others.is_empty() { now } else { now + join },
-        };
+        let me = new_member(region, now, if others.is_empty() { now } else { now + join });
         store.beat(&me, now - FORGET_AFTER).await?;
         tracing::info!(region, member = %me.id, host = %me.host, peers = others.len(),
             active_from = %me.active_from, "joined the region's members");
@@ -131,14 +136,7 @@ impl Replicas {
         metrics: Arc<Metrics>,
     ) -> Replicas {
         let now = Utc::now();
-        let me = Member {
-            region: region.to_string(),
-            id: Uuid::new_v4().simple().to_string()[..12].to_string(),
-            host: host_name(),
-            started_at: now,
-            heartbeat_at: now,
-            active_from: now,
-        };
+        let me = new_member(region, now, now);
         let roster = Arc::new(RwLock::new(Roster::alone(me.clone())));
         Replicas { store, timing: Timing::for_interval(interval), me, roster, metrics, window }
     }

@@ -459,6 +459,20 @@ async fn one_regions_queries_never_see_another_region(fx: Fixture) {
 
     let window = SampleQuery { since: Some(now - Duration::seconds(150)), until: Some(now), ..q_target };
     assert_eq!(fx.store.count_samples(&window).await.expect("window"), 2, "samples at -1m and -2m");
+
+    // Each target's newest per region, chosen by the database, oldest first like any read.
+    let latest = fx.store.samples(&SampleQuery { latest: true, ..Default::default() }).await.expect("latest");
+    let got: Vec<(String, String)> = latest.iter().map(|s| (s.target.id(), s.target.region.clone())).collect();
+    assert_eq!(latest.len(), 3, "{got:?}");
+    assert!(latest.iter().all(|s| s.started_at == micros(now)), "the newest of each: {latest:?}");
+    let q_latest_not_eu = SampleQuery { latest: true, ..q_not_eu };
+    let latest = fx.store.samples(&q_latest_not_eu).await.expect("latest elsewhere");
+    assert_eq!(latest.len(), 1);
+    assert_eq!((latest[0].target.clone(), latest[0].outcome), (us, Outcome::Timeout));
+    let old = SampleQuery { latest: true, until: Some(now - Duration::seconds(90)), ..q_eu };
+    let latest = fx.store.samples(&old).await.expect("latest before");
+    assert_eq!(latest.len(), 1, "the filters apply before the newest is chosen");
+    assert_eq!(latest[0].started_at, micros(now - Duration::minutes(2)));
 }
 
 async fn rollups_upsert_and_read_back(fx: Fixture) {

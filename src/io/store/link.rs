@@ -893,8 +893,14 @@ pub async fn latest_elsewhere(
     since: DateTime<Utc>,
 ) -> Result<Vec<Sample>, StoreError> {
     // Filtered by the database: this region's own samples are most of the window (3,000 rows
-    // a minute at 1,000 targets), and they were decoded only to be dropped.
-    let q = SampleQuery { since: Some(since), except_region: Some(region.to_string()), ..SampleQuery::default() };
+    // a minute at 1,000 targets), and they were decoded only to be dropped; and only each
+    // target's newest leaves it (at 20 regions × 10,000 targets, 190,000 rows instead of 570,000).
+    let q = SampleQuery {
+        since: Some(since),
+        except_region: Some(region.to_string()),
+        latest: true,
+        ..SampleQuery::default()
+    };
     let samples = store.samples(&q).await?;
     // Samples come oldest first, so the last one seen per (target, region) is its latest.
     let mut latest: std::collections::HashMap<crate::vocab::target::Target, Sample> = Default::default();

@@ -260,6 +260,9 @@ pub struct SampleQuery {
     pub until: Option<DateTime<Utc>>,
     /// At most this many, newest first when set.
     pub limit: Option<i64>,
+    /// Only each target's newest matching sample in each region (chosen by the database, so one
+    /// row per target and region leaves it, not every row of the window); not for counts.
+    pub latest: bool,
 }
 
 /// A table (or part of one) that retention prunes row by row, each by its own clock.

@@ -199,7 +199,16 @@ fn push_target_filter(st: &mut Stmt, t: &Target) {
 /// Samples matching `q`: oldest first, or the newest `limit` newest first.
 pub(crate) fn samples(q: &SampleQuery) -> Stmt {
     let mut st = Stmt::new(format!("SELECT {SAMPLE_COLUMNS} FROM samples"));
-    push_sample_filters(&mut st, q);
+    if q.latest {
+        st = Stmt::new(format!(
+            "SELECT {SAMPLE_COLUMNS} FROM (SELECT {SAMPLE_COLUMNS}, ROW_NUMBER() OVER \
+             (PARTITION BY region, provider, model, route ORDER BY started_at DESC, id DESC) AS newest FROM samples"
+        ));
+        push_sample_filters(&mut st, q);
+        st.push(") latest WHERE newest = 1");
+    } else {
+        push_sample_filters(&mut st, q);
+    }
     match q.limit {
         Some(limit) => st.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_arg(limit.max(0)),
         None => st.push(" ORDER BY started_at, id"),
@@ -916,6 +925,7 @@ mod tests {
             since: Some(Utc::now()),
             until: Some(Utc::now()),
             limit: Some(5),
+            latest: false,
         };
         let st = samples(&q);
         assert_eq!(highest_placeholder(&st.sql), st.args.len());
