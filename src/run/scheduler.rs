@@ -374,9 +374,13 @@ impl Scheduler {
         let into = (wall - round_wall_start(round, self.interval)).to_std().unwrap_or_default();
         let start = now.checked_sub(into).unwrap_or(now);
         let mut armed = Armed::default();
-        self.arm_round(round, start, now, &mut armed);
-        self.arm_round(round + 1, start + self.interval, now, &mut armed);
-        let mut next = (round + 2, start + self.interval * 2);
+        // The current round (what is left of it) and the next two: each tick, an interval from
+        // now, arms a round that starts at least an interval later, so the tick's own jitter
+        // never delays a probe.
+        for r in 0..3 {
+            self.arm_round(round + r, start + self.interval * r as u32, now, &mut armed);
+        }
+        let mut next = (round + 3, start + self.interval * 3);
         // The cron job only signals ticks; this loop owns the sample sender, so the channel
         // closes (and the pipeline drains) once the loop and every probe task have ended.
         let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<()>();
@@ -399,8 +403,7 @@ impl Scheduler {
                     self.arm_round(next.0, next.1, next.1, &mut armed);
                     next = (next.0 + 1, next.1 + self.interval);
                 }
-                // The next two rounds are queued before the first starts; only an empty fleet
-                // leaves nothing to dispatch.
+                // Rounds are queued before they start; only an empty fleet leaves nothing to dispatch.
                 _ = self.dispatch(&mut armed, &tx, &shutdown), if armed.next_due().is_some() => {}
             }
         }
