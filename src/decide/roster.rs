@@ -28,7 +28,8 @@ pub struct Timing {
 impl Timing {
     /// The timing for a probe interval: a beat of a sixth of it, between 200 ms and 5 s; dead
     /// after three missed beats; a joiner waits two beats. A dead member's targets are then probed
-    /// again within ttl + one interval (at most 1.5 intervals), inside the two promised.
+    /// again within ttl + a beat (until the next read) + one interval: at most 1⅔ intervals,
+    /// inside the two promised.
     pub fn for_interval(interval: Duration) -> Timing {
         let beat = (interval / 6).clamp(Duration::from_millis(200), Duration::from_secs(5));
         Timing { beat, ttl: beat * 3, join: beat * 2 }
