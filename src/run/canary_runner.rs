@@ -126,12 +126,10 @@ impl CanaryRunner {
                 let plan = &this.plans[i];
                 let offset =
                     crate::run::scheduler::offset_for(&format!("canary:{}", plan.target.id()), this.first_within);
-                let schedule = Schedule::every(interval).first_at(start + offset).skipping_missed();
+                let schedule =
+                    Schedule::every(interval).first_at(start + offset).skipping_missed().led_by(this.gate.clone());
                 let (this, request, tx) = (&this, request.as_ref(), &tx);
                 periodic::every(schedule, &shutdown, (), |()| async move {
-                    if !this.gate.open(Utc::now()) {
-                        return Some(());
-                    }
                     let scheduled_at = Utc::now();
                     let run = {
                         let _permit = this.permits.acquire().await.ok();

@@ -160,13 +160,10 @@ impl CheckRunner {
             loops.spawn(async move {
                 let job = &this.jobs[i];
                 let key = format!("check:{}:{}", job.name(), job.plan.target.id());
-                let schedule = Schedule::spread(&key, job.every, start, this.first_within);
+                let schedule = Schedule::spread(&key, job.every, start, this.first_within).led_by(this.gate.clone());
                 let this = &this;
                 let tx = &tx;
                 periodic::every(schedule, &shutdown, (), |()| async move {
-                    if !this.gate.open(Utc::now()) {
-                        return Some(());
-                    }
                     let run = {
                         let _permit = this.permits.acquire().await.ok();
                         match &job.asks {

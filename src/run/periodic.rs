@@ -1,25 +1,29 @@
 //! The one loop behind every task that does something every so often (credit, prices, status
 //! pages, models lists, store upkeep, the canary): wait for the tick or the stop, run one round,
-//! and drop a round still in flight at the stop. The adapters only know how to do one round.
+//! and drop a round still in flight at the stop. A round of the region's once-only work is run
+//! only while this replica leads. The adapters only know how to do one round.
 
+use crate::decide::roster::LeaderGate;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-/// When a periodic task's rounds come due.
-#[derive(Debug, Clone, Copy)]
+/// When a periodic task's rounds come due, and whether here.
+#[derive(Debug, Clone)]
 pub struct Schedule {
     first: Instant,
     every: Duration,
     missed: MissedTickBehavior,
+    /// Rounds due while it is closed are skipped (the region's once-only work on a follower).
+    gate: LeaderGate,
 }
 
 impl Schedule {
     /// A round now and then one every `every`; a round that ran late is not caught up in a burst,
     /// the next one is an interval after it.
     pub fn every(every: Duration) -> Self {
-        Schedule { first: Instant::now(), every, missed: MissedTickBehavior::Delay }
+        Schedule { first: Instant::now(), every, missed: MissedTickBehavior::Delay, gate: LeaderGate::default() }
     }
 
     /// The first round `delay` from now instead of at once.
@@ -44,6 +48,11 @@ impl Schedule {
     pub fn skipping_missed(self) -> Self {
         Schedule { missed: MissedTickBehavior::Skip, ..self }
     }
+
+    /// Rounds run only while `gate` is open: on the region's leader (always without replicas).
+    pub fn led_by(self, gate: LeaderGate) -> Self {
+        Schedule { gate, ..self }
+    }
 }
 
 /// Runs `round` on `schedule` until `shutdown` (a round in flight then is dropped: rounds are
@@ -62,6 +71,9 @@ where
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        if !schedule.gate.open(chrono::Utc::now()) {
+            continue;
         }
         state = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -95,6 +107,45 @@ mod tests {
         .await;
         assert_eq!(seen.load(Ordering::SeqCst), 3, "rounds 0, 1 and 2; the third said stop");
         assert_eq!(started.elapsed(), Duration::from_secs(23), "first after 3 s, then every 10 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_skips_the_rounds_of_the_regions_once_only_work() {
+        use crate::decide::roster::{LeaderGate, Roster};
+        use crate::vocab::member::Member;
+        let t0 = chrono::DateTime::UNIX_EPOCH;
+        let member = |id: &str, started_s: i64| Member {
+            region: "eu".into(),
+            id: id.into(),
+            host: "h".into(),
+            started_at: t0 + chrono::Duration::seconds(started_s),
+            heartbeat_at: chrono::Utc::now(),
+            active_from: t0,
+        };
+        let rows = vec![member("old", 0), member("new", 10)];
+        let gate = |me: Member| {
+            let roster = Roster::read(me, rows.clone(), chrono::Utc::now(), Duration::from_secs(3600));
+            LeaderGate::of(Arc::new(std::sync::RwLock::new(roster)))
+        };
+        for (me, expected) in [(member("new", 10), 0), (member("old", 0), 3)] {
+            let (seen, shutdown) = (Arc::new(AtomicU32::new(0)), CancellationToken::new());
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(25)).await;
+                stop.cancel();
+            });
+            let s = seen.clone();
+            let schedule = Schedule::every(Duration::from_secs(10)).led_by(gate(me));
+            every(schedule, &shutdown, (), |()| {
+                let s = s.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Some(())
+                }
+            })
+            .await;
+            assert_eq!(seen.load(Ordering::SeqCst), expected, "rounds at 0, 10 and 20 s run on the leader only");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -102,11 +102,9 @@ async fn upkeep(
             return;
         }
     }
-    let (store, policy, stop, gate) = (store.as_ref(), &policy, &shutdown, &gate);
-    periodic::every(Schedule::every(policy.tables.every), &shutdown, (), |()| async move {
-        if gate.open(Utc::now()) {
-            retention::run_once(store, policy, Utc::now(), stop).await;
-        }
+    let (store, policy, stop) = (store.as_ref(), &policy, &shutdown);
+    periodic::every(Schedule::every(policy.tables.every).led_by(gate), &shutdown, (), |()| async move {
+        retention::run_once(store, policy, Utc::now(), stop).await;
         Some(())
     })
     .await;
@@ -125,12 +123,9 @@ async fn credit(
         let (store, metrics, shutdown, region, gate) =
             (store.clone(), metrics.clone(), shutdown.clone(), config.region.clone(), gate.clone());
         jobs.spawn(async move {
-            let (w, store, metrics, region, gate) =
-                (&watched, store.as_ref(), metrics.as_ref(), region.as_str(), &gate);
-            periodic::every(Schedule::every(w.balance.every), &shutdown, (), |()| async move {
-                if gate.open(Utc::now()) {
-                    w.read_once(store, metrics, region).await;
-                }
+            let (w, store, metrics, region) = (&watched, store.as_ref(), metrics.as_ref(), region.as_str());
+            periodic::every(Schedule::every(w.balance.every).led_by(gate), &shutdown, (), |()| async move {
+                w.read_once(store, metrics, region).await;
                 Some(())
             })
             .await;

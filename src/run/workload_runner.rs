@@ -131,13 +131,10 @@ impl WorkloadRunner {
             loops.spawn(async move {
                 let job = &this.jobs[i];
                 let key = format!("workload:{}:{}", job.size, job.plan.target.id());
-                let schedule = Schedule::spread(&key, job.every, start, this.first_within);
+                let schedule = Schedule::spread(&key, job.every, start, this.first_within).led_by(this.gate.clone());
                 let this = &this;
                 let tx = &tx;
                 periodic::every(schedule, &shutdown, (), |()| async move {
-                    if !this.gate.open(Utc::now()) {
-                        return Some(());
-                    }
                     let run = {
                         let _permit = this.permits.acquire().await.ok();
                         run_once(&job.prober, &job.plan, &job.request, job.size, Utc::now()).await

@@ -198,17 +198,20 @@ fn push_target_filter(st: &mut Stmt, t: &Target) {
 
 /// Samples matching `q`: oldest first, or the newest `limit` newest first.
 pub(crate) fn samples(q: &SampleQuery) -> Stmt {
-    let mut st = Stmt::new(format!("SELECT {SAMPLE_COLUMNS} FROM samples"));
-    if q.latest {
-        st = Stmt::new(format!(
-            "SELECT {SAMPLE_COLUMNS} FROM (SELECT {SAMPLE_COLUMNS}, ROW_NUMBER() OVER \
-             (PARTITION BY region, provider, model, route ORDER BY started_at DESC, id DESC) AS newest FROM samples"
-        ));
-        push_sample_filters(&mut st, q);
-        st.push(") latest WHERE newest = 1");
-    } else {
-        push_sample_filters(&mut st, q);
-    }
+    // `latest`: the filters apply inside, then each target's newest per region is kept.
+    let (head, tail) = match q.latest {
+        true => (
+            format!(
+                "SELECT {SAMPLE_COLUMNS} FROM (SELECT {SAMPLE_COLUMNS}, ROW_NUMBER() OVER \
+                 (PARTITION BY region, provider, model, route ORDER BY started_at DESC, id DESC) AS newest FROM samples"
+            ),
+            ") latest WHERE newest = 1",
+        ),
+        false => (format!("SELECT {SAMPLE_COLUMNS} FROM samples"), ""),
+    };
+    let mut st = Stmt::new(head);
+    push_sample_filters(&mut st, q);
+    st.push(tail);
     match q.limit {
         Some(limit) => st.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_arg(limit.max(0)),
         None => st.push(" ORDER BY started_at, id"),
