@@ -493,11 +493,16 @@ impl Metrics {
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
         let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
-        // Alone, a replica shows every target: no rendezvous hash per target per scrape.
-        let roster = self.roster.get().and_then(|r| r.read().ok().filter(|r| r.peers() > 0).map(|r| r.clone()));
+        let targets = self.lock();
+        // With peers, the owned targets are decided once per scrape (not once per gauge family);
+        // alone, a replica shows every target and hashes nothing.
         let now = chrono::Utc::now();
-        let shown = |t: &Target| roster.as_ref().is_none_or(|r| r.owns(&t.id(), now));
-        targets::render(&mut text, &self.lock(), self.bounds, &shown);
+        let owned: Option<std::collections::HashSet<&Target>> = self.roster.get().and_then(|r| {
+            r.read().ok().filter(|r| r.peers() > 0).map(|r| targets.keys().filter(|t| r.owns(&t.id(), now)).collect())
+        });
+        let shown = |t: &Target| owned.as_ref().is_none_or(|o| o.contains(t));
+        targets::render(&mut text, &targets, self.bounds, &shown);
+        drop(targets);
         // Encoding into a String cannot fail for the text format.
         let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text);
         self.last_len.store(text.len(), Ordering::Relaxed);
@@ -652,6 +657,52 @@ mod tests {
 
     fn target() -> Target {
         Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }
+    }
+
+    /// With a peer, a replica writes gauges only for the targets it owns and counters for all;
+    /// the two replicas' gauges cover every target once between them.
+    #[test]
+    fn with_replicas_each_target_s_gauges_come_from_its_owner_only() {
+        use crate::decide::roster::Roster;
+        use crate::vocab::member::Member;
+        let now = chrono::Utc::now();
+        let member = |id: &str| Member {
+            region: "eu".into(),
+            id: id.into(),
+            host: "h".into(),
+            started_at: now - chrono::Duration::hours(1),
+            heartbeat_at: now,
+            active_from: now - chrono::Duration::hours(1),
+        };
+        let rows = vec![member("a"), member("b")];
+        let targets: Vec<Target> = (0..40).map(|i| Target { model: format!("m{i}"), ..target() }).collect();
+        let mut gauges_of = Vec::new();
+        for me in ["a", "b"] {
+            let m = Metrics::new("eu").expect("registry");
+            let roster = Roster::read(member(me), rows.clone(), now, std::time::Duration::from_secs(60));
+            m.follow_roster(std::sync::Arc::new(std::sync::RwLock::new(roster)));
+            for t in &targets {
+                let mut s = Sample::new(t.clone(), now, now);
+                s.ttft_ms = Some(300.0);
+                m.observe(&s);
+                m.set_circuit(t, 0);
+            }
+            let text = m.render();
+            let count = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+            assert_eq!(count("vigil_probes_total{"), 40, "counters for every target it probed");
+            let shown: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("vigil_circuit_state{"))
+                .filter_map(|l| l.split("model=\"").nth(1)?.split('"').next().map(String::from))
+                .collect();
+            assert!(!shown.is_empty() && shown.len() < 40, "{me} owns a share: {shown:?}");
+            assert_eq!(count("vigil_probe_success{"), shown.len());
+            gauges_of.extend(shown);
+        }
+        assert_eq!(gauges_of.len(), 40, "no target's gauges on both replicas");
+        gauges_of.sort();
+        gauges_of.dedup();
+        assert_eq!(gauges_of.len(), 40, "every target's gauges on one of them");
     }
 
     #[test]
