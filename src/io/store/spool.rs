@@ -168,8 +168,15 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         let (Some(file), Some(seg)) = (self.current.as_mut(), self.segments.back_mut()) else {
             return Err(SpoolError::Io { path: self.dir.clone(), source: io::Error::other("no open segment") });
         };
-        file.write_all(&buf).map_err(io_err(&seg.path))?;
-        file.sync_data().map_err(io_err(&seg.path))?;
+        if let Err(e) = file.write_all(&buf).and_then(|()| file.sync_data()) {
+            // A full disk can take part of the batch: cut the torn tail off, or the next batch's
+            // first record would be glued to it and both lines lost. Where even that fails, the
+            // next batch starts a segment of its own (the tail is then one skipped line).
+            if file.set_len(seg.bytes).is_err() {
+                self.current = None;
+            }
+            return Err(io_err(&seg.path)(e));
+        }
         seg.bytes += buf.len() as u64;
         seg.samples += batch.len() as u64;
         self.enforce_bound()

@@ -1,5 +1,7 @@
 //! The batch writer: drains the sample channel into the store in batches, and into the spool
-//! (then back out, in order) whenever the store is unreachable or slow.
+//! (then back out, in order) whenever the store is unreachable or slow. A batch the spool
+//! cannot take either (its disk full while the store is down) is held in memory, up to
+//! [`HELD_MAX`] samples, and offered to the store or the spool again at each retry.
 
 use super::spool::Spool;
 use super::spool::SpoolError;
@@ -24,11 +26,15 @@ pub const STOP_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const RETRY_MIN: Duration = Duration::from_secs(1);
 /// See [`RETRY_MIN`].
 pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Most samples held in memory while neither the store nor the spool takes them: an hour of
+/// 800 targets every 60 s, tens of MB. Past it the newest are reported lost.
+pub const HELD_MAX: usize = 50_000;
 
 /// Shared view of the writer for `/readyz` and the `vigil_samples_spooled` gauge.
 #[derive(Debug, Default)]
 pub struct WriterHealth {
     spooled: AtomicU64,
+    held: AtomicU64,
     written: AtomicU64,
     state: Mutex<HealthState>,
 }
@@ -43,6 +49,11 @@ impl WriterHealth {
     /// Samples waiting in the spool.
     pub fn spooled(&self) -> u64 {
         self.spooled.load(Ordering::Relaxed)
+    }
+
+    /// Samples held in memory because the spool refused them (its disk full) while storage was down.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Samples stored so far by this writer (replays of already-stored ids not counted).
@@ -70,8 +81,12 @@ impl WriterHealth {
             true => "storage refuses writes",
             false => "storage unreachable",
         };
+        let held = match self.held() {
+            0 => String::new(),
+            n => format!(", {} held in memory (the spool refused them)", thousands(n)),
+        };
         Err(format!(
-            "{what} since {}: {error}; {} samples spooled",
+            "{what} since {}: {error}; {} samples spooled{held}",
             since.to_rfc3339_opts(SecondsFormat::Secs, true),
             thousands(self.spooled())
         ))
@@ -130,6 +145,8 @@ pub struct Writer {
     backoff: Duration,
     next_retry: Instant,
     buf: Vec<Sample>,
+    /// Samples neither stored nor spooled yet (see [`HELD_MAX`]), oldest first.
+    held: Vec<Sample>,
     health: Arc<WriterHealth>,
     liveness: Option<Arc<crate::vocab::ready::Liveness>>,
     stopping: bool,
@@ -153,6 +170,7 @@ impl Writer {
             backoff: RETRY_MIN,
             next_retry: Instant::now(),
             buf: Vec::new(),
+            held: Vec::new(),
             health,
             liveness: None,
             stopping: false,
@@ -216,7 +234,8 @@ impl Writer {
         let mut deadline: Option<Instant> = None;
         loop {
             // No replay once the stop has begun: what is spooled stays for the next start.
-            let retry_at = (self.health.spooled() > 0 && !self.stop_begun()).then_some(self.next_retry);
+            let waiting = self.health.spooled() > 0 || !self.held.is_empty();
+            let retry_at = (waiting && !self.stop_begun()).then_some(self.next_retry);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 msg = rx.recv() => match msg {
@@ -248,6 +267,11 @@ impl Writer {
         self.stopping = true;
         self.write_timeout = self.write_timeout.min(STOP_WRITE_TIMEOUT);
         self.flush_once().await;
+        // One last offer of what memory holds; what the disk still refuses ends with the process.
+        if self.unhold().await.is_err() {
+            let lost = self.held.len();
+            tracing::error!(lost, "samples held in memory at the stop could not be spooled; they are lost");
+        }
         tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
     }
 
@@ -281,7 +305,11 @@ impl Writer {
     /// Tries to replay the oldest spool segment once; returns samples still spooled afterwards.
     /// On failure the next attempt backs off (doubling up to the maximum).
     pub async fn replay_step(&mut self) -> u64 {
-        match self.replay_segment().await {
+        let result = match self.unhold().await {
+            Ok(()) => self.replay_segment().await,
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(()) => {
                 self.backoff = self.retry_min;
                 self.next_retry = Instant::now();
@@ -293,6 +321,36 @@ impl Writer {
             }
         }
         self.health.spooled()
+    }
+
+    /// Offers the samples held in memory to the store (when nothing is spooled ahead of them)
+    /// and else to the spool; an error while some are still held.
+    async fn unhold(&mut self) -> Result<(), StoreError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.held);
+        self.health.held.store(0, Ordering::Relaxed);
+        let mut rest = held.as_slice();
+        // As in `flush_once`: behind the spool, and no last chance for a store already down at a stop.
+        let store_first = self.health.spooled() == 0 && !(self.stop_begun() && self.health.is_down());
+        while store_first && !rest.is_empty() {
+            let n = rest.len().min(self.batch_size);
+            if self.write(&rest[..n]).await.is_err() {
+                break;
+            }
+            rest = &rest[n..];
+        }
+        if !rest.is_empty() {
+            self.spool_append(rest.to_vec()).await;
+        }
+        match self.held.len() {
+            0 => {
+                tracing::info!(samples = held.len(), "samples held in memory are stored or spooled");
+                Ok(())
+            }
+            n => Err(StoreError::Other(format!("{n} samples still held in memory: the spool refuses them"))),
+        }
     }
 
     async fn replay_segment(&mut self) -> Result<(), StoreError> {
@@ -342,14 +400,27 @@ impl Writer {
 
     async fn spool_append(&mut self, batch: Vec<Sample>) {
         let n = batch.len();
-        match self.with_spool(move |s| s.append(&batch).map(|dropped| (dropped, s.len()))).await {
+        // Shared with the spool's thread so a refused batch comes back to be held.
+        let batch = Arc::new(batch);
+        let to_spool = Arc::clone(&batch);
+        match self.with_spool(move |s| s.append(&to_spool).map(|dropped| (dropped, s.len()))).await {
             Ok((_, len)) => {
                 self.health.spooled.store(len, Ordering::Relaxed);
                 self.beat();
             }
             Err(e) => {
-                tracing::error!(error = %e, lost = n, "cannot spool samples; they are lost");
                 self.health.spool_error(e.to_string());
+                let room = HELD_MAX.saturating_sub(self.held.len());
+                let lost = n.saturating_sub(room);
+                let batch = Arc::try_unwrap(batch).unwrap_or_else(|shared| shared.as_ref().clone());
+                self.held.extend(batch.into_iter().take(room));
+                self.health.held.store(self.held.len() as u64, Ordering::Relaxed);
+                self.next_retry = self.next_retry.min(Instant::now() + self.backoff);
+                if lost > 0 {
+                    tracing::error!(error = %e, lost, held = self.held.len(), "cannot spool samples and memory holds its most; they are lost");
+                } else {
+                    tracing::warn!(error = %e, held = self.held.len(), "cannot spool samples; held in memory until storage or the spool takes them");
+                }
             }
         }
     }
