@@ -285,8 +285,7 @@ impl Writer {
     pub async fn flush_once(&mut self) {
         let pending = std::mem::take(&mut self.buf);
         for batch in pending.chunks(self.batch_size) {
-            // Behind the spool; and at shutdown a database already down gets no last chance.
-            if self.health.spooled() > 0 || (self.stop_begun() && self.health.is_down()) {
+            if self.spool_first() {
                 self.spool_append(batch.to_vec()).await;
                 continue;
             }
@@ -323,30 +322,37 @@ impl Writer {
         self.health.spooled()
     }
 
+    /// Whether a batch goes to the spool without trying the store: behind what is spooled
+    /// already, and at a stop a store already down gets no last chance.
+    fn spool_first(&self) -> bool {
+        self.health.spooled() > 0 || (self.stop_begun() && self.health.is_down())
+    }
+
     /// Offers the samples held in memory to the store (when nothing is spooled ahead of them)
     /// and else to the spool; an error while some are still held.
     async fn unhold(&mut self) -> Result<(), StoreError> {
         if self.held.is_empty() {
             return Ok(());
         }
-        let held = std::mem::take(&mut self.held);
+        let mut held = std::mem::take(&mut self.held);
+        let total = held.len();
         self.health.held.store(0, Ordering::Relaxed);
-        let mut rest = held.as_slice();
-        // As in `flush_once`: behind the spool, and no last chance for a store already down at a stop.
-        let store_first = self.health.spooled() == 0 && !(self.stop_begun() && self.health.is_down());
-        while store_first && !rest.is_empty() {
-            let n = rest.len().min(self.batch_size);
-            if self.write(&rest[..n]).await.is_err() {
+        let mut stored = 0;
+        while !self.spool_first() && stored < held.len() {
+            let n = (held.len() - stored).min(self.batch_size);
+            if self.write(&held[stored..stored + n]).await.is_err() {
                 break;
             }
-            rest = &rest[n..];
+            stored += n;
         }
-        if !rest.is_empty() {
-            self.spool_append(rest.to_vec()).await;
+        // What the store did not take goes to the spool, moved rather than copied.
+        held.drain(..stored);
+        if !held.is_empty() {
+            self.spool_append(held).await;
         }
         match self.held.len() {
             0 => {
-                tracing::info!(samples = held.len(), "samples held in memory are stored or spooled");
+                tracing::info!(samples = total, "samples held in memory are stored or spooled");
                 Ok(())
             }
             n => Err(StoreError::Other(format!("{n} samples still held in memory: the spool refuses them"))),
