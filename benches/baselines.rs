@@ -8,15 +8,13 @@
 //! `VIGIL_BENCH_TARGETS=1000,10000` to choose the sizes.
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use hdrhistogram::serialization::{Serializer, V2Serializer};
-use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sqlx::{Connection, Executor, PgConnection, Row};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use vigil::config::BaselineConfig;
-use vigil::decide::baseline::{Baselines, Metric, ERRORS, HIGHEST, LOWEST, PROBES, SIGFIG};
+use vigil::decide::baseline::{Baselines, Metric};
 use vigil::vocab::records::Rollup;
 use vigil::vocab::sample::Sample;
 use vigil::vocab::target::Target;
@@ -26,12 +24,15 @@ mod counting_alloc;
 
 use counting_alloc::{Counting, ALLOCS, LIVE, PEAK};
 
+#[path = "support/week_of_rollups.rs"]
+mod week_of_rollups;
+
+use week_of_rollups::{hour_rollups, normal, rollup_pool, POOL};
+
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 const HOURS: i64 = 168;
-const PER_HOUR: usize = 60;
-const POOL: usize = 256;
 
 fn mb(bytes: f64) -> String {
     format!("{:.1} MB", bytes / 1e6)
@@ -90,32 +91,6 @@ fn print_cost(what: &str, c: &Cost) {
     );
 }
 
-fn normal(rng: &mut StdRng) -> f64 {
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * rng.random::<f64>()).cos()
-}
-
-/// A pool of V2-serialized hourly histograms per metric (60 log-normal values with spikes each).
-fn rollup_pool(rng: &mut StdRng) -> Vec<[Vec<u8>; 3]> {
-    let shapes = [(200.0, 0.3), (400.0, 0.4), (60.0, 0.2)];
-    let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram bounds are valid");
-    (0..POOL)
-        .map(|_| {
-            shapes.map(|(median, sigma)| {
-                h.reset();
-                for _ in 0..PER_HOUR {
-                    let spike = if rng.random::<f64>() < 0.01 { 5.0 } else { 1.0 };
-                    let v = median * spike * (sigma * normal(rng)).exp();
-                    h.saturating_record((v * 1000.0).round() as u64);
-                }
-                let mut bytes = Vec::new();
-                V2Serializer::new().serialize(&h, &mut bytes).expect("serializing to a Vec cannot fail");
-                bytes
-            })
-        })
-        .collect()
-}
-
 fn target(i: usize) -> Target {
     Target {
         provider: format!("provider-{}", i % 8),
@@ -134,19 +109,6 @@ fn config() -> BaselineConfig {
         min_samples_p99: 2000,
         adopt_after: None,
     }
-}
-
-fn rollup(t: &Target, metric: &str, hour: DateTime<Utc>, count: i64, histogram: Vec<u8>) -> Rollup {
-    Rollup { target: t.clone(), metric: metric.into(), hour, count, histogram }
-}
-
-/// One target's stored hour: three histograms plus probe and error counts.
-fn hour_rollups(t: &Target, hour: DateTime<Utc>, pick: &[Vec<u8>; 3], out: &mut Vec<Rollup>) {
-    for m in Metric::ALL {
-        out.push(rollup(t, m.as_str(), hour, PER_HOUR as i64, pick[m as usize].clone()));
-    }
-    out.push(rollup(t, PROBES, hour, PER_HOUR as i64, Vec::new()));
-    out.push(rollup(t, ERRORS, hour, 0, Vec::new()));
 }
 
 async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng: &mut StdRng) {
@@ -314,7 +276,7 @@ async fn naive_in(url: &str, n_list: &[usize]) -> Result<(), sqlx::Error> {
 fn main() {
     let mut rng = StdRng::seed_from_u64(1);
     let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("valid time");
-    let pool = rollup_pool(&mut rng);
+    let pool = rollup_pool(&mut rng, [(200.0, 0.3), (400.0, 0.4), (60.0, 0.2)]);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("vigil baselines bench: refresh from hourly HDR rollups (7-day window); load average {}", load.trim());
     let sizes: Vec<usize> = std::env::var("VIGIL_BENCH_TARGETS")

@@ -7,9 +7,14 @@
 //! the stand-in (`--serve`) so the servers' CPU is never counted as vigil's.
 //! `VIGIL_BENCH_TARGETS` (default 1000), `VIGIL_BENCH_WARMUP_S` (65) and `VIGIL_BENCH_MEASURE_S`
 //! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side.
+//! Each daemon starts on `VIGIL_BENCH_HISTORY_DAYS` (7) days of stored hourly rollups, written
+//! before it starts, and the bench prints how long after its start its first probe came.
 //! `VIGIL_BENCH_COMPARE_EXE=path/to/other/vigil` runs a second daemon (another build, e.g. the
 //! previous release) on the same targets in the same run, measured the same way, so a change is
-//! judged side by side under the same load rather than against a figure from another day.
+//! judged side by side under the same load rather than against a figure from another day. An
+//! older build refuses a history written with migrations it does not know:
+//! `VIGIL_BENCH_COMPARE_SQL` is run on its copy first (e.g. `DROP INDEX x; DELETE FROM
+//! _sqlx_migrations WHERE version = n`, undoing what it lacks).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -17,10 +22,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vigil::run::demo::standin::{RequestRecord, Script, StandIn};
 
+#[path = "support/week_of_rollups.rs"]
+mod week_of_rollups;
+
 const FIXTURE: &str = "openai-chat-stream.sse";
 /// The key variable the bench's providers name (the stand-in ignores it).
 const KEY_VAR: &str = "VIGIL_BENCH_KEY";
 const SCRAPE_EVERY: Duration = Duration::from_secs(15);
+/// The daemon's log line once a start has read the stored window back.
+const RESTORED: &str = "baselines and breakers restored";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -94,22 +104,35 @@ fn answering_ok(sse: &[u8]) -> Vec<u8> {
 
 /// Requests the stand-in received since the last `MARK`, by path (without the query).
 type Counts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
+/// When the stand-in first heard from each daemon (its paths' first segment, `/v0`), in ms since
+/// the Unix epoch: never reset.
+type Firsts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u128>>>;
+
+fn epoch_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
 
 /// `--serve`: the stand-in in its own process; prints its port, serves until stdin closes.
 /// `MARK` on stdin starts counting requests per path afresh; `REPORT` prints each count as
-/// `COUNT <n> <path>`, then `END`.
+/// `COUNT <n> <path>`, when each daemon's first request came as `FIRST <ms since epoch> <prefix>`,
+/// then `END`.
 fn serve_child() {
     raise_nofile();
     let recorded = std::fs::read(format!("{}/tests/fixtures/{FIXTURE}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
     let (obeying, ignoring) =
         (Script::sse(&answering_ok(&recorded), Duration::ZERO), Script::sse(&recorded, Duration::ZERO));
     let counts = Counts::default();
+    let firsts = Firsts::default();
     let answer = handler(obeying, ignoring);
     let counting = {
-        let counts = counts.clone();
+        let (counts, firsts) = (counts.clone(), firsts.clone());
         move |r: &RequestRecord| {
             if let Ok(mut c) = counts.lock() {
                 *c.entry(r.path_only().to_string()).or_default() += 1;
+            }
+            let prefix = r.path_only().split('/').nth(1).unwrap_or_default();
+            if let Ok(mut f) = firsts.lock() {
+                f.entry(format!("/{prefix}")).or_insert_with(epoch_ms);
             }
             answer(r)
         }
@@ -127,6 +150,9 @@ fn serve_child() {
             "REPORT" => {
                 for (path, n) in c.iter() {
                     println!("COUNT {n} {path}");
+                }
+                for (prefix, at) in firsts.lock().expect("firsts").iter() {
+                    println!("FIRST {at} {prefix}");
                 }
                 println!("END");
                 let _ = std::io::stdout().flush();
@@ -238,6 +264,40 @@ struct Scrape {
     bytes: usize,
     series: usize,
     probes: f64,
+    /// `vigil_pipeline_step_seconds` by step: cumulative bucket counts by upper bound, and the sum.
+    steps: std::collections::BTreeMap<String, Steps>,
+}
+
+/// One step's histogram as scraped: `(upper bound, cumulative count)` in exposition order, and the sum.
+#[derive(Default, Clone)]
+struct Steps {
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+}
+
+/// A label's value in an exposition line's label set.
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let at = line.find(&format!("{name}=\""))? + name.len() + 2;
+    line[at..].split('"').next()
+}
+
+/// `vigil_pipeline_step_seconds` of one exposition, by step.
+fn parse_steps(text: &str) -> std::collections::BTreeMap<String, Steps> {
+    let mut steps: std::collections::BTreeMap<String, Steps> = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("vigil_pipeline_step_seconds_")) {
+        let (Some(step), Some(value)) = (label(line, "step"), line.rsplit(' ').next().and_then(|v| v.parse().ok()))
+        else {
+            continue;
+        };
+        let entry = steps.entry(step.to_string()).or_default();
+        if line.starts_with("vigil_pipeline_step_seconds_bucket") {
+            let le = label(line, "le").map_or(f64::INFINITY, |v| v.parse().unwrap_or(f64::INFINITY));
+            entry.buckets.push((le, value));
+        } else if line.starts_with("vigil_pipeline_step_seconds_sum") {
+            entry.sum = value;
+        }
+    }
+    steps
 }
 
 /// A plain HTTP/1.1 GET of `/metrics` with `Accept-Encoding: gzip`, as Prometheus sends it.
@@ -267,7 +327,7 @@ fn scrape(port: u16) -> Option<Scrape> {
         .filter(|l| l.starts_with("vigil_probes_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    Some(Scrape { gzip_bytes, bytes: text.len(), series, probes })
+    Some(Scrape { gzip_bytes, bytes: text.len(), series, probes, steps: parse_steps(&text) })
 }
 
 fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
@@ -430,10 +490,63 @@ fn prometheus_probe_count(port: u16) -> f64 {
         .sum()
 }
 
+/// Writes `days` of hourly rollups for every target of the vigil `config` into a new SQLite file
+/// `db` (migrated by vigil's own store), ending with the current hour; returns how many.
+fn seed_history(db: &Path, config: &str, days: i64) -> usize {
+    use chrono::DurationRound;
+    let env: std::collections::BTreeMap<String, String> = [(KEY_VAR.to_string(), "sk-test-bench".to_string())].into();
+    let parsed = vigil::config::Config::from_toml(config, &env).expect("the bench's config is valid");
+    let targets: Vec<_> =
+        vigil::io::probe::Planned::all(&parsed.providers, &parsed.region).into_iter().map(|p| p.target).collect();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+    // As the stand-in answers: headers at 50–150 ms, the first token 200–400 ms later, ~50 tokens/s.
+    let pool = week_of_rollups::rollup_pool(&mut rng, [(100.0, 0.25), (400.0, 0.2), (50.0, 0.1)]);
+    let now = chrono::Utc::now().duration_trunc(chrono::Duration::hours(1)).expect("an hour");
+    let write = async {
+        let store = vigil::io::store::open(&format!("sqlite://{}", db.display())).await.expect("history store");
+        store.migrate().await.expect("history store migrated");
+        let mut written = 0;
+        let mut hour_rows = Vec::new();
+        for h in (0..days * 24).rev() {
+            let hour = now - chrono::Duration::hours(h);
+            hour_rows.clear();
+            for (i, t) in targets.iter().enumerate() {
+                let pick = &pool[(i * 31 + h as usize * 17) % pool.len()];
+                week_of_rollups::hour_rollups(t, hour, pick, &mut hour_rows);
+            }
+            store.upsert_rollups(&hour_rows).await.expect("rollups written");
+            written += hour_rows.len();
+        }
+        written
+    };
+    tokio::runtime::Runtime::new().expect("runtime").block_on(write)
+}
+
+/// Copies the seeded history (the SQLite file and its journal files) to `db`, then runs `sql`
+/// on the copy, if any.
+fn copy_history(from: &Path, db: &Path, sql: Option<&str>) {
+    for suffix in ["", "-wal", "-shm"] {
+        let src = PathBuf::from(format!("{}{suffix}", from.display()));
+        if src.exists() {
+            std::fs::copy(&src, format!("{}{suffix}", db.display())).expect("history copied");
+        }
+    }
+    let Some(sql) = sql else { return };
+    let run = async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display())).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut c).await?;
+        c.close().await
+    };
+    tokio::runtime::Runtime::new().expect("runtime").block_on(run).expect("VIGIL_BENCH_COMPARE_SQL runs on the copy");
+}
+
 /// One `vigil run` under measurement, in its own directory and on its own port.
 struct Daemon {
     who: String,
     proc: Proc,
+    /// When it was started, in ms since the Unix epoch.
+    started_ms: u128,
     port: u16,
     log: PathBuf,
     db: PathBuf,
@@ -442,14 +555,20 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(base: &Path, who: &str, exe: &Path, stand_in: u16, (n, ignoring): (usize, usize), k: usize) -> Daemon {
+    fn start(base: &Path, who: &str, exe: &Path, run: &Run, k: usize) -> Daemon {
+        let (n, ignoring) = run.fleet;
         let dir = base.join(format!("vigil-{}", free_port()));
         std::fs::create_dir_all(&dir).expect("daemon dir");
         let port = free_port();
         let config = dir.join("vigil.toml");
         let prefix = format!("/v{k}");
-        std::fs::write(&config, vigil_config(&dir, stand_in, port, n, &prefix, ignoring)).expect("config written");
+        std::fs::write(&config, vigil_config(&dir, run.stand_in, port, n, &prefix, ignoring)).expect("config written");
+        if let Some(history) = &run.history {
+            let sql = std::env::var("VIGIL_BENCH_COMPARE_SQL").ok().filter(|_| k > 0);
+            copy_history(history, &dir.join("vigil.db"), sql.as_deref());
+        }
         let log = dir.join("vigil.log");
+        let started_ms = epoch_ms();
         let proc = Proc(
             Command::new(exe)
                 .args(["run", "--config"])
@@ -460,12 +579,43 @@ impl Daemon {
                 .spawn()
                 .expect("vigil starts"),
         );
-        Daemon { who: who.to_string(), proc, port, log, db: dir.join("vigil.db"), prefix }
+        Daemon { who: who.to_string(), proc, started_ms, port, log, db: dir.join("vigil.db"), prefix }
     }
 
     fn pid(&self) -> u32 {
         self.proc.0.id()
     }
+
+    /// Whether its log says the stored baselines are restored.
+    fn restored(&self) -> bool {
+        std::fs::read_to_string(&self.log).is_ok_and(|l| l.contains(RESTORED))
+    }
+}
+
+/// What every daemon of a run shares: the stand-in's port, (targets, ignoring ones) and the
+/// seeded history to start on.
+struct Run {
+    stand_in: u16,
+    fleet: (usize, usize),
+    history: Option<PathBuf>,
+}
+
+/// From its start to its first probe (as the stand-in received it), and to the stored baselines
+/// being restored (its log's line, by the line's time stamp).
+fn print_start(d: &Daemon, report: &Report) {
+    let first = report.firsts.get(&d.prefix).map(|at| format!("{:.2} s", (*at as f64 - d.started_ms as f64) / 1000.0));
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    let restored = log
+        .lines()
+        .find(|l| l.contains(RESTORED))
+        .and_then(|l| chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok())
+        .map(|at| format!("{:.1} s", (at.timestamp_millis() as f64 - d.started_ms as f64) / 1000.0));
+    println!(
+        "{:<34} first probe after {:>9}   stored baselines restored after {:>9}",
+        d.who,
+        first.unwrap_or_else(|| "(none)".into()),
+        restored.unwrap_or_else(|| "(not logged)".into())
+    );
 }
 
 struct Row {
@@ -502,21 +652,35 @@ fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
     );
 }
 
-/// Asks the stand-in for its counts since `MARK`: requests by path.
-fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> std::collections::HashMap<String, u32> {
-    let mut counts = std::collections::HashMap::new();
+/// What the stand-in reports: requests by path since `MARK`, and each daemon's first request.
+#[derive(Default)]
+struct Report {
+    counts: std::collections::HashMap<String, u32>,
+    /// By prefix (`/v0`), in ms since the Unix epoch.
+    firsts: std::collections::HashMap<String, u128>,
+}
+
+/// Asks the stand-in for its report.
+fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> Report {
+    let mut report = Report::default();
     if writeln!(control, "REPORT").and_then(|()| control.flush()).is_err() {
-        return counts;
+        return report;
     }
     let mut line = String::new();
     while out.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line.trim() != "END" {
         let mut parts = line.trim().splitn(3, ' ');
-        if let (Some("COUNT"), Some(n), Some(path)) = (parts.next(), parts.next(), parts.next()) {
-            counts.insert(path.to_string(), n.parse().unwrap_or(0));
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("COUNT"), Some(n), Some(path)) => {
+                report.counts.insert(path.to_string(), n.parse().unwrap_or(0));
+            }
+            (Some("FIRST"), Some(at), Some(prefix)) => {
+                report.firsts.insert(prefix.to_string(), at.parse().unwrap_or(0));
+            }
+            _ => {}
         }
         line.clear();
     }
-    counts
+    report
 }
 
 /// Probes sent (as the stand-in received them) against probes due in the window: every target
@@ -555,6 +719,27 @@ fn print_due(
     );
 }
 
+/// Each pipeline step's runs in the window (between two scrapes): how many, their mean, the
+/// bucket the slowest fell in, and how many went past the 100 ms budget.
+fn print_steps(who: &str, first: &Scrape, last: &Scrape) {
+    for (step, end) in &last.steps {
+        let start = first.steps.get(step).cloned().unwrap_or_default();
+        let count_at = |s: &Steps, le: f64| s.buckets.iter().find(|(b, _)| *b == le).map_or(0.0, |(_, c)| *c);
+        let runs = count_at(end, f64::INFINITY) - count_at(&start, f64::INFINITY);
+        if runs <= 0.0 {
+            continue;
+        }
+        let slowest =
+            end.buckets.iter().find(|(le, c)| c - count_at(&start, *le) >= runs).map_or(f64::INFINITY, |(le, _)| *le);
+        let over = runs - (count_at(end, 0.1) - count_at(&start, 0.1));
+        println!(
+            "{who:<34} {step:<9} {runs:>6.0} {:>9.2} {:>13} {over:>9.0}",
+            (end.sum - start.sum) / runs * 1000.0,
+            format!("<= {:.1}", slowest * 1000.0),
+        );
+    }
+}
+
 fn print_row(r: &Row) {
     let per_1000 = if r.probes > 0.0 { r.cpu / r.probes * 1000.0 } else { f64::NAN };
     println!("{:<34} {:>8.0} {:>9.2} {:>12.3} {:>11.1}", r.who, r.probes, r.cpu, per_1000, r.peak_rss);
@@ -581,13 +766,26 @@ fn orchestrate() {
     let stand_in: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("stand-in port");
 
     let fleet = (n, ignoring);
+    let days = env_num("VIGIL_BENCH_HISTORY_DAYS", 7) as i64;
+    let history = (days > 0).then(|| {
+        let db = dir.path().join("history.db");
+        let t = Instant::now();
+        let config = vigil_config(dir.path(), stand_in, free_port(), n, "", ignoring);
+        let rollups = seed_history(&db, &config, days);
+        let mib = std::fs::metadata(&db).map_or(0.0, |m| m.len() as f64 / 1048576.0);
+        println!(
+            "history: {rollups} rollups ({days} days of hours) written in {:.1} s, {mib:.0} MiB",
+            t.elapsed().as_secs_f64()
+        );
+        db
+    });
+    let run = Run { stand_in, fleet, history };
     let mut control = server.stdin.take().expect("stdin");
-    let mut daemons =
-        vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), stand_in, fleet, 0)];
+    let mut daemons = vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), &run, 0)];
     if let Some(other) = std::env::var_os("VIGIL_BENCH_COMPARE_EXE") {
         let other = PathBuf::from(other);
         let name = other.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, stand_in, fleet, 1));
+        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, &run, 1));
     }
     let side = start_side_by_side(dir.path(), stand_in, n, ignoring);
 
@@ -605,7 +803,18 @@ fn orchestrate() {
         Some(_) => println!("side by side: prometheus + blackbox_exporter scraping the same targets every 60 s"),
         None => println!("side by side: skipped (prometheus and prometheus-blackbox-exporter not both installed)"),
     }
-    println!("warm-up {} s (every target probed once), then {} s measured", warmup.as_secs(), measure.as_secs());
+    // Reading the stored week back is a start's cost, not a steady minute's: the warm-up begins
+    // once every daemon has it (or after ten minutes).
+    let restoring = Instant::now();
+    while restoring.elapsed() < Duration::from_secs(600) && !daemons.iter().all(Daemon::restored) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "stored baselines restored in every daemon after {:.1} s; warm-up {} s (every target probed once), then {} s measured",
+        restoring.elapsed().as_secs_f64(),
+        warmup.as_secs(),
+        measure.as_secs()
+    );
     std::thread::sleep(warmup);
 
     let first: Vec<Scrape> = daemons
@@ -644,7 +853,7 @@ fn orchestrate() {
         next += SCRAPE_EVERY;
     }
     std::thread::sleep((started + measure).saturating_duration_since(Instant::now()));
-    let counts = read_counts(&mut control, &mut out);
+    let report = read_counts(&mut control, &mut out);
     let cpu1: Vec<f64> = daemons.iter().map(|d| proc_cpu(d.pid())).collect();
     let wakes1: Vec<(u64, u64)> = daemons.iter().map(|d| wake_ups(d.pid())).collect();
     let side1 = side.as_ref().map(|s| {
@@ -686,6 +895,12 @@ fn orchestrate() {
             );
         }
     }
+    println!();
+    println!("pipeline steps in the window (vigil_pipeline_step_seconds; budget 100 ms for publish and evaluate):");
+    println!("{:<34} {:<9} {:>6} {:>9} {:>13} {:>9}", "process", "step", "runs", "mean ms", "slowest ms", "> 100 ms");
+    for (i, d) in daemons.iter().enumerate() {
+        print_steps(&d.who, &first[i], scrapes[i].last().map(|(s, _)| s).unwrap_or(&first[i]));
+    }
     println!("load average at end: {load_end}");
     for d in &daemons {
         let failed =
@@ -708,7 +923,12 @@ fn orchestrate() {
         "process", "sent", "due", "extra", "targets+", "targets-", "models", "mode changes"
     );
     for d in &daemons {
-        print_due(d, &counts, fleet, measure);
+        print_due(d, &report.counts, fleet, measure);
+    }
+    println!();
+    println!("start (on {days} days of stored history; budget 5 s to the first probe):");
+    for d in &daemons {
+        print_start(d, &report);
     }
     println!();
     println!("wake-ups (voluntary context switches) per second in the window:");

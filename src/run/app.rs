@@ -188,7 +188,8 @@ pub struct App {
     migrated: bool,
     writer: Writer,
     monitor: Monitor,
-    loaded: bool,
+    /// Whether the breakers, newest samples and drills were restored at start ([`Monitor::load_state`]).
+    restored: bool,
     /// The prober's table of OpenRouter's published prices and the targets it prices.
     published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),
     /// Keeps the demo providers' server alive as long as the app.
@@ -300,7 +301,7 @@ impl App {
             migrated,
             writer,
             monitor,
-            loaded,
+            restored,
             published,
             _demo,
             side,
@@ -356,7 +357,7 @@ impl App {
             metrics: metrics.clone(),
             writer: store_tx,
             monitor,
-            loaded,
+            restored,
             link: link_handle,
             snapshot,
             liveness: liveness.clone(),
@@ -443,11 +444,13 @@ impl Prepared {
         let migrated = unavailable.is_none();
         let mut monitor = Monitor::new(&config, published.1.clone(), Utc::now());
         monitor.price_with(published.0.clone());
-        let loaded = match migrated {
-            true => match monitor.load(store.as_ref(), Utc::now()).await {
+        // The week of rollups is read through the storage link once the pipeline runs: probes
+        // start within a second whatever the history's size (about 50 s at 10,000 targets).
+        let restored = match migrated {
+            true => match monitor.load_state(store.as_ref(), Utc::now()).await {
                 Ok(()) => true,
                 Err(e) => {
-                    tracing::warn!(error = %e, "stored baselines and breakers not loaded; retried before the first persist");
+                    tracing::warn!(error = %e, "stored breakers not loaded; retried with the baselines");
                     false
                 }
             },
@@ -463,7 +466,7 @@ impl Prepared {
             migrated,
             writer,
             monitor,
-            loaded,
+            restored,
             side,
             published,
             _demo: demo,

@@ -74,8 +74,9 @@ pub struct Monitor {
     built: Built,
     /// The stored drills as last read (every region's); the export drops the active ones.
     drills: Vec<crate::vocab::drill::Drill>,
-    /// The configured providers, whose prices the chain entries publish.
-    providers: Vec<crate::config::ProviderConfig>,
+    /// The configured providers by name, whose prices the chain entries publish (a lookup per
+    /// target and publish: a scan of 10,000 providers there cost more than the probes).
+    providers: HashMap<String, crate::config::ProviderConfig>,
     /// OpenRouter's published prices, shared with the prober (none until [`Monitor::price_with`]).
     published: Option<crate::io::probe::PublishedPrices>,
     /// Each target's latest rate-limit reading (each allowance as last said) and when it was read.
@@ -149,7 +150,7 @@ impl Monitor {
             persisted: HashMap::new(),
             built: Built { all: true, ..Built::default() },
             drills: Vec::new(),
-            providers: config.providers.clone(),
+            providers: config.providers.iter().map(|p| (p.name.clone(), p.clone())).collect(),
             published: None,
             headroom: HashMap::new(),
             low_fraction: config.ratelimit.low_fraction,
@@ -166,7 +167,7 @@ impl Monitor {
 
     /// A target's price as its chain entries publish it: configured, published, then built in.
     fn price_of(&self, t: &Target) -> Option<export::EntryPrice> {
-        let p = self.providers.iter().find(|p| p.name == t.provider)?;
+        let p = self.providers.get(&t.provider)?;
         let table = self.published.as_ref().and_then(|x| x.read().ok());
         let endpoints = table.as_ref().and_then(|g| g.get(&(t.provider.clone(), t.model.clone())));
         let (price, source) =
@@ -183,27 +184,41 @@ impl Monitor {
         self.drills = drills;
     }
 
-    /// Restores rollups, counts and breaker states from the store (after a restart or upgrade).
+    /// Restores rollups, counts and breaker states from the store (after a restart or upgrade):
+    /// everything at once, for the CLI. The daemon restores [`Monitor::load_state`] at start
+    /// and the week of rollups through the storage link while it already probes.
     pub async fn load(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
         let report = crate::io::store::load_window(store, &mut self.baselines, Some(&self.region), now).await?;
         for skipped in &report.skipped {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
-        self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
-        self.load_last_samples(store).await?;
-        self.drills = store.drills(now).await?;
+        self.load_state(store, now).await?;
         let since = self.workloads.window_start(now);
         let runs = store.workload_runs(Some(&self.region), since, crate::io::store::link::WORKLOAD_LOAD_LIMIT).await?;
         self.restore_workloads(&runs, now);
-        self.built.all = true;
         tracing::info!(rollups = report.loaded, breakers = self.breakers.len(), "baselines and breakers restored");
         Ok(())
     }
 
-    /// The question that restores this region's stored state through the storage link.
-    pub fn load_query(&self, now: DateTime<Utc>) -> Query {
+    /// Restores what the first probes are judged against and exports read: breaker states, each
+    /// target's newest samples (one read each) and the running drills, about 1.5 s at 10,000
+    /// targets, where the week of rollups takes a minute or more: that comes later
+    /// ([`Monitor::load_query`]).
+    pub async fn load_state(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
+        self.load_last_samples(store).await?;
+        self.drills = store.drills(now).await?;
+        self.built.all = true;
+        Ok(())
+    }
+
+    /// The question that restores this region's stored window (rollups, long-prompt runs) through
+    /// the storage link from `resume` on (the end of the hours already folded in, if any), and its
+    /// breakers too unless [`Monitor::load_state`] restored them.
+    pub fn load_query(&self, now: DateTime<Utc>, resume: Option<DateTime<Utc>>, breakers: bool) -> Query {
         let (from, until) = self.baselines.window_hours(now);
-        Query::Load { region: self.region.clone(), from, until }
+        let from = resume.map_or(from, |r| r.max(from));
+        Query::Load { region: self.region.clone(), from, until, breakers }
     }
 
     /// Folds one hour of stored rollups in (an answer to [`Monitor::load_query`]).

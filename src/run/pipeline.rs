@@ -49,13 +49,23 @@ pub struct Pipeline {
     link: LinkHandle,
     snapshot: SharedSnapshot,
     liveness: Arc<Liveness>,
-    /// False until stored state is restored: persisting before would overwrite it.
+    /// False until the stored window (rollups, long-prompt runs) and breakers are restored:
+    /// persisting before would overwrite them. Asked for at the first persist, after the start.
     loaded: bool,
+    /// Whether the stored breakers are restored (at start, or with the window when storage was
+    /// down then): until they are, the monitor's are all closed.
+    breakers_restored: bool,
     /// A breaker moved since the last snapshot: publish at the next check, not when due.
     urgent: bool,
     /// A load or an expiry read is under way (asked, not yet answered).
     loading: bool,
     expiring: bool,
+    /// The end of the last stored hour folded in: a load that failed part way resumes there
+    /// (folding an hour twice would count its probes twice).
+    read_until: Option<DateTime<Utc>>,
+    /// A read of the stored window failed (storage down): snapshots are published from what is
+    /// known, as they are until the first read is answered otherwise.
+    load_failed: bool,
     alerts: Alerting,
     /// What the link last read from shared storage.
     context: Context,
@@ -314,8 +324,9 @@ pub struct Stages {
     pub writer: mpsc::Sender<Sample>,
     /// Baselines and breakers.
     pub monitor: Monitor,
-    /// Whether the monitor's stored state was restored at start.
-    pub loaded: bool,
+    /// Whether the monitor's breakers, newest samples and drills were restored at start
+    /// ([`Monitor::load_state`]); the stored window always comes through the link.
+    pub restored: bool,
     /// The storage link's pipeline end.
     pub link: LinkHandle,
     /// Where snapshots are published for readers.
@@ -358,10 +369,13 @@ impl Pipeline {
             link: s.link,
             snapshot: s.snapshot,
             liveness: s.liveness,
-            loaded: s.loaded,
+            loaded: false,
+            breakers_restored: s.restored,
             urgent: false,
             loading: false,
             expiring: false,
+            load_failed: false,
+            read_until: None,
             alerts: s.alerts,
             context: Context::default(),
             elsewhere: Default::default(),
@@ -487,7 +501,7 @@ impl Pipeline {
         // last heard that is not the breaker's state now is corrected here, or its breaker_open
         // facet would hold for good. Only once the stored breakers are restored: before that the
         // monitor's own are all closed and would tell the engine so.
-        for t in self.monitor.targets().iter().filter(|_| self.loaded) {
+        for t in self.monitor.targets().iter().filter(|_| self.breakers_restored) {
             let now_state = self.monitor.breaker(t).map_or(State::Closed, |b| b.state());
             let heard = a.engine.breaker_heard(t);
             if heard.is_some_and(|h| h != now_state) && !changes.iter().any(|c| &c.target == t) {
@@ -650,9 +664,13 @@ impl Pipeline {
         }
     }
 
-    /// Runs one periodic step; a panic in it is logged and counted, and the loop goes on.
+    /// Runs one periodic step, timed (`vigil_pipeline_step_seconds`); a panic in it is logged and
+    /// counted, and the loop goes on.
     fn guarded(&mut self, step: &str, f: impl FnOnce(&mut Self)) {
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))) {
+        let started = std::time::Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        self.metrics.step_took(step, started.elapsed());
+        if let Err(payload) = outcome {
             let why = crate::run::watchdog::panic_message(payload);
             tracing::error!(step, panic = %why, "a pipeline step panicked; stages kept");
             self.metrics.task_panicked("pipeline");
@@ -768,7 +786,7 @@ impl Pipeline {
         if !self.loaded {
             if !self.loading {
                 self.loading = true;
-                self.link.ask(self.monitor.load_query(now));
+                self.link.ask(self.monitor.load_query(now, self.read_until, !self.breakers_restored));
             }
             return;
         }
@@ -790,16 +808,21 @@ impl Pipeline {
     /// Takes one answer of the link.
     pub fn on_reply(&mut self, reply: Reply, now: DateTime<Utc>) {
         match reply {
-            Reply::LoadedHour(rollups) => self.monitor.restore_hour(&rollups, now),
+            Reply::LoadedHour { until, rollups } => {
+                self.monitor.restore_hour(&rollups, now);
+                self.read_until = Some(until);
+            }
             Reply::LoadedWorkloads(runs) => self.monitor.restore_workloads(&runs, now),
             Reply::Loaded(breakers) => {
                 self.monitor.restore_breakers(&breakers, now);
                 self.loaded = true;
+                self.breakers_restored = true;
                 self.loading = false;
                 tracing::info!("stored baselines and breakers restored");
             }
             Reply::LoadFailed(e) => {
                 self.loading = false;
+                self.load_failed = true;
                 tracing::warn!(error = %e, "stored baselines still unreadable; not persisting over them");
             }
             Reply::Expiring { rollups, until } => {
@@ -837,6 +860,13 @@ impl Pipeline {
         }
     }
 
+    /// Whether snapshots are published now: not while the stored window is being read after a
+    /// start, so the export is judged on the whole week as it was before the restart (probes and
+    /// samples go on meanwhile); once it is read, or when it cannot be, always.
+    fn publishes(&self) -> bool {
+        self.loaded || self.load_failed
+    }
+
     /// Runs until the scheduler's channel closes (after shutdown has drained every probe).
     pub async fn run(mut self, mut rx: mpsc::Receiver<Sample>) {
         let mut publish = tokio::time::interval(PUBLISH_EVERY);
@@ -844,10 +874,9 @@ impl Pipeline {
         // interval, so a snapshot is never more than a twelfth of a round behind.
         let publish_every = (self.alerts.every / 12).clamp(PUBLISH_EVERY, PUBLISH_AT_MOST_EVERY);
         let mut published: Option<tokio::time::Instant> = None;
+        // Its first tick is at once: it asks for the stored window, which folds in while samples
+        // are judged.
         let mut persist = tokio::time::interval(PERSIST_EVERY);
-        if self.loaded {
-            persist.tick().await;
-        }
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
@@ -881,7 +910,7 @@ impl Pipeline {
                 },
                 Some(reply) = self.link.reply() => self.guarded("reply", |p| p.on_reply(reply, Utc::now())),
                 _ = publish.tick() => {
-                    if self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every) {
+                    if self.publishes() && (self.urgent || published.is_none_or(|at| at.elapsed() >= publish_every)) {
                         published = Some(tokio::time::Instant::now());
                         self.guarded("publish", |p| p.publish(Utc::now()));
                     }
@@ -1013,7 +1042,7 @@ balance = { min_usd = 5.0 }
             metrics: Arc::new(Metrics::new("eu").expect("metrics")),
             writer,
             monitor: Monitor::new(&config, targets, t0()),
-            loaded: false,
+            restored: false,
             link: handle,
             snapshot: snapshot.clone(),
             liveness: Arc::new(Liveness::new(t0(), config.probe.interval, Duration::from_secs(10))),
@@ -1128,12 +1157,111 @@ balance = { min_usd = 5.0 }
             detail: serde_json::json!({}),
         };
         r.pipeline.monitor.restore_breakers(std::slice::from_ref(&closed), now);
-        r.pipeline.loaded = false;
+        r.pipeline.breakers_restored = false;
         r.pipeline.evaluate_alerts(now + chrono::Duration::seconds(5));
         assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Open), "not before the restore is done");
-        r.pipeline.loaded = true;
+        r.pipeline.breakers_restored = true;
         r.pipeline.evaluate_alerts(now + chrono::Duration::seconds(10));
         assert_eq!(r.pipeline.alerts.engine.breaker_heard(&t), Some(State::Closed), "told the stored state");
+        r.stop.cancel();
+    }
+
+    /// Answers the pipeline's load question until the last reply of it.
+    async fn finish_load(p: &mut Pipeline, now: DateTime<Utc>) {
+        loop {
+            let reply = next_reply(p).await;
+            let last = matches!(reply, Reply::Loaded(_) | Reply::LoadFailed(_));
+            p.on_reply(reply, now);
+            if last {
+                return;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn breakers_restored_at_start_are_kept_when_the_stored_window_arrives() {
+        let now = Utc::now();
+        let t = target("eu");
+        let stored = crate::vocab::records::BreakerRecord {
+            target: t.clone(),
+            state: State::Open,
+            since: now - chrono::Duration::minutes(2),
+            detail: serde_json::json!({}),
+        };
+        let mut r = rig(async |s: &dyn Store| s.save_breaker(&stored).await.expect("breaker stored")).await;
+        // The start restores the stored breaker before the first probe…
+        r.pipeline.monitor.load_state(r.store.as_ref(), now).await.expect("state restored");
+        r.pipeline.breakers_restored = true;
+        assert_eq!(r.pipeline.monitor.breaker(&t).map(|b| b.state()), Some(State::Open));
+        assert!(!r.pipeline.publishes(), "no snapshot from a window not yet read");
+        // …and it moves on while the week of rollups is still being read.
+        let closed = crate::vocab::records::BreakerRecord { state: State::Closed, since: now, ..stored.clone() };
+        r.pipeline.monitor.restore_breakers(std::slice::from_ref(&closed), now);
+        r.pipeline.persist(now);
+        finish_load(&mut r.pipeline, now).await;
+        assert!(r.pipeline.loaded && r.pipeline.publishes(), "the window is read");
+        assert_eq!(
+            r.pipeline.monitor.breaker(&t).map(|b| b.state()),
+            Some(State::Closed),
+            "the stored breaker is not read over the newer one"
+        );
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_load_cut_short_resumes_after_the_hours_it_folded_in() {
+        use chrono::DurationRound;
+        let now = Utc::now();
+        let hour = (now - chrono::Duration::hours(2)).duration_trunc(chrono::Duration::hours(1)).expect("an hour");
+        let probes = crate::vocab::records::Rollup {
+            target: target("eu"),
+            metric: crate::decide::baseline::PROBES.into(),
+            hour,
+            count: 60,
+            histogram: Vec::new(),
+        };
+        let mut r =
+            rig(async |s: &dyn Store| s.upsert_rollups(std::slice::from_ref(&probes)).await.expect("stored")).await;
+        // The first load read up to that hour, folded it in, then a read timed out.
+        let until = hour + chrono::Duration::hours(1);
+        r.pipeline.on_reply(Reply::LoadedHour { until, rollups: vec![probes.clone()] }, now);
+        r.pipeline.on_reply(Reply::LoadFailed("store call timed out after 3s".into()), now);
+        r.pipeline.persist(now);
+        finish_load(&mut r.pipeline, now).await;
+        assert!(r.pipeline.loaded);
+        r.pipeline.publish(now);
+        let samples = r.snapshot.read().ok().and_then(|s| {
+            s.thresholds.as_ref()?.targets.iter().find(|t| t.key.provider == "openrouter").map(|t| t.samples)
+        });
+        assert_eq!(samples, Some(60), "the hour is counted once, not read again");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_window_that_cannot_be_read_does_not_hold_the_snapshots_back() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        r.pipeline.on_reply(Reply::LoadFailed("storage down".into()), now);
+        assert!(!r.pipeline.loaded && r.pipeline.publishes(), "published from what is known");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn each_timed_step_is_counted_under_its_name() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        r.pipeline.guarded("publish", |p| p.publish(now));
+        r.pipeline.guarded("evaluate", |p| p.evaluate_alerts(now));
+        r.pipeline.guarded("evaluate", |p| p.evaluate_alerts(now));
+        let text = r.pipeline.metrics.render();
+        let count = |step: &str| {
+            text.lines()
+                .find(|l| l.starts_with("vigil_pipeline_step_seconds_count") && l.contains(&format!("step=\"{step}\"")))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        };
+        assert_eq!(count("publish"), Some(1), "{text}");
+        assert_eq!(count("evaluate"), Some(2));
+        assert_eq!(count("persist"), Some(0), "every step is there from the start");
         r.stop.cancel();
     }
 
@@ -1145,14 +1273,7 @@ balance = { min_usd = 5.0 }
         // Not loaded yet: the first persist asks for the stored state and writes nothing.
         r.pipeline.persist(now);
         assert!(r.pipeline.loading);
-        loop {
-            let reply = next_reply(&mut r.pipeline).await;
-            let last = matches!(reply, Reply::Loaded(_) | Reply::LoadFailed(_));
-            r.pipeline.on_reply(reply, now);
-            if last {
-                break;
-            }
-        }
+        finish_load(&mut r.pipeline, now).await;
         assert!(r.pipeline.loaded && !r.pipeline.loading, "restored from the (empty) store");
         r.pipeline.persist(now);
         let hour_ago = now - chrono::Duration::hours(2);

@@ -112,7 +112,10 @@ pub async fn thresholds(State(s): State<HttpState>, Query(q): Query<ThresholdsQu
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("format: {e}\n")),
     };
     let Some(doc) = s.snapshot.read().ok().and_then(|snap| snap.thresholds.clone()) else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "no thresholds yet: the first round is still running\n".into());
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no thresholds yet: the stored baselines are still being read after a start\n".into(),
+        );
     };
     let doc = s.feed.stable(doc);
     let filter = Filter { model: q.model, provider: q.provider, chain: q.chain };

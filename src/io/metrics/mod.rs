@@ -25,6 +25,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use targets::{Hist, Series};
 
+/// `vigil_pipeline_step_seconds{step, region}`.
+fn step_histogram() -> Result<HistogramVec, prometheus::Error> {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "vigil_pipeline_step_seconds",
+            "Time the pipeline spent in one step (publish, evaluate, persist, reply, ...), by step.",
+        )
+        .buckets(STEP_BUCKETS.to_vec()),
+        &["step", "region"],
+    )
+}
+
 /// Per-target labels, in this order everywhere.
 const TARGET_LABELS: [&str; 4] = ["provider", "model", "route", "region"];
 /// TTFB/TTFT buckets below `metrics.detail = "full"`: where LLM APIs answer (fast hosts ~0.2 s, typical 0.5–1 s,
@@ -37,6 +49,12 @@ const FULL_BUCKETS: [f64; 22] = [
 ];
 /// Scheduling lag buckets: the target is p99 < 50 ms, so resolve the milliseconds.
 const LAG_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+/// Pipeline step buckets: the budget for a minute's evaluation and for a publish is 100 ms at
+/// 10,000 targets, so resolve below it and show how far past it a slow step went.
+const STEP_BUCKETS: [f64; 11] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+/// The pipeline's steps timed by `vigil_pipeline_step_seconds`, present from the start at zero.
+pub const PIPELINE_STEPS: [&str; 9] =
+    ["replan", "canary", "check", "workload", "adopt", "reply", "publish", "persist", "evaluate"];
 /// Phases of `vigil_probe_phase_seconds`, in [`Series::phases`] order.
 const PHASES: [&str; 7] = ["dns", "connect", "tls", "proxy", "ttfb", "ttft", "total"];
 /// Phases exported with `compact` (the last TTFB, TTFT and total, which the rules use); from
@@ -65,6 +83,7 @@ pub struct Metrics {
     spooled: IntGaugeVec,
     outbox_depth: IntGaugeVec,
     lag: Histogram,
+    steps: HistogramVec,
     stored: IntCounter,
     panics: IntCounterVec,
     records_spooled: IntGaugeVec,
@@ -140,6 +159,7 @@ impl Metrics {
                 .buckets(LAG_BUCKETS.to_vec()),
             &["region"],
         )?;
+        let steps = step_histogram()?;
         let stored = IntCounterVec::new(
             Opts::new("vigil_samples_stored_total", "Samples written to storage since start."),
             &["region"],
@@ -178,6 +198,7 @@ impl Metrics {
                 &["region"],
             )?,
             lag: lag.with_label_values(&[region]),
+            steps: steps.clone(),
             stored: stored.with_label_values(&[region]),
             panics: IntCounterVec::new(
                 Opts::new(
@@ -217,14 +238,7 @@ impl Metrics {
             &["version", "region"],
         )?;
         build.with_label_values(&[env!("CARGO_PKG_VERSION"), region]).set(1.0);
-        // Instance-level series exist from the start, so dashboards and absent() see them at zero.
-        m.spooled.with_label_values(&[region]).set(0);
-        m.outbox_depth.with_label_values(&[region]).set(0);
-        m.records_spooled.with_label_values(&[region]).set(0);
-        m.panics.with_label_values(&["pipeline", region]);
-        for field in crate::io::probe::scrub::REJECTABLE_FIELDS {
-            m.rejected.with_label_values(&[field, region]);
-        }
+        m.zero_instance_series();
         let collectors: Vec<Box<dyn Collector>> = vec![
             Box::new(m.credit.clone()),
             Box::new(m.alerts.clone()),
@@ -233,6 +247,7 @@ impl Metrics {
             Box::new(m.spooled.clone()),
             Box::new(m.outbox_depth.clone()),
             Box::new(lag),
+            Box::new(steps),
             Box::new(stored),
             Box::new(m.panics.clone()),
             Box::new(m.records_spooled.clone()),
@@ -251,6 +266,21 @@ impl Metrics {
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(m)
+    }
+
+    /// Instance-level series exist from the start, so dashboards and absent() see them at zero.
+    fn zero_instance_series(&self) {
+        let region = self.region.as_str();
+        self.spooled.with_label_values(&[region]).set(0);
+        self.outbox_depth.with_label_values(&[region]).set(0);
+        self.records_spooled.with_label_values(&[region]).set(0);
+        self.panics.with_label_values(&["pipeline", region]);
+        for step in PIPELINE_STEPS {
+            self.steps.with_label_values(&[step, region]);
+        }
+        for field in crate::io::probe::scrub::REJECTABLE_FIELDS {
+            self.rejected.with_label_values(&[field, region]);
+        }
     }
 
     /// The per-target detail this registry exports.
@@ -338,6 +368,11 @@ impl Metrics {
     /// Counts a panic caught inside `task`, which kept running.
     pub fn task_panicked(&self, task: &str) {
         self.panics.with_label_values(&[task, &self.region]).inc();
+    }
+
+    /// Records how long one pipeline step (one of [`PIPELINE_STEPS`]) took.
+    pub fn step_took(&self, step: &str, took: std::time::Duration) {
+        self.steps.with_label_values(&[step, &self.region]).observe(took.as_secs_f64());
     }
 
     /// Sets how many records wait in the storage link's spool.

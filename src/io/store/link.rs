@@ -166,7 +166,8 @@ mod items {
 /// A question the pipeline asks; answered later by a [`Reply`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Query {
-    /// This region's stored rollups of `[from, until)` hour by hour, then its breakers.
+    /// This region's stored rollups of `[from, until)` hour by hour, its long-prompt runs, then
+    /// its breakers (none read when `breakers` is false: the start restored them).
     Load {
         /// Region.
         region: String,
@@ -174,6 +175,8 @@ pub enum Query {
         from: DateTime<Utc>,
         /// End of the window.
         until: DateTime<Utc>,
+        /// Whether to read the stored breakers too.
+        breakers: bool,
     },
     /// Rollups of hours leaving the baseline window, `[from, until)`.
     Expiring {
@@ -195,7 +198,12 @@ pub enum Query {
 #[derive(Debug)]
 pub enum Reply {
     /// One hour of the stored window ([`Query::Load`]), oldest first.
-    LoadedHour(Vec<Rollup>),
+    LoadedHour {
+        /// The end of that hour: a load cut short resumes here.
+        until: DateTime<Utc>,
+        /// Its rollups.
+        rollups: Vec<Rollup>,
+    },
     /// The long-prompt probe runs of the stored window ([`Query::Load`]), oldest first.
     LoadedWorkloads(Vec<crate::vocab::workload::WorkloadRun>),
     /// The end of a load: this region's stored breakers.
@@ -730,14 +738,14 @@ impl Link {
 
     async fn answer(&mut self, q: Query) {
         let reply = match q {
-            Query::Load { region, from, until } => {
+            Query::Load { region, from, until, breakers } => {
                 let mut hour = from;
                 while hour < until {
                     let next = hour + chrono::Duration::hours(1);
                     let r = region.clone();
                     match self.call(|s| async move { s.rollups_between(Some(&r), hour, Some(next)).await }).await {
                         Ok(rollups) => {
-                            let _ = self.replies.send(Reply::LoadedHour(rollups));
+                            let _ = self.replies.send(Reply::LoadedHour { until: next, rollups });
                         }
                         Err(e) => {
                             let _ = self.replies.send(Reply::LoadFailed(e.to_string()));
@@ -758,9 +766,13 @@ impl Link {
                         return;
                     }
                 }
-                match self.call(|s| async move { s.load_breakers(Some(&region)).await }).await {
-                    Ok(b) => Reply::Loaded(b),
-                    Err(e) => Reply::LoadFailed(e.to_string()),
+                if !breakers {
+                    Reply::Loaded(Vec::new())
+                } else {
+                    match self.call(|s| async move { s.load_breakers(Some(&region)).await }).await {
+                        Ok(b) => Reply::Loaded(b),
+                        Err(e) => Reply::LoadFailed(e.to_string()),
+                    }
                 }
             }
             Query::Expiring { region, from, until } => {

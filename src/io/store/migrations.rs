@@ -48,6 +48,7 @@ embed_both!(
     "20261204000040_sample_ratelimit.sql",
     "20261205000010_workload_runs.sql",
     "20261206000010_members.sql",
+    "20261207000010_rollups_region_hour.sql",
 );
 
 /// The PostgreSQL schema's migrator.

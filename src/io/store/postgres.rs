@@ -458,7 +458,8 @@ impl Encode<'_, Postgres> for Jsonb {
 
 /// A shared statement with its values bound as PostgreSQL's native types.
 fn query(stmt: Stmt) -> Query<'static, Postgres, PgArguments> {
-    let mut q = sqlx::query(AssertSqlSafe(stmt.sql));
+    let cached = stmt.cached;
+    let mut q = sqlx::query(AssertSqlSafe(stmt.sql)).persistent(cached);
     for arg in stmt.args {
         q = match arg {
             Arg::Text(v) => q.bind(v.as_deref().map(clean)),

@@ -434,11 +434,12 @@ async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<St
 /// names: quadratic in a 1,000-row insert's 24,000 placeholders (871 samples/s instead of
 /// 100,000, docs/BENCHMARKS.md). A plain `?` has no name to look up.
 fn query(stmt: Stmt) -> Query<'static, Sqlite, SqliteArguments> {
+    let cached = stmt.cached;
     let sql = match stmt.sql.contains('$') {
         false => stmt.sql,
         true => sqlite_placeholders(&stmt.sql).into(),
     };
-    let mut q = sqlx::query(AssertSqlSafe(sql));
+    let mut q = sqlx::query(AssertSqlSafe(sql)).persistent(cached);
     for arg in stmt.args {
         q = match arg {
             Arg::Text(v) => q.bind(v),
