@@ -461,7 +461,7 @@ impl AlertEngine {
 
     /// Applies the verdicts gathered so far, in order. Each rule reads back only the facets of
     /// its own kinds, so applying a rule's verdicts before the next rule runs changes nothing;
-    /// gathering every target's first held 40,000 verdicts (35 MB) at once at 10,000 targets.
+    /// gathered to the end, they were 40,000 verdicts (35 MB) at once at 10,000 targets.
     fn settle(&mut self, verdicts: &mut Vec<Verdict>, now: DateTime<Utc>) {
         for v in verdicts.drain(..) {
             self.apply(v, now);
