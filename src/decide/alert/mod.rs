@@ -320,7 +320,7 @@ impl Alert {
             region: region.to_string(),
             provider: provider.to_string(),
             target: target.map(Target::id),
-            dedup_key: dedup_key(region, provider, model.as_deref(), route.as_deref(), kind),
+            dedup_key: key_of(kind, region, provider, target),
             model,
             route,
             chain: None,
@@ -354,6 +354,12 @@ impl Alert {
             }
         })
     }
+}
+
+/// The dedup key [`Alert::new`] gives an alert of `kind` about `provider` (and `target`, if any).
+pub fn key_of(kind: AlertKind, region: &str, provider: &str, target: Option<&Target>) -> String {
+    let model = target.map(|t| t.model.as_str()).filter(|m| !m.is_empty());
+    dedup_key(region, provider, model, target.and_then(|t| t.route.as_deref()), kind)
 }
 
 /// Stable incident key: `vigil:region:provider:model:route:kind`, hashed when longer than PagerDuty's 255.

@@ -703,7 +703,7 @@ impl AlertEngine {
         }
         self.standing_verdicts(&elsewhere, out);
         for (provider, refused) in auth {
-            if refused.is_none() && !self.tracked_provider(AlertKind::AuthError, &provider) {
+            if refused.is_none() && !self.tracked_key(AlertKind::AuthError, &provider, None) {
                 continue;
             }
             let detail = refused.and_then(|s| s.error.as_deref()).map(|e| format!(": {}", truncate(e, 200)));
@@ -758,14 +758,13 @@ impl AlertEngine {
     /// alert, its summary and key for every target and rule each minute was most of an
     /// evaluation at 10,000 targets (docs/BENCHMARKS.md).
     fn tracked(&self, kind: AlertKind, t: &Target) -> bool {
-        let model = Some(t.model.as_str()).filter(|m| !m.is_empty());
-        let key = super::dedup_key(&self.cfg.region, &t.provider, model, t.route.as_deref(), kind);
-        self.state.facets.contains_key(&key)
+        self.tracked_key(kind, &t.provider, Some(t))
     }
 
-    /// [`AlertEngine::tracked`] for a provider-wide facet (`auth_error`).
-    fn tracked_provider(&self, kind: AlertKind, provider: &str) -> bool {
-        self.state.facets.contains_key(&super::dedup_key(&self.cfg.region, provider, None, None, kind))
+    /// [`AlertEngine::tracked`] for any alert's subject: a provider-wide one (`auth_error`) has
+    /// no target.
+    fn tracked_key(&self, kind: AlertKind, provider: &str, target: Option<&Target>) -> bool {
+        self.state.facets.contains_key(&super::key_of(kind, &self.cfg.region, provider, target))
     }
 
     /// Breaker and flapping facets: per known target, whether or not it was probed this round.
