@@ -156,7 +156,7 @@ async fn bench_rollups(n: usize, pool: &[[Vec<u8>; 3]], now: DateTime<Utc>, rng:
         let (_, c) = measure(|| baselines.refresh(at));
         print_cost(&format!("round {r}: refresh after {n} new samples"), &c);
     }
-    let (dirty, c) = measure(|| baselines.dirty_rollups().expect("rollups serialize"));
+    let (dirty, c) = measure(|| baselines.dirty_rollups());
     print_cost(&format!("persist: serialize {} dirty rollups", dirty.len()), &c);
     baselines.mark_persisted(&dirty);
 

@@ -446,17 +446,22 @@ impl Prepared {
         monitor.price_with(published.0.clone());
         // The week of rollups is read through the storage link once the pipeline runs: probes
         // start within a second whatever the history's size (about 50 s at 10,000 targets).
-        let restored = match migrated {
-            true => match monitor.load_state(store.as_ref(), Utc::now()).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "stored breakers not loaded; retried with the baselines");
-                    false
-                }
-            },
-            false => false,
+        // Joining the region writes a heartbeat, which waits for SQLite's integrity check at
+        // open; the state's reads need not, so the two go side by side.
+        let load = async {
+            match migrated {
+                true => match monitor.load_state(store.as_ref(), Utc::now()).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stored breakers not loaded; retried with the baselines");
+                        false
+                    }
+                },
+                false => false,
+            }
         };
-        let replicas = join_region(&config, store.clone(), migrated, metrics.clone()).await?;
+        let (restored, replicas) = tokio::join!(load, join_region(&config, store.clone(), migrated, metrics.clone()));
+        let replicas = replicas?;
         Ok(App {
             config,
             listener,

@@ -279,13 +279,10 @@ impl Monitor {
     /// healthy breaker does not change between probes, so most rounds write none.
     pub fn take_dirty(&mut self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.breakers.len() + 1);
-        match self.baselines.dirty_rollups() {
-            Ok(rollups) if !rollups.is_empty() => {
-                self.baselines.mark_persisted(&rollups);
-                out.push(Record::Rollups(rollups));
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "rollups not encoded; retried at the next persist"),
+        let rollups = self.baselines.dirty_rollups();
+        if !rollups.is_empty() {
+            self.baselines.mark_persisted(&rollups);
+            out.push(Record::Rollups(rollups));
         }
         for (t, b) in &self.breakers {
             let record = b.to_record(t);
@@ -713,7 +710,7 @@ impl Monitor {
 
     /// Writes changed rollups, counts and breaker states; what fails stays dirty for the next try.
     pub async fn persist(&mut self, store: &dyn Store) -> Result<(), StoreError> {
-        let rollups = self.baselines.dirty_rollups().map_err(|e| StoreError::Other(e.to_string()))?;
+        let rollups = self.baselines.dirty_rollups();
         if !rollups.is_empty() {
             store.upsert_rollups(&rollups).await?;
             self.baselines.mark_persisted(&rollups);

@@ -94,7 +94,7 @@ impl Replicas {
         let timing = Timing::for_interval(interval);
         let now = Utc::now();
         let ttl = chrono::Duration::from_std(timing.ttl).unwrap_or(chrono::Duration::MAX);
-        let mut others: Vec<Member> =
+        let others: Vec<Member> =
             store.members(region).await?.into_iter().filter(|m| now - m.heartbeat_at <= ttl).collect();
         if sqlite && !others.is_empty() {
             // A row this fresh may be a process killed a moment ago (a restart after kill -9):
@@ -111,7 +111,15 @@ impl Replicas {
                     age_s: (Utc::now() - other.heartbeat_at).num_milliseconds() as f64 / 1000.0,
                 });
             }
-            others.clear();
+        }
+        if sqlite {
+            // No live peer: alone on the file. The heartbeat loop's first tick writes this
+            // member's row; a write waits for SQLite's integrity check at open, which the start
+            // (and its first probes) need not (seconds on a file of gigabytes).
+            let replicas = Replicas::alone(store, region, interval, window, metrics);
+            tracing::info!(region, member = %replicas.me.id, host = %replicas.me.host,
+                "joined the region's members (SQLite: alone, the first heartbeat follows)");
+            return Ok(replicas);
         }
         let now = Utc::now();
         let join = chrono::Duration::from_std(timing.join).unwrap_or_default();
@@ -126,8 +134,8 @@ impl Replicas {
         Ok(replicas)
     }
 
-    /// This member alone, for a start whose storage is unreachable: it probes every target and
-    /// beats once storage answers (its row then says it started now).
+    /// This member alone (a start whose storage is unreachable, or on SQLite): it probes every
+    /// target and beats once storage answers (its row then says it started now).
     pub fn alone(
         store: Arc<dyn Store>,
         region: &str,

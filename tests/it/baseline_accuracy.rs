@@ -148,7 +148,7 @@ fn a_week_of_rollups_matches_exact_percentiles_within_one_percent() {
 #[test]
 fn the_week_survives_persist_and_load_through_v2_bytes() {
     let mut week = simulate_week();
-    let rollups = week.baselines.dirty_rollups().expect("rollups serialize");
+    let rollups = week.baselines.dirty_rollups();
     assert_eq!(rollups.len(), week.targets.len() * 5 * 168, "per target × hour: 3 histograms, probes, errors");
     assert!(rollups.iter().all(|r| r.histogram.len() < 1024), "hourly rollups stay small");
 
@@ -216,7 +216,7 @@ async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples(
         if minute % 60 == 59 {
             // What Monitor::persist and Monitor::expire do every minute, once an hour here.
             let now = at + Duration::seconds(5);
-            let dirty = baselines.dirty_rollups().expect("rollups serialize");
+            let dirty = baselines.dirty_rollups();
             store.upsert_rollups(&dirty).await.expect("rollups stored");
             baselines.mark_persisted(&dirty);
             baselines.refresh(now);

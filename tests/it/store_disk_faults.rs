@@ -240,7 +240,7 @@ fn overwrite(path: &Path, offset: u64, bytes: &[u8]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pages_overwritten_in_the_middle_are_reported_at_open_and_by_readyz() {
+async fn pages_overwritten_in_the_middle_are_found_at_open_before_any_write_and_reported_by_readyz() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = database_with_data(dir.path()).await;
     let len = std::fs::metadata(&file).expect("size").len();
@@ -258,6 +258,12 @@ async fn pages_overwritten_in_the_middle_are_reported_at_open_and_by_readyz() {
     overwrite(&file, middle, &junk);
 
     let store = store::open(&sqlite_url(dir.path())).await.expect("a damaged file still opens");
+    // The check runs beside the start; a write waits for its verdict and is refused, so
+    // nothing goes into the damaged file (the writer spools it).
+    match store.insert_samples(&bulky(10)).await {
+        Err(StoreError::Unavailable(e)) => assert!(e.contains("storage corrupt: ") && e.contains("quick_check"), "{e}"),
+        other => panic!("a write into a file found damaged must be refused as unavailable, got {other:?}"),
+    }
     let why = store.integrity().expect_err("quick_check finds the damage");
     assert!(why.contains("quick_check"), "{why}");
     let ready = IntegrityCheck(store.clone()).ready().expect_err("not ready");
@@ -288,10 +294,11 @@ async fn a_file_that_is_not_a_database_opens_unready_and_the_daemon_starts() {
     overwrite(&file, 0, &[0xA5u8; 4096]);
 
     let store = store::open(&sqlite_url(dir.path())).await.expect("opens");
-    let ready = IntegrityCheck(store.clone()).ready().expect_err("not ready");
-    assert!(ready.starts_with("storage corrupt: ") && ready.contains("not a database"), "{ready}");
+    // The integrity check runs beside the start; the first query meets the damage anyway.
     let err = store.migrate().await.expect_err("cannot migrate a non-database");
     assert!(matches!(err, StoreError::Unavailable(_)), "spooled, not fatal: {err:?}");
+    let ready = IntegrityCheck(store.clone()).ready().expect_err("not ready");
+    assert!(ready.starts_with("storage corrupt: ") && ready.contains("not a database"), "{ready}");
 
     // The daemon's start-up path treats it like an unreachable database: start and spool.
     let text = format!(

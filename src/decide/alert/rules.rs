@@ -269,6 +269,15 @@ pub struct AlertEngine {
     state: EngineState,
     /// The providers' status pages as read for the next evaluation (`provider_incident`).
     pages: Option<super::provider_incident::ProviderIncidentReading>,
+    /// Kinds with an open facet (a bit per [`AlertKind`]), taken at each evaluation's start and
+    /// added to as facets open: most rules ask "is this target's facet open?" of every target,
+    /// and a kind with none open answers without spelling 10,000 dedup keys a minute.
+    open_kinds: u64,
+}
+
+/// The bit of `kind` in [`AlertEngine::open_kinds`].
+fn kind_bit(kind: AlertKind) -> u64 {
+    1u64 << ((kind as u32) % 64)
 }
 
 fn is_network(o: Outcome) -> bool {
@@ -310,7 +319,7 @@ fn scope_for(kind: AlertKind, e: Elsewhere, here: bool) -> Scope {
 impl AlertEngine {
     /// A fresh engine.
     pub fn new(cfg: RuleConfig) -> Self {
-        AlertEngine { cfg, state: EngineState::default(), pages: None }
+        AlertEngine { cfg, state: EngineState::default(), pages: None, open_kinds: 0 }
     }
 
     /// An engine resuming from saved state; unreadable state starts fresh (and says why).
@@ -323,7 +332,7 @@ impl AlertEngine {
             }
             None => EngineState::default(),
         };
-        AlertEngine { cfg, state, pages: None }
+        AlertEngine { cfg, state, pages: None, open_kinds: 0 }
     }
 
     /// What the providers' status pages say, taken into the next [`AlertEngine::evaluate`] as
@@ -426,6 +435,7 @@ impl AlertEngine {
 
     /// Feeds one round and returns the notifications to enqueue, one per incident that changed.
     pub fn evaluate(&mut self, round: &Round<'_>, now: DateTime<Utc>) -> Vec<Notification> {
+        self.open_kinds = self.state.facets.values().fold(0, |bits, f| bits | kind_bit(f.alert.kind));
         let mut verdicts = Vec::new();
         self.track_budget(round, now, &mut verdicts);
         for p in &round.probes {
@@ -442,7 +452,8 @@ impl AlertEngine {
             self.target_verdicts(round, &mut verdicts, now);
             self.deprecation_verdicts(round, now, &mut verdicts);
             let samples = round.probes.iter().map(|p| p.sample);
-            let low = super::ratelimit::verdicts(&self.cfg.region, samples, self.cfg.ratelimit_low_fraction);
+            let open = |t: &Target| self.tracked(AlertKind::RateLimitLow, t);
+            let low = super::ratelimit::verdicts(&self.cfg.region, samples, self.cfg.ratelimit_low_fraction, open);
             verdicts.extend(low.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
         }
         self.credit_verdicts(round, suspect, &mut verdicts);
@@ -569,6 +580,8 @@ impl AlertEngine {
             let fired = super::deprecation::evaluate(region, &notices, now, self.cfg.deprecation_warn_days);
             match fired.into_iter().next() {
                 Some(alert) => out.push(Verdict { alert, holds: true }),
+                // A verdict that does not hold matters only to an open facet.
+                None if !self.tracked(AlertKind::ModelDeprecated, t) => {}
                 None => {
                     let quiet = "no retirement announced".to_string();
                     let alert = Alert::new(AlertKind::ModelDeprecated, region, &t.provider, Some(t), quiet);
@@ -764,7 +777,8 @@ impl AlertEngine {
     /// [`AlertEngine::tracked`] for any alert's subject: a provider-wide one (`auth_error`) has
     /// no target.
     fn tracked_key(&self, kind: AlertKind, provider: &str, target: Option<&Target>) -> bool {
-        self.state.facets.contains_key(&super::key_of(kind, &self.cfg.region, provider, target))
+        self.open_kinds & kind_bit(kind) != 0
+            && self.state.facets.contains_key(&super::key_of(kind, &self.cfg.region, provider, target))
     }
 
     /// Breaker and flapping facets: per known target, whether or not it was probed this round.
@@ -944,6 +958,7 @@ impl AlertEngine {
             (None, true) => {
                 let mut alert = v.alert;
                 alert.since = now;
+                self.open_kinds |= kind_bit(alert.kind);
                 self.state.facets.insert(key, Tracked { alert, clear_streak: 0 });
             }
             (Some(t), true) => {
@@ -1099,6 +1114,29 @@ mod tests {
             .collect();
         v.push(sample(&target("openrouter", "m"), bad, when));
         v
+    }
+
+    #[test]
+    fn a_facet_opened_by_a_targets_first_probe_of_a_round_hears_its_second() {
+        // Incident mode probes a target more often than rounds run: one round may hold two of
+        // its probes. The second one's verdict counts towards clearing the facet the first
+        // opened (no facet of that kind was open when the round started).
+        let resolved_after = |second: Outcome| {
+            let mut e = AlertEngine::new(cfg());
+            let t = target("groq", "llama");
+            let first = sample(&t, Outcome::ModelUnavailable, at(0));
+            let fired = round(&mut e, &[first, sample(&t, second, at(0) + chrono::Duration::seconds(20))], at(0));
+            assert_eq!(kinds(&fired), vec![("groq".into(), AlertStatus::Firing, vec![AlertKind::ModelUnavailable])]);
+            (1..10)
+                .find(|m| {
+                    let n = round(&mut e, &[sample(&t, Outcome::Ok, at(*m))], at(*m));
+                    kinds(&n) == vec![("groq".into(), AlertStatus::Resolved, vec![AlertKind::ModelUnavailable])]
+                })
+                .expect("resolves")
+        };
+        let resolve_after = i64::from(cfg().resolve_after);
+        assert_eq!(resolved_after(Outcome::ModelUnavailable), resolve_after, "still gone: every clear round counts");
+        assert_eq!(resolved_after(Outcome::Ok), resolve_after - 1, "the round's own ok probe counted once");
     }
 
     #[test]

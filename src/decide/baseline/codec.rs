@@ -1,9 +1,8 @@
 //! The sparse histogram codec: hdrhistogram's bucket layout held as (bucket index, count) pairs,
 //! packed in memory, merged and queried by nearest rank, and read and written as V2 bytes.
 
-use super::BaselineError;
 use crate::vocab::records::Rollup;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
 
 /// Lowest recordable value (1 µs, or 0.001 tok/s).
@@ -241,16 +240,60 @@ impl Iterator for PackedIter<'_> {
     }
 }
 
-/// Encodes a sparse histogram as hdrhistogram V2 bytes, through a reusable dense scratch histogram.
-pub(super) fn encode_v2(scratch: &mut Histogram<u64>, hist: &[(u32, u32)]) -> Result<Vec<u8>, BaselineError> {
-    scratch.reset();
+/// Encodes a sparse histogram as hdrhistogram V2 bytes, byte for byte what `V2Serializer` writes
+/// for the same counts, straight from the pairs: the library's way went through a dense 172 KB
+/// histogram (cleared, then scanned to the highest bucket) for every rollup, a third of a
+/// minute's work at 10,000 targets. Pairs must ascend by index, as every [`Sparse`] does.
+pub(super) fn encode_v2(hist: &[(u32, u32)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(V2_HEADER_LEN + 4 * hist.len() + 2);
+    out.extend_from_slice(&V2_COOKIE.to_be_bytes());
+    out.extend_from_slice(&0u32.to_be_bytes()); // payload length, set below
+    out.extend_from_slice(&0u32.to_be_bytes()); // normalizing index offset
+    out.extend_from_slice(&u32::from(SIGFIG).to_be_bytes());
+    out.extend_from_slice(&LOWEST.to_be_bytes());
+    out.extend_from_slice(&HIGHEST.to_be_bytes());
+    out.extend_from_slice(&1.0f64.to_be_bytes()); // integer to double conversion ratio
+                                                  // The counts from index 0 to the highest pair's: a run of two or more empty buckets is one
+                                                  // negative number, a single empty bucket a 0 (as the library writes them).
+    let zeros = |out: &mut Vec<u8>, run: u64| match run {
+        0 => {}
+        1 => varint(out, 0),
+        n => varint(out, zig_zag(-(i64::try_from(n).unwrap_or(i64::MAX)))),
+    };
+    let (mut run, mut next) = (u64::from(hist.is_empty()), 0u64);
     for &(index, count) in hist {
-        let (low, _) = bucket_range(index);
-        scratch.record_n(low, u64::from(count)).map_err(|e| BaselineError::Encode(e.to_string()))?;
+        run += u64::from(index).saturating_sub(next);
+        next = u64::from(index) + 1;
+        if count == 0 {
+            run += 1;
+            continue;
+        }
+        zeros(&mut out, run);
+        run = 0;
+        varint(&mut out, zig_zag(i64::from(count)));
     }
-    let mut bytes = Vec::with_capacity(V2_HEADER_LEN + 4 * hist.len());
-    V2Serializer::new().serialize(scratch, &mut bytes).map_err(|e| BaselineError::Encode(e.to_string()))?;
-    Ok(bytes)
+    zeros(&mut out, run);
+    let payload = u32::try_from(out.len() - V2_HEADER_LEN).unwrap_or(u32::MAX);
+    out[4..8].copy_from_slice(&payload.to_be_bytes());
+    out
+}
+
+fn zig_zag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+/// hdrhistogram's variable-length integer: 7 bits a byte for eight bytes, then a ninth of 8 bits.
+fn varint(out: &mut Vec<u8>, v: u64) {
+    for group in 0..8 {
+        let rest = v >> (7 * (group + 1));
+        let bits = ((v >> (7 * group)) & 0x7f) as u8;
+        if rest == 0 {
+            out.push(bits);
+            return;
+        }
+        out.push(0x80 | bits);
+    }
+    out.push((v >> 56) as u8);
 }
 
 /// Decodes V2 bytes into a sparse histogram. Our own layout is read directly (a start loads
@@ -325,6 +368,7 @@ pub fn rollup_quantile(rollup: &Rollup, q: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hdrhistogram::serialization::{Serializer, V2Serializer};
     use rand::{RngExt, SeedableRng};
 
     #[test]
@@ -362,8 +406,7 @@ mod tests {
         for _ in 0..500 {
             sparse_insert(&mut sparse, index_for(rng.random_range(1..HIGHEST)), rng.random_range(1..1000));
         }
-        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
-        let bytes = encode_v2(&mut scratch, &sparse).expect("encode");
+        let bytes = encode_v2(&sparse);
         assert_eq!(decode_v2_fast(&bytes).expect("our layout"), sparse);
         let via_library: Histogram<u64> =
             Deserializer::new().deserialize(&mut std::io::Cursor::new(&bytes)).expect("library decode");
@@ -372,6 +415,45 @@ mod tests {
             sparse_insert(&mut from_library, index_for(v.value_iterated_to()), v.count_at_value() as u32);
         }
         assert_eq!(from_library, sparse);
+    }
+
+    /// What hdrhistogram's own serializer writes for the same counts.
+    fn library_bytes(sparse: &[(u32, u32)]) -> Vec<u8> {
+        let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
+        for &(index, count) in sparse {
+            h.record_n(bucket_range(index).0, u64::from(count)).expect("record");
+        }
+        let mut bytes = Vec::new();
+        V2Serializer::new().serialize(&h, &mut bytes).expect("serialize");
+        bytes
+    }
+
+    #[test]
+    fn v2_bytes_are_the_libraries_byte_for_byte() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut cases: Vec<Sparse> = vec![
+            Vec::new(),
+            vec![(0, 1)],
+            vec![(1, 1)],
+            vec![(2, 3)],
+            vec![(0, 2), (2, 5)],
+            vec![(index_for(HIGHEST), u32::MAX)],
+            vec![(7, 1), (8, 1), (10, 1), (13, 70_000)],
+        ];
+        for _ in 0..200 {
+            let mut sparse = Sparse::new();
+            for _ in 0..rng.random_range(1..300) {
+                let v = if rng.random::<bool>() { rng.random_range(1..5_000) } else { rng.random_range(1..HIGHEST) };
+                sparse_insert(&mut sparse, index_for(v), rng.random_range(1..100_000));
+            }
+            cases.push(sparse);
+        }
+        for sparse in cases {
+            assert_eq!(encode_v2(&sparse), library_bytes(&sparse), "{sparse:?}");
+        }
+        // A pair counting nothing is an empty bucket to the library too (it still moves the end).
+        assert_eq!(encode_v2(&[(3, 2), (9, 0)]).len(), library_bytes(&[(3, 2), (9, 0)]).len());
+        assert_eq!(encode_v2(&[(3, 2), (9, 0)]), library_bytes(&[(3, 2), (9, 0)]));
     }
 
     #[test]

@@ -29,7 +29,6 @@ use chrono::{DateTime, Utc};
 use codec::{
     decode_v2, encode_v2, index_for, quantiles, sparse_merge, sparse_total, to_recorded, Packed, Sparse, SCALE,
 };
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use thiserror::Error;
@@ -60,9 +59,6 @@ pub enum BaselineError {
         /// What was wrong.
         message: String,
     },
-    /// Serializing a rollup failed.
-    #[error("serializing rollup: {0}")]
-    Encode(String),
 }
 
 /// Percentiles of one metric of one target over the window; a quantile is `None` below its minimum count.
@@ -399,9 +395,7 @@ impl Baselines {
 
     /// Held hours changed since the last [`mark_persisted`](Self::mark_persisted), as rollups
     /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
-    pub fn dirty_rollups(&self) -> Result<Vec<Rollup>, BaselineError> {
-        let mut scratch = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG)
-            .map_err(|e| BaselineError::Encode(e.to_string()))?;
+    pub fn dirty_rollups(&self) -> Vec<Rollup> {
         let mut out = Vec::new();
         let rollup = |target: &Target, metric: &str, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
             target: target.clone(),
@@ -413,7 +407,7 @@ impl Baselines {
         for (target, series) in &self.series {
             for metric in Metric::ALL {
                 for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
-                    let bytes = encode_v2(&mut scratch, &h.tally.packed.unpack())?;
+                    let bytes = encode_v2(&h.tally.packed.unpack());
                     let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
                     out.push(rollup(target, metric.as_str(), h.hour, count, bytes));
                 }
@@ -423,7 +417,7 @@ impl Baselines {
                 out.push(rollup(target, ERRORS, h.hour, h.tally.errors, Vec::new()));
             }
         }
-        Ok(out)
+        out
     }
 
     /// Marks rollups as stored; an hour that changed since they were taken stays dirty.
@@ -763,7 +757,7 @@ mod tests {
 
     /// Persists every dirty hour into `store` (upsert by target, metric and hour), as `Monitor::persist` does.
     fn persist(b: &mut Baselines, store: &mut Vec<Rollup>) {
-        let dirty = b.dirty_rollups().expect("serialize");
+        let dirty = b.dirty_rollups();
         for r in &dirty {
             store.retain(|s| (&s.target, &s.metric, s.hour) != (&r.target, &r.metric, r.hour));
             store.push(r.clone());
@@ -802,7 +796,7 @@ mod tests {
         assert!(b.series[&t].metrics[0].held.is_empty(), "the stored histogram hour is folded");
         assert_eq!(b.series[&t].counts.held.len(), 1, "its unstored counts are still held");
         b.record(&sample(&t, t0() + Duration::minutes(40), 300.0, Outcome::Ok));
-        let dirty = b.dirty_rollups().expect("serialize");
+        let dirty = b.dirty_rollups();
         assert!(dirty.iter().all(|r| r.metric == PROBES || r.metric == ERRORS), "{dirty:?}");
         assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(2)).count, 1);
         assert_eq!(b.window_counts(&t), (3, 1));
@@ -815,7 +809,7 @@ mod tests {
         b.record(&sample(&t, t0(), 100.0, Outcome::Ok));
         b.refresh(t0() + Duration::hours(5));
         assert_eq!(b.series[&t].metrics[0].held.len(), 1, "storage never took it: kept so it can be");
-        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5);
+        assert_eq!(b.dirty_rollups().len(), 5);
         let mut store = Vec::new();
         persist(&mut b, &mut store);
         b.refresh(t0() + Duration::hours(5));
@@ -840,7 +834,7 @@ mod tests {
         }
         b.load(&store, now);
         assert_eq!(b.window_counts(&t), (5, 2));
-        let dirty = b.dirty_rollups().expect("serialize");
+        let dirty = b.dirty_rollups();
         let probes = dirty.iter().find(|r| r.metric == PROBES).expect("counts are dirty");
         assert_eq!(probes.count, 5, "the next persist writes the whole hour, not only the new part");
     }
@@ -877,13 +871,13 @@ mod tests {
         for m in 0..200 {
             b.record(&sample(&t, t0() + Duration::minutes(m), 50.0 + (m % 37) as f64 * 7.5, Outcome::Ok));
         }
-        let rollups = b.dirty_rollups().expect("serialize");
+        let rollups = b.dirty_rollups();
         assert_eq!(rollups.len(), 4 * 5, "four hours × (three metrics, probes, errors)");
         assert_eq!(rollups.iter().filter(|r| r.metric == "ttfb").map(|r| r.count).sum::<i64>(), 200);
         b.mark_persisted(&rollups);
-        assert!(b.dirty_rollups().expect("serialize").is_empty());
+        assert!(b.dirty_rollups().is_empty());
         b.record(&sample(&t, t0() + Duration::minutes(201), 80.0, Outcome::Ok));
-        assert_eq!(b.dirty_rollups().expect("serialize").len(), 5, "only the touched hour is dirty again");
+        assert_eq!(b.dirty_rollups().len(), 5, "only the touched hour is dirty again");
 
         let now = t0() + Duration::minutes(199);
         let mut restarted = Baselines::new(&config(5));

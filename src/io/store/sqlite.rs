@@ -6,6 +6,10 @@
 //! into the unlinked inode), and after [`REOPEN_AFTER`] the old connections are closed and the
 //! path is opened again (created if missing, checked, migrated), so the spool is replayed into
 //! the file now there. A file known to be corrupt takes no query at all.
+//!
+//! The integrity check at open (`PRAGMA quick_check`, seconds on a file of gigabytes) runs beside
+//! the start: reads go ahead while it runs (a start reads its state and probes), every write waits
+//! for its verdict, so nothing is written into a file the check finds damaged.
 
 use super::backend::Backend;
 use super::corruption;
@@ -32,7 +36,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite};
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -63,7 +67,10 @@ pub struct SqliteStore {
     /// The pool on the file opened, and that file's identity.
     open: RwLock<Opened>,
     /// Why the file is known to be damaged (quick_check at open, or a query failing as corrupt since).
-    corrupt: Mutex<Option<String>>,
+    corrupt: Arc<Mutex<Option<String>>>,
+    /// True once the integrity check of the file as opened has given its verdict (at once when
+    /// there is none to run); writes wait for it.
+    checked: tokio::sync::watch::Receiver<bool>,
     /// Why the path no longer names the file opened, and since when.
     gone: Mutex<Option<(String, Instant)>>,
     /// Held by the one query that reopens the file.
@@ -146,16 +153,26 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
         }
-        let (opened, corrupt) = connect(&opts, acquire_timeout, check_budget).await;
+        let corrupt = Arc::new(Mutex::new(None));
+        let checked = check_beside(&opts, check_budget, corrupt.clone());
         Ok(SqliteStore {
+            open: RwLock::new(connect(&opts, acquire_timeout)),
             opts,
             acquire_timeout,
             check_budget,
-            open: RwLock::new(opened),
-            corrupt: Mutex::new(corrupt),
+            corrupt,
+            checked,
             gone: Mutex::new(None),
             reopening: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Waits for the verdict of the integrity check at open (a write must not go into a file
+    /// it finds damaged).
+    async fn checked(&self) {
+        let mut checked = self.checked.clone();
+        // An error means the check's task is gone without a verdict: nothing more to wait for.
+        let _ = checked.wait_for(|done| *done).await;
     }
 
     /// Maps a query failure, remembering corruption for [`super::Store::integrity`].
@@ -202,6 +219,12 @@ impl SqliteStore {
         Err(why)
     }
 
+    /// The pool to run a write on, once the integrity check at open has said the file is sound.
+    async fn pool_for_write(&self) -> Result<SqlitePool, StoreError> {
+        self.checked().await;
+        self.pool_for_query().await
+    }
+
     /// The pool to run a query on, or why no query may run: the file is gone (reopened once
     /// [`REOPEN_AFTER`] has passed) or known to be corrupt.
     async fn pool_for_query(&self) -> Result<SqlitePool, StoreError> {
@@ -235,7 +258,8 @@ impl SqliteStore {
             self.retry_later();
             return;
         }
-        let (opened, mut corrupt) = connect(&self.opts, self.acquire_timeout, self.check_budget).await;
+        let opened = connect(&self.opts, self.acquire_timeout);
+        let mut corrupt = verdict(&self.opts, self.check_budget).await;
         if corrupt.is_none() {
             let mut found = None;
             let migrated = migrate_pool(&opened.pool, |e| {
@@ -300,18 +324,9 @@ fn set_aside_leftovers(db: &Path) -> bool {
     true
 }
 
-/// A lazy pool on the file `opts` names, its identity, and why it is corrupt if
-/// `PRAGMA quick_check` (within `check_budget`; zero skips it) says so.
-async fn connect(
-    opts: &SqliteConnectOptions,
-    acquire_timeout: Duration,
-    check_budget: Duration,
-) -> (Opened, Option<String>) {
+/// A lazy pool on the file `opts` names, and its identity.
+fn connect(opts: &SqliteConnectOptions, acquire_timeout: Duration) -> Opened {
     let id = FileId::at(opts.get_filename());
-    let corrupt = if check_budget.is_zero() { None } else { quick_check(opts, check_budget).await };
-    if let Some(why) = &corrupt {
-        tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; nothing is written into it and samples are spooled until it is repaired or restored");
-    }
     // Lazy, so a file that cannot be used yet (corrupt, disk full) still gives a store whose
     // calls fail as `Unavailable` instead of stopping the daemon at start.
     let pool = SqlitePoolOptions::new()
@@ -319,7 +334,67 @@ async fn connect(
         .acquire_timeout(acquire_timeout)
         .after_release(|conn, _| Box::pin(async move { in_step_with_sqlite(conn).await }))
         .connect_lazy_with(opts.clone());
-    (Opened { pool, id }, corrupt)
+    Opened { pool, id }
+}
+
+/// Why the file `opts` names is corrupt, if `PRAGMA quick_check` (within `check_budget`; zero
+/// skips it) says so; logged.
+async fn verdict(opts: &SqliteConnectOptions, check_budget: Duration) -> Option<String> {
+    let corrupt = if check_budget.is_zero() { None } else { quick_check(opts, check_budget).await };
+    if let Some(why) = &corrupt {
+        tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; nothing is written into it and samples are spooled until it is repaired or restored");
+    }
+    corrupt
+}
+
+/// Runs the integrity check at open on a task of its own, which records a damaged file in
+/// `corrupt`; the receiver turns true once the verdict is in.
+fn check_beside(
+    opts: &SqliteConnectOptions,
+    check_budget: Duration,
+    corrupt: Arc<Mutex<Option<String>>>,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (done, checked) = tokio::sync::watch::channel(check_budget.is_zero());
+    if check_budget.is_zero() {
+        return checked;
+    }
+    let opts = opts.clone();
+    tokio::spawn(async move {
+        if let Some(why) = verdict(&opts, check_budget).await {
+            let mut c = corrupt.lock().unwrap_or_else(|e| e.into_inner());
+            // A query that met the damage first keeps its own words.
+            c.get_or_insert(why);
+        }
+        let _ = done.send(true);
+    });
+    checked
+}
+
+/// The migrations applied to the database on `pool` (`None` before the first), refusing a
+/// database ahead of this binary; `fail` maps (and may remember) a query's failure.
+async fn applied_versions(
+    pool: &SqlitePool,
+    mut fail: impl FnMut(sqlx::Error) -> StoreError,
+) -> Result<Option<Vec<i64>>, StoreError> {
+    let known = newest_version(&MIGRATOR);
+    let exists: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+            .fetch_one(pool)
+            .await
+            .map_err(&mut fail)?;
+    if exists == 0 {
+        return Ok(None);
+    }
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(pool).await.map_err(&mut fail)?;
+    if let Some(found) = found.filter(|f| *f > known) {
+        return Err(StoreError::SchemaAhead { found, known });
+    }
+    let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .map_err(&mut fail)?;
+    Ok(Some(applied))
 }
 
 /// Applies the migrations on `pool`, refusing a database ahead of this binary; `fail` maps
@@ -329,28 +404,17 @@ async fn migrate_pool(
     mut fail: impl FnMut(sqlx::Error) -> StoreError,
 ) -> Result<Vec<Migrated>, StoreError> {
     let known = newest_version(&MIGRATOR);
-    let exists: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
-            .fetch_one(pool)
-            .await
-            .map_err(&mut fail)?;
-    let mut before: Vec<i64> = Vec::new();
-    if exists > 0 {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(pool).await.map_err(&mut fail)?;
-        if let Some(found) = found.filter(|f| *f > known) {
-            return Err(StoreError::SchemaAhead { found, known });
-        }
-        before = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(pool)
-            .await
-            .map_err(&mut fail)?;
-    }
+    let before = applied_versions(pool, &mut fail).await?.unwrap_or_default();
     MIGRATOR.run(pool).await.map_err(|e| match e {
         sqlx::migrate::MigrateError::Execute(inner) => fail(inner),
         other => map_migrate(other, known),
     })?;
     Ok(applied_since(&MIGRATOR, &before))
+}
+
+/// Whether `sql` only reads (a `SELECT`); anything else is taken as a write.
+fn reads_only(sql: &str) -> bool {
+    sql.trim_start().get(..6).is_some_and(|head| head.eq_ignore_ascii_case("select"))
 }
 
 /// Whether a connection coming back to the pool may be reused. SQLite rolls a transaction back
@@ -498,13 +562,13 @@ impl Backend for SqliteStore {
     type Row = SqliteRow;
 
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
-        let pool = self.pool_for_query().await?;
+        let pool = self.pool_for_write().await?;
         let done = query(stmt).execute(&pool).await.map_err(|e| self.fail(e))?;
         Ok(done.rows_affected())
     }
 
     async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
-        let pool = self.pool_for_query().await?;
+        let pool = self.pool_for_write().await?;
         let mut tx = pool.begin().await.map_err(|e| self.fail(e))?;
         let mut changed = 0;
         for stmt in stmts {
@@ -515,7 +579,11 @@ impl Backend for SqliteStore {
     }
 
     async fn rows(&self, stmt: Stmt) -> Result<Vec<SqliteRow>, StoreError> {
-        let pool = self.pool_for_query().await?;
+        // A statement that returns rows may still write (`INSERT … RETURNING`).
+        let pool = match reads_only(&stmt.sql) {
+            true => self.pool_for_query().await?,
+            false => self.pool_for_write().await?,
+        };
         query(stmt).fetch_all(&pool).await.map_err(|e| self.fail(e))
     }
 
@@ -532,6 +600,10 @@ impl Backend for SqliteStore {
 
     async fn migrate(&self) -> Result<Vec<Migrated>, StoreError> {
         let pool = self.pool_for_query().await?;
+        // A start on a current schema writes nothing here, so it need not wait for the check.
+        let applied = applied_versions(&pool, |e| self.fail(e)).await?;
+        let current = applied.is_some_and(|done| applied_since(&MIGRATOR, &done).is_empty());
+        let pool = if current { pool } else { self.pool_for_write().await? };
         migrate_pool(&pool, |e| self.fail(e)).await
     }
 
@@ -541,7 +613,7 @@ impl Backend for SqliteStore {
 
     async fn purge_samples_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let cutoff = ts(cutoff);
-        let pool = self.pool_for_query().await?;
+        let pool = self.pool_for_write().await?;
         let mut removed = 0;
         loop {
             let n = sqlx::query(
@@ -565,7 +637,7 @@ impl Backend for SqliteStore {
     async fn prune(&self, what: Prune, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         let (table, cond) = (what.table(), what.condition().replace("{c}", "?1"));
         let sql = format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} LIMIT ?2)");
-        let pool = self.pool_for_query().await?;
+        let pool = self.pool_for_write().await?;
         let res = sqlx::query(AssertSqlSafe(sql))
             .bind(ts(cutoff))
             .bind(i64::from(limit))
@@ -578,7 +650,16 @@ impl Backend for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use super::sqlite_placeholders;
+    use super::{reads_only, sqlite_placeholders};
+
+    #[test]
+    fn only_a_select_counts_as_a_read() {
+        assert!(reads_only("SELECT 1"));
+        assert!(reads_only("  select target FROM samples"));
+        assert!(!reads_only("INSERT INTO incident_lease VALUES ($1) RETURNING owner"));
+        assert!(!reads_only("WITH x AS (SELECT 1) DELETE FROM samples"));
+        assert!(!reads_only("SEL"));
+    }
 
     #[test]
     fn placeholders_in_order_become_plain_question_marks_others_keep_their_numbers() {

@@ -221,10 +221,7 @@ pub fn simulate(config: &Config, now: DateTime<Utc>, seed: u64) -> History {
             baselines.record(s);
         }
     }
-    history.rollups = baselines.dirty_rollups().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "demo: rollups not encoded; baselines start empty");
-        Vec::new()
-    });
+    history.rollups = baselines.dirty_rollups();
     // Breakers: each target's probes through its own breaker, judged against the week's TTFB and
     // TTFT P95s once as many probes as a published P95 needs have been seen (none before).
     let settings = BreakerSettings::from_config(&config.breaker, crate::decide::health::Failover::of(&config.baseline));
