@@ -388,3 +388,24 @@ async fn a_batch_the_full_disk_cut_short_leaves_no_torn_line_for_the_next_one() 
     let want: Vec<Uuid> = first.iter().chain(&next).map(|s| s.id).collect();
     assert_eq!(back, want, "the first and the last batch, every record, nothing of the refused one");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_file_migrates_while_its_integrity_check_runs_beside() {
+    // Two connections opening a new file at once both switch it to WAL, and the loser fails at
+    // once with "database is locked" (busy timeout or not). The check's connection is opened
+    // before `open` returns, so the pool's connections, and anyone else's, come after it.
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+    use sqlx::Connection;
+    for round in 0..100 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store::open(&sqlite_url(dir.path())).await.expect("open");
+        let other = SqliteConnectOptions::new()
+            .filename(dir.path().join("vigil.db"))
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(5));
+        let (migrated, reader) = tokio::join!(store.migrate(), sqlx::SqliteConnection::connect_with(&other));
+        migrated.unwrap_or_else(|e| panic!("round {round}: migrate: {e:?}"));
+        reader.unwrap_or_else(|e| panic!("round {round}: another connection: {e}"));
+        store.insert_samples(&bulky(5)).await.unwrap_or_else(|e| panic!("round {round}: insert: {e:?}"));
+    }
+}

@@ -154,7 +154,7 @@ impl SqliteStore {
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", parent.display())))?;
         }
         let corrupt = Arc::new(Mutex::new(None));
-        let checked = check_beside(&opts, check_budget, corrupt.clone());
+        let checked = check_beside(&opts, check_budget, corrupt.clone()).await;
         Ok(SqliteStore {
             open: RwLock::new(connect(&opts, acquire_timeout)),
             opts,
@@ -341,15 +341,16 @@ fn connect(opts: &SqliteConnectOptions, acquire_timeout: Duration) -> Opened {
 /// skips it) says so; logged.
 async fn verdict(opts: &SqliteConnectOptions, check_budget: Duration) -> Option<String> {
     let corrupt = if check_budget.is_zero() { None } else { quick_check(opts, check_budget).await };
-    if let Some(why) = &corrupt {
-        tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; nothing is written into it and samples are spooled until it is repaired or restored");
-    }
-    corrupt
+    corrupt.inspect(|why| log_corrupt(opts, why))
+}
+
+fn log_corrupt(opts: &SqliteConnectOptions, why: &str) {
+    tracing::error!(file = %opts.get_filename().display(), error = %why, "SQLite database is corrupt; nothing is written into it and samples are spooled until it is repaired or restored");
 }
 
 /// Runs the integrity check at open on a task of its own, which records a damaged file in
 /// `corrupt`; the receiver turns true once the verdict is in.
-fn check_beside(
+async fn check_beside(
     opts: &SqliteConnectOptions,
     check_budget: Duration,
     corrupt: Arc<Mutex<Option<String>>>,
@@ -358,15 +359,27 @@ fn check_beside(
     if check_budget.is_zero() {
         return checked;
     }
-    let opts = opts.clone();
-    tokio::spawn(async move {
-        if let Some(why) = verdict(&opts, check_budget).await {
+    let record = move |verdict: Option<String>| {
+        if let Some(why) = verdict {
             let mut c = corrupt.lock().unwrap_or_else(|e| e.into_inner());
             // A query that met the damage first keeps its own words.
             c.get_or_insert(why);
         }
         let _ = done.send(true);
-    });
+    };
+    // Its connection is opened before the pool's first: the first connection to a new file
+    // switches it to WAL, and while another connection is opening that switch fails at once
+    // with "database is locked".
+    match check_connection(opts).await {
+        Err(verdict) => record(verdict.inspect(|why| log_corrupt(opts, why))),
+        Ok(conn) => {
+            let opts = opts.clone();
+            tokio::spawn(async move {
+                let verdict = run_check(conn, &opts, check_budget).await;
+                record(verdict.inspect(|why| log_corrupt(&opts, why)));
+            });
+        }
+    }
     checked
 }
 
@@ -442,17 +455,28 @@ async fn in_step_with_sqlite(conn: &mut SqliteConnection) -> Result<bool, sqlx::
 /// Runs `PRAGMA quick_check` on its own connection, interrupted after `budget`. `Some(why)`
 /// when the file is damaged; `None` when it is sound or could not be checked (logged).
 async fn quick_check(opts: &SqliteConnectOptions, budget: Duration) -> Option<String> {
+    match check_connection(opts).await {
+        Ok(conn) => run_check(conn, opts, budget).await,
+        Err(verdict) => verdict,
+    }
+}
+
+/// The integrity check's own connection, or its verdict when the file cannot be opened
+/// (`Some(why)` when that is corruption; `None`, logged, otherwise).
+async fn check_connection(opts: &SqliteConnectOptions) -> Result<SqliteConnection, Option<String>> {
     let file = opts.get_filename().display().to_string();
-    let mut conn = match SqliteConnection::connect_with(opts).await {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(why) = corruption(&e) {
-                return Some(format!("{file}: {why}"));
-            }
-            tracing::warn!(%file, error = %e, "SQLite integrity not checked at open: cannot open the file");
-            return None;
+    SqliteConnection::connect_with(opts).await.map_err(|e| {
+        if let Some(why) = corruption(&e) {
+            return Some(format!("{file}: {why}"));
         }
-    };
+        tracing::warn!(%file, error = %e, "SQLite integrity not checked at open: cannot open the file");
+        None
+    })
+}
+
+/// `PRAGMA quick_check` on `conn` (see [`quick_check`]).
+async fn run_check(mut conn: SqliteConnection, opts: &SqliteConnectOptions, budget: Duration) -> Option<String> {
+    let file = opts.get_filename().display().to_string();
     let deadline = Instant::now() + budget;
     match conn.lock_handle().await {
         Ok(mut handle) => handle.set_progress_handler(10_000, move || Instant::now() < deadline),
