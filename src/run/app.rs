@@ -446,8 +446,8 @@ impl Prepared {
         monitor.price_with(published.0.clone());
         // The week of rollups is read through the storage link once the pipeline runs: probes
         // start within a second whatever the history's size (about 50 s at 10,000 targets).
-        // Joining the region writes a heartbeat, which waits for SQLite's integrity check at
-        // open; the state's reads need not, so the two go side by side.
+        // The state's reads and joining the region (a read of its members, and on PostgreSQL
+        // the first heartbeat) go side by side.
         let load = async {
             match migrated {
                 true => match monitor.load_state(store.as_ref(), Utc::now()).await {

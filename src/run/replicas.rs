@@ -82,7 +82,8 @@ pub struct Replicas {
 impl Replicas {
     /// Joins `region`: writes the first heartbeat. With other live members it starts its share
     /// one [`Timing::join`] later (so each of them has read its row by then); alone, at once.
-    /// On SQLite another live member is refused: two processes on one file are not replicas.
+    /// On SQLite another live member is refused: two processes on one file are not replicas;
+    /// alone there, its row is written by the heartbeat loop's first beat.
     pub async fn join(
         store: Arc<dyn Store>,
         sqlite: bool,

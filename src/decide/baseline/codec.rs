@@ -253,8 +253,9 @@ pub(super) fn encode_v2(hist: &[(u32, u32)]) -> Vec<u8> {
     out.extend_from_slice(&LOWEST.to_be_bytes());
     out.extend_from_slice(&HIGHEST.to_be_bytes());
     out.extend_from_slice(&1.0f64.to_be_bytes()); // integer to double conversion ratio
-                                                  // The counts from index 0 to the highest pair's: a run of two or more empty buckets is one
-                                                  // negative number, a single empty bucket a 0 (as the library writes them).
+
+    // The counts from index 0 to the highest pair's: a run of two or more empty buckets is one
+    // negative number, a single empty bucket a 0 (as the library writes them).
     let zeros = |out: &mut Vec<u8>, run: u64| match run {
         0 => {}
         1 => varint(out, 0),
