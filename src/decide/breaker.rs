@@ -243,6 +243,11 @@ impl Breaker {
         self.since
     }
 
+    /// Why it moved to its state, when it moved.
+    pub fn reason(&self) -> Option<&str> {
+        self.detail.reason.as_deref()
+    }
+
     /// Why it is in its state, what tripped it and when it will next probe half-open.
     pub fn explain(&self) -> Explanation {
         Explanation {

@@ -21,7 +21,7 @@ use crate::decide::baseline::Baseline;
 use crate::decide::credit::CreditOutlook;
 use crate::decide::health::{Failover, P95Bound};
 use crate::decide::ratelimit::HeadroomView;
-use crate::decide::router_formats::provider::RouterProvider;
+use crate::decide::router_formats::provider::RouterProviders;
 use crate::decide::workload::WorkloadDeadline;
 use crate::vocab::breaker::State;
 use crate::vocab::drill::Drill;
@@ -81,7 +81,7 @@ pub struct ExportParams {
     /// Configured failover chains.
     pub chains: Vec<ChainConfig>,
     /// How a router calls each configured provider (for the router-native formats).
-    pub providers: Vec<RouterProvider>,
+    pub providers: RouterProviders,
     /// The probe's own wait for a first token (`probe.ttft_timeout`, capped by `probe.timeout`):
     /// what a chain entry without a published TTFT deadline counts for in the chain's worst case.
     pub ttft_timeout: Duration,
@@ -346,7 +346,7 @@ pub struct Thresholds {
     pub chains: Vec<ChainOrder>,
     /// How a router calls each configured provider (the router-native formats; not in the document).
     #[serde(skip)]
-    pub providers: Vec<RouterProvider>,
+    pub providers: RouterProviders,
 }
 
 fn rfc3339_secs<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -796,7 +796,7 @@ pub(crate) mod tests {
                 rate_limit_trips: 3,
             },
             chains: vec![],
-            providers: vec![],
+            providers: Default::default(),
             ttft_timeout: Duration::from_secs(10),
             total_timeout: Duration::from_secs(15),
             credit: BTreeMap::new(),

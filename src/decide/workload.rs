@@ -309,7 +309,7 @@ mod tests {
             every: Duration::from_secs(900),
             max_tokens: 16,
             timeout: Duration::from_secs(60),
-            providers: vec![],
+            providers: Default::default(),
             models: vec![],
         };
         let price = Price { input_per_mtok: 3.0, output_per_mtok: 15.0 };

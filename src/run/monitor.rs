@@ -23,6 +23,11 @@ use crate::vocab::sample::Sample;
 use crate::vocab::target::{Target, TargetKey};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
+
+/// Per-target state, hashed with foldhash: health asks five of these maps about every target
+/// twice a minute, and SipHash over a target's four strings was most of that (the keys come from
+/// the config, not from the network).
+type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 /// Baselines, counts and breakers of this region's targets.
@@ -33,23 +38,23 @@ pub struct Monitor {
     failover: Failover,
     settings: BreakerSettings,
     baselines: Baselines,
-    breakers: HashMap<Target, Breaker>,
-    last: HashMap<Target, Sample>,
+    breakers: ByTarget<Breaker>,
+    last: ByTarget<Sample>,
     /// What each target's latest probe said, judged once when it arrived.
-    verdicts: HashMap<Target, ProbeVerdict>,
+    verdicts: ByTarget<ProbeVerdict>,
     /// Each target's last judged replies per capability (system prompt obeyed), for the health rule.
-    replies: HashMap<Target, Replies>,
+    replies: ByTarget<Replies>,
     /// How many failed replies in a row demote (`alerts.error_probes`, as `adherence_failed`).
     capability: CapabilityRule,
     /// How long a 429 demotes (`breaker.rate_limit_backoff`, or its `Retry-After` when longer).
     rate_limit: RateLimitRule,
     /// The backoff after each target's latest 429, until it is over and published as such.
-    backoffs: HashMap<Target, Backoff>,
-    cost: HashMap<Target, f64>,
+    backoffs: ByTarget<Backoff>,
+    cost: ByTarget<f64>,
     targets: Vec<Target>,
     chains: Vec<crate::config::chain::ChainConfig>,
     /// How a router calls each configured provider (the export's router formats).
-    router_providers: Vec<crate::decide::router_formats::provider::RouterProvider>,
+    router_providers: crate::decide::router_formats::provider::RouterProviders,
     /// `probe.ttft_timeout` (capped by `probe.timeout`), what a chain member without a deadline
     /// counts for in its chain's worst case.
     ttft_timeout: std::time::Duration,
@@ -69,7 +74,7 @@ pub struct Monitor {
     /// Shifts adopted since the alert engine last took them (the `baseline_shift` notices).
     adopted: Vec<crate::decide::baseline::Adoption>,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
-    persisted: HashMap<Target, BreakerRecord>,
+    persisted: ByTarget<BreakerRecord>,
     /// What the last publish built, kept so the next rebuilds only what changed since.
     built: Built,
     /// The stored drills as last read (every region's); the export drops the active ones.
@@ -80,7 +85,7 @@ pub struct Monitor {
     /// OpenRouter's published prices, shared with the prober (none until [`Monitor::price_with`]).
     published: Option<crate::io::probe::PublishedPrices>,
     /// Each target's latest rate-limit reading (each allowance as last said) and when it was read.
-    headroom: HashMap<Target, (Headroom, DateTime<Utc>)>,
+    headroom: ByTarget<(Headroom, DateTime<Utc>)>,
     /// `ratelimit.low_fraction`: headroom under it is low.
     low_fraction: f64,
     /// The long-prompt probes' TTFT series per target and size, apart from the baselines.
@@ -128,13 +133,13 @@ impl Monitor {
             settings,
             baselines: Baselines::new(&config.baseline),
             breakers,
-            last: HashMap::new(),
-            verdicts: HashMap::new(),
-            replies: HashMap::new(),
+            last: ByTarget::default(),
+            verdicts: ByTarget::default(),
+            replies: ByTarget::default(),
             capability: CapabilityRule::of(&config.alerts),
             rate_limit: settings.rate_limit,
-            backoffs: HashMap::new(),
-            cost: HashMap::new(),
+            backoffs: ByTarget::default(),
+            cost: ByTarget::default(),
             targets,
             chains: config.chains.clone(),
             router_providers: config.providers.iter().map(Into::into).collect(),
@@ -147,12 +152,12 @@ impl Monitor {
             flapping: Default::default(),
             incidents: Default::default(),
             adopted: Vec::new(),
-            persisted: HashMap::new(),
+            persisted: ByTarget::default(),
             built: Built { all: true, ..Built::default() },
             drills: Vec::new(),
             providers: config.providers.iter().map(|p| (p.name.clone(), p.clone())).collect(),
             published: None,
-            headroom: HashMap::new(),
+            headroom: ByTarget::default(),
             low_fraction: config.ratelimit.low_fraction,
             workloads: crate::decide::workload::WorkloadBaselines::new(&config.baseline),
         }
@@ -507,11 +512,8 @@ impl Monitor {
     /// A target's health at `now`: its breaker, its latest probe's verdict, the capabilities its
     /// last replies all failed, the flapping mark and its latest 429's backoff, through the one rule.
     pub fn health(&self, t: &Target, now: DateTime<Utc>) -> Health {
-        let explained = self.breakers.get(t).map(|b| b.explain());
-        let breaker = BreakerView {
-            state: explained.as_ref().map_or(State::Closed, |e| e.state),
-            reason: explained.as_ref().and_then(|e| e.reason.as_deref()),
-        };
+        let b = self.breakers.get(t);
+        let breaker = BreakerView { state: b.map_or(State::Closed, |b| b.state()), reason: b.and_then(|b| b.reason()) };
         let failing = self.replies.get(t).map(|r| r.failures(self.capability)).unwrap_or_default();
         health::judge(breaker, self.verdicts.get(t), &failing, self.flapping.is_flapping(t), self.backoffs.get(t), now)
     }

@@ -27,6 +27,7 @@ use crate::vocab::records::{BalanceReading, TargetStatus};
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
 use chrono::{DateTime, Utc};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -217,17 +218,12 @@ fn moved_heads(
 /// `chain_head_changed` to its own channels, everything else to every channel.
 fn hand_over(a: &Alerting, link: &LinkHandle, notes: &[crate::decide::alert::Notification], now: DateTime<Utc>) {
     let items = items_of(a, notes, now);
-    match a.engine.state_json() {
+    // Its text is written by the storage link, off this task.
+    let state = a.engine.state_deferred();
+    match items.is_empty() {
         // Pages and the state that remembers them travel together (one transaction).
-        Ok(state) if !items.is_empty() => link.store(Record::Evaluated { region: a.region.clone(), state, items }),
-        Ok(state) => link.store(Record::AlertState { region: a.region.clone(), state }),
-        // Unreachable for the engine's own types; the pages go alone, the state at the next evaluation.
-        Err(e) => {
-            tracing::error!(error = %e, "alert state not serialized; saved at the next evaluation");
-            if !items.is_empty() {
-                link.store(Record::Outbox(items));
-            }
-        }
+        false => link.store(Record::Evaluated { region: a.region.clone(), state, items }),
+        true => link.store(Record::AlertState { region: a.region.clone(), state }),
     }
 }
 
@@ -430,11 +426,11 @@ impl Pipeline {
         let monitor = &self.monitor;
         let failing = &self.failing;
         let in_trouble = |t: &Target| {
+            // An open or half-open breaker judges the target down or half-open.
             let health = monitor.health(t, now);
             health.flapping
                 || matches!(health.state, HealthState::Degraded | HealthState::HalfOpen | HealthState::Down)
                 || failing.contains(t)
-                || monitor.breaker(t).is_some_and(|b| b.state() != crate::vocab::breaker::State::Closed)
                 || (!open.is_empty()
                     && (open.contains(&crate::decide::alert::incident::target_key(
                         &t.provider,
@@ -501,15 +497,18 @@ impl Pipeline {
         // last heard that is not the breaker's state now is corrected here, or its breaker_open
         // facet would hold for good. Only once the stored breakers are restored: before that the
         // monitor's own are all closed and would tell the engine so.
-        for t in self.monitor.targets().iter().filter(|_| self.breakers_restored) {
-            let now_state = self.monitor.breaker(t).map_or(State::Closed, |b| b.state());
-            let heard = a.engine.breaker_heard(t);
-            if heard.is_some_and(|h| h != now_state) && !changes.iter().any(|c| &c.target == t) {
-                let from = heard.unwrap_or(State::Closed);
-                let reason =
-                    "the breaker's stored state (the alert state saved before a restart was older)".to_string();
-                changes.push(BreakerChange { target: t.clone(), from, to: now_state, reason });
+        if self.breakers_restored {
+            let watched: HashSet<&Target> = self.monitor.targets().iter().collect();
+            let mut stale = Vec::new();
+            for (t, heard) in a.engine.breakers_heard().filter(|(t, _)| watched.contains(t)) {
+                let now_state = self.monitor.breaker(t).map_or(State::Closed, |b| b.state());
+                if heard != now_state && !changes.iter().any(|c| &c.target == t) {
+                    let reason =
+                        "the breaker's stored state (the alert state saved before a restart was older)".to_string();
+                    stale.push(BreakerChange { target: t.clone(), from: heard, to: now_state, reason });
+                }
             }
+            changes.extend(stale);
         }
         // What the models lists say joins what the responses said: the rule weighs both alike,
         // and only for targets whose probes still work.
@@ -528,12 +527,10 @@ impl Pipeline {
             .iter()
             .map(|(sample, baseline)| {
                 let t = &sample.target;
-                let key = (t.provider.clone(), t.model.clone(), t.route.clone());
-                rules::RoundProbe {
-                    sample,
-                    baseline: *baseline,
-                    elsewhere: elsewhere.get(&key).copied().unwrap_or_default(),
-                }
+                // One region alone (the common case) has nothing to look up: no key to spell.
+                let seen = (!elsewhere.is_empty())
+                    .then(|| elsewhere.get(&(t.provider.clone(), t.model.clone(), t.route.clone())).copied());
+                rules::RoundProbe { sample, baseline: *baseline, elsewhere: seen.flatten().unwrap_or_default() }
             })
             .collect();
         let credits = a
@@ -624,8 +621,8 @@ impl Pipeline {
             }
         }
         // This region's view of each target, for the other regions' scope and status pages.
-        let engine = &a.engine;
-        self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| engine.over_latency(t))));
+        let slow = a.engine.over_latency_targets();
+        self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| slow.contains(t))));
         hand_over(a, &self.link, &notes, now);
     }
 

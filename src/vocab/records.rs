@@ -10,34 +10,97 @@ use uuid::Uuid;
 /// A region's alert engine state as JSON text, written straight from the engine and never held
 /// as a `serde_json::Value` tree: at 1,000 targets that tree (and its copy on the way to storage)
 /// was the daemon's largest allocation, several times the size of the text.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(transparent)]
-pub struct StateJson(Box<serde_json::value::RawValue>);
+///
+/// A [`deferred`](StateJson::deferred) one holds a copy of the state and writes its text when it
+/// is first read: by the storage link, off the pipeline (writing 10,000 targets' state was a sixth
+/// of the minute's evaluation), and never for a state a newer one superseded in the link's queue.
+#[derive(Clone)]
+pub struct StateJson(std::sync::Arc<StateText>);
+
+/// The text, and until it is written, what writes it.
+struct StateText {
+    text: std::sync::OnceLock<Box<serde_json::value::RawValue>>,
+    make: std::sync::Mutex<Option<Deferred>>,
+}
+
+type Deferred = Box<dyn FnOnce() -> Result<Box<serde_json::value::RawValue>, serde_json::Error> + Send>;
 
 impl<'de> serde::Deserialize<'de> for StateJson {
     /// Through a tree: only a replay of the record spool reads one this way, and there serde has
     /// buffered the line (its tag comes first), from which raw text cannot be taken.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let tree = serde_json::Value::deserialize(d)?;
-        serde_json::value::to_raw_value(&tree).map(StateJson).map_err(serde::de::Error::custom)
+        serde_json::value::to_raw_value(&tree).map(StateJson::text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for StateJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw().serialize(s)
+    }
+}
+
+impl std::fmt::Debug for StateJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.text.get() {
+            Some(text) => f.debug_tuple("StateJson").field(&text.get()).finish(),
+            None => f.write_str("StateJson(<not written yet>)"),
+        }
     }
 }
 
 impl StateJson {
+    fn text(raw: Box<serde_json::value::RawValue>) -> Self {
+        let text = std::sync::OnceLock::new();
+        let _ = text.set(raw);
+        StateJson(std::sync::Arc::new(StateText { text, make: std::sync::Mutex::new(None) }))
+    }
+
     /// Serializes `state` into JSON text.
     pub fn of<T: serde::Serialize>(state: &T) -> Result<Self, serde_json::Error> {
-        serde_json::value::to_raw_value(state).map(StateJson)
+        serde_json::value::to_raw_value(state).map(StateJson::text)
+    }
+
+    /// Takes `state` (a copy the caller no longer changes) and writes its text when it is first
+    /// read. A state that does not serialize (an engine's own types always do) reads as `null`,
+    /// which a start reads as unreadable state and starts fresh from, saying so; the error is logged.
+    pub fn deferred<T: serde::Serialize + Send + 'static>(state: T) -> Self {
+        let make: Deferred = Box::new(move || serde_json::value::to_raw_value(&state));
+        StateJson(std::sync::Arc::new(StateText {
+            text: std::sync::OnceLock::new(),
+            make: std::sync::Mutex::new(Some(make)),
+        }))
     }
 
     /// Takes JSON text as stored, refusing text that is not JSON.
     pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
-        serde_json::value::RawValue::from_string(text).map(StateJson)
+        serde_json::value::RawValue::from_string(text).map(StateJson::text)
+    }
+
+    fn raw(&self) -> &serde_json::value::RawValue {
+        self.0.text.get_or_init(|| {
+            let make = self.0.make.lock().ok().and_then(|mut m| m.take());
+            let written = make.map(|make| make());
+            match written {
+                Some(Ok(raw)) => raw,
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "alert state not serialized; stored as null (a start begins fresh)");
+                    null()
+                }
+                // Only a poisoned lock gets here: another reader panicked while writing it.
+                None => null(),
+            }
+        })
     }
 
     /// The JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.get()
+        self.raw().get()
     }
+}
+
+fn null() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::NULL.to_owned()
 }
 
 impl PartialEq for StateJson {
@@ -152,4 +215,36 @@ pub struct BalanceReading {
     pub at: DateTime<Utc>,
     /// USD left.
     pub remaining_usd: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StateJson;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_deferred_state_reads_as_the_text_of_its_copy_and_travels_as_json() {
+        let mut state = BTreeMap::from([("eu|a/m".to_string(), vec![1.5, 2.0])]);
+        let deferred = StateJson::deferred(state.clone());
+        assert_eq!(format!("{deferred:?}"), "StateJson(<not written yet>)");
+        state.insert("eu|b/m".into(), vec![3.0]);
+        let eager = StateJson::of(&BTreeMap::from([("eu|a/m".to_string(), vec![1.5, 2.0])])).expect("json");
+        assert_eq!(deferred.as_str(), r#"{"eu|a/m":[1.5,2.0]}"#, "the copy taken, not the state as changed since");
+        assert_eq!(deferred, eager);
+        let copy = deferred.clone();
+        assert_eq!(copy.as_str(), deferred.as_str(), "clones share the written text");
+        // The record spool writes it inline and reads it back as text.
+        let line = serde_json::to_string(&serde_json::json!({ "state": &deferred })).expect("line");
+        assert_eq!(line, r#"{"state":{"eu|a/m":[1.5,2.0]}}"#);
+        let back: BTreeMap<String, StateJson> = serde_json::from_str(&line).expect("read back");
+        assert_eq!(back["state"], eager);
+    }
+
+    #[test]
+    fn a_state_that_does_not_serialize_reads_as_null() {
+        // serde_json refuses map keys that are not strings.
+        let deferred = StateJson::deferred(BTreeMap::from([((1u8, 2u8), 3u8)]));
+        assert_eq!(deferred.as_str(), "null");
+        assert!(StateJson::of(&BTreeMap::from([((1u8, 2u8), 3u8)])).is_err());
+    }
 }

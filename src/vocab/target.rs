@@ -27,6 +27,22 @@ impl Target {
     pub fn id(&self) -> String {
         self.to_string()
     }
+
+    /// Whether `id` is this target's [`id`](Self::id), compared without spelling it.
+    pub fn has_id(&self, id: &str) -> bool {
+        let Some(rest) = id.strip_prefix(self.provider.as_str()) else { return false };
+        let rest = match self.model.is_empty() {
+            true => rest,
+            false => match rest.strip_prefix('/').and_then(|r| r.strip_prefix(self.model.as_str())) {
+                Some(r) => r,
+                None => return false,
+            },
+        };
+        match &self.route {
+            Some(route) => rest.strip_prefix('@') == Some(route.as_str()),
+            None => rest.is_empty(),
+        }
+    }
 }
 
 impl fmt::Display for Target {
@@ -79,6 +95,33 @@ mod tests {
         assert_eq!(t.id(), "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra");
         let plain = Target { provider: "status-page".into(), model: String::new(), route: None, region: "x".into() };
         assert_eq!(plain.id(), "status-page");
+    }
+
+    #[test]
+    fn has_id_agrees_with_id_without_spelling_it() {
+        let routed =
+            Target { provider: "or".into(), model: "a/b".into(), route: Some("Groq".into()), region: "eu".into() };
+        let model = Target { route: None, ..routed.clone() };
+        let plain = Target { model: String::new(), ..model.clone() };
+        let ids = [
+            "or/a/b@Groq",
+            "or/a/b",
+            "or",
+            "or/a/b@Gro",
+            "or/a/b@Groq2",
+            "or/a",
+            "or/a/b@",
+            "or/",
+            "o",
+            "",
+            "or@Groq",
+            "x/a/b",
+        ];
+        for t in [&routed, &model, &plain] {
+            for id in ids {
+                assert_eq!(t.has_id(id), t.id() == id, "{t} against {id}");
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 /// Target identity across regions: (provider, model, route).
@@ -185,8 +185,9 @@ fn chain_verdicts(region: &str, round: &Round<'_>, out: &mut Vec<Verdict>) {
 struct Judged {
     /// Over the threshold on TTFB or TTFT.
     slow: bool,
-    /// The worse metric's name, value and threshold.
-    metric: String,
+    /// The worse metric's name, value and threshold (the name borrowed while judged here: a
+    /// state copied every minute copies no name).
+    metric: std::borrow::Cow<'static, str>,
     value: f64,
     threshold: f64,
 }
@@ -230,7 +231,11 @@ struct Tracked {
 /// The engine's memory; serialized as one JSON document per region.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct EngineState {
-    histories: BTreeMap<String, History>,
+    /// Each target's history by its history key: hashed, as every probe of a round looks its
+    /// target's up (ordered keys cost a dozen comparisons of long common prefixes per lookup);
+    /// written sorted, so the stored text does not depend on the hasher.
+    #[serde(serialize_with = "sorted")]
+    histories: HashMap<String, History>,
     /// Facets currently holding, by facet key.
     #[serde(default)]
     facets: BTreeMap<String, Tracked>,
@@ -254,6 +259,11 @@ pub struct EngineState {
     /// Each target's capabilities as last judged (`capability_lost`).
     #[serde(default)]
     capabilities: super::capability::Capabilities,
+}
+
+/// Writes a map in key order.
+fn sorted<S: serde::Serializer, V: Serialize>(map: &HashMap<String, V>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(map.iter().collect::<BTreeMap<_, _>>())
 }
 
 /// A rule's answer for one facet this round.
@@ -358,6 +368,12 @@ impl AlertEngine {
         crate::vocab::records::StateJson::of(&self.state)
     }
 
+    /// [`state_json`](Self::state_json) written when storage first reads it: a copy of the state
+    /// now, whose text is written off the caller's task.
+    pub fn state_deferred(&self) -> crate::vocab::records::StateJson {
+        crate::vocab::records::StateJson::deferred(self.state.clone())
+    }
+
     /// The thresholds in use.
     pub fn config(&self) -> &RuleConfig {
         &self.cfg
@@ -392,9 +408,21 @@ impl AlertEngine {
         self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
     }
 
+    /// The targets [`over_latency`](Self::over_latency) holds for, in one pass over the histories
+    /// (asked of every target each minute, it spelled 10,000 keys).
+    pub fn over_latency_targets(&self) -> HashSet<&Target> {
+        let k = self.cfg.latency_k;
+        self.state.histories.values().filter(|h| h.slow_count() >= k).filter_map(|h| h.target.as_ref()).collect()
+    }
+
     /// The breaker state the engine last heard of for `target` (from the transitions it was fed).
     pub fn breaker_heard(&self, target: &Target) -> Option<State> {
         self.state.histories.get(&Self::history_key(target)).and_then(|h| h.breaker)
+    }
+
+    /// Every target the engine heard a breaker transition of, with the state it last heard.
+    pub fn breakers_heard(&self) -> impl Iterator<Item = (&Target, State)> {
+        self.state.histories.values().filter_map(|h| Some((h.target.as_ref()?, h.breaker?)))
     }
 
     /// Ids of this region's targets with an open `latency_degraded` or `errors` facet: in trouble,
@@ -438,8 +466,10 @@ impl AlertEngine {
         self.open_kinds = self.state.facets.values().fold(0, |bits, f| bits | kind_bit(f.alert.kind));
         let mut verdicts = Vec::new();
         self.track_budget(round, now, &mut verdicts);
-        for p in &round.probes {
-            self.record(p);
+        // Each probe's history key, spelled once for every rule that reads its history.
+        let keys: Vec<String> = round.probes.iter().map(|p| Self::history_key(&p.sample.target)).collect();
+        for (p, key) in round.probes.iter().zip(&keys) {
+            self.record(p, key);
         }
         for c in &round.breaker {
             let h = self.state.histories.entry(Self::history_key(&c.target)).or_default();
@@ -449,7 +479,7 @@ impl AlertEngine {
         }
         let suspect = self.region_verdict(round, &mut verdicts);
         if !suspect {
-            self.target_verdicts(round, &mut verdicts, now);
+            self.target_verdicts(round, &keys, &mut verdicts, now);
             self.deprecation_verdicts(round, now, &mut verdicts);
             let samples = round.probes.iter().map(|p| p.sample);
             let open = |t: &Target| self.tracked(AlertKind::RateLimitLow, t);
@@ -483,11 +513,16 @@ impl AlertEngine {
         format!("{}|{}", t.region, t.id())
     }
 
-    fn record(&mut self, p: &RoundProbe<'_>) {
+    fn record(&mut self, p: &RoundProbe<'_>, key: &str) {
         let s = p.sample;
         let n = self.cfg.error_probes as usize;
         let cfg = &self.cfg;
-        let h = self.state.histories.entry(Self::history_key(&s.target)).or_default();
+        if !self.state.histories.contains_key(key) {
+            self.state
+                .histories
+                .insert(key.to_string(), History { target: Some(s.target.clone()), ..History::default() });
+        }
+        let Some(h) = self.state.histories.get_mut(key) else { return };
         h.target.get_or_insert_with(|| s.target.clone());
         h.regions_elsewhere = p.elsewhere.regions;
         push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), cfg.error_n.max(1) as usize);
@@ -654,21 +689,25 @@ impl AlertEngine {
         out.extend(found.into_iter().map(|(alert, holds)| Verdict { alert, holds }));
     }
 
-    fn target_verdicts(&mut self, round: &Round<'_>, out: &mut Vec<Verdict>, now: DateTime<Utc>) {
+    /// The per-target rules over this round's probes (`keys`: each probe's history key).
+    fn target_verdicts(&mut self, round: &Round<'_>, keys: &[String], out: &mut Vec<Verdict>, now: DateTime<Utc>) {
         let region = self.cfg.region.clone();
         let n = self.cfg.error_probes as usize;
-        let mut elsewhere: BTreeMap<String, Elsewhere> = BTreeMap::new();
+        let mut elsewhere: HashMap<&str, Elsewhere> = HashMap::new();
         // auth is per provider (one credential): any refused probe of the provider this round.
-        let mut auth: BTreeMap<String, Option<&Sample>> = BTreeMap::new();
-        for p in &round.probes {
+        let mut auth: BTreeMap<&str, Option<&Sample>> = BTreeMap::new();
+        for (p, key) in round.probes.iter().zip(keys) {
             let s = p.sample;
             let t = &s.target;
-            elsewhere.insert(Self::history_key(t), p.elsewhere);
-            let entry = auth.entry(t.provider.clone()).or_insert(None);
+            // Only another region's view is worth keeping: the default is what a miss reads.
+            if p.elsewhere != Elsewhere::default() {
+                elsewhere.insert(key, p.elsewhere);
+            }
+            let entry = auth.entry(&t.provider).or_insert(None);
             if s.outcome == Outcome::AuthError && entry.is_none() {
                 *entry = Some(s);
             }
-            let Some(h) = self.state.histories.get(&Self::history_key(t)) else { continue };
+            let Some(h) = self.state.histories.get(key) else { continue };
             let e = p.elsewhere;
 
             out.extend(self.errors_verdict(h, s, e, &region));
@@ -716,14 +755,14 @@ impl AlertEngine {
         }
         self.standing_verdicts(&elsewhere, out);
         for (provider, refused) in auth {
-            if refused.is_none() && !self.tracked_key(AlertKind::AuthError, &provider, None) {
+            if refused.is_none() && !self.tracked_key(AlertKind::AuthError, provider, None) {
                 continue;
             }
             let detail = refused.and_then(|s| s.error.as_deref()).map(|e| format!(": {}", truncate(e, 200)));
             let a = Alert::new(
                 AlertKind::AuthError,
                 &region,
-                &provider,
+                provider,
                 None,
                 format!("the API key was refused{}", detail.unwrap_or_default()),
             );
@@ -782,14 +821,14 @@ impl AlertEngine {
     }
 
     /// Breaker and flapping facets: per known target, whether or not it was probed this round.
-    fn standing_verdicts(&self, elsewhere: &BTreeMap<String, Elsewhere>, out: &mut Vec<Verdict>) {
+    fn standing_verdicts(&self, elsewhere: &HashMap<&str, Elsewhere>, out: &mut Vec<Verdict>) {
         let region = &self.cfg.region;
         for (key, h) in &self.state.histories {
             let Some(t) = &h.target else { continue };
             if &t.region != region {
                 continue;
             }
-            let e = elsewhere.get(key).copied().unwrap_or_default();
+            let e = elsewhere.get(key.as_str()).copied().unwrap_or_default();
             if let Some(state) = h.breaker.filter(|s| *s != State::Closed || self.tracked(AlertKind::BreakerOpen, t)) {
                 let open = state != State::Closed;
                 let mut a = Alert::new(
@@ -1017,12 +1056,16 @@ impl AlertEngine {
         // elsewhere. Read once per evaluation, when an incident first asks: asking every target
         // for every incident spelled each target's id once per open incident.
         let histories = &self.state.histories;
+        // An incident is about facets, so only their providers' targets are asked of; a target
+        // no other region probes adds nothing (the answer is at least this region).
+        let asked: BTreeSet<&str> = self.state.facets.values().map(|f| f.alert.provider.as_str()).collect();
         type Most<'a> = (HashMap<String, u32>, HashMap<&'a str, u32>);
         let elsewhere: std::cell::OnceCell<Most<'_>> = std::cell::OnceCell::new();
         let probing = |alerts: &[Alert]| {
             let (by_target, by_provider) = elsewhere.get_or_init(|| {
                 let (mut by_target, mut by_provider) = (HashMap::<String, u32>::new(), HashMap::<&str, u32>::new());
-                for (t, regions) in histories.values().filter_map(|h| Some((h.target.as_ref()?, h.regions_elsewhere))) {
+                let seen = histories.values().filter_map(|h| Some((h.target.as_ref()?, h.regions_elsewhere)));
+                for (t, regions) in seen.filter(|(t, r)| *r > 0 && asked.contains(t.provider.as_str())) {
                     let most = by_provider.entry(t.provider.as_str()).or_default();
                     *most = (*most).max(regions);
                     let most = by_target.entry(t.id()).or_default();

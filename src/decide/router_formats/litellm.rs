@@ -13,7 +13,7 @@
 //! long as vigil's breaker stays open, even when it is the only deployment of its group. LiteLLM
 //! has no field that starts a deployment in cooldown; cooldowns live only in its routing cache.
 
-use super::provider::{find, RouterProvider};
+use super::provider::RouterProvider;
 use super::{meta, route_pin};
 use crate::config::{ProviderKind, AZURE_DEFAULT_API_VERSION};
 use crate::decide::export::Thresholds;
@@ -114,7 +114,7 @@ fn open_for(doc: &Thresholds, id: &str) -> u64 {
 fn group(doc: &Thresholds, name: &str, members: &[Member<'_>]) -> Vec<Value> {
     let mut out = Vec::new();
     for m in members {
-        let Some(p) = find(&doc.providers, &m.key.provider) else { continue };
+        let Some(p) = doc.providers.find(&m.key.provider) else { continue };
         if let Some(d) = deployment(name, out.len() + 1, m, p) {
             out.push(d);
         }
@@ -197,5 +197,5 @@ fn allowed_fails_policy(doc: &Thresholds) -> Value {
 
 /// Whether LiteLLM can call target `key` (its provider is configured here and speaks a model API).
 fn callable(doc: &Thresholds, key: &TargetKey) -> bool {
-    find(&doc.providers, &key.provider).is_some_and(|p| model(p, &key.model).is_some())
+    doc.providers.find(&key.provider).is_some_and(|p| model(p, &key.model).is_some())
 }

@@ -4,14 +4,13 @@
 //! one model id share its entry, their routes merged in `rank` order.
 
 use super::meta;
-use super::provider::find;
 use crate::decide::export::{TargetThresholds, Thresholds};
 use crate::vocab::breaker::State;
 use serde_json::{json, Map, Value};
 
 /// Whether `t` is a pinned route of an OpenRouter provider configured here.
 fn routed(doc: &Thresholds, t: &TargetThresholds) -> bool {
-    t.key.route.is_some() && find(&doc.providers, &t.key.provider).is_some_and(|p| p.openrouter)
+    t.key.route.is_some() && doc.providers.find(&t.key.provider).is_some_and(|p| p.openrouter)
 }
 
 /// Route names of `rows` in order, each once.

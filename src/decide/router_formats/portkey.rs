@@ -2,7 +2,6 @@
 //! Portkey's model catalog as `@<vigil provider name>/<model>`, pins its OpenRouter route (for any
 //! provider that is OpenRouter, whatever its name) and gives up after its TTFT deadline.
 
-use super::provider::find;
 use super::{meta, route_pin};
 use crate::decide::export::{ChainEntry, Thresholds};
 use serde_json::{json, Map, Value};
@@ -10,7 +9,7 @@ use serde_json::{json, Map, Value};
 fn target(doc: &Thresholds, e: &ChainEntry) -> Value {
     let mut over = Map::new();
     over.insert("model".into(), format!("@{}/{}", e.key.provider, e.key.model).into());
-    let openrouter = find(&doc.providers, &e.key.provider).is_some_and(|p| p.openrouter);
+    let openrouter = doc.providers.find(&e.key.provider).is_some_and(|p| p.openrouter);
     if let (Some(route), true) = (&e.key.route, openrouter) {
         over.insert("provider".into(), route_pin(route));
     }

@@ -51,9 +51,32 @@ pub fn derived_key_env(name: &str) -> String {
     format!("{upper}_API_KEY")
 }
 
-/// The provider named `name` among `providers`.
-pub fn find<'a>(providers: &'a [RouterProvider], name: &str) -> Option<&'a RouterProvider> {
-    providers.iter().find(|p| p.name == name)
+/// The configured providers as the router formats see them: sorted by name and shared, so every
+/// publish's document holds the same list (10,000 providers were copied twice a publish) and a
+/// router format finds each member's provider by a binary search, not a scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterProviders(std::sync::Arc<[RouterProvider]>);
+
+impl RouterProviders {
+    /// The provider named `name`.
+    pub fn find(&self, name: &str) -> Option<&RouterProvider> {
+        self.0.binary_search_by(|p| p.name.as_str().cmp(name)).ok().map(|i| &self.0[i])
+    }
+
+    /// Every provider, by name.
+    pub fn iter(&self) -> std::slice::Iter<'_, RouterProvider> {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<RouterProvider> for RouterProviders {
+    fn from_iter<I: IntoIterator<Item = RouterProvider>>(iter: I) -> Self {
+        let mut all: Vec<RouterProvider> = iter.into_iter().collect();
+        // Stable: of two providers with one name (config validation refuses them) the first wins, as before.
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup_by(|later, first| later.name == first.name);
+        RouterProviders(all.into())
+    }
 }
 
 #[cfg(test)]
@@ -78,5 +101,29 @@ mod tests {
         assert_eq!((by_routes.key_env.as_str(), by_routes.key_env_derived), ("DEMO_LLAMA_API_KEY", true));
         let named = RouterProvider::from(&provider("openrouter", "https://api.openai.com/v1", &[], None));
         assert!(!named.openrouter, "the name alone says nothing");
+    }
+
+    #[test]
+    fn providers_are_found_by_name_whatever_the_configured_order() {
+        let names = ["zeta", "alpha", "or-eu", "mid", "alpha"];
+        let bases = [
+            "http://127.0.0.1:1/v1",
+            "http://127.0.0.1:2/v1",
+            "https://openrouter.ai/api/v1",
+            "http://127.0.0.1:3/v1",
+            "http://127.0.0.1:4/v1",
+        ];
+        let all: RouterProviders =
+            names.iter().zip(bases).map(|(n, b)| RouterProvider::from(&provider(n, b, &[], None))).collect();
+        assert_eq!(all.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["alpha", "mid", "or-eu", "zeta"]);
+        assert_eq!(
+            all.find("alpha").map(|p| p.base_url.as_str()),
+            Some("http://127.0.0.1:2/v1"),
+            "the first of a name"
+        );
+        assert!(all.find("or-eu").is_some_and(|p| p.openrouter));
+        assert_eq!(all.find("zeta").map(|p| p.name.as_str()), Some("zeta"));
+        assert!(all.find("beta").is_none() && all.find("").is_none() && all.find("zz").is_none());
+        assert!(RouterProviders::default().find("alpha").is_none());
     }
 }

@@ -41,24 +41,26 @@ const READS_AT_ONCE: usize = 4;
 /// Anthropic's API version header, as the probes send it.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// Retirement notices from the models lists, by (provider, model).
+/// Retirement notices from the models lists, by provider then model (looked up with borrowed
+/// names: every probe of a round asks).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelNotices {
-    by_model: BTreeMap<(String, String), Vec<Notice>>,
+    by_provider: BTreeMap<String, BTreeMap<String, Vec<Notice>>>,
 }
 
 impl ModelNotices {
     /// What the lists say about `model` at `provider` (empty when nothing).
     pub fn of(&self, provider: &str, model: &str) -> &[Notice] {
-        self.by_model.get(&(provider.to_string(), model.to_string())).map_or(&[], Vec::as_slice)
+        self.by_provider.get(provider).and_then(|m| m.get(model)).map_or(&[], Vec::as_slice)
     }
 
     /// Replaces what is known about `provider`'s models.
     fn set_provider(&mut self, provider: &str, notices: BTreeMap<String, Vec<Notice>>) {
-        self.by_model.retain(|(p, _), _| p != provider);
-        for (model, n) in notices.into_iter().filter(|(_, n)| !n.is_empty()) {
-            self.by_model.insert((provider.to_string(), model), n);
-        }
+        let known: BTreeMap<String, Vec<Notice>> = notices.into_iter().filter(|(_, n)| !n.is_empty()).collect();
+        match known.is_empty() {
+            true => self.by_provider.remove(provider),
+            false => self.by_provider.insert(provider.to_string(), known),
+        };
     }
 }
 

@@ -228,7 +228,7 @@ mod tests {
                 rate_limit_trips: 3,
             },
             chains: vec![],
-            providers: vec![],
+            providers: Default::default(),
             ttft_timeout: std::time::Duration::from_secs(10),
             total_timeout: std::time::Duration::from_secs(10),
             credit: Default::default(),

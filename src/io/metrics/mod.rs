@@ -514,13 +514,15 @@ impl Metrics {
         a.budget.with_label_values(&[&self.region]).set(plan.budget_usd);
         a.projected.with_label_values(&[&self.region]).set(plan.projected_usd);
         let mut map = self.lock();
-        for t in targets {
-            if let Some(p) = plan.get(&t.id()) {
-                let every = Some(p.every.as_secs_f64());
-                match map.get_mut(t) {
-                    Some(s) => s.interval = every,
-                    None => map.entry(t.clone()).or_default().interval = every,
-                }
+        // The planner's plan lists its targets in their order: read side by side, no target's id
+        // is spelled (10,000 a minute); where they differ, the target is looked up by its id.
+        for (i, t) in targets.iter().enumerate() {
+            let beside = plan.targets.get(i).filter(|p| t.has_id(&p.target));
+            let Some(p) = beside.or_else(|| plan.get(&t.id())) else { continue };
+            let every = Some(p.every.as_secs_f64());
+            match map.get_mut(t) {
+                Some(s) => s.interval = every,
+                None => map.entry(t.clone()).or_default().interval = every,
             }
         }
     }
