@@ -6,7 +6,8 @@
 //! `cargo bench --bench daemon` runs it (about three minutes). The bench binary re-runs itself as
 //! the stand-in (`--serve`) so the servers' CPU is never counted as vigil's.
 //! `VIGIL_BENCH_TARGETS` (default 1000), `VIGIL_BENCH_WARMUP_S` (65) and `VIGIL_BENCH_MEASURE_S`
-//! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side.
+//! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side; `VIGIL_BENCH_KEEP=1`
+//! keeps the run's folder (each daemon's `vigil.log`, config and database) and prints its path.
 //! Each daemon starts on `VIGIL_BENCH_HISTORY_DAYS` (7) days of stored hourly rollups, written
 //! before it starts, and the bench prints how long after its start its first probe came.
 //! `VIGIL_BENCH_COMPARE_EXE=path/to/other/vigil` runs a second daemon (another build, e.g. the
@@ -752,7 +753,13 @@ fn orchestrate() {
     let warmup = Duration::from_secs(env_num("VIGIL_BENCH_WARMUP_S", 65));
     let measure = Duration::from_secs(env_num("VIGIL_BENCH_MEASURE_S", 120));
     let vigil_exe = env!("CARGO_BIN_EXE_vigil");
-    let dir = tempfile::tempdir().expect("temp dir");
+    // `VIGIL_BENCH_KEEP=1` keeps the daemons' logs, configs and databases for reading afterwards
+    // (which targets changed mode and why, say); the history alone is 2.5 GB at 10,000 targets.
+    let keep = std::env::var("VIGIL_BENCH_KEEP").is_ok_and(|v| v == "1");
+    let dir = tempfile::Builder::new().prefix("vigil-bench").disable_cleanup(keep).tempdir().expect("temp dir");
+    if keep {
+        println!("kept after the run (VIGIL_BENCH_KEEP=1): {}", dir.path().display());
+    }
 
     let mut server = Command::new(std::env::current_exe().expect("own executable"))
         .arg("--serve")

@@ -20,15 +20,10 @@ use crate::vocab::health::Health;
 use crate::vocab::ratelimit::Headroom;
 use crate::vocab::records::{BreakerRecord, Rollup, TargetStatus};
 use crate::vocab::sample::Sample;
-use crate::vocab::target::{Target, TargetKey};
+use crate::vocab::target::{ByTarget, Target, TargetKey};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-/// Per-target state, hashed with foldhash: health asks five of these maps about every target
-/// twice a minute, and SipHash over a target's four strings was most of that (the keys come from
-/// the config, not from the network).
-type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 
 /// Baselines, counts and breakers of this region's targets.
 pub struct Monitor {

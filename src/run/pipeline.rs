@@ -214,6 +214,12 @@ fn moved_heads(
     out
 }
 
+/// Whether a target's health puts it in trouble for the plan: flapping, degraded, half-open or
+/// down (an open or half-open breaker judges it down or half-open).
+fn health_in_trouble(health: &crate::vocab::health::Health) -> bool {
+    health.flapping || matches!(health.state, HealthState::Degraded | HealthState::HalfOpen | HealthState::Down)
+}
+
 /// Hands one evaluation's notifications to the link with the engine state that made them:
 /// `chain_head_changed` to its own channels, everything else to every channel.
 fn hand_over(a: &Alerting, link: &LinkHandle, notes: &[crate::decide::alert::Notification], now: DateTime<Utc>) {
@@ -415,6 +421,13 @@ impl Pipeline {
     /// the round not yet evaluated) and which targets are in trouble (degraded, half-open, open,
     /// last probe failed, or part of an open incident); publishes the plan and its gauges.
     pub fn replan(&mut self, now: DateTime<Utc>) {
+        self.replan_judged(now, None);
+    }
+
+    /// [`replan`](Self::replan) with each target's health already judged at `now` (`unwell`: the
+    /// targets whose health is in trouble, from the evaluation's statuses): the minute's
+    /// evaluation judges every target once, for both its statuses and its plan.
+    fn replan_judged(&mut self, now: DateTime<Utc>, unwell: Option<&HashSet<Target>>) {
         let planner = &mut self.planner;
         self.planned_at = Some(now);
         self.replan_due = false;
@@ -425,11 +438,15 @@ impl Pipeline {
         let open: std::collections::HashSet<String> = engine.open_incidents().into_iter().collect();
         let monitor = &self.monitor;
         let failing = &self.failing;
+        // The statuses judged the monitor's targets: they answer for the plan's when they are
+        // the same list (a target the planner learned of from a sample alone is judged here).
+        let unwell = unwell.filter(|_| planner.targets() == monitor.targets());
         let in_trouble = |t: &Target| {
-            // An open or half-open breaker judges the target down or half-open.
-            let health = monitor.health(t, now);
-            health.flapping
-                || matches!(health.state, HealthState::Degraded | HealthState::HalfOpen | HealthState::Down)
+            let unwell = match unwell {
+                Some(set) => set.contains(t),
+                None => health_in_trouble(&monitor.health(t, now)),
+            };
+            unwell
                 || failing.contains(t)
                 || (!open.is_empty()
                     && (open.contains(&crate::decide::alert::incident::target_key(
@@ -586,8 +603,14 @@ impl Pipeline {
         a.flapping_before = a.flapping.targets();
         // Targets in an open latency or error incident are in trouble: the baselines hold their samples.
         self.monitor.set_incidents(a.engine.in_trouble());
-        self.deliver(notes, now);
-        self.replan(now);
+        // This region's view of each target: stored for the other regions' scope and status
+        // pages, and what the plan that follows reads each target's health from.
+        let slow = a.engine.over_latency_targets();
+        let statuses = self.monitor.statuses(now, |t| slow.contains(t));
+        let unwell: HashSet<Target> =
+            statuses.iter().filter(|s| health_in_trouble(&s.health)).map(|s| s.target.clone()).collect();
+        self.deliver(notes, statuses, now);
+        self.replan_judged(now, Some(&unwell));
     }
 
     /// Whether this instance leads its region now (always, without replicas): only the leader
@@ -601,7 +624,12 @@ impl Pipeline {
     /// Hands one evaluation's notifications and this region's view to the link when leading;
     /// holds them (three intervals) when following. On taking the lead, what was held goes to the
     /// link too, which sends only what the old leader had not.
-    fn deliver(&mut self, notes: Vec<crate::decide::alert::Notification>, now: DateTime<Utc>) {
+    fn deliver(
+        &mut self,
+        notes: Vec<crate::decide::alert::Notification>,
+        statuses: Vec<TargetStatus>,
+        now: DateTime<Utc>,
+    ) {
         let leads = self.leads(now);
         let a = &mut self.alerts;
         let hold_for = chrono::Duration::from_std(a.every * 3).unwrap_or_default();
@@ -620,9 +648,7 @@ impl Pipeline {
                 self.link.store(Record::Takeover { region: a.region.clone(), since: now - hold_for * 2, items });
             }
         }
-        // This region's view of each target, for the other regions' scope and status pages.
-        let slow = a.engine.over_latency_targets();
-        self.link.store(Record::TargetStatus(self.monitor.statuses(now, |t| slow.contains(t))));
+        self.link.store(Record::TargetStatus(statuses));
         hand_over(a, &self.link, &notes, now);
     }
 
@@ -1135,6 +1161,31 @@ balance = { min_usd = 5.0 }
         assert_eq!(stored[0].state, crate::vocab::breaker::State::Open);
         let transitions = r.store.transitions("eu", None, 10).await.expect("transitions");
         assert_eq!(transitions.len(), 1, "{transitions:?}");
+        r.stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn the_evaluations_plan_reads_the_health_its_statuses_judged_and_agrees_with_a_plain_replan() {
+        use crate::decide::adaptive::Mode;
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        let mode = |p: &Pipeline| p.planner.current().get(&target("eu").id()).map(|t| t.mode);
+        r.pipeline.process(sample("eu", now, crate::vocab::sample::Outcome::Ok)).await;
+        r.pipeline.evaluate_alerts(now);
+        assert!(r.pipeline.alerts.restored, "the rig's engine starts restored");
+        let calm = mode(&r.pipeline).expect("planned");
+        assert_ne!(calm, Mode::Incident, "a target whose probe answered is calm");
+        // Its next probe fails: the health the statuses judged puts it in incident mode.
+        let later = now + chrono::Duration::seconds(60);
+        r.pipeline.process(sample("eu", later, crate::vocab::sample::Outcome::ServerError)).await;
+        r.pipeline.evaluate_alerts(later);
+        assert_eq!(mode(&r.pipeline), Some(Mode::Incident));
+        r.pipeline.replan(later);
+        assert_eq!(mode(&r.pipeline), Some(Mode::Incident), "a plain replan judges it alike");
+        let again = later + chrono::Duration::seconds(60);
+        r.pipeline.process(sample("eu", again, crate::vocab::sample::Outcome::Ok)).await;
+        r.pipeline.evaluate_alerts(again);
+        assert_eq!(mode(&r.pipeline), Some(calm), "answering again, it is calm again");
         r.stop.cancel();
     }
 

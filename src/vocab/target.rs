@@ -2,7 +2,13 @@
 //! key every output that lists targets carries for it.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
+
+/// Per-target state, hashed with foldhash: the minute's evaluation asks several such maps about
+/// every target, and SipHash over a target's four strings was most of that. The keys come from
+/// the config, not from the network, so a hasher without flood resistance is safe here.
+pub type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 
 /// Identity of one probed target; `Display` gives the stable id `provider/model@route`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

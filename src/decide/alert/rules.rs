@@ -23,6 +23,7 @@ use crate::vocab::target::Target;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Target identity across regions: (provider, model, route).
@@ -234,8 +235,11 @@ pub struct EngineState {
     /// Each target's history by its history key: hashed, as every probe of a round looks its
     /// target's up (ordered keys cost a dozen comparisons of long common prefixes per lookup);
     /// written sorted, so the stored text does not depend on the hasher.
-    #[serde(serialize_with = "sorted")]
-    histories: HashMap<String, History>,
+    /// Shared with the copies handed to storage (copy on write): a copy of the state costs a
+    /// reference count per target, and only a history a round changes is copied, and only while
+    /// the link still holds the last copy.
+    #[serde(serialize_with = "sorted", deserialize_with = "shared")]
+    histories: HashMap<Arc<str>, Arc<History>>,
     /// Facets currently holding, by facet key.
     #[serde(default)]
     facets: BTreeMap<String, Tracked>,
@@ -262,8 +266,14 @@ pub struct EngineState {
 }
 
 /// Writes a map in key order.
-fn sorted<S: serde::Serializer, V: Serialize>(map: &HashMap<String, V>, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_map(map.iter().collect::<BTreeMap<_, _>>())
+fn sorted<S: serde::Serializer>(map: &HashMap<Arc<str>, Arc<History>>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(map.iter().map(|(k, v)| (&**k, &**v)).collect::<BTreeMap<_, _>>())
+}
+
+/// The histories as saved (a map of key to history), each put behind its own `Arc`.
+fn shared<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<Arc<str>, Arc<History>>, D::Error> {
+    let saved = HashMap::<String, History>::deserialize(d)?;
+    Ok(saved.into_iter().map(|(k, v)| (Arc::from(k), Arc::new(v))).collect())
 }
 
 /// A rule's answer for one facet this round.
@@ -393,7 +403,7 @@ impl AlertEngine {
 
     /// True when `target` (of this region) is flapping.
     pub fn is_flapping(&self, target: &Target) -> bool {
-        self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.flapping)
+        self.state.histories.get(Self::history_key(target).as_str()).is_some_and(|h| h.flapping)
     }
 
     /// Every target of this region that is flapping.
@@ -405,7 +415,10 @@ impl AlertEngine {
     /// of its last `latency_n` ok probes over `latency_factor` × P95 (published in `target_status`
     /// for the scope of latency incidents; the target's health is the monitor's judgement).
     pub fn over_latency(&self, target: &Target) -> bool {
-        self.state.histories.get(&Self::history_key(target)).is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
+        self.state
+            .histories
+            .get(Self::history_key(target).as_str())
+            .is_some_and(|h| h.slow_count() >= self.cfg.latency_k)
     }
 
     /// The targets [`over_latency`](Self::over_latency) holds for, in one pass over the histories
@@ -417,7 +430,7 @@ impl AlertEngine {
 
     /// The breaker state the engine last heard of for `target` (from the transitions it was fed).
     pub fn breaker_heard(&self, target: &Target) -> Option<State> {
-        self.state.histories.get(&Self::history_key(target)).and_then(|h| h.breaker)
+        self.state.histories.get(Self::history_key(target).as_str()).and_then(|h| h.breaker)
     }
 
     /// Every target the engine heard a breaker transition of, with the state it last heard.
@@ -472,7 +485,7 @@ impl AlertEngine {
             self.record(p, key);
         }
         for c in &round.breaker {
-            let h = self.state.histories.entry(Self::history_key(&c.target)).or_default();
+            let h = Arc::make_mut(self.state.histories.entry(Self::history_key(&c.target).into()).or_default());
             h.target.get_or_insert_with(|| c.target.clone());
             h.breaker = Some(c.to);
             h.breaker_reason = format!("{} → {}: {}", c.from, c.to, c.reason);
@@ -510,7 +523,7 @@ impl AlertEngine {
     }
 
     fn history_key(t: &Target) -> String {
-        format!("{}|{}", t.region, t.id())
+        format!("{}|{t}", t.region)
     }
 
     fn record(&mut self, p: &RoundProbe<'_>, key: &str) {
@@ -518,11 +531,11 @@ impl AlertEngine {
         let n = self.cfg.error_probes as usize;
         let cfg = &self.cfg;
         if !self.state.histories.contains_key(key) {
-            self.state
-                .histories
-                .insert(key.to_string(), History { target: Some(s.target.clone()), ..History::default() });
+            let new = History { target: Some(s.target.clone()), ..History::default() };
+            self.state.histories.insert(key.into(), Arc::new(new));
         }
         let Some(h) = self.state.histories.get_mut(key) else { return };
+        let h = Arc::make_mut(h);
         h.target.get_or_insert_with(|| s.target.clone());
         h.regions_elsewhere = p.elsewhere.regions;
         push_capped(&mut h.recent, (s.started_at, s.outcome, s.error.clone()), cfg.error_n.max(1) as usize);
@@ -707,7 +720,7 @@ impl AlertEngine {
             if s.outcome == Outcome::AuthError && entry.is_none() {
                 *entry = Some(s);
             }
-            let Some(h) = self.state.histories.get(key) else { continue };
+            let Some(h) = self.state.histories.get(key.as_str()) else { continue };
             let e = p.elsewhere;
 
             out.extend(self.errors_verdict(h, s, e, &region));
@@ -732,13 +745,11 @@ impl AlertEngine {
 
             // adherence_failed: the last N replies that were judged all disobeyed the prompt.
             if s.adherence_ok.is_some() {
-                let judged: Vec<bool> = h.adherence.iter().rev().take(n).copied().collect();
-                let holds = judged.len() >= n && judged.iter().all(|ok| !ok);
+                let judged = h.adherence.len().min(n);
+                let holds = judged >= n && h.adherence.iter().rev().take(n).all(|ok| !ok);
                 if holds || self.tracked(AlertKind::AdherenceFailed, t) {
-                    let summary = format!(
-                        "the last {} replies did not follow the probe's system prompt (JSON shape)",
-                        judged.len()
-                    );
+                    let summary =
+                        format!("the last {judged} replies did not follow the probe's system prompt (JSON shape)");
                     let mut a = Alert::new(AlertKind::AdherenceFailed, &region, &t.provider, Some(t), summary);
                     a.scope = scope_for(AlertKind::AdherenceFailed, e, holds);
                     out.push(Verdict { alert: a, holds });
@@ -775,22 +786,25 @@ impl AlertEngine {
     fn errors_verdict(&self, h: &History, s: &Sample, e: Elsewhere, region: &str) -> Option<Verdict> {
         let (k, n) = (self.cfg.error_k as usize, self.cfg.error_n as usize);
         let t = &s.target;
-        let last: Vec<_> = h.recent.iter().rev().take(n).collect();
-        let failed: Vec<_> = last.iter().filter(|(_, o, _)| is_generic_failure(*o)).collect();
+        // Counted first: on a quiet minute no target needs the lists below.
+        let window = || h.recent.iter().rev().take(n);
+        let (len, failing) = (window().count(), window().filter(|(_, o, _)| is_generic_failure(*o)).count());
         let errors_hold = if k >= n {
-            let span_ok = match (last.last(), last.first()) {
+            let span_ok = match (window().next_back(), window().next()) {
                 (Some(first), Some(newest)) => {
                     (newest.0 - first.0).to_std().unwrap_or(Duration::ZERO) <= self.cfg.error_window
                 }
                 _ => false,
             };
-            last.len() >= n && failed.len() == last.len() && span_ok
+            len >= n && failing == len && span_ok
         } else {
-            failed.len() >= k
+            failing >= k
         };
         if !errors_hold && !self.tracked(AlertKind::Errors, t) {
             return None;
         }
+        let last: Vec<_> = window().collect();
+        let failed: Vec<_> = last.iter().filter(|(_, o, _)| is_generic_failure(*o)).collect();
         let detail = s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default();
         let summary = if k >= n {
             let outcomes: Vec<&str> = last.iter().rev().map(|(_, o, _)| o.as_str()).collect();
@@ -828,7 +842,7 @@ impl AlertEngine {
             if &t.region != region {
                 continue;
             }
-            let e = elsewhere.get(key.as_str()).copied().unwrap_or_default();
+            let e = elsewhere.get(&**key).copied().unwrap_or_default();
             if let Some(state) = h.breaker.filter(|s| *s != State::Closed || self.tracked(AlertKind::BreakerOpen, t)) {
                 let open = state != State::Closed;
                 let mut a = Alert::new(
@@ -1157,6 +1171,25 @@ mod tests {
             .collect();
         v.push(sample(&target("openrouter", "m"), bad, when));
         v
+    }
+
+    #[test]
+    fn a_copy_handed_to_storage_keeps_its_histories_while_the_engine_goes_on() {
+        // The copy shares each history with the engine until a round changes it.
+        let mut e = AlertEngine::new(cfg());
+        let (a, b) = (target("groq", "a"), target("groq", "b"));
+        round(&mut e, &[sample(&a, Outcome::Ok, at(0)), sample(&b, Outcome::Ok, at(0))], at(0));
+        let then = e.state_json().expect("state").as_str().to_string();
+        let copy = e.state_deferred();
+        round(&mut e, &[sample(&a, Outcome::Timeout, at(1))], at(1));
+        let now = e.state_json().expect("state").as_str().to_string();
+        assert_ne!(now, then, "the round changed a's history");
+        assert_eq!(copy.as_str(), then, "the copy is the state as it was when taken");
+        // Restored from either text, the engine reads back the state it was saved from.
+        let back =
+            AlertEngine::restore(cfg(), Some(&crate::vocab::records::StateJson::from_text(now.clone()).expect("json")));
+        assert_eq!(back.state_json().expect("state").as_str(), now);
+        assert!(now.find("groq/a").expect("a") < now.find("groq/b").expect("b"), "histories written in key order");
     }
 
     #[test]
