@@ -60,7 +60,7 @@ pub use self::kind::{Endpoint, ProviderKind, AZURE_DEFAULT_API_VERSION};
 pub use self::metrics::{Detail, MetricsConfig};
 pub use self::parse::{duration_in, parse_duration};
 pub use self::probe::{AdaptiveConfig, ProbeConfig};
-pub use self::providers::{BalanceConfig, Price, ProviderConfig, DEFAULT_DEMOTE_WITHIN};
+pub use self::providers::{by_name, BalanceConfig, Price, ProviderConfig, DEFAULT_DEMOTE_WITHIN};
 pub use self::ratelimit::RateLimitConfig;
 pub use self::redact::redact_url;
 pub use self::report::{parse_cron, ReportConfig, DEFAULT_WEEKLY};

@@ -89,13 +89,16 @@ pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &P
 
 /// The (provider, model) pairs whose price is published: OpenRouter models without a configured price.
 fn wanted<'a>(providers: &'a [ProviderConfig], targets: &'a [Target]) -> Vec<(&'a ProviderConfig, &'a str)> {
+    // Each refresh asks this of every target: providers by name and pairs seen as sets, not scans.
+    let by_name = crate::config::by_name(providers);
+    let mut seen = std::collections::HashSet::new();
     let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
     for t in targets {
         let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(&t.model);
-        let Some(p) = providers.iter().find(|p| p.name == t.provider && !configured(p) && is_openrouter(p)) else {
+        let Some(&p) = by_name.get(t.provider.as_str()).filter(|p| !configured(p) && is_openrouter(p)) else {
             continue;
         };
-        if !wanted.iter().any(|(q, m)| q.name == p.name && *m == t.model) {
+        if seen.insert((p.name.as_str(), t.model.as_str())) {
             wanted.push((p, t.model.as_str()));
         }
     }
