@@ -89,13 +89,6 @@ pub struct ProviderConfig {
     pub cloud: crate::config::cloud::CloudAuth,
 }
 
-/// `providers` by name, the first of a name winning (validation refuses two): what a loop over
-/// targets asks instead of scanning every provider for each (50 million comparisons at 10,000
-/// targets on 10,000 providers).
-pub fn by_name(providers: &[ProviderConfig]) -> std::collections::HashMap<&str, &ProviderConfig> {
-    providers.iter().rev().map(|p| (p.name.as_str(), p)).collect()
-}
-
 impl ProviderConfig {
     /// A provider with no key, models, routes, prices, headers or TLS settings of its own: the
     /// start of every provider built in code (the demo, tests, benches), which then set what they need.
@@ -461,20 +454,6 @@ mod tests {
     use crate::config::{Config, ProviderKind};
     use secrecy::ExposeSecret;
     use std::time::Duration;
-
-    #[test]
-    fn providers_by_name_find_each_and_the_first_of_a_name_wins() {
-        let at = |name: &str, port: u16| {
-            let url = format!("http://127.0.0.1:{port}/v1").parse().expect("url");
-            super::ProviderConfig::new(name, ProviderKind::Openai, url)
-        };
-        let all = [at("b", 1), at("a", 2), at("b", 3)];
-        let index = super::by_name(&all);
-        assert_eq!(index.len(), 2);
-        assert_eq!(index.get("a").map(|p| p.base_url.port()), Some(Some(2)));
-        assert_eq!(index.get("b").map(|p| p.base_url.port()), Some(Some(1)), "the first of a name");
-        assert!(!index.contains_key("c"));
-    }
 
     #[test]
     fn empty_file_enables_only_builtins_whose_key_is_set() {
