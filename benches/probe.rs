@@ -131,17 +131,18 @@ fn provider(name: String, kind: ProviderKind, base_url: &str, model: &str) -> Pr
 }
 
 /// `n` targets on the stand-in at `base`; `kind` is `stream` (OpenAI SSE), `floor` or `http` (plain GET).
-fn targets(kind: &str, n: usize, base: &str) -> Vec<ProviderConfig> {
+fn targets(kind: &str, n: usize, base: &str) -> Vec<Arc<ProviderConfig>> {
     (0..n)
         .map(|i| match kind {
             "http" => provider(format!("s{i}"), ProviderKind::Http, &format!("{base}/status/{i}"), ""),
             "floor" => provider(format!("f{i}"), ProviderKind::Openai, &format!("{base}/f{i}/v1"), "m"),
             _ => provider(format!("t{i}"), ProviderKind::Openai, &format!("{base}/t{i}/v1"), "m"),
         })
+        .map(Arc::new)
         .collect()
 }
 
-fn scheduler(providers: &[ProviderConfig], concurrency: usize, interval: Duration) -> (Scheduler, Arc<Metrics>) {
+fn scheduler(providers: &[Arc<ProviderConfig>], concurrency: usize, interval: Duration) -> (Scheduler, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new("bench-1").expect("metrics registry"));
     let s = Scheduler::new(
         Planned::all(providers, "bench-1"),

@@ -1104,7 +1104,7 @@ fn missing_sqlite_file(url: &str) -> Option<PathBuf> {
 /// `check-config`'s price lines: each configured model's price and where it comes from.
 pub fn price_notes(c: &Config) -> Vec<String> {
     let mut notes = Vec::new();
-    for p in &c.providers {
+    for p in c.providers.iter() {
         for m in &p.models {
             if let Some((price, source)) = crate::decide::price_table::price_of(p, m, None, None) {
                 notes.push(format!(

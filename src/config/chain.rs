@@ -17,6 +17,7 @@
 use crate::config::{ConfigError, Env, ProviderConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `order_from` of a chain whose order is the file's `targets`.
@@ -179,7 +180,7 @@ struct Known<'a> {
     /// Every target id a member may use.
     members: Vec<ChainMember>,
     /// The providers with their keys.
-    providers: &'a [ProviderConfig],
+    providers: &'a [Arc<ProviderConfig>],
     /// Providers skipped for their missing key: (name, variable).
     skipped: &'a [(String, String)],
 }
@@ -213,11 +214,11 @@ impl Known<'_> {
 /// from `targets_env` in `env` when the chain names a variable that is set.
 pub fn validate(
     raw: Vec<RawChain>,
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     skipped: &[(String, String)],
     env: &dyn Env,
 ) -> Result<Vec<ChainConfig>, ConfigError> {
-    let known = Known { members: providers.iter().flat_map(spellings).collect(), providers, skipped };
+    let known = Known { members: providers.iter().flat_map(|p| spellings(p)).collect(), providers, skipped };
     let mut names = BTreeSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for (i, c) in raw.into_iter().enumerate() {
@@ -274,7 +275,7 @@ pub fn validate(
 
 /// A chain fails over between targets answering the same request: embeddings targets never
 /// share one with chat (or Responses API) targets.
-fn same_request(i: usize, members: &[ChainMember], providers: &[ProviderConfig]) -> Result<(), ConfigError> {
+fn same_request(i: usize, members: &[ChainMember], providers: &[Arc<ProviderConfig>]) -> Result<(), ConfigError> {
     let embeds = |m: &ChainMember| {
         providers.iter().any(|p| p.name == m.provider && p.endpoint == crate::config::Endpoint::Embeddings)
     };

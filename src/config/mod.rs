@@ -72,6 +72,7 @@ pub use self::workloads::{WorkloadConfig, MAX_INPUT_TOKENS, MIN_INPUT_TOKENS};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A configuration problem, always naming the key (or variable) at fault.
@@ -112,6 +113,12 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.into(), message: message.into() }
 }
 
+/// The configured providers. A config is cloned by each task that reads it (the running daemon,
+/// the app, the credit poller, the price refresher, the weekly summary), and the planner, monitor
+/// and price book keep providers too: shared, every one of them points at one copy of each
+/// provider instead of holding its own (8 MB a copy at 10,000 providers).
+pub type Providers = Arc<[Arc<ProviderConfig>]>;
+
 /// Validated configuration; runtime state never lives here.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -127,8 +134,8 @@ pub struct Config {
     pub baseline: BaselineConfig,
     /// Circuit breaker rules.
     pub breaker: BreakerConfig,
-    /// Providers with their keys present (skipped ones are logged at load).
-    pub providers: Vec<ProviderConfig>,
+    /// Providers with their keys present (skipped ones are logged at load), shared: see [`Providers`].
+    pub providers: Providers,
     /// Providers skipped because their key variable is unset: (name, variable).
     pub skipped: Vec<(String, String)>,
     /// Alert rules and channels.
@@ -138,8 +145,9 @@ pub struct Config {
     /// Failover chains published in the router export (`[[chain]]`).
     pub chains: Vec<crate::config::chain::ChainConfig>,
     /// The document as read, `VIGIL_*` overrides applied (for `check-config`). It names secret
-    /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`.
-    pub source: toml::Table,
+    /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`. Shared, as
+    /// the providers are: it holds every provider's table too.
+    pub source: Arc<toml::Table>,
     /// Retirement warnings.
     pub deprecation: DeprecationConfig,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
@@ -205,7 +213,7 @@ impl Config {
     /// The one credit-watch list: every provider with a `balance` (validated at load to be one
     /// whose credit can be polled). The poller, the `credit_low` rule and the status page read it.
     pub fn credit_watch(&self) -> impl Iterator<Item = (&ProviderConfig, &BalanceConfig)> {
-        self.providers.iter().filter_map(|p| p.balance.as_ref().map(|b| (p, b)))
+        self.providers.iter().filter_map(|p| p.balance.as_ref().map(|b| (&**p, b)))
     }
 
     /// Loads `path`, or `vigil.toml` in the working directory when it exists, else built-in defaults.
@@ -260,7 +268,7 @@ impl Config {
         raw.alerts.error_probes_given = given(&source, "alerts", "error_probes");
         raw.breaker.consecutive_failures_given = given(&source, "breaker", "consecutive_failures");
         let mut config = validate(raw, env, added)?;
-        config.source = source;
+        config.source = Arc::new(source);
         config.storage.url_from = match url_in_file {
             true => UrlFrom::File,
             false => env::storage_url_var(env).map_or(UrlFrom::Default, UrlFrom::Env),
@@ -288,7 +296,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         if resolved.names().contains(&p.name.as_str()) {
             return Err(invalid("provider", format!("{:?} is the name of a --demo provider; rename yours", p.name)));
         }
-        resolved.providers.push(p.clone());
+        resolved.providers.push(Arc::new(p.clone()));
     }
     alerts::check_maintenance_providers(&raw.alerts, &resolved.names())?;
     let status_pages = status_pages::validate(&raw.probe.status_page_every, &raw.alerts, resolved.pages)?;
@@ -310,14 +318,14 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         probe,
         baseline,
         breaker,
-        providers: resolved.providers,
+        providers: resolved.providers.into(),
         skipped: resolved.skipped,
         alerts,
         report,
         chains,
         status_pages,
         adaptive,
-        source: toml::Table::new(),
+        source: Arc::default(),
         deprecation,
         metrics,
         canary,
@@ -355,7 +363,7 @@ fn validate_region(region: &str) -> Result<(), ConfigError> {
 /// `providers` by name, the first of a name winning (validation refuses two): what a loop over
 /// targets asks instead of scanning every provider for each (50 million comparisons at 10,000
 /// targets on 10,000 providers).
-pub fn by_name(providers: &[ProviderConfig]) -> std::collections::HashMap<&str, &ProviderConfig> {
+pub fn by_name(providers: &[Arc<ProviderConfig>]) -> std::collections::HashMap<&str, &Arc<ProviderConfig>> {
     providers.iter().rev().map(|p| (p.name.as_str(), p)).collect()
 }
 
@@ -396,12 +404,28 @@ mod tests {
             let url = format!("http://127.0.0.1:{port}/v1").parse().expect("url");
             super::ProviderConfig::new(name, super::ProviderKind::Openai, url)
         };
-        let all = [at("b", 1), at("a", 2), at("b", 3)];
+        let all = [at("b", 1), at("a", 2), at("b", 3)].map(std::sync::Arc::new);
         let index = super::by_name(&all);
         assert_eq!(index.len(), 2);
         assert_eq!(index.get("a").map(|p| p.base_url.port()), Some(Some(2)));
         assert_eq!(index.get("b").map(|p| p.base_url.port()), Some(Some(1)), "the first of a name");
         assert!(!index.contains_key("c"));
+    }
+
+    #[test]
+    fn a_cloned_config_shares_its_providers_and_document_and_the_probes_plan_shares_them_too() {
+        let text = "[[provider]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"K\"\nmodels = [\"m\", \"n\"]\n";
+        let c = super::Config::from_toml(text, &super::test_util::env(&[("K", "sk-test-shared")])).expect("valid");
+        let copy = c.clone();
+        assert!(std::sync::Arc::ptr_eq(&c.providers, &copy.providers), "one list, not a copy per clone");
+        assert!(std::sync::Arc::ptr_eq(&c.source, &copy.source), "one document");
+        assert!(copy.source.contains_key("provider"), "the document as read");
+        let plans = crate::io::probe::Planned::all(&c.providers, "eu");
+        assert_eq!(plans.len(), 2);
+        assert!(
+            plans.iter().all(|p| std::sync::Arc::ptr_eq(&p.provider, &c.providers[0])),
+            "each planned probe points at it"
+        );
     }
 
     #[test]

@@ -179,7 +179,7 @@ struct RawBalance {
 /// What the `[[provider]]` list resolves to.
 pub(super) struct Providers {
     /// Providers with their keys present.
-    pub(super) providers: Vec<ProviderConfig>,
+    pub(super) providers: Vec<std::sync::Arc<ProviderConfig>>,
     /// Providers skipped because their key variable is unset: (name, variable).
     pub(super) skipped: Vec<(String, String)>,
     /// The status pages of the providers kept.
@@ -283,7 +283,7 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
     let components = rp.status_page_components.as_ref();
     let page = crate::config::status_pages::source(i, &rp.name, rp.status_page_url.take(), default_page, components)?;
     out.pages.extend(page);
-    out.providers.push(ProviderConfig {
+    out.providers.push(std::sync::Arc::new(ProviderConfig {
         name: rp.name,
         kind,
         base_url,
@@ -301,7 +301,7 @@ fn resolve(i: usize, mut rp: RawProvider, env: &dyn Env, out: &mut Providers) ->
         checks,
         endpoint,
         cloud,
-    });
+    }));
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 use super::parse::{duration_in, DAY, MINUTE};
 use super::{invalid, ConfigError, ProviderConfig, ProviderKind};
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Smallest prompt size accepted: below this the tiny probe already measures it.
@@ -66,7 +67,7 @@ pub(super) struct RawWorkload {
 /// those skipped for a missing key (`skipped`, which a filter may name).
 pub(super) fn validate(
     raw: &[RawWorkload],
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     skipped: &[(String, String)],
 ) -> Result<Vec<WorkloadConfig>, ConfigError> {
     let mut out: Vec<WorkloadConfig> = Vec::with_capacity(raw.len());
@@ -87,7 +88,7 @@ pub(super) fn validate(
 fn one(
     at: &str,
     rw: &RawWorkload,
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     skipped: &[(String, String)],
 ) -> Result<WorkloadConfig, ConfigError> {
     let key = |field: &str| format!("{at}.{field}");
@@ -128,7 +129,7 @@ fn one(
             None => return Err(invalid(key("providers"), format!("{name:?} is not a configured provider"))),
         }
     }
-    let chosen = |p: &&ProviderConfig| rw.providers.is_empty() || rw.providers.contains(&p.name);
+    let chosen = |p: &&Arc<ProviderConfig>| rw.providers.is_empty() || rw.providers.contains(&p.name);
     let served = |m: &String| providers.iter().filter(chosen).any(|p| p.models.contains(m));
     let some_skipped = rw.providers.iter().any(|n| skipped.iter().any(|(s, _)| s == n))
         || (rw.providers.is_empty() && !skipped.is_empty());
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn defaults_bounds_and_filters() {
-        let ps = [provider("a", ProviderKind::Openai), provider("site", ProviderKind::Http)];
+        let ps = [provider("a", ProviderKind::Openai), provider("site", ProviderKind::Http)].map(Arc::new);
         let got = validate(&[raw(8000)], &ps, &[]).expect("valid");
         assert_eq!(got[0].every, DEFAULT_WORKLOAD_EVERY);
         assert_eq!(got[0].max_tokens, DEFAULT_WORKLOAD_MAX_TOKENS);
@@ -185,7 +186,7 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let ps = [provider("a", ProviderKind::Openai), provider("site", ProviderKind::Http)];
+        let ps = [provider("a", ProviderKind::Openai), provider("site", ProviderKind::Http)].map(Arc::new);
         let bad = |rws: Vec<RawWorkload>| key_of(validate(&rws, &ps, &[]).expect_err("refused"));
         assert_eq!(bad(vec![raw(255)]), "probe.workload[0].input_tokens");
         assert_eq!(bad(vec![raw(200_001)]), "probe.workload[0].input_tokens");

@@ -76,7 +76,7 @@ pub struct Monitor {
     drills: Vec<crate::vocab::drill::Drill>,
     /// The configured providers by name, whose prices the chain entries publish (a lookup per
     /// target and publish: a scan of 10,000 providers there cost more than the probes).
-    providers: HashMap<String, crate::config::ProviderConfig>,
+    providers: HashMap<String, Arc<crate::config::ProviderConfig>>,
     /// OpenRouter's published prices, shared with the prober (none until [`Monitor::price_with`]).
     published: Option<crate::io::probe::PublishedPrices>,
     /// Each target's latest rate-limit reading (each allowance as last said) and when it was read.
@@ -137,7 +137,7 @@ impl Monitor {
             cost: ByTarget::default(),
             targets,
             chains: config.chains.clone(),
-            router_providers: config.providers.iter().map(Into::into).collect(),
+            router_providers: config.providers.iter().map(|p| (&**p).into()).collect(),
             // A probe waits for its first token no longer than its whole timeout either.
             ttft_timeout: config.probe.ttft_timeout.min(config.probe.timeout),
             total_timeout: config.probe.timeout,

@@ -163,8 +163,7 @@ async fn published_prices(config: Config, published: (PublishedPrices, Vec<Targe
     if !prices::anything_published(&config.providers, targets) {
         return;
     }
-    let (providers, data_dir, every) =
-        (config.providers.as_slice(), config.storage.data_dir.as_path(), prices::REFRESH_EVERY);
+    let (providers, data_dir, every) = (&*config.providers, config.storage.data_dir.as_path(), prices::REFRESH_EVERY);
     periodic::every(Schedule::every(every), &shutdown, (), |()| async move {
         prices::refresh_once(providers, targets, data_dir, table, every).await;
         Some(())

@@ -151,7 +151,7 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
     let dir = tempfile::tempdir().expect("tempdir");
     let book = bounded(
         "prices",
-        vigil::io::feeds::prices::load(std::slice::from_ref(&p), std::slice::from_ref(&t), dir.path(), Utc::now()),
+        vigil::io::feeds::prices::load(&[std::sync::Arc::new(p)], std::slice::from_ref(&t), dir.path(), Utc::now()),
     )
     .await;
     assert_eq!(book.price(&t), None);

@@ -34,7 +34,7 @@ fn assert_close(what: &str, measured: Option<f64>, truth: f64) {
 fn load(provider: &str) -> ProviderConfig {
     let text = format!("[[provider]]\n{provider}");
     let c = Config::from_toml(&text, &BTreeMap::<String, String>::new()).expect("valid config");
-    c.providers.into_iter().next().expect("one provider")
+    c.providers.first().map(|p| (**p).clone()).expect("one provider")
 }
 
 fn plan(p: &ProviderConfig) -> Planned {

@@ -132,12 +132,12 @@ async fn every_source_of_a_retirement_reaches_the_webhook_as_model_deprecated() 
     assert!(data.path().join(vigil::io::feeds::model_lists::SEEN_FILE).exists(), "what was listed is remembered");
 }
 
-fn provider_config(kind: &str, base: &str, model: &str) -> vigil::config::ProviderConfig {
+fn provider_config(kind: &str, base: &str, model: &str) -> Arc<vigil::config::ProviderConfig> {
     let text = format!(
         "[[provider]]\nname = \"p\"\nkind = \"{kind}\"\nbase_url = \"{base}\"\napi_key_env = \"K\"\nmodels = [\"{model}\"]\n"
     );
     let env: BTreeMap<String, String> = [("K".to_string(), "sk-test-models".to_string())].into();
-    Config::from_toml(&text, &env).expect("config").providers.remove(0)
+    Config::from_toml(&text, &env).expect("config").providers[0].clone()
 }
 
 /// Polls `p` once more and returns what the shared notices say about `model`.

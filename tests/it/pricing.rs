@@ -14,7 +14,7 @@ fn close(a: f64, b: f64) -> bool {
 #[tokio::test]
 async fn openrouter_routes_get_their_published_price_cached_and_reused_offline() {
     let demo = start_demo(5).await.expect("demo starts");
-    let providers = demo.providers.clone();
+    let providers: Vec<_> = demo.providers.iter().cloned().map(std::sync::Arc::new).collect();
     let llama = providers.iter().find(|p| p.name == "demo-llama").expect("demo-llama").clone();
     assert!(vigil::decide::pricing::is_openrouter(&llama) && llama.price.is_none());
     let targets: Vec<Target> = llama
@@ -73,7 +73,9 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
         region: "eu".into(),
     };
     let data = tempfile::tempdir().expect("temp dir");
-    let book = prices::load(std::slice::from_ref(&anthropic), std::slice::from_ref(&t), data.path(), Utc::now()).await;
+    let book =
+        prices::load(&[std::sync::Arc::new(anthropic.clone())], std::slice::from_ref(&t), data.path(), Utc::now())
+            .await;
     assert_eq!(book.price(&t), anthropic.price, "the configured price");
     assert!(demo.standin.requests().is_empty(), "no models API request for a priced, non-OpenRouter provider");
     assert!(!data.path().join(CACHE_FILE).exists());
@@ -102,7 +104,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
 
     let body = crate::support::fixture("openai-chat-stream-usage.sse");
     let server = StandIn::start(move |_| Script::sse(&body, std::time::Duration::ZERO)).await.expect("stand-in");
-    let mut provider = c.providers.iter().find(|p| p.name == "openai").expect("openai").clone();
+    let mut provider = (**c.providers.iter().find(|p| p.name == "openai").expect("openai")).clone();
     provider.name = "aggregator".into();
     provider.base_url = server.base_url().parse().expect("url");
     provider.models = vec!["m".into()];

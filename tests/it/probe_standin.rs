@@ -373,8 +373,13 @@ async fn a_hung_provider_does_not_delay_or_distort_the_others() {
     let cfg =
         ProbeConfig { ttft_timeout: Duration::from_millis(800), timeout: Duration::from_secs(2), ..probe_config(64) };
     let metrics = Arc::new(Metrics::new("test-1").expect("metrics"));
-    let scheduler =
-        Scheduler::new(Planned::all(&providers, "test-1"), Prober::new(cfg, &[]), Duration::from_secs(60), 8, metrics);
+    let scheduler = Scheduler::new(
+        Planned::all(&providers.map(Arc::new), "test-1"),
+        Prober::new(cfg, &[]),
+        Duration::from_secs(60),
+        8,
+        metrics,
+    );
     let samples = scheduler.run_round(None).await;
     assert_eq!(samples.len(), 3);
     assert_eq!(samples[0].outcome, Outcome::Timeout);
@@ -391,8 +396,8 @@ async fn a_hung_provider_does_not_delay_or_distort_the_others() {
 #[tokio::test]
 async fn a_round_starts_each_target_once_at_its_offset_in_offset_order() {
     let server = serve(Script::json(200, br#"{"status":"ok"}"#)).await;
-    let providers: Vec<ProviderConfig> = (0..12)
-        .map(|i| provider(&format!("h{i}"), ProviderKind::Http, &format!("{}/status/{i}", server.base_url())))
+    let providers: Vec<Arc<ProviderConfig>> = (0..12)
+        .map(|i| Arc::new(provider(&format!("h{i}"), ProviderKind::Http, &format!("{}/status/{i}", server.base_url()))))
         .collect();
     let interval = Duration::from_millis(600);
     let metrics = Arc::new(Metrics::new("test-1").expect("metrics"));

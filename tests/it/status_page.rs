@@ -132,7 +132,11 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
 
 /// The demo's targets as a region's instance probes them.
 fn demo_targets(region: &str) -> Vec<Target> {
-    let providers = vigil::run::demo::demo_providers("http://127.0.0.1:1").expect("demo providers");
+    let providers: Vec<_> = vigil::run::demo::demo_providers("http://127.0.0.1:1")
+        .expect("demo providers")
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     Planned::all(&providers, region).into_iter().map(|p| p.target).collect()
 }
 

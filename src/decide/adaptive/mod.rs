@@ -45,11 +45,11 @@ fn price_for(p: &ProviderConfig, t: &Target) -> Option<crate::config::Price> {
 
 /// Each target with its provider's settings ([`crate::config::by_name`]).
 fn with_provider<'a>(
-    providers: &'a [ProviderConfig],
+    providers: &'a [Arc<ProviderConfig>],
     targets: &'a [Target],
 ) -> impl Iterator<Item = (&'a Target, &'a ProviderConfig)> {
     let by_name = crate::config::by_name(providers);
-    targets.iter().filter_map(move |t| Some((t, *by_name.get(t.provider.as_str())?)))
+    targets.iter().filter_map(move |t| Some((t, &***by_name.get(t.provider.as_str())?)))
 }
 
 impl Planner {
@@ -57,7 +57,7 @@ impl Planner {
     /// `max_tokens` (`probe.max_tokens`), publishing into `shared`.
     pub fn new(
         settings: PlanSettings,
-        providers: &[ProviderConfig],
+        providers: &[Arc<ProviderConfig>],
         max_tokens: u32,
         targets: Vec<Target>,
         shared: SharedPlan,
@@ -177,7 +177,7 @@ impl Planner {
 /// What every `[[probe.workload]]` is projected to cost a day over the `targets` it runs on, at
 /// each target's configured or built-in price (an unpriced target counts nothing, as an unpriced
 /// ordinary probe does).
-pub fn workloads_per_day(providers: &[ProviderConfig], workloads: &[WorkloadConfig], targets: &[Target]) -> f64 {
+pub fn workloads_per_day(providers: &[Arc<ProviderConfig>], workloads: &[WorkloadConfig], targets: &[Target]) -> f64 {
     let mut total = 0.0;
     for (t, p) in with_provider(providers, targets) {
         let Some(price) = price_for(p, t) else { continue };

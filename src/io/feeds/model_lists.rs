@@ -153,7 +153,7 @@ pub fn judge(
 
 /// Reads every provider's models endpoint every `models_every` and publishes the notices.
 pub struct ModelsPoller {
-    providers: Vec<(ProviderConfig, reqwest::Client)>,
+    providers: Vec<(Arc<ProviderConfig>, reqwest::Client)>,
     every: Option<Duration>,
     shared: SharedModelNotices,
     seen_path: PathBuf,
@@ -164,7 +164,7 @@ impl ModelsPoller {
     /// A poller over the providers that have a models endpoint (not `azure`, not `http`),
     /// reading with the probes' proxy and trust settings.
     pub fn new(
-        providers: &[ProviderConfig],
+        providers: &[Arc<ProviderConfig>],
         probe: &ProbeConfig,
         every: Option<Duration>,
         data_dir: &Path,
@@ -175,7 +175,7 @@ impl ModelsPoller {
 
     /// As [`Poller::new`] with another per-read bound (tests use a short one).
     pub fn with_timeout(
-        providers: &[ProviderConfig],
+        providers: &[Arc<ProviderConfig>],
         probe: &ProbeConfig,
         every: Option<Duration>,
         data_dir: &Path,

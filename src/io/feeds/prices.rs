@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -59,7 +60,7 @@ struct CacheEntry {
 /// configured, then published (OpenRouter), then the built-in table.
 #[derive(Debug, Default)]
 pub struct PriceBook {
-    providers: Vec<ProviderConfig>,
+    providers: Vec<Arc<ProviderConfig>>,
     published: BTreeMap<(String, String), Vec<EndpointPrice>>,
     /// Why some published prices are missing, for a note under the report.
     pub notes: Vec<String>,
@@ -83,12 +84,17 @@ impl PriceBook {
 
 /// Builds the price book for `targets`: fetches (or reads from the cache in `data_dir`) the
 /// published prices of OpenRouter models that have no configured price. Never fails.
-pub async fn load(providers: &[ProviderConfig], targets: &[Target], data_dir: &Path, now: DateTime<Utc>) -> PriceBook {
+pub async fn load(
+    providers: &[Arc<ProviderConfig>],
+    targets: &[Target],
+    data_dir: &Path,
+    now: DateTime<Utc>,
+) -> PriceBook {
     load_within(providers, targets, data_dir, now, CACHE_TTL).await
 }
 
 /// The (provider, model) pairs whose price is published: OpenRouter models without a configured price.
-fn wanted<'a>(providers: &'a [ProviderConfig], targets: &'a [Target]) -> Vec<(&'a ProviderConfig, &'a str)> {
+fn wanted<'a>(providers: &'a [Arc<ProviderConfig>], targets: &'a [Target]) -> Vec<(&'a ProviderConfig, &'a str)> {
     // Each refresh asks this of every target: providers by name and pairs seen as sets, not scans.
     let by_name = crate::config::by_name(providers);
     let mut seen = std::collections::HashSet::new();
@@ -107,7 +113,7 @@ fn wanted<'a>(providers: &'a [ProviderConfig], targets: &'a [Target]) -> Vec<(&'
 
 /// As [`load`], fetching again what the cache holds for longer than `max_age`.
 pub async fn load_within(
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     targets: &[Target],
     data_dir: &Path,
     now: DateTime<Utc>,
@@ -167,7 +173,7 @@ pub async fn load_within(
 /// prober's `table`, without touching the network: the daemon's first probes are charged the
 /// last known published prices while [`refresh`] fetches current ones.
 pub fn publish_cached(
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     targets: &[Target],
     data_dir: &Path,
     table: &crate::io::probe::PublishedPrices,
@@ -183,7 +189,7 @@ pub fn publish_cached(
 }
 
 /// True when some target has a price OpenRouter publishes (the refresher has work).
-pub fn anything_published(providers: &[ProviderConfig], targets: &[Target]) -> bool {
+pub fn anything_published(providers: &[Arc<ProviderConfig>], targets: &[Target]) -> bool {
     !wanted(providers, targets).is_empty()
 }
 
@@ -192,7 +198,7 @@ pub fn anything_published(providers: &[ProviderConfig], targets: &[Target]) -> b
 /// shows. A slow or failing fetch delays only the prices (samples meanwhile use the cached copy,
 /// else the built-in table); `fresh_for` is how old a cached copy may be.
 pub async fn refresh_once(
-    providers: &[ProviderConfig],
+    providers: &[Arc<ProviderConfig>],
     targets: &[Target],
     data_dir: &Path,
     table: &crate::io::probe::PublishedPrices,

@@ -490,10 +490,9 @@ pub struct Planned {
 
 impl Planned {
     /// Every target the providers define, in config order.
-    pub fn all(providers: &[ProviderConfig], region: &str) -> Vec<Planned> {
+    pub fn all(providers: &[Arc<ProviderConfig>], region: &str) -> Vec<Planned> {
         let mut out = Vec::new();
         for p in providers {
-            let p = Arc::new(p.clone());
             let routes: Vec<Option<String>> =
                 if p.routes.is_empty() { vec![None] } else { p.routes.iter().cloned().map(Some).collect() };
             for model in &p.models {

@@ -12,6 +12,7 @@
 //! to show the figures. Credit readings of the metered demo provider drain over the week at the live
 //! key's rate, with its auto top-ups, to the $2.50 the live key reports at start.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::{DateTime, Duration, Timelike, Utc};
@@ -90,7 +91,8 @@ pub struct Seeded {
 /// The demo's targets in `region` (the same ids the daemon probes).
 pub fn demo_targets(region: &str) -> Vec<Target> {
     // The origin only shapes base URLs, which are not part of a target's identity.
-    let providers = demo_providers("http://127.0.0.1:1").unwrap_or_default();
+    let providers: Vec<_> =
+        demo_providers("http://127.0.0.1:1").unwrap_or_default().into_iter().map(Arc::new).collect();
     Planned::all(&providers, region).into_iter().map(|p| p.target).collect()
 }
 

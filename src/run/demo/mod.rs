@@ -107,12 +107,15 @@ impl Demo {
     /// then, when no configured chain names a demo provider, the [`DEMO_CHAIN`] chain, so every
     /// router format has a chain to show.
     pub fn attach(&self, config: &mut crate::config::Config) {
+        let mut providers = config.providers.to_vec();
         for p in &self.providers {
-            match config.providers.iter_mut().find(|c| c.name == p.name) {
-                Some(declared) => *declared = p.clone(),
-                None => config.providers.push(p.clone()),
+            let p = std::sync::Arc::new(p.clone());
+            match providers.iter_mut().find(|c| c.name == p.name) {
+                Some(declared) => *declared = p,
+                None => providers.push(p),
             }
         }
+        config.providers = providers.into();
         ask_for_tools(&mut config.capabilities);
         let ours = |provider: &str| self.providers.iter().any(|p| p.name == provider);
         let named = config.chains.iter().any(|c| c.members.iter().any(|m| ours(&m.provider)));
