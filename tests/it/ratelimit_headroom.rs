@@ -225,9 +225,18 @@ async fn a_provider_running_low_shows_everywhere_fires_ratelimit_low_once_and_re
     assert!(gauge("vigil_ratelimit_reset_timestamp_seconds", "requests").is_some_and(|t| t > 1.7e9), "{text}");
     assert_eq!(series(&text, r#"vigil_ratelimit_low_fraction{region="rl-headroom-1"} "#), Some(0.1), "{text}");
 
-    // /v1/targets and the router export say the same, and the export keeps to its schema.
-    let targets: serde_json::Value =
-        reqwest::get(daemon.url("/v1/targets")).await.expect("targets").json().await.expect("json");
+    // /v1/targets and the router export say the same, and the export keeps to its schema. The
+    // page can go out before the first snapshot: none is published until the stored window is
+    // read back after the start, which a loaded machine can take seconds over.
+    let targets: serde_json::Value = poll_until(Duration::from_secs(60), || {
+        let url = daemon.url("/v1/targets");
+        async move {
+            let v: serde_json::Value = reqwest::get(url).await.ok()?.json().await.ok()?;
+            (!v["targets"][0]["ratelimit"].is_null()).then_some(v)
+        }
+    })
+    .await
+    .expect("/v1/targets shows the reading within 60 s");
     let rl = &targets["targets"][0]["ratelimit"];
     assert_eq!(
         (rl["low"].as_bool(), rl["tightest"].as_str(), rl["headroom"].as_f64()),
