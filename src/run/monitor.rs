@@ -69,7 +69,7 @@ pub struct Monitor {
     /// Shifts adopted since the alert engine last took them (the `baseline_shift` notices).
     adopted: Vec<crate::decide::baseline::Adoption>,
     /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
-    persisted: ByTarget<BreakerRecord>,
+    persisted: ByTarget<Breaker>,
     /// What the last publish built, kept so the next rebuilds only what changed since.
     built: Built,
     /// The stored drills as last read (every region's); the export drops the active ones.
@@ -285,10 +285,11 @@ impl Monitor {
             out.push(Record::Rollups(rollups));
         }
         for (t, b) in &self.breakers {
-            let record = b.to_record(t);
-            if self.persisted.get(t) != Some(&record) {
-                self.persisted.insert(t.clone(), record.clone());
-                out.push(Record::Breaker(record));
+            // Compared as breakers, not as records: a record's detail is a JSON tree, and
+            // building one per target per persist to compare it cost ten times the memory.
+            if self.persisted.get(t) != Some(b) {
+                self.persisted.insert(t.clone(), b.clone());
+                out.push(Record::Breaker(b.to_record(t)));
             }
         }
         out
@@ -936,5 +937,18 @@ mod tests {
         m.observe(&probe("a", 1, Outcome::Ok, 210.0), at(1));
         let again = m.take_dirty();
         assert!(again.iter().all(|r| matches!(r, Record::Rollups(_))), "a healthy breaker does not change: {again:?}");
+        m.observe(&probe("a", 2, Outcome::ServerError, 0.0), at(2));
+        let failed: Vec<_> = m
+            .take_dirty()
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Breaker(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed.len(), 1, "only the breaker that counted a failure: {failed:?}");
+        assert_eq!(failed[0].target, target("a"));
+        assert_eq!(failed[0].detail["failures"].as_array().map(Vec::len), Some(1), "{:?}", failed[0].detail);
+        assert!(m.take_dirty().is_empty(), "written once");
     }
 }

@@ -568,25 +568,25 @@ impl Link {
             }
         }
         let mut failed = None;
-        let breakers: Vec<BreakerRecord> = self.pending.breakers.values().cloned().collect();
-        for b in breakers {
-            let key = format!("{}|{}", b.target.region, b.target.id());
-            match self.call(|s| async move { s.save_breaker(&b).await }).await {
-                Ok(()) => {
-                    self.pending.breakers.remove(&key);
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+        // Each state is taken out while it is written and put back if the write fails: a copy of
+        // everything pending was a third copy of every breaker after a region-wide trip.
+        // Nothing can be queued meanwhile: records are taken only between calls.
+        let keys: Vec<String> = self.pending.breakers.keys().cloned().collect();
+        for key in keys {
+            let Some(b) = self.pending.breakers.remove(&key) else { continue };
+            let record = &b;
+            if let Err(e) = self.call(|s| async move { s.save_breaker(record).await }).await {
+                self.pending.breakers.insert(key, b);
+                failed = Some(e);
+                break;
             }
         }
         if failed.is_none() && !self.pending.rollups.is_empty() {
-            let rollups: Vec<Rollup> = self.pending.rollups.values().cloned().collect();
-            match self.call(|s| async move { s.upsert_rollups(&rollups).await }).await {
-                // Nothing can be queued meanwhile: records are taken only between calls.
-                Ok(()) => self.pending.rollups.clear(),
-                Err(e) => failed = Some(e),
+            let rollups: Vec<Rollup> = std::mem::take(&mut self.pending.rollups).into_values().collect();
+            let all = &rollups;
+            if let Err(e) = self.call(|s| async move { s.upsert_rollups(all).await }).await {
+                self.pending.queue(Record::Rollups(rollups), true);
+                failed = Some(e);
             }
         }
         if failed.is_none() {
