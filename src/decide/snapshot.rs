@@ -18,10 +18,11 @@ pub struct TargetView {
     pub key: TargetKey,
     /// Region.
     pub region: String,
-    /// The most recent sample.
-    pub last_sample: Option<Sample>,
+    /// The most recent sample (shared with the monitor, which keeps it between publishes).
+    #[serde(serialize_with = "shared_sample")]
+    pub last_sample: Option<Arc<Sample>>,
     /// TTFB, TTFT and tokens/s baselines over the window.
-    pub baselines: BTreeMap<String, Baseline>,
+    pub baselines: BTreeMap<&'static str, Baseline>,
     /// Probes and failed probes in the window.
     pub probes: i64,
     /// Failed probes in the window.
@@ -37,6 +38,11 @@ pub struct TargetView {
     pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
     /// Its long-prompt probes' TTFT and deadline per size (`[[probe.workload]]`), smallest first.
     pub workloads: Vec<crate::decide::workload::WorkloadDeadline>,
+}
+
+/// Serializes a shared sample as the sample itself.
+fn shared_sample<S: serde::Serializer>(sample: &Option<Arc<Sample>>, s: S) -> Result<S::Ok, S::Error> {
+    sample.as_deref().serialize(s)
 }
 
 /// What readers see; replaced as a whole on each publish.

@@ -34,7 +34,8 @@ pub struct Monitor {
     settings: BreakerSettings,
     baselines: Baselines,
     breakers: ByTarget<Breaker>,
-    last: ByTarget<Sample>,
+    /// Each target's latest sample, shared with the published views that show it.
+    last: ByTarget<Arc<Sample>>,
     /// What each target's latest probe said, judged once when it arrived.
     verdicts: ByTarget<ProbeVerdict>,
     /// Each target's last judged replies per capability (system prompt obeyed), for the health rule.
@@ -327,7 +328,7 @@ impl Monitor {
                 if let Some(b) = self.rate_limit.backoff(&s) {
                     self.backoffs.insert(t.clone(), b);
                 }
-                self.last.insert(t.clone(), s);
+                self.last.insert(t.clone(), Arc::new(s));
                 self.built.changed.insert(t.clone());
             }
         }
@@ -389,9 +390,9 @@ impl Monitor {
             }
         }
         match self.last.get_mut(t) {
-            Some(v) => *v = sample.clone(),
+            Some(v) => *v = Arc::new(sample.clone()),
             None => {
-                self.last.insert(t.clone(), sample.clone());
+                self.last.insert(t.clone(), Arc::new(sample.clone()));
             }
         }
         self.read_headroom(sample);
@@ -635,8 +636,8 @@ impl Monitor {
 
     /// One target's export statistics and explanation as of `now`; sets its gauges.
     fn build_target(&mut self, t: &Target, now: DateTime<Utc>, metrics: Option<&Metrics>) -> (TargetStats, TargetView) {
-        let b: BTreeMap<String, Baseline> =
-            Metric::ALL.iter().map(|m| (m.as_str().to_string(), self.baselines.get(t, *m, now))).collect();
+        let b: BTreeMap<&'static str, Baseline> =
+            Metric::ALL.iter().map(|m| (m.as_str(), self.baselines.get(t, *m, now))).collect();
         let (probes, errors) = self.baselines.window_counts(t);
         let breaker = self.breakers.get(t).map(|b| b.explain());
         let state = breaker.as_ref().map_or(State::Closed, |e| e.state);

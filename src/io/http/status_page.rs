@@ -87,7 +87,7 @@ impl StatusPage {
                 model: k.model.clone(),
                 route: k.route.clone(),
                 cells: vec![Some(Cell {
-                    last: v.last_sample.as_ref().map(ShownProbe::from),
+                    last: v.last_sample.as_deref().map(ShownProbe::from),
                     ttfb: Some(v.baselines.get("ttfb").copied().unwrap_or_default()),
                     ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
                     breaker: Some(v.breaker.clone()),
@@ -533,8 +533,8 @@ mod tests {
         let view = |target: Target, sample: Option<Sample>| crate::decide::snapshot::TargetView {
             key: crate::vocab::target::TargetKey::from(&target),
             region: target.region.clone(),
-            last_sample: sample,
-            baselines: [("ttft".to_string(), Baseline { count: 7, ..Baseline::default() })].into(),
+            last_sample: sample.map(Arc::new),
+            baselines: [("ttft", Baseline { count: 7, ..Baseline::default() })].into(),
             probes: 0,
             errors: 0,
             breaker: breaker(BreakerState::Closed),
