@@ -60,7 +60,8 @@ struct CacheEntry {
 /// configured, then published (OpenRouter), then the built-in table.
 #[derive(Debug, Default)]
 pub struct PriceBook {
-    providers: Vec<Arc<ProviderConfig>>,
+    /// The providers by name (a report prices every target: a scan per target was O(n²)).
+    providers: std::collections::HashMap<String, Arc<ProviderConfig>>,
     published: BTreeMap<(String, String), Vec<EndpointPrice>>,
     /// Why some published prices are missing, for a note under the report.
     pub notes: Vec<String>,
@@ -69,7 +70,7 @@ pub struct PriceBook {
 impl PriceBook {
     /// The price of a target, when known.
     pub fn price(&self, t: &Target) -> Option<Price> {
-        let p = self.providers.iter().find(|p| p.name == t.provider)?;
+        let p = self.providers.get(&t.provider)?;
         let published = self.published.get(&(t.provider.clone(), t.model.clone()));
         crate::decide::price_table::price_of(p, &t.model, t.route.as_deref(), published.map(Vec::as_slice)).map(|x| x.0)
     }
@@ -119,7 +120,8 @@ pub async fn load_within(
     now: DateTime<Utc>,
     max_age: Duration,
 ) -> PriceBook {
-    let mut book = PriceBook { providers: providers.to_vec(), ..PriceBook::default() };
+    let by_name = crate::config::by_name(providers).into_iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
+    let mut book = PriceBook { providers: by_name, ..PriceBook::default() };
     let cache_path = data_dir.join(CACHE_FILE);
     let mut cache: Cache =
         std::fs::read(&cache_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
