@@ -9,6 +9,7 @@ const DEFAULT_FILTER: &str = "warn,vigil=info";
 
 fn main() {
     limit_malloc_arenas();
+    return_freed_memory();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -39,6 +40,32 @@ fn limit_malloc_arenas() {
 /// Other allocators and C libraries size their arenas themselves.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
+
+/// How often freed memory is handed back to the kernel (see [`return_freed_memory`]).
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// glibc returns freed memory to the kernel only from the top of its heap; what is freed below
+/// live allocations stays resident. A daemon that rebuilds its snapshot and storage hand-off every
+/// few seconds frees megabytes between live state, so once every [`TRIM_EVERY`] a thread of its
+/// own asks glibc to release every free page (`malloc_trim`, a few milliseconds at 10,000
+/// targets; docs/BENCHMARKS.md).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn return_freed_memory() {
+    let spawned = std::thread::Builder::new().name("vigil-trim".into()).spawn(|| loop {
+        std::thread::sleep(TRIM_EVERY);
+        // SAFETY: malloc_trim takes the allocator's own locks and touches no memory of ours.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("warning: freed memory stays resident (no thread to trim it): {e}");
+    }
+}
+
+/// Other allocators and C libraries return freed memory themselves.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_freed_memory() {}
 
 async fn run() {
     let filter = EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
