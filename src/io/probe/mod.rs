@@ -1253,6 +1253,16 @@ mod tests {
     }
 
     #[test]
+    fn each_planned_probe_points_at_its_providers_one_copy() {
+        let mut p = ProviderConfig::new("a", ProviderKind::Openai, Url::parse("http://127.0.0.1:9/v1").expect("url"));
+        p.models = vec!["m".into(), "n".into()];
+        let providers = [Arc::new(p)];
+        let plans = Planned::all(&providers, "eu");
+        assert_eq!(plans.len(), 2);
+        assert!(plans.iter().all(|plan| Arc::ptr_eq(&plan.provider, &providers[0])), "not a copy per target");
+    }
+
+    #[test]
     fn join_keeps_the_base_path() {
         let base = Url::parse("https://openrouter.ai/api/v1").expect("url");
         assert_eq!(
