@@ -367,6 +367,11 @@ pub fn by_name(providers: &[Arc<ProviderConfig>]) -> std::collections::HashMap<&
     providers.iter().rev().map(|p| (p.name.as_str(), p)).collect()
 }
 
+/// [`by_name`] for a holder that outlives the slice (the monitor, the report's price book).
+pub fn owned_by_name(providers: &[Arc<ProviderConfig>]) -> std::collections::HashMap<String, Arc<ProviderConfig>> {
+    by_name(providers).into_iter().map(|(name, p)| (name.to_string(), Arc::clone(p))).collect()
+}
+
 /// Helpers the sections' unit tests share.
 #[cfg(test)]
 pub(crate) mod test_util {
@@ -410,6 +415,9 @@ mod tests {
         assert_eq!(index.get("a").map(|p| p.base_url.port()), Some(Some(2)));
         assert_eq!(index.get("b").map(|p| p.base_url.port()), Some(Some(1)), "the first of a name");
         assert!(!index.contains_key("c"));
+        let owned = super::owned_by_name(&all);
+        assert_eq!(owned.len(), 2);
+        assert!(std::sync::Arc::ptr_eq(&owned["b"], &all[0]), "the first of a name, shared");
     }
 
     #[test]

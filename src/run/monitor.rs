@@ -151,7 +151,7 @@ impl Monitor {
             persisted: ByTarget::default(),
             built: Built { all: true, ..Built::default() },
             drills: Vec::new(),
-            providers: config.providers.iter().map(|p| (p.name.clone(), p.clone())).collect(),
+            providers: crate::config::owned_by_name(&config.providers),
             published: None,
             headroom: ByTarget::default(),
             low_fraction: config.ratelimit.low_fraction,

@@ -120,8 +120,7 @@ pub async fn load_within(
     now: DateTime<Utc>,
     max_age: Duration,
 ) -> PriceBook {
-    let by_name = crate::config::by_name(providers).into_iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
-    let mut book = PriceBook { providers: by_name, ..PriceBook::default() };
+    let mut book = PriceBook { providers: crate::config::owned_by_name(providers), ..PriceBook::default() };
     let cache_path = data_dir.join(CACHE_FILE);
     let mut cache: Cache =
         std::fs::read(&cache_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
