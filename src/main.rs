@@ -9,7 +9,6 @@ const DEFAULT_FILTER: &str = "warn,vigil=info";
 
 fn main() {
     limit_malloc_arenas();
-    return_freed_memory();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -48,7 +47,7 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// live allocations stays resident. A daemon that rebuilds its snapshot and storage hand-off every
 /// few seconds frees megabytes between live state, so once every [`TRIM_EVERY`] a thread of its
 /// own asks glibc to release every free page (`malloc_trim`, a few milliseconds at 10,000
-/// targets; docs/BENCHMARKS.md).
+/// targets; docs/BENCHMARKS.md). The daemon's only: a command that exits in seconds has no use for it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn return_freed_memory() {
     let spawned = std::thread::Builder::new().name("vigil-trim".into()).spawn(|| loop {
@@ -84,6 +83,10 @@ async fn run() {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // Only the daemon lives long enough to need it.
+    if matches!(cli.command, vigil::cli::Command::Run { .. }) {
+        return_freed_memory();
+    }
     if let Err(e) = vigil::cli::run(cli).await {
         eprintln!("error: {}", vigil::cli::error_text(&e));
         std::process::exit(vigil::cli::exit_code(&e));

@@ -7,6 +7,7 @@ use crate::config::providers::{Price, ProviderConfig};
 use crate::config::toml_doc::{merge, table_mut};
 use crate::config::{Config, ProviderKind, RawConfig};
 use secrecy::ExposeSecret;
+use std::collections::HashMap;
 use url::Url;
 
 impl Config {
@@ -55,14 +56,21 @@ impl Config {
             .and_then(toml::Value::as_array)
             .map(|a| a.iter().filter_map(toml::Value::as_table).collect())
             .unwrap_or_default();
-        let raw_of = |name: &str| raw_providers.iter().find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name));
+        // Looked up by name, the first of a name winning as a scan from the front would (hence
+        // `rev`, as `by_name` does): a scan per name was O(n²) at 10,000 providers.
+        let raw_by_name: HashMap<&str, &toml::Table> =
+            raw_providers.iter().rev().filter_map(|t| Some((t.get("name")?.as_str()?, *t))).collect();
+        let resolved = crate::config::by_name(&self.providers);
+        let pages: HashMap<&str, _> = self.status_pages.pages.iter().rev().map(|s| (s.provider.as_str(), s)).collect();
+        let skipped: HashMap<&str, &String> = self.skipped.iter().rev().map(|(n, var)| (n.as_str(), var)).collect();
+        let raw_of = |name: &str| raw_by_name.get(name).copied();
         let mut providers = Vec::new();
         let order: Vec<String> = match raw_providers.is_empty() {
             true => BUILTINS.iter().map(|b| b.name.to_string()).collect(),
             false => raw_providers.iter().filter_map(|t| t.get("name")?.as_str().map(String::from)).collect(),
         };
         for name in &order {
-            if let Some(p) = self.providers.iter().find(|p| &p.name == name) {
+            if let Some(p) = resolved.get(name.as_str()) {
                 let mut t = provider_table(p);
                 // Paths to secrets are shown as written (the secrets themselves never are).
                 for k in ["api_key_file", "headers_file"] {
@@ -71,7 +79,7 @@ impl Config {
                     }
                 }
                 // Spelled out so the document reads back the same ("" = off, even for a built-in).
-                let page = self.status_pages.pages.iter().find(|s| &s.provider == name);
+                let page = pages.get(name.as_str());
                 t.insert(
                     "status_page_url".into(),
                     toml::Value::String(page.map(|s| s.url.to_string()).unwrap_or_default()),
@@ -79,10 +87,10 @@ impl Config {
                 providers.push(toml::Value::Table(t));
             } else if let Some(raw) = raw_of(name) {
                 providers.push(toml::Value::Table((*raw).clone()));
-            } else if let Some((_, var)) = self.skipped.iter().find(|(n, _)| n == name) {
+            } else if let Some(var) = skipped.get(name.as_str()) {
                 let mut t = toml::Table::new();
                 t.insert("name".into(), toml::Value::String(name.clone()));
-                t.insert("api_key_env".into(), toml::Value::String(var.clone()));
+                t.insert("api_key_env".into(), toml::Value::String((*var).clone()));
                 providers.push(toml::Value::Table(t));
             }
         }
