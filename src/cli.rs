@@ -819,7 +819,7 @@ async fn run_daemon(path: Option<PathBuf>, demo: bool, web_config_file: Option<P
         load: Box::new(move || {
             let config = Config::load_with(path.as_deref(), &env, &demo_declared(demo))?;
             log_providers(&config, demo);
-            Ok(config)
+            Ok(config.without_document())
         }),
         file,
         demo,

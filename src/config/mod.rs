@@ -148,6 +148,8 @@ pub struct Config {
     /// variables (`*_env`) but holds no secret value, except possibly in `storage.url`. Shared, as
     /// the providers are: it holds every provider's table too.
     pub source: Arc<toml::Table>,
+    /// Whether the document sets `probe.interval` (`--demo` probes faster only where it does not).
+    pub probe_interval_given: bool,
     /// Retirement warnings.
     pub deprecation: DeprecationConfig,
     /// Providers' own status pages: which to poll, how often, and the `provider_incident` alert.
@@ -210,6 +212,14 @@ impl Default for RawConfig {
 }
 
 impl Config {
+    /// The same config without the document as read ([`Config::source`]): only `check-config`
+    /// prints it, and a daemon keeps its config for as long as it runs (at 10,000 providers the
+    /// document is 7.7 MB).
+    pub fn without_document(mut self) -> Self {
+        self.source = Arc::default();
+        self
+    }
+
     /// The one credit-watch list: every provider with a `balance` (validated at load to be one
     /// whose credit can be polled). The poller, the `credit_low` rule and the status page read it.
     pub fn credit_watch(&self) -> impl Iterator<Item = (&ProviderConfig, &BalanceConfig)> {
@@ -268,6 +278,7 @@ impl Config {
         raw.alerts.error_probes_given = given(&source, "alerts", "error_probes");
         raw.breaker.consecutive_failures_given = given(&source, "breaker", "consecutive_failures");
         let mut config = validate(raw, env, added)?;
+        config.probe_interval_given = given(&source, "probe", "interval");
         config.source = Arc::new(source);
         config.storage.url_from = match url_in_file {
             true => UrlFrom::File,
@@ -326,6 +337,7 @@ fn validate(mut raw: RawConfig, env: &dyn Env, added: &[ProviderConfig]) -> Resu
         status_pages,
         adaptive,
         source: Arc::default(),
+        probe_interval_given: false,
         deprecation,
         metrics,
         canary,
@@ -428,6 +440,19 @@ mod tests {
         assert!(std::sync::Arc::ptr_eq(&c.providers, &copy.providers), "one list, not a copy per clone");
         assert!(std::sync::Arc::ptr_eq(&c.source, &copy.source), "one document");
         assert!(copy.source.contains_key("provider"), "the document as read");
+    }
+
+    #[test]
+    fn a_config_without_its_document_still_knows_whether_the_interval_was_given() {
+        let provider = "[[provider]]\nname = \"a\"\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9/\"\n";
+        let env = super::test_util::env(&[]);
+        let given = super::Config::from_toml(&format!("[probe]\ninterval = \"45s\"\n{provider}"), &env).expect("valid");
+        let unset = super::Config::from_toml(provider, &env).expect("valid");
+        assert!(given.probe_interval_given && !unset.probe_interval_given);
+        let kept = given.without_document();
+        assert!(kept.source.is_empty(), "the document is dropped");
+        assert!(kept.probe_interval_given, "what the demo's cadence asks is kept");
+        assert_eq!(kept.probe.interval, std::time::Duration::from_secs(45));
     }
 
     #[test]

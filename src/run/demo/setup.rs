@@ -63,7 +63,7 @@ pub const DEMO_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Sets the demo's probe cadence ([`DEMO_INTERVAL`]) when the config leaves `probe.interval` unset.
 pub fn use_demo_cadence(config: &mut crate::config::Config) {
-    if config.source.get("probe").and_then(|p| p.get("interval")).is_some() {
+    if config.probe_interval_given {
         return;
     }
     config.probe.interval = DEMO_INTERVAL;
