@@ -20,8 +20,8 @@ fn week(targets: usize, end: DateTime<Utc>) -> Vec<Sample> {
     let mut out = Vec::with_capacity(targets * minutes as usize);
     let ts: Vec<Target> = (0..targets)
         .map(|i| Target {
-            provider: format!("p{}", i / 4),
-            model: format!("m{}", i % 4),
+            provider: format!("p{}", i / 4).into(),
+            model: format!("m{}", i % 4).into(),
             route: None,
             region: "eu".into(),
         })

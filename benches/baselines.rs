@@ -93,9 +93,9 @@ fn print_cost(what: &str, c: &Cost) {
 
 fn target(i: usize) -> Target {
     Target {
-        provider: format!("provider-{}", i % 8),
-        model: format!("model-{}", i / 8),
-        route: Some(format!("host-{}", i % 5)),
+        provider: format!("provider-{}", i % 8).into(),
+        model: format!("model-{}", i / 8).into(),
+        route: Some(format!("host-{}", i % 5).into()),
         region: "eu-west-1".into(),
     }
 }

@@ -43,7 +43,7 @@ fn target(region: &str, i: usize) -> Target {
     let routes = [Some("DeepInfra"), Some("Together"), None, Some("Lepton")];
     Target {
         provider: providers[i % providers.len()].into(),
-        model: format!("vendor/model-{i:05}"),
+        model: format!("vendor/model-{i:05}").into(),
         route: routes[i % routes.len()].map(Into::into),
         region: region.into(),
     }

@@ -38,7 +38,7 @@ fn samples(n: usize) -> Vec<Sample> {
         .map(|i| {
             let t = Target {
                 provider: providers[i % providers.len()].into(),
-                model: format!("meta-llama/llama-3-70b-instruct-v{}", i % 10),
+                model: format!("meta-llama/llama-3-70b-instruct-v{}", i % 10).into(),
                 route: routes[i % routes.len()].map(Into::into),
                 region: if i % 2 == 0 { "eu-west-1".into() } else { "us-east-1".into() },
             };

@@ -144,7 +144,9 @@ impl ChainConfig {
 impl ChainMember {
     /// Whether `t` is (one of) the target(s) this member names.
     pub fn matches(&self, t: &crate::vocab::target::Target) -> bool {
-        t.provider == self.provider && t.model == self.model && (self.route.is_none() || self.route == t.route)
+        t.provider == self.provider
+            && t.model == self.model
+            && (self.route.is_none() || self.route.as_deref() == t.route.as_deref())
     }
 }
 

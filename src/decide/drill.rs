@@ -172,7 +172,7 @@ mod tests {
         let t = |provider: &str, model: &str, route: Option<&str>| Target {
             provider: provider.into(),
             model: model.into(),
-            route: route.map(String::from),
+            route: route.map(Into::into),
             region: "eu".into(),
         };
         vec![t("openrouter", "openai/gpt-4o", Some("Azure")), t("openai", "gpt-4o", None)]

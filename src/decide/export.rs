@@ -26,7 +26,7 @@ use crate::decide::workload::WorkloadDeadline;
 use crate::vocab::breaker::State;
 use crate::vocab::drill::Drill;
 use crate::vocab::health::Health;
-use crate::vocab::target::{Target, TargetKey};
+use crate::vocab::target::{Name, Target, TargetKey};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use std::cmp::Ordering;
@@ -189,7 +189,7 @@ pub struct TargetThresholds {
     #[serde(flatten)]
     pub key: TargetKey,
     /// Region measured from.
-    pub region: String,
+    pub region: Name,
     /// The API its probes call: `chat`, `embeddings` (TTFT is the whole answer) or `responses`.
     pub endpoint: crate::config::Endpoint,
     /// Probes in the window (every outcome).
@@ -813,7 +813,7 @@ pub(crate) mod tests {
         Target {
             provider: provider.into(),
             model: model.into(),
-            route: route.map(String::from),
+            route: route.map(Into::into),
             region: "eu-west-1".into(),
         }
     }
@@ -852,7 +852,7 @@ pub(crate) mod tests {
     }
 
     fn ranks(doc: &Thresholds) -> Vec<(String, u32)> {
-        doc.targets.iter().map(|t| (t.key.route.clone().unwrap_or_default(), t.rank)).collect()
+        doc.targets.iter().map(|t| (t.key.route.as_deref().unwrap_or_default().to_string(), t.rank)).collect()
     }
 
     #[test]
@@ -1016,7 +1016,7 @@ pub(crate) mod tests {
         let got: Vec<(String, String, u32)> = doc
             .targets
             .iter()
-            .map(|t| (t.key.model.clone(), t.key.route.clone().unwrap_or_default(), t.rank))
+            .map(|t| (t.key.model.to_string(), t.key.route.as_deref().unwrap_or_default().to_string(), t.rank))
             .collect();
         assert_eq!(
             got,
@@ -1079,7 +1079,7 @@ pub(crate) mod tests {
     }
 
     fn order(doc: &Thresholds) -> Vec<(String, ChainStatus)> {
-        doc.chains[0].order.iter().map(|e| (e.key.provider.clone(), e.status)).collect()
+        doc.chains[0].order.iter().map(|e| (e.key.provider.to_string(), e.status)).collect()
     }
 
     #[test]
@@ -1179,7 +1179,7 @@ pub(crate) mod tests {
     }
 
     fn reasons(doc: &Thresholds) -> Vec<(String, u32, Option<String>)> {
-        doc.chains[0].order.iter().map(|e| (e.key.provider.clone(), e.position, e.reason.clone())).collect()
+        doc.chains[0].order.iter().map(|e| (e.key.provider.to_string(), e.position, e.reason.clone())).collect()
     }
 
     #[test]
@@ -1441,7 +1441,7 @@ pub(crate) mod tests {
         worse.errors = 900;
         let doc = build(&p, &[worse, stats("DeepInfra", LLAMA)]);
         let got: Vec<(Option<String>, u32)> =
-            doc.chains[0].order.iter().map(|e| (e.key.route.clone(), e.position)).collect();
+            doc.chains[0].order.iter().map(|e| (e.key.route.as_deref().map(String::from), e.position)).collect();
         assert_eq!(got, [(Some("DeepInfra".into()), 1), (Some("Together".into()), 2)]);
     }
 

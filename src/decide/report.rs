@@ -6,7 +6,7 @@
 
 use crate::config::Price;
 use crate::vocab::sample::Sample;
-use crate::vocab::target::{Target, TargetKey};
+use crate::vocab::target::{Name, Target, TargetKey};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ pub struct MatrixRow {
     #[serde(flatten)]
     pub key: TargetKey,
     /// Region measured from.
-    pub region: String,
+    pub region: Name,
     /// Probes, every outcome.
     pub samples: u64,
     /// Failed probes.
@@ -149,7 +149,7 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
             .then_with(|| cmp_known_first(a.ttft_p95_ms, b.ttft_p95_ms))
             .then_with(|| a.region.cmp(&b.region))
     });
-    let mut regions: Vec<String> = rows.iter().map(|r| r.region.clone()).collect();
+    let mut regions: Vec<String> = rows.iter().map(|r| r.region.to_string()).collect();
     regions.sort();
     regions.dedup();
     Matrix { regions, rows }
@@ -179,9 +179,9 @@ impl Matrix {
             .map(|r| {
                 let k = &r.key;
                 [
-                    k.model.clone(),
-                    k.route.as_ref().map_or_else(|| k.provider.clone(), |route| format!("{}@{route}", k.provider)),
-                    r.region.clone(),
+                    k.model.to_string(),
+                    k.route.as_ref().map_or_else(|| k.provider.to_string(), |route| format!("{}@{route}", k.provider)),
+                    r.region.to_string(),
                     pct(r.ttft_p50_ms, 0, r.ttft_samples, MIN_SAMPLES_P50, "no token"),
                     pct(r.ttft_p95_ms, 0, r.ttft_samples, MIN_SAMPLES_P95, "no token"),
                     pct(r.tokens_per_s_p50, 1, r.tokens_per_s_samples, MIN_SAMPLES_P50, "no token"),

@@ -11,7 +11,7 @@ use crate::decide::health::{
     self, Backoff, BreakerView, CapabilityRule, Deadlines, Failover, ProbeVerdict, RateLimitRule, Replies,
 };
 use crate::decide::ratelimit::HeadroomView;
-use crate::decide::snapshot::{Snapshot, TargetView};
+use crate::decide::snapshot::{Snapshot, TargetView, ViewBaselines};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Query, Record};
 use crate::io::store::{SampleQuery, Store, StoreError};
@@ -168,7 +168,7 @@ impl Monitor {
 
     /// A target's price as its chain entries publish it: configured, published, then built in.
     fn price_of(&self, t: &Target) -> Option<export::EntryPrice> {
-        let p = self.providers.get(&t.provider)?;
+        let p = self.providers.get(t.provider.as_str())?;
         let table = self.published.as_ref().and_then(|x| x.read().ok());
         let endpoints = table.as_ref().and_then(|g| g.get(&(t.provider.clone(), t.model.clone())));
         let (price, source) =
@@ -636,22 +636,23 @@ impl Monitor {
 
     /// One target's export statistics and explanation as of `now`; sets its gauges.
     fn build_target(&mut self, t: &Target, now: DateTime<Utc>, metrics: Option<&Metrics>) -> (TargetStats, TargetView) {
-        let b: BTreeMap<&'static str, Baseline> =
-            Metric::ALL.iter().map(|m| (m.as_str(), self.baselines.get(t, *m, now))).collect();
+        let b = ViewBaselines {
+            tokens_per_s: self.baselines.get(t, Metric::TokensPerS, now),
+            ttfb: self.baselines.get(t, Metric::Ttfb, now),
+            ttft: self.baselines.get(t, Metric::Ttft, now),
+        };
         let (probes, errors) = self.baselines.window_counts(t);
         let breaker = self.breakers.get(t).map(|b| b.explain());
         let state = breaker.as_ref().map_or(State::Closed, |e| e.state);
         if let Some(m) = metrics {
-            for (name, metric) in [("ttfb", Metric::Ttfb), ("ttft", Metric::Ttft)] {
-                let base = b.get(metric.as_str()).copied().unwrap_or_default();
+            for (name, base) in [("ttfb", b.ttfb), ("ttft", b.ttft)] {
                 for (q, v) in [("0.5", base.p50), ("0.95", base.p95), ("0.99", base.p99)] {
                     m.set_baseline(t, name, q, v.map(|ms| ms / 1000.0));
                 }
             }
             m.set_circuit(t, state.gauge());
         }
-        let ttfb = b.get("ttfb").copied().unwrap_or_default();
-        let ttft = b.get("ttft").copied().unwrap_or_default();
+        let (ttfb, ttft) = (b.ttfb, b.ttft);
         let (ttfb_p95_bound, ttft_p95_bound) =
             (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
         let health = self.health(t, now);
@@ -661,7 +662,7 @@ impl Monitor {
             target: t.clone(),
             ttfb,
             ttft,
-            tokens_per_s: b.get("tokens_per_s").copied().unwrap_or_default(),
+            tokens_per_s: b.tokens_per_s,
             probes: u64::try_from(probes).unwrap_or(0),
             errors: u64::try_from(errors).unwrap_or(0),
             breaker: state,

@@ -10,6 +10,7 @@ pub mod check;
 pub mod drill;
 pub mod health;
 pub mod member;
+pub mod name;
 pub mod notice;
 pub mod provider_status;
 pub mod ratelimit;

@@ -114,8 +114,9 @@ impl PartialEq for StateJson {
 pub struct Rollup {
     /// Target and region.
     pub target: Target,
-    /// `ttfb`, `ttft` or `tokens_per_s`.
-    pub metric: String,
+    /// `ttfb`, `ttft` or `tokens_per_s` (or the `probes`/`errors` counts), shared by every
+    /// rollup of that metric a persist hands over.
+    pub metric: crate::vocab::target::Name,
     /// Start of the UTC hour.
     pub hour: DateTime<Utc>,
     /// Values recorded.

@@ -1,6 +1,7 @@
 //! What one probe measures: provider + model (+ pinned upstream route) in one region, and the
 //! key every output that lists targets carries for it.
 
+pub use super::name::Name;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -14,13 +15,13 @@ pub type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Target {
     /// Provider name from config (`openrouter`).
-    pub provider: String,
+    pub provider: Name,
     /// Model id as the provider spells it; empty for plain HTTP targets.
-    pub model: String,
+    pub model: Name,
     /// Upstream host pinned through an aggregator (`DeepInfra`), if any.
-    pub route: Option<String>,
+    pub route: Option<Name>,
     /// Region label of the instance that probes it.
-    pub region: String,
+    pub region: Name,
 }
 
 impl Target {
@@ -73,11 +74,11 @@ pub struct TargetKey {
     /// Stable id `provider/model@route` ([`Target::id`]).
     pub target: String,
     /// Provider name from config.
-    pub provider: String,
+    pub provider: Name,
     /// Model id as the provider spells it; empty for plain HTTP targets.
-    pub model: String,
+    pub model: Name,
     /// Pinned upstream host, if any.
-    pub route: Option<String>,
+    pub route: Option<Name>,
 }
 
 impl From<&Target> for TargetKey {
@@ -99,7 +100,7 @@ mod tests {
             region: "eu-west-1".into(),
         };
         assert_eq!(t.id(), "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra");
-        let plain = Target { provider: "status-page".into(), model: String::new(), route: None, region: "x".into() };
+        let plain = Target { provider: "status-page".into(), model: Name::default(), route: None, region: "x".into() };
         assert_eq!(plain.id(), "status-page");
     }
 
@@ -108,7 +109,7 @@ mod tests {
         let routed =
             Target { provider: "or".into(), model: "a/b".into(), route: Some("Groq".into()), region: "eu".into() };
         let model = Target { route: None, ..routed.clone() };
-        let plain = Target { model: String::new(), ..model.clone() };
+        let plain = Target { model: Name::default(), ..model.clone() };
         let ids = [
             "or/a/b@Groq",
             "or/a/b",
@@ -140,7 +141,7 @@ mod tests {
             samples: u64,
         }
         let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
-        let row = Row { key: TargetKey::from(&t), region: t.region.clone(), samples: 3 };
+        let row = Row { key: TargetKey::from(&t), region: t.region.to_string(), samples: 3 };
         let json = serde_json::to_string(&row).expect("serializes");
         assert_eq!(json, r#"{"target":"p/m","provider":"p","model":"m","route":null,"region":"eu","samples":3}"#);
         assert_eq!(serde_json::from_str::<Row>(&json).expect("reads back"), row);

@@ -87,7 +87,7 @@ fn simulate_week() -> Week {
         let target = Target {
             provider: "openrouter".into(),
             model: "meta-llama/llama-3-70b-instruct".into(),
-            route: Some(format!("host-{i}")),
+            route: Some(format!("host-{i}").into()),
             region: "eu-west-1".into(),
         };
         let mut values: [Vec<f64>; 3] = Default::default();
@@ -194,7 +194,7 @@ async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples(
             provider: "groq".into(),
             model: "llama-3.1-8b-instant".into(),
             route: None,
-            region: format!("region-{i}"),
+            region: format!("region-{i}").into(),
         })
         .collect();
     let mut baselines = Baselines::new(&config());

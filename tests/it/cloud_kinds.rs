@@ -39,7 +39,12 @@ fn load(provider: &str) -> ProviderConfig {
 
 fn plan(p: &ProviderConfig) -> Planned {
     Planned {
-        target: Target { provider: p.name.clone(), model: p.models[0].clone(), route: None, region: "test-1".into() },
+        target: Target {
+            provider: p.name.as_str().into(),
+            model: p.models[0].as_str().into(),
+            route: None,
+            region: "test-1".into(),
+        },
         provider: Arc::new(p.clone()),
     }
 }

@@ -278,7 +278,7 @@ async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
     let now = chrono::Utc::now();
     let t = vigil::vocab::target::Target {
         provider: "none".into(),
-        model: String::new(),
+        model: Default::default(),
         route: None,
         region: "local".into(),
     };

@@ -26,7 +26,7 @@ fn plan(kind: ProviderKind, base_url: &str) -> Planned {
         ..ProviderConfig::new("hostile", kind, base_url.parse().expect("url"))
     };
     Planned {
-        target: Target { provider: p.name.clone(), model: "m".into(), route: None, region: "test-1".into() },
+        target: Target { provider: p.name.as_str().into(), model: "m".into(), route: None, region: "test-1".into() },
         provider: Arc::new(p),
     }
 }

@@ -23,15 +23,15 @@ fn targets() -> Vec<Target> {
         .map(|i| {
             if i % 2 == 0 {
                 Target {
-                    provider: format!("status-{i}"),
-                    model: String::new(),
+                    provider: format!("status-{i}").into(),
+                    model: Default::default(),
                     route: None,
                     region: "eu-west-1".into(),
                 }
             } else {
                 Target {
                     provider: "groq".into(),
-                    model: format!("llama-3.1-8b-{i}"),
+                    model: format!("llama-3.1-8b-{i}").into(),
                     route: None,
                     region: "eu-west-1".into(),
                 }

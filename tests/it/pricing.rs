@@ -21,9 +21,9 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
         .routes
         .iter()
         .map(|r| Target {
-            provider: llama.name.clone(),
-            model: llama.models[0].clone(),
-            route: Some(r.clone()),
+            provider: llama.name.as_str().into(),
+            model: llama.models[0].as_str().into(),
+            route: Some(r.as_str().into()),
             region: "eu".into(),
         })
         .collect();
@@ -67,8 +67,8 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
     let anthropic = demo.providers.iter().find(|p| p.name == "demo-anthropic").expect("demo-anthropic").clone();
     assert!(!vigil::decide::pricing::is_openrouter(&anthropic));
     let t = Target {
-        provider: anthropic.name.clone(),
-        model: anthropic.models[0].clone(),
+        provider: anthropic.name.as_str().into(),
+        model: anthropic.models[0].as_str().into(),
         route: None,
         region: "eu".into(),
     };

@@ -30,9 +30,9 @@ fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
 fn plan(p: &ProviderConfig, route: Option<&str>) -> Planned {
     Planned {
         target: Target {
-            provider: p.name.clone(),
-            model: p.models[0].clone(),
-            route: route.map(String::from),
+            provider: p.name.as_str().into(),
+            model: p.models[0].as_str().into(),
+            route: route.map(Into::into),
             region: "test-1".into(),
         },
         provider: Arc::new(p.clone()),

@@ -462,7 +462,7 @@ async fn one_regions_queries_never_see_another_region(fx: Fixture) {
 
     // Each target's newest per region, chosen by the database, oldest first like any read.
     let latest = fx.store.samples(&SampleQuery { latest: true, ..Default::default() }).await.expect("latest");
-    let got: Vec<(String, String)> = latest.iter().map(|s| (s.target.id(), s.target.region.clone())).collect();
+    let got: Vec<(String, String)> = latest.iter().map(|s| (s.target.id(), s.target.region.to_string())).collect();
     assert_eq!(latest.len(), 3, "{got:?}");
     assert!(latest.iter().all(|s| s.started_at == micros(now)), "the newest of each: {latest:?}");
     let q_latest_not_eu = SampleQuery { latest: true, ..q_not_eu };

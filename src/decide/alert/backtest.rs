@@ -383,7 +383,7 @@ impl Tracker {
         let p95 = LatencyP95 { ttfb: base.ttfb_p95_ms, ttft: base.ttft_p95_ms };
         let bad = s.outcome.is_failure() || exceeds_failover(s.ttfb_ms, s.ttft_ms, p95, factor);
         let id = s.target.id();
-        let known = self.targets.entry(s.target.provider.clone()).or_default();
+        let known = self.targets.entry(s.target.provider.to_string()).or_default();
         if !known.contains(&id) {
             known.push(id.clone());
         }

@@ -310,7 +310,7 @@ impl Alert {
     /// A firing alert with the kind's default severity, regional scope and its dedup key.
     pub fn new(kind: AlertKind, region: &str, provider: &str, target: Option<&Target>, summary: String) -> Self {
         let (model, route) = match target {
-            Some(t) => (Some(t.model.clone()).filter(|m| !m.is_empty()), t.route.clone()),
+            Some(t) => (Some(t.model.to_string()).filter(|m| !m.is_empty()), t.route.as_ref().map(|r| r.to_string())),
             None => (None, None),
         };
         Alert {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Target identity across regions: (provider, model, route).
-pub type ModelKey = (String, String, Option<String>);
+pub type ModelKey = (crate::vocab::target::Name, crate::vocab::target::Name, Option<crate::vocab::target::Name>);
 
 /// Baseline P95s of one target in this region (`None` while too few samples).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -976,7 +976,7 @@ impl AlertEngine {
         if !suspect {
             for p in &round.probes {
                 let s = p.sample;
-                let slot = per_provider.entry(s.target.provider.clone()).or_insert(None);
+                let slot = per_provider.entry(s.target.provider.to_string()).or_insert(None);
                 if s.outcome == Outcome::PaymentRequired {
                     let mut a = Alert::new(
                         AlertKind::CreditLow,

@@ -52,7 +52,7 @@ mod tests {
         ];
         let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);
         let e = elsewhere_from(&rows, "eu", now - chrono::Duration::seconds(60));
-        let got = e.get(&("p".to_string(), "m".to_string(), None)).copied().expect("target");
+        let got = e.get(&("p".into(), "m".into(), None)).copied().expect("target");
         assert_eq!(got, Elsewhere { regions: 3, failing: 1, over_latency: 1, breaker_open: 1, flapping: 1 });
     }
 }

@@ -24,7 +24,7 @@ pub use guard::{Adoption, Level, ADOPTED_SHARE_PERCENT};
 use crate::config::BaselineConfig;
 use crate::vocab::records::Rollup;
 use crate::vocab::sample::{Outcome, Sample};
-use crate::vocab::target::Target;
+use crate::vocab::target::{Name, Target};
 use chrono::{DateTime, Utc};
 use codec::{
     decode_v2, encode_v2, index_for, quantiles, sparse_merge, sparse_total, to_recorded, Packed, Sparse, SCALE,
@@ -397,24 +397,26 @@ impl Baselines {
     /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
     pub fn dirty_rollups(&self) -> Vec<Rollup> {
         let mut out = Vec::new();
-        let rollup = |target: &Target, metric: &str, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
+        let rollup = |target: &Target, metric: &Name, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
             target: target.clone(),
-            metric: metric.to_string(),
+            metric: metric.clone(),
             hour: hour_start(hour),
             count,
             histogram,
         };
+        let names = Metric::ALL.map(|m| Name::from(m.as_str()));
+        let (probes, errors) = (Name::from(PROBES), Name::from(ERRORS));
         for (target, series) in &self.series {
-            for metric in Metric::ALL {
+            for (metric, name) in Metric::ALL.iter().zip(&names) {
                 for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
                     let bytes = encode_v2(&h.tally.packed.unpack());
                     let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
-                    out.push(rollup(target, metric.as_str(), h.hour, count, bytes));
+                    out.push(rollup(target, name, h.hour, count, bytes));
                 }
             }
             for h in series.counts.held.iter().filter(|h| h.version != h.persisted) {
-                out.push(rollup(target, PROBES, h.hour, h.tally.probes, Vec::new()));
-                out.push(rollup(target, ERRORS, h.hour, h.tally.errors, Vec::new()));
+                out.push(rollup(target, &probes, h.hour, h.tally.probes, Vec::new()));
+                out.push(rollup(target, &errors, h.hour, h.tally.errors, Vec::new()));
             }
         }
         out
@@ -553,7 +555,7 @@ fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
         report.skipped.push(BaselineError::UnknownMetric {
             target: r.target.id(),
             hour: r.hour,
-            metric: r.metric.clone(),
+            metric: r.metric.to_string(),
         });
         return None;
     };
@@ -565,7 +567,7 @@ fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
         Err(message) => {
             report.skipped.push(BaselineError::Decode {
                 target: r.target.id(),
-                metric: r.metric.clone(),
+                metric: r.metric.to_string(),
                 hour: r.hour,
                 message,
             });

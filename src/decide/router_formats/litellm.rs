@@ -144,8 +144,8 @@ pub fn litellm(doc: &Thresholds) -> Value {
         let first = members.first().map(|m| m.key.model.as_str());
         let mut later: Vec<String> = Vec::new();
         for m in members.iter().skip(1) {
-            if !later.contains(&m.key.model) && Some(m.key.model.as_str()) != first {
-                later.push(m.key.model.clone());
+            if !later.iter().any(|l| *l == m.key.model) && Some(m.key.model.as_str()) != first {
+                later.push(m.key.model.to_string());
             }
         }
         later.retain(|m| doc.targets.iter().any(|t| &t.key.model == m && callable(doc, &t.key)));

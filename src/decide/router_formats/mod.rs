@@ -129,7 +129,7 @@ mod tests {
             target: Target {
                 provider: provider.into(),
                 model: model.into(),
-                route: route.map(String::from),
+                route: route.map(Into::into),
                 region: "eu-west-1".into(),
             },
             ttfb: b(ttft_p95 / 2.0),

@@ -7,7 +7,7 @@
 
 use crate::config::{Price, ProviderConfig};
 use crate::decide::pricing::{is_openrouter, parse_endpoints, EndpointPrice};
-use crate::vocab::target::Target;
+use crate::vocab::target::{Name, Target};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ struct CacheEntry {
 pub struct PriceBook {
     /// The providers by name (a report prices every target: a scan per target was O(n²)).
     providers: std::collections::HashMap<String, Arc<ProviderConfig>>,
-    published: BTreeMap<(String, String), Vec<EndpointPrice>>,
+    published: BTreeMap<(Name, Name), Vec<EndpointPrice>>,
     /// Why some published prices are missing, for a note under the report.
     pub notes: Vec<String>,
 }
@@ -70,7 +70,7 @@ pub struct PriceBook {
 impl PriceBook {
     /// The price of a target, when known.
     pub fn price(&self, t: &Target) -> Option<Price> {
-        let p = self.providers.get(&t.provider)?;
+        let p = self.providers.get(t.provider.as_str())?;
         let published = self.published.get(&(t.provider.clone(), t.model.clone()));
         crate::decide::price_table::price_of(p, &t.model, t.route.as_deref(), published.map(Vec::as_slice)).map(|x| x.0)
     }
@@ -101,7 +101,7 @@ fn wanted<'a>(providers: &'a [Arc<ProviderConfig>], targets: &'a [Target]) -> Ve
     let mut seen = std::collections::HashSet::new();
     let mut wanted: Vec<(&ProviderConfig, &str)> = Vec::new();
     for t in targets {
-        let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(&t.model);
+        let configured = |p: &ProviderConfig| p.price.is_some() || p.prices.contains_key(t.model.as_str());
         let Some(&p) = by_name.get(t.provider.as_str()).filter(|p| !configured(p) && is_openrouter(p)) else {
             continue;
         };
@@ -159,7 +159,7 @@ pub async fn load_within(
             (None, None) => cache.entries.get(&key).map(|e| e.endpoints.clone()),
         };
         if let Some(e) = endpoints {
-            book.published.insert((p.name.clone(), model.to_string()), e);
+            book.published.insert((p.name.as_str().into(), model.into()), e);
         }
     }
     if changed {
@@ -184,7 +184,7 @@ pub fn publish_cached(
     let Ok(mut t) = table.write() else { return };
     for (p, model) in wanted(providers, targets) {
         if let Some(e) = cache.entries.get(&format!("{} {model}", p.base_url)) {
-            t.insert((p.name.clone(), model.to_string()), e.endpoints.clone());
+            t.insert((p.name.as_str().into(), model.into()), e.endpoints.clone());
         }
     }
 }

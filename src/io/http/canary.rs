@@ -3,7 +3,7 @@
 
 use super::HttpState;
 use crate::vocab::canary::CanaryRun;
-use crate::vocab::target::TargetKey;
+use crate::vocab::target::{Name, TargetKey};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,7 +17,7 @@ pub struct CanaryView {
     #[serde(flatten)]
     pub key: TargetKey,
     /// Region of this instance.
-    pub region: String,
+    pub region: Name,
     /// When the run started.
     pub started_at: DateTime<Utc>,
     /// How the probe ended.

@@ -6,6 +6,7 @@ use crate::decide::baseline::Baseline;
 use crate::decide::breaker::Explanation;
 use crate::vocab::health::Health;
 use crate::vocab::sample::{Outcome, Sample};
+use crate::vocab::target::Name;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -48,11 +49,11 @@ pub struct StatusData {
 #[derive(Debug, Clone, Default)]
 pub struct StatusRow {
     /// Provider name.
-    pub provider: String,
+    pub provider: Name,
     /// Model (empty for plain HTTP targets).
-    pub model: String,
+    pub model: Name,
     /// Pinned upstream route.
-    pub route: Option<String>,
+    pub route: Option<Name>,
     /// One per entry of [`StatusData::regions`]; `None` where that region does not probe it.
     pub cells: Vec<Option<Cell>>,
     /// Hourly TTFT P50 in this region, oldest first.

@@ -12,7 +12,7 @@ use super::trend::Trends;
 use super::HttpState;
 use crate::decide::snapshot::Snapshot;
 use crate::io::store::RollupStore;
-use crate::vocab::target::Target;
+use crate::vocab::target::{Name, Target};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -78,7 +78,7 @@ impl StatusPage {
             drills: snap.drills.to_vec(),
             ..StatusData::default()
         };
-        let mut index: HashMap<(String, String, Option<String>), usize> = HashMap::new();
+        let mut index: HashMap<(Name, Name, Option<Name>), usize> = HashMap::new();
         for v in &snap.targets {
             let k = &v.key;
             index.insert((k.provider.clone(), k.model.clone(), k.route.clone()), data.rows.len());
@@ -88,8 +88,8 @@ impl StatusPage {
                 route: k.route.clone(),
                 cells: vec![Some(Cell {
                     last: v.last_sample.as_deref().map(ShownProbe::from),
-                    ttfb: Some(v.baselines.get("ttfb").copied().unwrap_or_default()),
-                    ttft: Some(v.baselines.get("ttft").copied().unwrap_or_default()),
+                    ttfb: Some(v.baselines.ttfb),
+                    ttft: Some(v.baselines.ttft),
                     breaker: Some(v.breaker.clone()),
                     health: v.health.clone(),
                     probe: snap.probe_plan.as_ref().and_then(|p| p.get(&k.target).cloned()),
@@ -145,7 +145,7 @@ impl StatusPage {
                 provider: row.provider.clone(),
                 model: row.model.clone(),
                 route: row.route.clone(),
-                region: self.region.clone(),
+                region: self.region.as_str().into(),
             };
             if let Some(series) = trends.get(&key) {
                 row.trend = series.clone();
@@ -534,7 +534,10 @@ mod tests {
             key: crate::vocab::target::TargetKey::from(&target),
             region: target.region.clone(),
             last_sample: sample.map(Arc::new),
-            baselines: [("ttft", Baseline { count: 7, ..Baseline::default() })].into(),
+            baselines: crate::decide::snapshot::ViewBaselines {
+                ttft: Baseline { count: 7, ..Baseline::default() },
+                ..Default::default()
+            },
             probes: 0,
             errors: 0,
             breaker: breaker(BreakerState::Closed),

@@ -712,7 +712,7 @@ mod tests {
             active_from: now - chrono::Duration::hours(1),
         };
         let rows = vec![member("a"), member("b")];
-        let targets: Vec<Target> = (0..40).map(|i| Target { model: format!("m{i}"), ..target() }).collect();
+        let targets: Vec<Target> = (0..40).map(|i| Target { model: format!("m{i}").into(), ..target() }).collect();
         let mut gauges_of = Vec::new();
         for me in ["a", "b"] {
             let m = Metrics::new("eu").expect("registry");

@@ -29,7 +29,7 @@ pub(crate) mod vertex;
 
 use crate::config::{Endpoint, ProbeConfig, ProviderConfig, ProviderKind};
 use crate::vocab::sample::{Outcome, Sample};
-use crate::vocab::target::Target;
+use crate::vocab::target::{Name, Target};
 use chrono::{DateTime, Utc};
 use classify::classify_http_error;
 use h1::{Exchange, H1Error};
@@ -489,20 +489,23 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// Every target the providers define, in config order.
+    /// Every target the providers define, in config order. Targets of one provider, model,
+    /// route or region share that name's one string ([`Name`]).
     pub fn all(providers: &[Arc<ProviderConfig>], region: &str) -> Vec<Planned> {
         let mut out = Vec::new();
+        let region = Name::from(region);
         for p in providers {
-            let routes: Vec<Option<String>> =
-                if p.routes.is_empty() { vec![None] } else { p.routes.iter().cloned().map(Some).collect() };
-            for model in &p.models {
+            let provider = Name::from(&p.name);
+            let routes: Vec<Option<Name>> =
+                if p.routes.is_empty() { vec![None] } else { p.routes.iter().map(|r| Some(r.into())).collect() };
+            for model in p.models.iter().map(Name::from) {
                 for route in &routes {
                     out.push(Planned {
                         target: Target {
-                            provider: p.name.clone(),
+                            provider: provider.clone(),
                             model: model.clone(),
                             route: route.clone(),
-                            region: region.to_string(),
+                            region: region.clone(),
                         },
                         provider: p.clone(),
                     });
@@ -516,7 +519,7 @@ impl Planned {
 /// OpenRouter's published per-endpoint prices by (provider name, model), shared between the
 /// prober (which prices samples with them) and whoever refreshes them ([`crate::io::feeds::prices::load`]).
 pub type PublishedPrices =
-    Arc<std::sync::RwLock<std::collections::BTreeMap<(String, String), Vec<crate::decide::pricing::EndpointPrice>>>>;
+    Arc<std::sync::RwLock<std::collections::BTreeMap<(Name, Name), Vec<crate::decide::pricing::EndpointPrice>>>>;
 
 /// Runs probes. Cheap to share: one per process.
 #[derive(Clone)]
@@ -1260,6 +1263,11 @@ mod tests {
         let plans = Planned::all(&providers, "eu");
         assert_eq!(plans.len(), 2);
         assert!(plans.iter().all(|plan| Arc::ptr_eq(&plan.provider, &providers[0])), "not a copy per target");
+        let (m, n) = (&plans[0].target, &plans[1].target);
+        assert!(m.provider.shares(&n.provider) && m.region.shares(&n.region), "one string per name, not per target");
+        // And every copy of a target points at the same strings.
+        let copy = m.clone();
+        assert!(copy.model.shares(&m.model) && copy.provider.shares(&m.provider));
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::vocab::records::OutboxItem;
 use crate::vocab::records::Rollup;
 use crate::vocab::records::TargetStatus;
 use crate::vocab::sample::Sample;
+use crate::vocab::target::{Name, Target};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -370,7 +371,7 @@ pub struct Link {
 #[derive(Default)]
 struct Pending {
     breakers: BTreeMap<String, BreakerRecord>,
-    rollups: BTreeMap<(String, String, DateTime<Utc>), Rollup>,
+    rollups: BTreeMap<(Target, Name, DateTime<Utc>), Rollup>,
     alert_states: BTreeMap<String, crate::vocab::records::StateJson>,
     statuses: Option<Vec<TargetStatus>>,
 }
@@ -406,7 +407,7 @@ impl Pending {
             }
             Record::Rollups(rs) => {
                 for r in rs {
-                    let key = (format!("{}|{}", r.target.region, r.target.id()), r.metric.clone(), r.hour);
+                    let key = (r.target.clone(), r.metric.clone(), r.hour);
                     put(&mut self.rollups, key, r, newest);
                 }
                 None

@@ -112,10 +112,10 @@ fn bad(col: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -
 pub(crate) fn target_of(row: &impl StoredRow) -> Result<Target, sqlx::Error> {
     let route = row.text("route")?;
     Ok(Target {
-        provider: row.text("provider")?,
-        model: row.text("model")?,
-        route: (!route.is_empty()).then_some(route),
-        region: row.text("region")?,
+        provider: row.text("provider")?.into(),
+        model: row.text("model")?.into(),
+        route: (!route.is_empty()).then(|| route.into()),
+        region: row.text("region")?.into(),
     })
 }
 
@@ -181,7 +181,7 @@ fn allowance_of(row: &impl StoredRow, kind: &str) -> Result<Option<Allowance>, s
 pub(crate) fn rollup_of(row: &impl StoredRow) -> Result<Rollup, sqlx::Error> {
     Ok(Rollup {
         target: target_of(row)?,
-        metric: row.text("metric")?,
+        metric: row.text("metric")?.into(),
         hour: row.time("hour")?,
         count: row.int("count")?,
         histogram: row.bytes("histogram")?,

@@ -113,6 +113,7 @@ macro_rules! arg_from {
 arg_from! {
     &str => |v| Arg::Text(Some(v.to_owned())),
     &String => |v| Arg::Text(Some(v.clone())),
+    &crate::vocab::target::Name => |v| Arg::Text(Some(v.to_string())),
     String => |v| Arg::Text(Some(v)),
     Option<&str> => |v| Arg::Text(v.map(str::to_owned)),
     i64 => |v| Arg::Int(Some(v)),
@@ -958,7 +959,8 @@ mod tests {
     #[test]
     fn upserts_go_in_chunks_with_one_row_per_key() {
         let hour = Utc::now();
-        let t = |i: usize| Target { provider: "p".into(), model: format!("m{i}"), route: None, region: "eu".into() };
+        let t =
+            |i: usize| Target { provider: "p".into(), model: format!("m{i}").into(), route: None, region: "eu".into() };
         let mut rollups: Vec<Rollup> = (0..UPSERT_CHUNK + 3)
             .map(|i| Rollup { target: t(i), metric: "ttfb".into(), hour, count: 1, histogram: vec![] })
             .collect();

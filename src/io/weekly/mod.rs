@@ -257,7 +257,7 @@ impl Collector {
 
     /// Providers seen in the samples.
     pub fn providers(&self) -> BTreeSet<String> {
-        self.targets.keys().map(|t| t.provider.clone()).collect()
+        self.targets.keys().map(|t| t.provider.to_string()).collect()
     }
 
     /// The report, given this week's breaker transitions, outbox items and balance readings
@@ -274,7 +274,7 @@ impl Collector {
         let mut groups: BTreeMap<(String, String), (Vec<String>, Week, Week)> = BTreeMap::new();
         let mut charts: BTreeMap<String, Vec<WeeklySeries>> = BTreeMap::new();
         for (t, mut acc) in self.targets.into_iter().filter(|(t, _)| in_scope(&t.region)) {
-            let g = groups.entry((t.provider.clone(), t.region.clone())).or_default();
+            let g = groups.entry((t.provider.to_string(), t.region.to_string())).or_default();
             g.0.push(t.id());
             g.1.merge(&acc.this);
             g.2.merge(&acc.last);
@@ -287,9 +287,9 @@ impl Collector {
                 })
                 .collect();
             if p50_ms.iter().any(Option::is_some) {
-                charts.entry(t.provider.clone()).or_default().push(WeeklySeries {
+                charts.entry(t.provider.to_string()).or_default().push(WeeklySeries {
                     target: t.id(),
-                    region: t.region.clone(),
+                    region: t.region.to_string(),
                     p50_ms,
                 });
             }
@@ -299,7 +299,7 @@ impl Collector {
         for t in transitions.iter().filter(|t| {
             t.to_state == crate::vocab::breaker::State::Open && this.contains(t.at) && in_scope(&t.target.region)
         }) {
-            *openings.entry((t.target.provider.clone(), t.target.region.clone())).or_default() += 1;
+            *openings.entry((t.target.provider.to_string(), t.target.region.to_string())).or_default() += 1;
         }
 
         let (alerts, instance_alerts) = count_alerts(outbox, this, &in_scope);
