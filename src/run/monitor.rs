@@ -115,6 +115,34 @@ impl Built {
     }
 }
 
+/// One of `of` parts of the targets, by a hash of the target that is fixed for the process: a
+/// persist hands the storage link one part at a time, so what waits to be written is a part's,
+/// not every target's (at 10,000 targets every target's hour changes every minute, and the
+/// whole hand-off at once stood 40 MiB over the daemon's level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// Which part, `0..of`.
+    pub index: u32,
+    /// How many parts.
+    pub of: u32,
+}
+
+impl Part {
+    /// Every target.
+    pub const WHOLE: Part = Part { index: 0, of: 1 };
+
+    /// Whether `t` is in this part.
+    pub fn holds(&self, t: &Target) -> bool {
+        if self.of <= 1 {
+            return true;
+        }
+        // SipHash with fixed keys: the same part for a target all through the process.
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(t, &mut h);
+        std::hash::Hasher::finish(&h) % u64::from(self.of) == u64::from(self.index)
+    }
+}
+
 impl Monitor {
     /// An empty monitor for `targets` following the config's `[baseline]` and `[breaker]`.
     pub fn new(config: &Config, targets: Vec<Target>, now: DateTime<Utc>) -> Self {
@@ -279,13 +307,18 @@ impl Monitor {
     /// persisted from here on (the link keeps them until they are stored, or spools them). A
     /// healthy breaker does not change between probes, so most rounds write none.
     pub fn take_dirty(&mut self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.breakers.len() + 1);
-        let rollups = self.baselines.dirty_rollups();
+        self.take_dirty_of(Part::WHOLE)
+    }
+
+    /// [`take_dirty`](Self::take_dirty) for the targets of one `part`.
+    pub fn take_dirty_of(&mut self, part: Part) -> Vec<Record> {
+        let mut out = Vec::new();
+        let rollups = self.baselines.dirty_rollups_of(|t| part.holds(t));
         if !rollups.is_empty() {
             self.baselines.mark_persisted(&rollups);
             out.push(Record::Rollups(rollups));
         }
-        for (t, b) in &self.breakers {
+        for (t, b) in self.breakers.iter().filter(|(t, _)| part.holds(t)) {
             // Compared as breakers, not as records: a record's detail is a JSON tree, and
             // building one per target per persist to compare it cost ten times the memory.
             if self.persisted.get(t) != Some(b) {
@@ -354,11 +387,13 @@ impl Monitor {
 
     /// Feeds one sample; returns the breaker transition it caused, if any.
     pub fn observe(&mut self, sample: &Sample, now: DateTime<Utc>) -> Option<Transition> {
-        self.observe_weighted(sample, 1, now)
+        self.observe_weighted(&Arc::new(sample.clone()), 1, now)
     }
 
-    /// As [`Monitor::observe`], the sample counting `weight` times in the baselines' percentiles.
-    pub fn observe_weighted(&mut self, sample: &Sample, weight: u32, now: DateTime<Utc>) -> Option<Transition> {
+    /// As [`Monitor::observe`], the sample counting `weight` times in the baselines' percentiles;
+    /// kept as the target's latest sample without a copy.
+    pub fn observe_weighted(&mut self, shared: &Arc<Sample>, weight: u32, now: DateTime<Utc>) -> Option<Transition> {
+        let sample: &Sample = shared;
         // Judge against the baseline as it was before this probe joined it (breaker and health alike).
         let deadlines = self.deadlines(&sample.target, now);
         let p95 = LatencyP95 { ttfb: deadlines.ttfb.published(), ttft: deadlines.ttft.published() };
@@ -390,9 +425,9 @@ impl Monitor {
             }
         }
         match self.last.get_mut(t) {
-            Some(v) => *v = Arc::new(sample.clone()),
+            Some(v) => *v = Arc::clone(shared),
             None => {
-                self.last.insert(t.clone(), Arc::new(sample.clone()));
+                self.last.insert(t.clone(), Arc::clone(shared));
             }
         }
         self.read_headroom(sample);
@@ -952,5 +987,43 @@ mod tests {
         assert_eq!(failed[0].target, target("a"));
         assert_eq!(failed[0].detail["failures"].as_array().map(Vec::len), Some(1), "{:?}", failed[0].detail);
         assert!(m.take_dirty().is_empty(), "written once");
+    }
+
+    #[test]
+    fn handed_over_a_part_at_a_time_every_change_is_written_once_by_the_part_of_its_target() {
+        let models: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+        let targets: Vec<Target> = models.iter().map(|m| target(m)).collect();
+        let config = Config::from_toml("region = \"eu\"\n", &std::collections::BTreeMap::new()).expect("config");
+        let mut m = Monitor::new(&config, targets.clone(), t0());
+        for (i, model) in models.iter().enumerate() {
+            m.observe(&probe(model, i as i64, Outcome::Ok, 200.0), at(40));
+        }
+        let of = 4;
+        let mut written: Vec<(Target, u32)> = Vec::new();
+        for index in 0..of {
+            let part = Part { index, of };
+            for record in m.take_dirty_of(part) {
+                let ts: Vec<Target> = match record {
+                    Record::Rollups(rs) => rs.into_iter().map(|r| r.target).collect(),
+                    Record::Breaker(b) => vec![b.target],
+                    other => panic!("only rollups and breakers: {other:?}"),
+                };
+                for t in ts {
+                    assert!(part.holds(&t), "{t} handed over with part {index} but not in it");
+                    written.push((t, index));
+                }
+            }
+        }
+        for t in &targets {
+            let parts: std::collections::BTreeSet<u32> =
+                written.iter().filter(|(w, _)| w == t).map(|(_, i)| *i).collect();
+            assert_eq!(parts.len(), 1, "{t}: in exactly one part: {parts:?}");
+            // Four rollups (TTFB, TTFT, probes, errors: the probe streamed no tokens) and the
+            // breaker, once each.
+            assert_eq!(written.iter().filter(|(w, _)| w == t).count(), 5, "{t}");
+        }
+        let sizes: Vec<usize> = (0..of).map(|i| written.iter().filter(|(_, p)| *p == i).count()).collect();
+        assert!(sizes.iter().all(|n| *n > 0), "the targets spread over the parts: {sizes:?}");
+        assert!(m.take_dirty().is_empty(), "nothing left once every part was handed over");
     }
 }

@@ -37,8 +37,11 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// Longest a snapshot (and the breakers' tick) waits when nothing urgent happened: rebuilding it
 /// walks every target, so at a 60 s interval it is rebuilt every 5 s, not every second.
 const PUBLISH_AT_MOST_EVERY: Duration = Duration::from_secs(5);
-/// How often rollups and breaker states are handed to the link.
+/// How often each target's rollups and breaker state are handed to the link.
 const PERSIST_EVERY: Duration = Duration::from_secs(60);
+/// The parts of the targets a persist hands over in turn, one every `PERSIST_EVERY / PERSIST_PARTS`
+/// ([`crate::run::monitor::Part`]): each target still once every `PERSIST_EVERY`.
+const PERSIST_PARTS: u32 = 10;
 /// How long another region's last sample stays on the status page after it stops reporting.
 const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
 
@@ -61,6 +64,8 @@ pub struct Pipeline {
     /// A load or an expiry read is under way (asked, not yet answered).
     loading: bool,
     expiring: bool,
+    /// The part of the targets the next periodic persist hands over.
+    persist_part: u32,
     /// The end of the last stored hour folded in: a load that failed part way resumes there
     /// (folding an hour twice would count its probes twice).
     read_until: Option<DateTime<Utc>>,
@@ -109,7 +114,8 @@ pub struct Alerting {
     engine: AlertEngine,
     channels: Vec<String>,
     region: String,
-    round: Vec<(Sample, rules::BaselineP95)>,
+    /// The round's samples, shared with the monitor's latest sample of each target.
+    round: Vec<(Arc<Sample>, rules::BaselineP95)>,
     changes: Vec<BreakerChange>,
     every: Duration,
     /// Providers whose credit is watched: (name, `balance.min_usd`, `balance.warn_hours`).
@@ -376,6 +382,7 @@ impl Pipeline {
             urgent: false,
             loading: false,
             expiring: false,
+            persist_part: 0,
             load_failed: false,
             read_until: None,
             alerts: s.alerts,
@@ -531,8 +538,11 @@ impl Pipeline {
         // and only for targets whose probes still work.
         if let Ok(lists) = a.model_lists.read() {
             for (sample, _) in &mut round {
-                let t = &sample.target;
-                sample.deprecation.extend(lists.of(&t.provider, &t.model).iter().cloned());
+                let listed = lists.of(&sample.target.provider, &sample.target.model);
+                // Copied (from the one the monitor shares) only when the lists add something.
+                if !listed.is_empty() {
+                    Arc::make_mut(sample).deprecation.extend(listed.iter().cloned());
+                }
             }
         }
         let canaries = std::mem::take(&mut a.canaries);
@@ -722,6 +732,7 @@ impl Pipeline {
             false
         };
         self.planner.observe_cost(&sample.target, sample.cost_usd);
+        let sample = Arc::new(sample);
         if let Some(t) = self.monitor.observe_weighted(&sample, weight, now) {
             self.record_transition(&sample.target, t);
         }
@@ -806,6 +817,19 @@ impl Pipeline {
     /// Hands changed rollups and breaker states to the link, and asks for what must be read
     /// back (stored state not yet restored; hours leaving the baseline window).
     pub fn persist(&mut self, now: DateTime<Utc>) {
+        self.persist_of(now, crate::run::monitor::Part::WHOLE);
+    }
+
+    /// [`persist`](Self::persist) of the next of [`PERSIST_PARTS`] parts of the targets, in turn.
+    fn persist_next_part(&mut self, now: DateTime<Utc>) {
+        let part = crate::run::monitor::Part { index: self.persist_part, of: PERSIST_PARTS };
+        if self.loaded {
+            self.persist_part = (self.persist_part + 1) % PERSIST_PARTS;
+        }
+        self.persist_of(now, part);
+    }
+
+    fn persist_of(&mut self, now: DateTime<Utc>, part: crate::run::monitor::Part) {
         if !self.loaded {
             if !self.loading {
                 self.loading = true;
@@ -815,7 +839,7 @@ impl Pipeline {
         }
         // Followers drop theirs: the leader stores the same state from the same samples.
         let leads = self.leads(now);
-        for record in self.monitor.take_dirty().into_iter().filter(|_| leads) {
+        for record in self.monitor.take_dirty_of(part).into_iter().filter(|_| leads) {
             self.link.store(record);
         }
         let keep_from = now - chrono::Duration::minutes(10);
@@ -899,7 +923,7 @@ impl Pipeline {
         let mut published: Option<tokio::time::Instant> = None;
         // Its first tick is at once: it asks for the stored window, which folds in while samples
         // are judged.
-        let mut persist = tokio::time::interval(PERSIST_EVERY);
+        let mut persist = tokio::time::interval(PERSIST_EVERY / PERSIST_PARTS);
         let every = self.alerts.every;
         let mut evaluate = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         self.guarded("replan", |p| p.replan(Utc::now()));
@@ -938,7 +962,7 @@ impl Pipeline {
                         self.guarded("publish", |p| p.publish(Utc::now()));
                     }
                 }
-                _ = persist.tick() => self.guarded("persist", |p| p.persist(Utc::now())),
+                _ = persist.tick() => self.guarded("persist", |p| p.persist_next_part(Utc::now())),
                 _ = evaluate.tick() => self.guarded("evaluate", |p| p.evaluate_alerts(Utc::now())),
             }
         }
@@ -1130,6 +1154,18 @@ balance = { min_usd = 5.0 }
             p.process(sample("eu", now + chrono::Duration::seconds(i), crate::vocab::sample::Outcome::ServerError))
                 .await;
         }
+    }
+
+    #[tokio::test]
+    async fn the_rounds_sample_is_the_one_the_snapshot_shows_not_a_copy() {
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let now = Utc::now();
+        r.pipeline.process(sample("eu", now, crate::vocab::sample::Outcome::Ok)).await;
+        r.pipeline.publish(now);
+        let snap = r.snapshot.read().expect("snapshot").clone();
+        let shown = snap.targets.iter().find_map(|v| v.last_sample.clone()).expect("the latest sample is shown");
+        let (judged, _) = r.pipeline.alerts.round.first().expect("the sample waits for the evaluation");
+        assert!(Arc::ptr_eq(judged, &shown), "one copy of the sample for the round and the published view");
     }
 
     #[tokio::test]

@@ -396,6 +396,11 @@ impl Baselines {
     /// Held hours changed since the last [`mark_persisted`](Self::mark_persisted), as rollups
     /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
     pub fn dirty_rollups(&self) -> Vec<Rollup> {
+        self.dirty_rollups_of(|_| true)
+    }
+
+    /// [`dirty_rollups`](Self::dirty_rollups) of the targets `keep` takes.
+    pub fn dirty_rollups_of(&self, keep: impl Fn(&Target) -> bool) -> Vec<Rollup> {
         let mut out = Vec::new();
         let rollup = |target: &Target, metric: &Name, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
             target: target.clone(),
@@ -406,7 +411,7 @@ impl Baselines {
         };
         let names = Metric::ALL.map(|m| Name::from(m.as_str()));
         let (probes, errors) = (Name::from(PROBES), Name::from(ERRORS));
-        for (target, series) in &self.series {
+        for (target, series) in self.series.iter().filter(|(t, _)| keep(t)) {
             for (metric, name) in Metric::ALL.iter().zip(&names) {
                 for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
                     let bytes = encode_v2(&h.tally.packed.unpack());
