@@ -29,4 +29,4 @@ pub use config::{Config, ProviderConfig};
 pub use io::store::{Store, StoreError};
 pub use vocab::breaker::State as BreakerState;
 pub use vocab::sample::{Outcome, Sample};
-pub use vocab::target::{Target, TargetKey};
+pub use vocab::target::{Name, Target, TargetKey};
