@@ -140,12 +140,14 @@ impl StatusPage {
 
     /// Attaches this region's trend to each row.
     pub fn attach_trends(&self, data: &mut StatusData, trends: &Trends) {
+        // One string for every row's key, as the rows share theirs.
+        let region = Name::from(self.region.as_str());
         for row in &mut data.rows {
             let key = Target {
                 provider: row.provider.clone(),
                 model: row.model.clone(),
                 route: row.route.clone(),
-                region: self.region.as_str().into(),
+                region: region.clone(),
             };
             if let Some(series) = trends.get(&key) {
                 row.trend = series.clone();
