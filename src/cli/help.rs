@@ -67,6 +67,10 @@ fn environment(path: &[&str]) -> Vec<Entry> {
                 "glibc malloc arenas (vigil sets 2 unless this is set)".to_string(),
             ));
             vars.push((
+                "MALLOC_MMAP_THRESHOLD_".to_string(),
+                "glibc's mmap threshold in bytes (vigil pins 262144 unless this is set)".to_string(),
+            ));
+            vars.push((
                 "alert channel variables".to_string(),
                 "those the config names in *_env keys (webhook_url_env, routing_key_env, ...)".to_string(),
             ));

@@ -608,8 +608,8 @@ impl Link {
         }
         if failed.is_none() {
             if let Some(rows) = self.pending.statuses.take() {
-                let sent = rows.clone();
-                if let Err(e) = self.call(|s| async move { s.publish_target_status(&sent).await }).await {
+                let sent = &rows;
+                if let Err(e) = self.call(|s| async move { s.publish_target_status(sent).await }).await {
                     // Records are taken only between calls, so nothing newer arrived meanwhile.
                     self.pending.statuses = Some(rows);
                     failed = Some(e);

@@ -439,7 +439,7 @@ fn clean(s: &str) -> String {
 
 /// JSON text bound as `jsonb` (binary format: version byte 1, then the text), so the shared
 /// statements need no cast.
-struct Jsonb(String);
+struct Jsonb(std::sync::Arc<str>);
 
 impl Type<Postgres> for Jsonb {
     fn type_info() -> PgTypeInfo {

@@ -95,8 +95,9 @@ pub(crate) enum Arg {
     Time(Option<DateTime<Utc>>),
     /// A UUID (`uuid` on PostgreSQL, hyphenated text on SQLite).
     Id(Uuid),
-    /// A JSON document as text (`jsonb` on PostgreSQL, text on SQLite).
-    Json(String),
+    /// A JSON document as text (`jsonb` on PostgreSQL, text on SQLite), shared so that a large
+    /// one (a region's alert state) is bound without a copy.
+    Json(std::sync::Arc<str>),
 }
 
 /// `From` conversions so statements read `.arg(&r.metric)`, `.arg(r.hour)`, `.arg(None::<&str>)`.
@@ -415,7 +416,7 @@ pub(crate) fn save_breaker(r: &BreakerRecord) -> Stmt {
     .arg(&r.target.region)
     .arg(r.state.as_str())
     .arg(r.since)
-    .arg(Arg::Json(r.detail.to_string()))
+    .arg(Arg::Json(r.detail.to_string().into()))
 }
 
 /// Breaker states of one region or all.
@@ -480,7 +481,7 @@ pub(crate) fn enqueue(i: &OutboxItem) -> Stmt {
     .arg(&i.channel)
     .arg(&i.kind)
     .arg(&i.dedup_key)
-    .arg(Arg::Json(i.payload.to_string()))
+    .arg(Arg::Json(i.payload.to_string().into()))
     .arg(i.created_at)
     .arg(i.next_attempt_at)
     .arg(i.attempts)
@@ -555,7 +556,7 @@ pub(crate) fn save_alert_state(region: &str, state: &crate::vocab::records::Stat
          ON CONFLICT (region) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
     )
     .arg(region)
-    .arg(Arg::Json(state.as_str().to_string()))
+    .arg(Arg::Json(state.shared()))
     .arg(at)
 }
 
@@ -926,6 +927,19 @@ mod tests {
             max = max.max(digits.parse().unwrap_or(0));
         }
         max
+    }
+
+    #[test]
+    fn the_alert_state_is_bound_as_the_text_it_shares_not_a_copy() {
+        let state = crate::vocab::records::StateJson::deferred(std::collections::BTreeMap::from([("eu|a/m", 1)]));
+        let st = save_alert_state("eu", &state, Utc::now());
+        match &st.args[1] {
+            Arg::Json(text) => {
+                assert!(std::sync::Arc::ptr_eq(text, &state.shared()), "the statement holds the state's own text");
+                assert_eq!(&**text, r#"{"eu|a/m":1}"#);
+            }
+            other => panic!("the state is bound as JSON, not {other:?}"),
+        }
     }
 
     #[test]
