@@ -807,9 +807,9 @@ async fn load_alert_state(store: &dyn StateStore, region: &str) -> Result<Option
 }
 
 /// Stops the tasks in the order the road needs: this member's row in the region's roster first,
-/// then the pipeline (its end closes the writer's and the link's channels), then the side tasks, then the writer, the link and last the alert
-/// delivery, so the last round's notifications are in the outbox (or the record spool); what is
-/// not delivered now is delivered after the next start.
+/// then the pipeline (its end closes the writer's and the link's channels), then the side tasks,
+/// then the writer, the link and last the alert delivery, so the last round's notifications are
+/// in the outbox (or the record spool); what is not delivered now is delivered after the next start.
 async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, stops: [CancellationToken; 3]) {
     let [writer_stop, link_stop, outbox_stop] = stops;
     let side = ["upkeep", "credit poller", "weekly summary", "status pages", "models lists", "published prices"];
