@@ -806,9 +806,10 @@ async fn load_alert_state(store: &dyn StateStore, region: &str) -> Result<Option
     }
 }
 
-/// Stops the tasks in the order the road needs: this member's row in the region's roster first,
-/// then the pipeline (its end closes the writer's and the link's channels), then the side tasks,
-/// then the writer, the link and last the alert delivery, so the last round's notifications are
+/// Stops the tasks in the order the road needs, all within `deadline`: this member's row in the
+/// region's roster first, then the pipeline (its end closes the writer's and the link's channels,
+/// which then drain), the writer, the link, the side tasks, any task the order does not name, and
+/// last the alert delivery, so the last round's notifications are
 /// in the outbox (or the record spool); what is not delivered now is delivered after the next start.
 async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, stops: [CancellationToken; 3]) {
     let [writer_stop, link_stop, outbox_stop] = stops;
@@ -820,6 +821,12 @@ async fn stop_in_order(tasks: &mut Vec<Task>, deadline: tokio::time::Instant, st
         "golden checks",
         "long-prompt probes",
     ]) {
+        finish(tasks, name, deadline).await;
+    }
+    // A task the order does not name (the systemd notifier, or one added later) is awaited too:
+    // one left running beside the stop races the runtime's end, as the replicas' row removal did.
+    let rest: Vec<&'static str> = tasks.iter().map(|t| t.name).filter(|n| *n != "alert delivery").collect();
+    for name in rest {
         finish(tasks, name, deadline).await;
     }
     writer_stop.cancel();
@@ -869,6 +876,31 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("never held; last scrape:\n{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_awaits_the_tasks_its_order_does_not_name_before_the_delivery() {
+        use std::sync::atomic::AtomicU8;
+        let shutdown = CancellationToken::new();
+        let stops = [CancellationToken::new(), CancellationToken::new(), CancellationToken::new()];
+        // Each records the step at which it ended: 1 for the unnamed task's last act, 2 for the delivery.
+        let step = Arc::new(AtomicU8::new(0));
+        let (s, stop) = (step.clone(), shutdown.clone());
+        let unnamed = Task::spawn("a task the order does not name", async move {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = s.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+        });
+        let (s, outbox_stop) = (step.clone(), stops[2].clone());
+        let delivery = Task::spawn("alert delivery", async move {
+            outbox_stop.cancelled().await;
+            s.store(s.load(Ordering::SeqCst) * 10 + 2, Ordering::SeqCst);
+        });
+        let mut tasks = vec![delivery, unnamed];
+        shutdown.cancel();
+        stop_in_order(&mut tasks, tokio::time::Instant::now() + Duration::from_secs(5), stops).await;
+        assert!(tasks.is_empty(), "every task was finished: {:?}", tasks.iter().map(|t| t.name).collect::<Vec<_>>());
+        assert_eq!(step.load(Ordering::SeqCst), 12, "the unnamed task ended, then the delivery");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -855,7 +855,8 @@ impl Pipeline {
     /// Takes one answer of the link.
     pub fn on_reply(&mut self, reply: Reply, now: DateTime<Utc>) {
         match reply {
-            Reply::LoadedHour { until, rollups } => {
+            // The hour's read-ahead place is given back as the reply drops, after the fold.
+            Reply::LoadedHour { until, rollups, .. } => {
                 self.monitor.restore_hour(&rollups, now);
                 self.read_until = Some(until);
             }
@@ -1308,7 +1309,8 @@ balance = { min_usd = 5.0 }
             rig(async |s: &dyn Store| s.upsert_rollups(std::slice::from_ref(&probes)).await.expect("stored")).await;
         // The first load read up to that hour, folded it in, then a read timed out.
         let until = hour + chrono::Duration::hours(1);
-        r.pipeline.on_reply(Reply::LoadedHour { until, rollups: vec![probes.clone()] }, now);
+        r.pipeline
+            .on_reply(Reply::LoadedHour { until, rollups: vec![probes.clone()], read_ahead: Default::default() }, now);
         r.pipeline.on_reply(Reply::LoadFailed("store call timed out after 3s".into()), now);
         r.pipeline.persist(now);
         finish_load(&mut r.pipeline, now).await;

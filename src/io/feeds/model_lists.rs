@@ -100,13 +100,18 @@ impl SeenModels {
 
     /// Writes the state to `path` atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        std::fs::create_dir_all(&dir)?;
-        let tmp = tempfile::NamedTempFile::new_in(&dir)?;
-        serde_json::to_writer(tmp.as_file(), self)?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        write_atomically(path, &serde_json::to_vec(self)?)
     }
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it, so a crash leaves the old file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    std::fs::create_dir_all(&dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// The decision, pure: folds one reading of `provider` into `seen` and returns each model's
@@ -216,7 +221,9 @@ impl ModelsPoller {
 
     /// Reads every provider once (concurrently), publishes the notices and saves what was seen.
     pub async fn poll_once(&self, mut seen: SeenModels, now: DateTime<Utc>) -> SeenModels {
-        let before = seen.clone();
+        // Whether a reading told anything (each listed model's time moves): no copy of `seen` is
+        // kept to compare with, at 10,000 providers that was megabytes at the first evaluation.
+        let mut told = false;
         // A few reads at a time: each holds a connection and up to MODELS_BODY_LIMIT of body, and
         // all 500 of a large fleet at once made this poll the daemon's peak memory.
         // Collected first: a lazy `map` inside the stream trips the compiler's `Send` check of the task.
@@ -225,6 +232,7 @@ impl ModelsPoller {
         for ((p, _), result) in self.providers.iter().zip(results) {
             match result {
                 Ok(reading) => {
+                    told |= !reading.listed.is_empty();
                     let notices = judge(&mut seen, &p.name, &reading, now);
                     for (model, n) in &notices {
                         for n in n {
@@ -240,10 +248,16 @@ impl ModelsPoller {
                 }
             }
         }
-        if seen != before {
-            let (state, path) = (seen.clone(), self.seen_path.clone());
-            let saved = tokio::task::spawn_blocking(move || state.save(&path)).await;
-            if let Ok(Err(e)) = saved {
+        if told {
+            // The text goes to the blocking write, not a copy of the map (about three times its size).
+            let path = self.seen_path.clone();
+            let saved = match serde_json::to_vec(&seen) {
+                Ok(bytes) => tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = saved {
                 tracing::warn!(path = %self.seen_path.display(), error = %e, "models seen not saved; kept in memory");
             }
         }

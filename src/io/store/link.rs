@@ -34,6 +34,11 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// Stored hours a load holds at once, read but not yet folded in by the pipeline: one folding
+/// and one read ahead. Unpaced, a link that reads faster than the pipeline folds (a fast
+/// database beside a busy pipeline) queued every hour of the week it had read, tens of MB each
+/// at 10,000 targets.
+pub const HOURS_AHEAD: usize = 2;
 /// Longest one store call of the link may take; a hanging database costs this, not a stall.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// First and longest wait between attempts to write what is pending.
@@ -204,6 +209,9 @@ pub enum Reply {
         until: DateTime<Utc>,
         /// Its rollups.
         rollups: Vec<Rollup>,
+        /// Held until this reply is dropped, after the hour is folded in: the link reads on only
+        /// while fewer than [`HOURS_AHEAD`] hours wait.
+        read_ahead: ReadAhead,
     },
     /// The long-prompt probe runs of the stored window ([`Query::Load`]), oldest first.
     LoadedWorkloads(Vec<crate::vocab::workload::WorkloadRun>),
@@ -335,6 +343,14 @@ impl LinkHandle {
     pub fn try_reply(&mut self) -> Option<Reply> {
         self.replies.try_recv().ok()
     }
+}
+
+/// One of a load's [`HOURS_AHEAD`] places, taken while its hour is read and given back when the
+/// reply carrying it is dropped; `ReadAhead::default()` holds none (a reply built elsewhere).
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    /// Given back on drop; never read.
+    _place: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// What the link reads every interval for the alert stage and the status page.
@@ -515,14 +531,7 @@ impl Link {
                 r = self.records.recv(), if records_open => match r {
                     Some(r) => {
                         self.accept(r).await;
-                        // Take what else is queued before writing states, so a persist of a
-                        // thousand breakers is one pass, not a thousand.
-                        while let Ok(r) = self.records.try_recv() {
-                            self.accept(r).await;
-                        }
-                        if !self.pending.is_empty() && Instant::now() >= self.next_attempt {
-                            self.retry().await;
-                        }
+                        self.take_queued().await;
                     }
                     None => records_open = false,
                 },
@@ -539,6 +548,18 @@ impl Link {
             }
         }
         self.finish().await;
+    }
+
+    /// Takes every record queued and writes what is pending when a write is due. Everything
+    /// queued is taken before states are written, so a persist of a thousand breakers is one
+    /// pass, not a thousand; and a state superseded while it waited is dropped, not written.
+    async fn take_queued(&mut self) {
+        while let Ok(r) = self.records.try_recv() {
+            self.accept(r).await;
+        }
+        if !self.pending.is_empty() && Instant::now() >= self.next_attempt {
+            self.retry().await;
+        }
     }
 
     /// Stores an ordered record (transition, outbox items) now if nothing waits before it, else
@@ -740,13 +761,30 @@ impl Link {
     async fn answer(&mut self, q: Query) {
         let reply = match q {
             Query::Load { region, from, until, breakers } => {
+                let places = Arc::new(tokio::sync::Semaphore::new(HOURS_AHEAD));
                 let mut hour = from;
                 while hour < until {
                     let next = hour + chrono::Duration::hours(1);
+                    // The pipeline gives a place back once it has folded an hour in; once it has
+                    // dropped its end (the daemon stopping) nothing reads the rest.
+                    let place = tokio::select! {
+                        biased;
+                        () = self.replies.closed() => None,
+                        p = places.clone().acquire_owned() => p.ok(),
+                    };
+                    let Some(place) = place else {
+                        tracing::debug!(until = %hour, "stored window's read-back abandoned: nobody reads the rest");
+                        return;
+                    };
+                    // Probes are judged while a start reads its week back (minutes at 10,000
+                    // targets): their pages go out now, not after it, and each minute's alert
+                    // state and region view replace the last instead of piling up behind it.
+                    self.take_queued().await;
                     let r = region.clone();
                     match self.call(|s| async move { s.rollups_between(Some(&r), hour, Some(next)).await }).await {
                         Ok(rollups) => {
-                            let _ = self.replies.send(Reply::LoadedHour { until: next, rollups });
+                            let read_ahead = ReadAhead { _place: Some(place) };
+                            let _ = self.replies.send(Reply::LoadedHour { until: next, rollups, read_ahead });
                         }
                         Err(e) => {
                             let _ = self.replies.send(Reply::LoadFailed(e.to_string()));
@@ -931,6 +969,63 @@ mod tests {
     use crate::vocab::breaker::State;
     use crate::vocab::health::{Health, HealthState};
     use crate::vocab::target::Target;
+
+    /// A start's read-back holds at most [`HOURS_AHEAD`] stored hours the pipeline has not folded
+    /// in: the link reads the next hour only once a reply is dropped, writes what was stored
+    /// meanwhile between hours, and gives the rest up once the pipeline's end is gone (a stop
+    /// during the read-back), instead of reading on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_load_reads_ahead_only_as_far_as_the_pipeline_has_folded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = super::super::open(&format!("sqlite://{}", dir.path().join("v.db").display())).await.expect("open");
+        store.migrate().await.expect("migrate");
+        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let from = "2026-12-01T00:00:00Z".parse::<DateTime<Utc>>().expect("time");
+        let rollups: Vec<Rollup> = (0..6)
+            .map(|h| Rollup {
+                target: t.clone(),
+                metric: "ttfb".into(),
+                hour: from + chrono::Duration::hours(h),
+                count: 1,
+                histogram: vec![h as u8],
+            })
+            .collect();
+        store.upsert_rollups(&rollups).await.expect("stored");
+        let reader = store.clone();
+        let spool = SpoolOf::open(dir.path(), 1 << 20).expect("spool");
+        let (link, mut handle) = Link::new(store, spool, None);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(link.run(stop.clone()));
+        let until = from + chrono::Duration::hours(6);
+        handle.ask(Query::Load { region: "eu".into(), from, until, breakers: false });
+
+        let hour_of = |r: &Reply| match r {
+            Reply::LoadedHour { rollups, .. } => rollups.iter().map(|r| r.hour).collect::<Vec<_>>(),
+            other => panic!("an hour, not {other:?}"),
+        };
+        let first =
+            tokio::time::timeout(Duration::from_secs(10), handle.reply()).await.expect("in time").expect("reply");
+        let second =
+            tokio::time::timeout(Duration::from_secs(10), handle.reply()).await.expect("in time").expect("reply");
+        assert_eq!((hour_of(&first), hour_of(&second)), (vec![rollups[0].hour], vec![rollups[1].hour]));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(handle.try_reply().is_none(), "no third hour is read while two wait");
+        // What the pipeline stores meanwhile is written between hours, not after the whole load.
+        let state = crate::vocab::records::StateJson::of(&serde_json::json!({ "v": 1 })).expect("json");
+        handle.store(Record::AlertState { region: "eu".into(), state: state.clone() });
+        drop(first);
+        let third =
+            tokio::time::timeout(Duration::from_secs(10), handle.reply()).await.expect("in time").expect("reply");
+        assert_eq!(hour_of(&third), vec![rollups[2].hour], "the next hour once one was folded");
+        let saved = reader.load_alert_state("eu").await.expect("read").map(|s| s.as_str().to_string());
+        assert_eq!(saved.as_deref(), Some(state.as_str()), "stored before the load's end");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(handle.try_reply().is_none(), "still two at most");
+
+        // The pipeline ends mid-load: its end dropped, the link gives the rest up and stops.
+        drop((second, third, handle));
+        tokio::time::timeout(Duration::from_secs(10), task).await.expect("the link ends").expect("no panic");
+    }
 
     /// A start restores the newest spooled alert state of its own region, whichever record
     /// carried it, from a spool a stopped run left on disk; none when the spool holds none.

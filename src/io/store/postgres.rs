@@ -514,6 +514,15 @@ impl Backend for PgStore {
         query(stmt).fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))
     }
 
+    async fn decoded<T: Send + 'static>(
+        &self,
+        stmt: Stmt,
+        decode: for<'r> fn(&'r PgRow) -> Result<T, sqlx::Error>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut conn = self.conn().await?;
+        super::backend::decode_each(query(stmt).fetch(&mut *conn), decode, |e| self.fail(e)).await
+    }
+
     fn integrity(&self) -> Result<(), String> {
         match self.corrupt.lock() {
             Ok(c) => c.clone().map_or(Ok(()), Err),

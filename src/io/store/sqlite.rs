@@ -611,6 +611,18 @@ impl Backend for SqliteStore {
         query(stmt).fetch_all(&pool).await.map_err(|e| self.fail(e))
     }
 
+    async fn decoded<T: Send + 'static>(
+        &self,
+        stmt: Stmt,
+        decode: for<'r> fn(&'r SqliteRow) -> Result<T, sqlx::Error>,
+    ) -> Result<Vec<T>, StoreError> {
+        let pool = match reads_only(&stmt.sql) {
+            true => self.pool_for_query().await?,
+            false => self.pool_for_write().await?,
+        };
+        super::backend::decode_each(query(stmt).fetch(&pool), decode, |e| self.fail(e)).await
+    }
+
     fn integrity(&self) -> Result<(), String> {
         match self.corrupt.lock() {
             Ok(c) => c.clone().map_or(Ok(()), Err),
