@@ -238,6 +238,15 @@ impl SqliteStore {
         Ok(self.pool())
     }
 
+    /// The pool for a statement that returns rows: the write pool when it may still write
+    /// (`INSERT … RETURNING`), else the query pool.
+    async fn pool_for_rows(&self, sql: &str) -> Result<SqlitePool, StoreError> {
+        match reads_only(sql) {
+            true => self.pool_for_query().await,
+            false => self.pool_for_write().await,
+        }
+    }
+
     /// Opens the path again once the file has been gone for [`REOPEN_AFTER`]: the old pool is
     /// closed first, then the `-wal` and `-shm` files the vanished database left at the path are
     /// set aside (SQLite leaves them when its file was moved or deleted, and would read the old
@@ -603,11 +612,7 @@ impl Backend for SqliteStore {
     }
 
     async fn rows(&self, stmt: Stmt) -> Result<Vec<SqliteRow>, StoreError> {
-        // A statement that returns rows may still write (`INSERT … RETURNING`).
-        let pool = match reads_only(&stmt.sql) {
-            true => self.pool_for_query().await?,
-            false => self.pool_for_write().await?,
-        };
+        let pool = self.pool_for_rows(&stmt.sql).await?;
         query(stmt).fetch_all(&pool).await.map_err(|e| self.fail(e))
     }
 
@@ -616,10 +621,7 @@ impl Backend for SqliteStore {
         stmt: Stmt,
         decode: for<'r> fn(&'r SqliteRow) -> Result<T, sqlx::Error>,
     ) -> Result<Vec<T>, StoreError> {
-        let pool = match reads_only(&stmt.sql) {
-            true => self.pool_for_query().await?,
-            false => self.pool_for_write().await?,
-        };
+        let pool = self.pool_for_rows(&stmt.sql).await?;
         super::backend::decode_each(query(stmt).fetch(&pool), decode, |e| self.fail(e)).await
     }
 
