@@ -65,12 +65,15 @@ async fn failing_provider_pages_once_and_resolves_once() {
     assert!(first.header("idempotency-key").is_some());
 
     healthy.store(true, Ordering::SeqCst);
-    let all = eventually(Duration::from_secs(60), "the errors alert to resolve", || {
-        let all = deliveries(&hook);
-        let resolved = all.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string()));
-        async move { resolved.then_some(all) }
-    })
-    .await;
+    let resolved =
+        |d: &Vec<(String, Vec<String>)>| d.iter().any(|(s, k)| s == "resolved" && k.contains(&"errors".to_string()));
+    let all = settle(Duration::from_secs(60), || async { deliveries(&hook) }, resolved).await;
+    if !resolved(&all) {
+        // Say why: the daemon's own view of the target (breaker, health, last probe) beside what was sent.
+        let view = reqwest::get(daemon.url("/v1/targets")).await.expect("targets");
+        let view = view.text().await.unwrap_or_default();
+        panic!("waited 60s for the errors alert to resolve; delivered {all:?}; /v1/targets: {view}");
+    }
     daemon.stop().await;
 
     let count = |status: &str| all.iter().filter(|(s, k)| s == status && k.contains(&"errors".to_string())).count();

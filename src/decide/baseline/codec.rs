@@ -4,6 +4,7 @@
 use crate::vocab::records::Rollup;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
+use std::sync::OnceLock;
 
 /// Lowest recordable value (1 µs, or 0.001 tok/s).
 pub const LOWEST: u64 = 1;
@@ -100,29 +101,9 @@ pub(super) fn sparse_total(hist: &[(u32, u32)]) -> u64 {
 pub(super) fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
     let mut out = [0u64; 3];
     let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
-    let mut a = a.peekable();
-    let (mut j, mut seen, mut k) = (0, 0u64, 0);
+    let (mut a, mut j, mut seen, mut k) = (a.peekable(), 0, 0u64, 0);
     while k < 3 {
-        let (index, count) = match (a.peek().copied(), b.get(j).copied()) {
-            (None, None) => break,
-            (Some(x), Some(y)) if x.0 == y.0 => {
-                a.next();
-                j += 1;
-                (x.0, x.1.saturating_add(y.1))
-            }
-            (Some(x), Some(y)) if y.0 < x.0 => {
-                j += 1;
-                y
-            }
-            (None, Some(y)) => {
-                j += 1;
-                y
-            }
-            (Some(x), _) => {
-                a.next();
-                x
-            }
-        };
+        let Some((index, _, count)) = next_merged(&mut a, b, &mut j) else { break };
         seen += u64::from(count);
         while k < 3 && seen >= ranks[k] {
             out[k] = reported_value(index);
@@ -132,33 +113,219 @@ pub(super) fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], t
     out
 }
 
-/// A sparse histogram packed as LEB128 (index delta, count) pairs: about 2 bytes an entry instead of 8,
-/// which is what lets a week of hourly rollups for thousands of targets stay in memory.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct Packed(Box<[u8]>);
-
-fn put_varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
+/// The next bucket of `a` and `b[*j..]` summed by index: the bucket, its count in `a`, its count in both.
+fn next_merged(
+    a: &mut std::iter::Peekable<impl Iterator<Item = (u32, u32)>>,
+    b: &[(u32, u32)],
+    j: &mut usize,
+) -> Option<(u32, u32, u32)> {
+    match (a.peek().copied(), b.get(*j).copied()) {
+        (None, None) => None,
+        (Some(x), Some(y)) if x.0 == y.0 => {
+            a.next();
+            *j += 1;
+            Some((x.0, x.1, x.1.saturating_add(y.1)))
+        }
+        (Some(x), Some(y)) if y.0 < x.0 => {
+            *j += 1;
+            Some((y.0, 0, y.1))
+        }
+        (None, Some(y)) => {
+            *j += 1;
+            Some((y.0, 0, y.1))
+        }
+        (Some(x), _) => {
+            a.next();
+            Some((x.0, x.1, x.1))
+        }
     }
-    out.push(v as u8);
+}
+
+/// A sparse histogram packed in 4-bit nibbles, about 0.7 bytes an entry (LEB128 pairs took 2, the
+/// unpacked pairs 8): the week's merged histograms are most of what stored history costs in
+/// memory, 67 MB at 10,000 targets where LEB128 took 136 MB (docs/BENCHMARKS.md, "Baselines").
+///
+/// Most entries of a latency histogram sit in the bucket right after the previous one with a small
+/// count, so that case is one nibble holding the count (1–14). Nibble 15 is the next bucket with a
+/// count of 15 or more (15 plus a varint follows); nibble 0 is any other entry (a varint index
+/// delta, then a varint count). A varint is 3 bits a nibble, low first, the fourth bit saying
+/// another follows. Two nibbles a byte, low first; a last odd nibble is padded with 0, which reads
+/// as an entry cut short and ends the iteration.
+///
+/// Nibbles decode slower than bytes, so a packed histogram also keeps, once asked, where its
+/// reading can resume near each baseline percentile ([`Packed::quantiles`]): a refresh then
+/// reads a few dozen entries of the week's fold instead of all of them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Packed(Box<[u8]>, OnceLock<Box<[Mark; 3]>>);
+
+impl PartialEq for Packed {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+/// The percentiles every baseline publishes, in the order [`Packed::quantiles`] is asked them.
+pub(super) const PUBLISHED: [f64; 3] = [0.5, 0.95, 0.99];
+
+/// A place to resume reading a [`Packed`]: before the entry at bucket `next`, with `below`
+/// counted in the entries before it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Mark {
+    /// Nibble offset of the entry.
+    nibble: u32,
+    /// Bucket of the entry before (the reader's running index).
+    index: u32,
+    next: u32,
+    below: u64,
+}
+
+/// Writes [`Packed`]'s nibbles, sixteen at a time through one word.
+struct Nibbles {
+    out: Vec<u8>,
+    word: u64,
+    /// Nibbles in `word`.
+    filled: u32,
+    previous: u32,
+}
+
+impl Nibbles {
+    fn with_capacity(bytes: usize) -> Nibbles {
+        Nibbles { out: Vec::with_capacity(bytes), word: 0, filled: 0, previous: 0 }
+    }
+
+    #[inline(always)]
+    fn put(&mut self, nibble: u32) {
+        self.word |= u64::from(nibble) << (4 * self.filled);
+        self.filled += 1;
+        if self.filled == 16 {
+            self.out.extend_from_slice(&self.word.to_le_bytes());
+            (self.word, self.filled) = (0, 0);
+        }
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, mut v: u32) {
+        while v >= 8 {
+            self.put((v & 7) | 8);
+            v >>= 3;
+        }
+        self.put(v);
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, (index, count): (u32, u32)) {
+        let delta = index - self.previous;
+        self.previous = index;
+        match count {
+            1..=14 if delta == 1 => self.put(count),
+            _ => self.long_entry(delta, count),
+        }
+    }
+
+    fn long_entry(&mut self, delta: u32, count: u32) {
+        if delta == 1 && count >= 15 {
+            self.put(15);
+            self.varint(count - 15);
+        } else {
+            self.put(0);
+            self.varint(delta);
+            self.varint(count);
+        }
+    }
+
+    fn finish(mut self) -> Packed {
+        let bytes = (self.filled as usize).div_ceil(2);
+        self.out.extend_from_slice(&self.word.to_le_bytes()[..bytes]);
+        Packed(self.out.into_boxed_slice(), OnceLock::new())
+    }
 }
 
 impl Packed {
     pub(super) fn pack(entries: impl IntoIterator<Item = (u32, u32)>) -> Packed {
-        let mut out = Vec::new();
-        let mut previous = 0;
-        for (index, count) in entries {
-            put_varint(&mut out, index - previous);
-            put_varint(&mut out, count);
-            previous = index;
-        }
-        Packed(out.into_boxed_slice())
+        let mut out = Nibbles::with_capacity(0);
+        entries.into_iter().for_each(|e| out.entry(e));
+        out.finish()
     }
 
     pub(super) fn iter(&self) -> PackedIter<'_> {
-        PackedIter { bytes: &self.0, pos: 0, index: 0 }
+        PackedIter { bytes: &self.0, word: 0, left: 0, index: 0 }
+    }
+
+    /// The reader at `mark`.
+    fn iter_at(&self, mark: &Mark) -> PackedIter<'_> {
+        let start = (mark.nibble / 2) as usize;
+        let mut it = PackedIter { bytes: self.0.get(start..).unwrap_or_default(), word: 0, left: 0, index: mark.index };
+        if mark.nibble % 2 == 1 {
+            it.nibble();
+        }
+        it
+    }
+
+    /// For each of [`PUBLISHED`], the last entry at which at most the quantile's share of the
+    /// count less a margin lies below: the margin leaves room for the recent hours' samples, which
+    /// sit anywhere in the distribution and move the rank by at most their count.
+    fn marks(&self) -> &[Mark; 3] {
+        self.1.get_or_init(|| {
+            let total: u64 = self.iter().map(|e| u64::from(e.1)).sum();
+            let margin = total / 64 + 64;
+            let limits = PUBLISHED.map(|q| ((q * total as f64) as u64).saturating_sub(margin));
+            let mut marks = [Mark::default(); 3];
+            let mut it = self.iter();
+            let mut below = 0u64;
+            loop {
+                let (nibble, index) = (it.nibble_offset(self.0.len()), it.index);
+                let Some((next, count)) = it.next() else { break };
+                for (mark, limit) in marks.iter_mut().zip(limits) {
+                    if below <= limit {
+                        *mark = Mark { nibble, index, next, below };
+                    }
+                }
+                below += u64::from(count);
+            }
+            Box::new(marks)
+        })
+    }
+
+    /// [`quantiles`] of this histogram plus `recent` (`total` counting both), resuming at the
+    /// marks of [`Packed::marks`] where they lie before the rank sought; the same answers as
+    /// reading from the start.
+    pub(super) fn quantiles(&self, recent: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
+        let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
+        let marks = self.marks();
+        let mut out = [0u64; 3];
+        let (mut a, mut j, mut seen, mut read_below) = (self.iter().peekable(), 0usize, 0u64, 0u64);
+        let (mut k, mut look) = (0, true);
+        while k < 3 {
+            // Once per rank sought: jump ahead to the furthest mark past what was read that lies
+            // before rank k (counting the recent entries below it).
+            if std::mem::take(&mut look) {
+                for mark in marks.iter().rev() {
+                    if mark.below <= read_below {
+                        continue;
+                    }
+                    let (mut j2, mut recent_below) = (j, 0u64);
+                    while let Some(e) = recent.get(j2).filter(|e| e.0 < mark.next) {
+                        recent_below += u64::from(e.1);
+                        j2 += 1;
+                    }
+                    let at = mark.below + (seen - read_below) + recent_below;
+                    if at < ranks[k] {
+                        (a, j, seen, read_below) = (self.iter_at(mark).peekable(), j2, at, mark.below);
+                        break;
+                    }
+                }
+            }
+            // Read on to rank k, as `quantiles` does.
+            let Some((index, from_fold, count)) = next_merged(&mut a, recent, &mut j) else { break };
+            read_below += u64::from(from_fold);
+            seen += u64::from(count);
+            while k < 3 && seen >= ranks[k] {
+                out[k] = reported_value(index);
+                k += 1;
+                look = true;
+            }
+        }
+        out
     }
 
     pub(super) fn unpack(&self) -> Sparse {
@@ -167,13 +334,7 @@ impl Packed {
 
     /// `self ± other` as a new packed histogram, streamed without unpacking `self`.
     pub(super) fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
-        let mut out = Vec::with_capacity(self.0.len() + if subtract { 0 } else { 3 * other.len() });
-        let mut previous = 0;
-        let mut emit = |(index, count): (u32, u32)| {
-            put_varint(&mut out, index - previous);
-            put_varint(&mut out, count);
-            previous = index;
-        };
+        let mut out = Nibbles::with_capacity(self.0.len() + if subtract { 0 } else { other.len() });
         let mut a = self.iter().peekable();
         let mut j = 0;
         loop {
@@ -184,45 +345,80 @@ impl Packed {
                     j += 1;
                     let c = if subtract { x.1.saturating_sub(y.1) } else { x.1.saturating_add(y.1) };
                     if c > 0 {
-                        emit((x.0, c));
+                        out.entry((x.0, c));
                     }
                 }
                 (Some(x), Some(y)) if y.0 < x.0 => {
                     j += 1;
                     if !subtract {
-                        emit(y);
+                        out.entry(y);
                     }
                 }
                 (None, Some(y)) => {
                     j += 1;
                     if !subtract {
-                        emit(y);
+                        out.entry(y);
                     }
                 }
                 (Some(x), _) => {
                     a.next();
-                    emit(x);
+                    out.entry(x);
                 }
             }
         }
-        Packed(out.into_boxed_slice())
+        out.finish()
     }
 }
 
+/// The entries of a [`Packed`], ascending by index.
 pub(super) struct PackedIter<'a> {
+    /// Bytes not yet read into `word`.
     bytes: &'a [u8],
-    pos: usize,
+    word: u64,
+    /// Nibbles left in `word`.
+    left: u32,
     index: u32,
 }
 
 impl PackedIter<'_> {
+    /// Nibbles read so far, of a histogram `len` bytes long.
+    fn nibble_offset(&self, len: usize) -> u32 {
+        u32::try_from(2 * (len - self.bytes.len())).unwrap_or(u32::MAX) - self.left
+    }
+
+    #[inline(always)]
+    fn nibble(&mut self) -> Option<u32> {
+        if self.left == 0 {
+            let take = self.bytes.len().min(8);
+            if take == 0 {
+                return None;
+            }
+            let mut word = [0u8; 8];
+            word[..take].copy_from_slice(&self.bytes[..take]);
+            self.bytes = &self.bytes[take..];
+            (self.word, self.left) = (u64::from_le_bytes(word), 2 * take as u32);
+        }
+        let nibble = (self.word & 0x0f) as u32;
+        self.word >>= 4;
+        self.left -= 1;
+        Some(nibble)
+    }
+
+    #[inline(always)]
     fn varint(&mut self) -> Option<u32> {
-        let mut v = 0u32;
-        for shift in (0..35).step_by(7) {
-            let b = *self.bytes.get(self.pos)?;
-            self.pos += 1;
-            v |= u32::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
+        match self.nibble()? {
+            n @ 0..8 => Some(n),
+            n => self.varint_rest(n & 7),
+        }
+    }
+
+    /// A varint's nibbles after a first that said more follow.
+    #[cold]
+    fn varint_rest(&mut self, mut v: u32) -> Option<u32> {
+        for shift in (3..33).step_by(3) {
+            let n = self.nibble()?;
+            v |= (n & 7) << shift;
+            if n & 8 == 0 {
                 return Some(v);
             }
         }
@@ -232,10 +428,14 @@ impl PackedIter<'_> {
 
 impl Iterator for PackedIter<'_> {
     type Item = (u32, u32);
+    #[inline(always)]
     fn next(&mut self) -> Option<(u32, u32)> {
-        let delta = self.varint()?;
-        let count = self.varint()?;
-        self.index += delta;
+        let (delta, count) = match self.nibble()? {
+            0 => (self.varint()?, self.varint()?),
+            15 => (1, self.varint()?.saturating_add(15)),
+            count => (1, count),
+        };
+        self.index = self.index.wrapping_add(delta);
         Some((self.index, count))
     }
 }
@@ -463,9 +663,93 @@ mod tests {
         let p = Packed::pack(entries.clone());
         assert_eq!(p.unpack(), entries);
         assert!(p.0.len() < 8 * entries.len());
+        assert!(Packed::pack([(1, 1), (2, 2)]).0.len() == 1, "two next-bucket entries, one byte");
         let added = p.merged(&[(5, 1), (6, 2)], false).unpack();
         assert_eq!(added, [(0, 1), (5, 301), (6, 2), (21_000, 70_000), (21_503, u32::MAX)]);
         assert_eq!(p.merged(&[(5, 300)], true).unpack(), [(0, 1), (21_000, 70_000), (21_503, u32::MAX)]);
+    }
+
+    #[test]
+    fn packed_nibbles_round_trip_every_kind_of_entry() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let mut cases: Vec<Sparse> = vec![
+            Vec::new(),
+            vec![(0, 0)],
+            vec![(0, 14), (1, 15), (2, 16), (3, 0), (4, 1)],
+            vec![(1, 1), (2, u32::MAX), (3, 14), (u32::MAX, 7)],
+            vec![(index_for(HIGHEST), u32::MAX)],
+            // An odd number of nibbles ends on a padded byte.
+            vec![(1, 3)],
+            vec![(1, 3), (2, 3), (3, 3)],
+        ];
+        for _ in 0..300 {
+            let mut sparse = Sparse::new();
+            for _ in 0..rng.random_range(1..400) {
+                let count = if rng.random::<bool>() { rng.random_range(1..20) } else { rng.random_range(0..u32::MAX) };
+                sparse_insert(&mut sparse, rng.random_range(0..3_000), count);
+            }
+            cases.push(sparse);
+        }
+        for sparse in cases {
+            let packed = Packed::pack(sparse.clone());
+            assert_eq!(packed.unpack(), sparse, "{sparse:?}");
+            assert_eq!(Packed::default().merged(&sparse, false).unpack(), sparse, "merged onto nothing");
+        }
+    }
+
+    #[test]
+    fn quantiles_resumed_at_marks_agree_with_reading_from_the_start() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+        let draw = |rng: &mut rand::rngs::StdRng, n: usize, spread: u32| {
+            let mut h = Sparse::new();
+            for _ in 0..n {
+                sparse_insert(&mut h, 20_000 + rng.random_range(0..spread), rng.random_range(1..4));
+            }
+            h
+        };
+        let qs_all = [PUBLISHED, [0.0, 0.001, 1.0], [0.3, 0.3, 0.3], [0.999, 0.9999, 1.0]];
+        for case in 0..400 {
+            let (n, spread) = (rng.random_range(0..3_000), rng.random_range(1..4_000));
+            let fold = Packed::pack(draw(&mut rng, n, spread));
+            // Recent hours from none to more than the marks' margin, anywhere in the range.
+            let spread = rng.random_range(1..6_000);
+            let recent = draw(&mut rng, [0, 5, 60, 500, 4_000][case % 5], spread);
+            let total = fold.iter().map(|e| u64::from(e.1)).sum::<u64>() + sparse_total(&recent);
+            if total == 0 {
+                continue;
+            }
+            for qs in qs_all {
+                let want = quantiles(fold.iter(), &recent, total, qs);
+                assert_eq!(fold.quantiles(&recent, total, qs), want, "case {case}, {qs:?}");
+            }
+        }
+        // The marks are kept with the histogram, and a merge makes a histogram without them.
+        let fold = Packed::pack(draw(&mut rng, 2_000, 3_000));
+        let before = fold.quantiles(&[], 4_000, PUBLISHED);
+        assert!(fold.1.get().is_some());
+        let merged = fold.merged(&[(20_001, 5)], false);
+        assert!(merged.1.get().is_none());
+        assert_eq!(merged.quantiles(&[], 4_005, PUBLISHED), quantiles(merged.iter(), &[], 4_005, PUBLISHED));
+        assert_eq!(before, quantiles(fold.iter(), &[], 4_000, PUBLISHED));
+    }
+
+    #[test]
+    fn a_week_of_latencies_packs_under_a_byte_an_entry() {
+        // 10,080 log-normal values (a week of one probe a minute) around 100 ms, one in a hundred
+        // five times slower, as the baselines bench draws them.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        let mut week = Sparse::new();
+        for _ in 0..10_080 {
+            let (u1, u2) = (1.0 - rng.random::<f64>(), rng.random::<f64>());
+            let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            let spike = if rng.random::<f64>() < 0.01 { 5.0 } else { 1.0 };
+            let ms: f64 = 100.0 * spike * (0.25 * normal).exp();
+            sparse_insert(&mut week, index_for(to_recorded(ms).expect("finite")), 1);
+        }
+        let packed = Packed::pack(week.clone());
+        assert_eq!(packed.unpack(), week);
+        assert!(week.len() > 1_000, "{} buckets", week.len());
+        assert!(packed.0.len() < week.len(), "{} bytes for {} entries", packed.0.len(), week.len());
     }
 
     #[test]

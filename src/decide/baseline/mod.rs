@@ -360,7 +360,7 @@ impl Baselines {
         } else {
             let recent =
                 w.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
-            let values = quantiles(w.folded.packed.iter(), &recent, count, [q, q, q]);
+            let values = w.folded.packed.quantiles(&recent, count, [q, q, q]);
             Some(values[0] as f64 / SCALE)
         };
         series.any[slot] = Some((q.to_bits(), v));

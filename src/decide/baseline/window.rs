@@ -1,10 +1,10 @@
 //! Hour windows of one series: the recent hours held one by one, the rest of the window folded
 //! into one tally, and how an hour moves from held to folded to gone.
 
-use super::codec::quantiles;
 use super::codec::sparse_merge;
 use super::codec::Packed;
 use super::codec::Sparse;
+use super::codec::PUBLISHED;
 use super::codec::SCALE;
 use super::Baseline;
 use chrono::{DateTime, TimeZone, Utc};
@@ -179,7 +179,7 @@ impl Series {
         if count == 0 {
             return Baseline::default();
         }
-        let values = quantiles(w.folded.packed.iter(), &recent, count, [0.5, 0.95, 0.99]);
+        let values = w.folded.packed.quantiles(&recent, count, PUBLISHED);
         let publish = |k: usize| (count >= min[k]).then(|| values[k] as f64 / SCALE);
         Baseline { count, p50: publish(0), p95: publish(1), p99: publish(2) }
     }
