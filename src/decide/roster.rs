@@ -4,7 +4,9 @@
 //! the pages and runs the region's once-only work). Ownership is asked at a probe's *scheduled*
 //! time, which every member computes alike, so a member's clock skew never double-probes a
 //! target or skips it; a joining member names a start (`active_from`) far enough ahead that
-//! every member has read its row before its share moves.
+//! every member has read its row before its share moves. A member that leaves keeps, in each
+//! reader's roster, what was due before the read that found it gone: a probe started late on a
+//! busy member never repeats one the leaver made just before it stopped.
 
 use crate::vocab::member::Member;
 use chrono::{DateTime, Utc};
@@ -36,18 +38,25 @@ impl Timing {
     }
 }
 
+/// How long (in multiples of `ttl`) a departed member keeps what was due before its departure
+/// was read: far beyond any probe start's lag.
+const GONE_KEPT: u32 = 4;
+
 /// One read of a region's members, from one member's point of view.
 #[derive(Debug, Clone)]
 pub struct Roster {
     me: Member,
     /// Every live member at the read, `me` included, by id.
     live: Vec<Member>,
+    /// Members live at an earlier read and gone since, each with the read that found it gone:
+    /// probes due before that read are still theirs.
+    gone: Vec<(Member, DateTime<Utc>)>,
 }
 
 impl Roster {
     /// The roster before any read, or without shared storage: this member alone, owning everything.
     pub fn alone(me: Member) -> Roster {
-        Roster { live: vec![me.clone()], me }
+        Roster { live: vec![me.clone()], me, gone: Vec::new() }
     }
 
     /// The roster read at `read_at`: members whose heartbeat is at most `ttl` old then. This
@@ -59,7 +68,22 @@ impl Roster {
             rows.into_iter().filter(|m| m.id != me.id && read_at - m.heartbeat_at <= ttl).collect();
         live.push(me.clone());
         live.sort_by(|a, b| a.id.cmp(&b.id));
-        Roster { me, live }
+        Roster { me, live, gone: Vec::new() }
+    }
+
+    /// This read (made at `read_at`) as the one after `previous`: a member live then and absent
+    /// now (a clean stop removed its row, or its heartbeat went stale) keeps the probes due before
+    /// `read_at`. Without this, a probe this member starts a moment late would repeat one the
+    /// leaver made on time just before it stopped; with it, the leaver's share moves at the first
+    /// probe due after the read, as a joiner's does at its start. Departures are forgotten
+    /// [`GONE_KEPT`] × `ttl` after they were read.
+    pub fn after(mut self, previous: &Roster, read_at: DateTime<Utc>, ttl: Duration) -> Roster {
+        let keep = chrono::Duration::from_std(ttl * GONE_KEPT).unwrap_or(chrono::Duration::MAX);
+        let is_live = |id: &str| self.live.iter().any(|m| m.id == id);
+        let departed = previous.live.iter().filter(|m| !is_live(&m.id)).map(|m| (m.clone(), read_at));
+        let still_gone = previous.gone.iter().filter(|(m, at)| read_at - *at <= keep && !is_live(&m.id)).cloned();
+        self.gone = still_gone.chain(departed).collect();
+        self
     }
 
     /// This member.
@@ -83,10 +107,11 @@ impl Roster {
     }
 
     /// The member that probes `key` (a target id) at `at`: the highest rendezvous score among
-    /// those taking part. When one leaves, only its keys move; when one joins, only the keys it
-    /// wins move to it.
+    /// those taking part, and those gone since `at` whose share it was. When one leaves, only its
+    /// keys move; when one joins, only the keys it wins move to it.
     pub fn owner(&self, key: &str, at: DateTime<Utc>) -> Option<&Member> {
-        self.active_at(at).max_by_key(|m| (score(&m.id, key), m.id.as_str()))
+        let gone = self.gone.iter().filter(|(m, until)| m.active_from <= at && at < *until).map(|(m, _)| m);
+        self.active_at(at).chain(gone).max_by_key(|m| (score(&m.id, key), m.id.as_str()))
     }
 
     /// Whether this member probes `key` at `at`.
@@ -217,6 +242,38 @@ mod tests {
                 assert_eq!(was, now, "{k} did not belong to c, so it stays");
             }
         }
+    }
+
+    #[test]
+    fn a_leaver_keeps_what_was_due_before_its_departure_was_read() {
+        let (a, b, c) = (member("a", 0, 100, 0), member("b", 5, 100, 0), member("c", 9, 100, 0));
+        let first = Roster::read(a.clone(), vec![a.clone(), b.clone(), c.clone()], t(100), TTL);
+        // b stopped cleanly: its row is gone at a's next read, at 105.
+        let second = Roster::read(a.clone(), vec![a.clone(), c.clone()], t(105), TTL).after(&first, t(105), TTL);
+        let without_b = Roster::read(a.clone(), vec![a.clone(), c.clone()], t(105), TTL);
+        let b_keys: Vec<String> =
+            keys().into_iter().filter(|k| first.owner(k, t(104)).is_some_and(|m| m.id == "b")).collect();
+        assert!(b_keys.len() > 500, "b had a share: {}", b_keys.len());
+        for k in &b_keys {
+            assert!(!second.owns(k, t(104)), "{k}: due before the read, b's probe (made or not), never a's repeat");
+            assert_eq!(second.owner(k, t(105)).map(|m| &m.id), without_b.owner(k, t(105)).map(|m| &m.id), "{k}");
+        }
+        assert!(keys().iter().any(|k| second.owns(k, t(105)) && !first.owns(k, t(105))), "a takes some of b's share");
+        assert_eq!(second.peers(), 1, "b is not live");
+        assert!(second.leads(t(105)));
+
+        // Remembered across later reads for a while, then forgotten.
+        let third = Roster::read(a.clone(), vec![a.clone(), c.clone()], t(110), TTL).after(&second, t(110), TTL);
+        assert!(b_keys.iter().all(|k| !third.owns(k, t(104)) && third.owner(k, t(104)).is_some_and(|m| m.id == "b")));
+        let late = t(105 + 4 * 15 + 1);
+        let fourth = Roster::read(a.clone(), vec![a.clone(), c.clone()], late, TTL).after(&third, late, TTL);
+        assert!(b_keys.iter().all(|k| fourth.owner(k, t(104)).is_some_and(|m| m.id != "b")));
+
+        // A member found live again is not gone.
+        let back = member("b", 5, 106, 0);
+        let fifth = Roster::read(a.clone(), vec![a.clone(), back, c.clone()], t(107), TTL).after(&second, t(107), TTL);
+        assert_eq!(fifth.gone.len(), 0);
+        assert!(b_keys.iter().all(|k| fifth.owner(k, t(107)).is_some_and(|m| m.id == "b")));
     }
 
     #[test]

@@ -216,7 +216,7 @@ impl Replicas {
         let roster = Roster::read(self.me.clone(), rows, now, self.timing.ttl);
         let peers = roster.peers();
         if let Ok(mut r) = self.roster.write() {
-            *r = roster;
+            *r = roster.after(&r, now, self.timing.ttl);
         }
         self.show();
         Ok(peers)

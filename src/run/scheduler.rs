@@ -303,7 +303,10 @@ impl Scheduler {
     /// Sleeps until each armed probe is due and starts it, until none is left or `shutdown`.
     async fn dispatch(&self, armed: &mut Armed, tx: &mpsc::Sender<Sample>, shutdown: &CancellationToken) {
         while let Some(due) = armed.next_due() {
+            // A stop wins over a probe due at the same moment: once the stop fires this member's
+            // row goes, and its peers take what is due after they read that.
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(due) => self.start_due(armed, tx),
             }
