@@ -179,6 +179,15 @@ pub(super) struct Mark {
     below: u64,
 }
 
+/// The sum of the sixteen nibbles of `word`.
+#[inline(always)]
+fn nibble_sum(word: u64) -> u64 {
+    const LOW: u64 = 0x0f0f_0f0f_0f0f_0f0f;
+    // Pairs of nibbles into bytes (each at most 30), then the eight bytes added in the top one.
+    let bytes = (word & LOW) + ((word >> 4) & LOW);
+    bytes.wrapping_mul(0x0101_0101_0101_0101) >> 56
+}
+
 /// Writes [`Packed`]'s nibbles, sixteen at a time through one word.
 struct Nibbles {
     out: Vec<u8>,
@@ -200,6 +209,22 @@ impl Nibbles {
         if self.filled == 16 {
             self.out.extend_from_slice(&self.word.to_le_bytes());
             (self.word, self.filled) = (0, 0);
+        }
+    }
+
+    /// Puts `n` (1–16) nibbles at once, the first in the lowest bits of `nibbles`.
+    #[inline(always)]
+    fn put_many(&mut self, nibbles: u64, n: u32) {
+        self.word |= nibbles << (4 * self.filled);
+        let filled = self.filled + n;
+        if filled >= 16 {
+            self.out.extend_from_slice(&self.word.to_le_bytes());
+            // The nibbles that did not fit in the word just written (none when all sixteen did).
+            let used = 16 - self.filled;
+            self.word = if used == 16 { 0 } else { nibbles >> (4 * used) };
+            self.filled = filled - 16;
+        } else {
+            self.filled = filled;
         }
     }
 
@@ -261,18 +286,46 @@ impl Packed {
         it
     }
 
-    /// For each of [`PUBLISHED`], the last entry at which at most the quantile's share of the
-    /// count less a margin lies below: the margin leaves room for the recent hours' samples, which
-    /// sit anywhere in the distribution and move the rank by at most their count.
-    fn marks(&self) -> &[Mark; 3] {
+    /// For each of [`PUBLISHED`], the last entry at which at most the quantile's share of
+    /// `total` (this histogram's count) less a margin lies below: the margin leaves room for the
+    /// recent hours' samples, which sit anywhere in the distribution and move the rank by at most
+    /// their count. A mark is checked where it is used, so `total` only has to be near the truth
+    /// for the marks to be near the ranks. Runs of one-nibble entries are summed a word at a time
+    /// and looked at one by one only where a limit falls inside them.
+    fn marks(&self, total: u64) -> &[Mark; 3] {
         self.1.get_or_init(|| {
-            let total: u64 = self.iter().map(|e| u64::from(e.1)).sum();
             let margin = total / 64 + 64;
             let limits = PUBLISHED.map(|q| ((q * total as f64) as u64).saturating_sub(margin));
             let mut marks = [Mark::default(); 3];
             let mut it = self.iter();
             let mut below = 0u64;
             loop {
+                let (nibbles, n) = it.short_run(u32::MAX);
+                if n > 0 {
+                    // The run's entries are buckets `it.index - n + 1 ..= it.index`, one nibble
+                    // each, ending at the reader's offset.
+                    let end = it.nibble_offset(self.0.len());
+                    let sum = nibble_sum(nibbles);
+                    let last_below = below + sum - ((nibbles >> (4 * (n - 1))) & 0x0f);
+                    for (mark, limit) in marks.iter_mut().zip(limits) {
+                        if last_below <= limit {
+                            *mark = Mark { nibble: end - 1, index: it.index - 1, next: it.index, below: last_below };
+                        } else if below <= limit {
+                            // The limit falls inside the run: its entries one by one.
+                            let mut b = below;
+                            for i in 0..n {
+                                if b > limit {
+                                    break;
+                                }
+                                let next = it.index - n + 1 + i;
+                                *mark = Mark { nibble: end - n + i, index: next - 1, next, below: b };
+                                b += (nibbles >> (4 * i)) & 0x0f;
+                            }
+                        }
+                    }
+                    below += sum;
+                    continue;
+                }
                 let (nibble, index) = (it.nibble_offset(self.0.len()), it.index);
                 let Some((next, count)) = it.next() else { break };
                 for (mark, limit) in marks.iter_mut().zip(limits) {
@@ -291,7 +344,7 @@ impl Packed {
     /// reading from the start.
     pub(super) fn quantiles(&self, recent: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
         let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
-        let marks = self.marks();
+        let marks = self.marks(total.saturating_sub(sparse_total(recent)));
         let mut out = [0u64; 3];
         let (mut a, mut j, mut seen, mut read_below) = (self.iter().peekable(), 0usize, 0u64, 0u64);
         let (mut k, mut look) = (0, true);
@@ -332,23 +385,43 @@ impl Packed {
         self.iter().collect()
     }
 
-    /// `self ± other` as a new packed histogram, streamed without unpacking `self`.
+    /// `self ± other` as a new packed histogram, streamed without unpacking `self`. Runs of
+    /// next-bucket entries that the merge leaves as they were (most of a week's fold, when an
+    /// hour is added or taken away) are copied as nibbles, up to sixteen at a time, without
+    /// decoding them one by one; only the entries `other` touches, and the one after each entry
+    /// it inserts or empties (whose distance to the bucket before changes), are encoded again.
     pub(super) fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
         let mut out = Nibbles::with_capacity(self.0.len() + if subtract { 0 } else { other.len() });
-        let mut a = self.iter().peekable();
+        let mut a = self.iter();
+        // The entry of `self` read and not yet written.
+        let mut x: Option<(u32, u32)> = None;
         let mut j = 0;
         loop {
-            match (a.peek().copied(), other.get(j).copied()) {
-                (None, None) => break,
-                (Some(x), Some(y)) if x.0 == y.0 => {
-                    a.next();
-                    j += 1;
-                    let c = if subtract { x.1.saturating_sub(y.1) } else { x.1.saturating_add(y.1) };
-                    if c > 0 {
-                        out.entry((x.0, c));
+            if x.is_none() {
+                // The writer stands where the reader does (nothing inserted or dropped just
+                // before), so the next entries' nibbles hold as they are, up to `other`'s next.
+                if out.previous == a.index {
+                    let limit = other.get(j).map_or(u32::MAX, |y| y.0.saturating_sub(a.index).saturating_sub(1));
+                    let (nibbles, n) = a.short_run(limit);
+                    if n > 0 {
+                        out.put_many(nibbles, n);
+                        out.previous = a.index;
+                        continue;
                     }
                 }
-                (Some(x), Some(y)) if y.0 < x.0 => {
+                x = a.next();
+            }
+            match (x, other.get(j).copied()) {
+                (None, None) => break,
+                (Some(e), Some(y)) if e.0 == y.0 => {
+                    x = None;
+                    j += 1;
+                    let c = if subtract { e.1.saturating_sub(y.1) } else { e.1.saturating_add(y.1) };
+                    if c > 0 {
+                        out.entry((e.0, c));
+                    }
+                }
+                (Some(e), Some(y)) if y.0 < e.0 => {
                     j += 1;
                     if !subtract {
                         out.entry(y);
@@ -360,9 +433,9 @@ impl Packed {
                         out.entry(y);
                     }
                 }
-                (Some(x), _) => {
-                    a.next();
-                    out.entry(x);
+                (Some(e), _) => {
+                    x = None;
+                    out.entry(e);
                 }
             }
         }
@@ -386,17 +459,26 @@ impl PackedIter<'_> {
         u32::try_from(2 * (len - self.bytes.len())).unwrap_or(u32::MAX) - self.left
     }
 
+    /// Loads the next word when the last is used up; false at the end.
     #[inline(always)]
-    fn nibble(&mut self) -> Option<u32> {
+    fn refill(&mut self) -> bool {
         if self.left == 0 {
             let take = self.bytes.len().min(8);
             if take == 0 {
-                return None;
+                return false;
             }
             let mut word = [0u8; 8];
             word[..take].copy_from_slice(&self.bytes[..take]);
             self.bytes = &self.bytes[take..];
             (self.word, self.left) = (u64::from_le_bytes(word), 2 * take as u32);
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn nibble(&mut self) -> Option<u32> {
+        if !self.refill() {
+            return None;
         }
         let nibble = (self.word & 0x0f) as u32;
         self.word >>= 4;
@@ -423,6 +505,34 @@ impl PackedIter<'_> {
             }
         }
         None
+    }
+}
+
+impl PackedIter<'_> {
+    /// Reads, at most `max` and at most the rest of the current word, the entries that are each
+    /// the next bucket with a count of 1–14 (one nibble apiece): their nibbles, the first lowest,
+    /// and how many. None (0) when the next entry is of another kind or there is none.
+    #[inline(always)]
+    fn short_run(&mut self, max: u32) -> (u64, u32) {
+        const ONES: u64 = 0x1111_1111_1111_1111;
+        const HIGHS: u64 = 0x8888_8888_8888_8888;
+        if !self.refill() {
+            return (0, 0);
+        }
+        // The lowest nibble that is 0 or 15 (the two that start a longer entry) is found exactly
+        // by the classic zero-in-word test, on the word and on its complement. Past `left` the
+        // word holds zeros, so the run also stops there.
+        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+        let long = zero(self.word) | zero(!self.word);
+        let n = (long.trailing_zeros() / 4).min(self.left).min(max);
+        if n == 0 {
+            return (0, 0);
+        }
+        let nibbles = if n == 16 { self.word } else { self.word & ((1u64 << (4 * n)) - 1) };
+        self.word = if n == 16 { 0 } else { self.word >> (4 * n) };
+        self.left -= n;
+        self.index = self.index.wrapping_add(n);
+        (nibbles, n)
     }
 }
 
@@ -698,6 +808,43 @@ mod tests {
     }
 
     #[test]
+    fn merges_that_copy_unchanged_runs_agree_with_merging_pairs() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let draw = |rng: &mut rand::rngs::StdRng, n: usize, spread: u32, big: bool| {
+            let mut h = Sparse::new();
+            for _ in 0..n {
+                let count = if big && rng.random_range(0..8) == 0 {
+                    rng.random_range(15..100_000)
+                } else {
+                    rng.random_range(1..6)
+                };
+                sparse_insert(&mut h, rng.random_range(0..spread), count);
+            }
+            h
+        };
+        for case in 0..600 {
+            let (n, spread) = (rng.random_range(0..3_000), rng.random_range(1..4_000));
+            let fold = draw(&mut rng, n, spread, case % 3 == 0);
+            let spread = rng.random_range(1..5_000);
+            let hour = draw(&mut rng, [0, 1, 3, 60, 2_000][case % 5], spread, case % 2 == 0);
+            let packed = Packed::pack(fold.clone());
+            for subtract in [false, true] {
+                let want = sparse_merge(&fold, &hour, subtract);
+                let got = packed.merged(&hour, subtract);
+                assert_eq!(got.unpack(), want, "case {case}, subtract {subtract}");
+                assert_eq!(
+                    got,
+                    Packed::pack(want.iter().copied()),
+                    "case {case}: the same nibbles as packing the result"
+                );
+            }
+            // An hour added then taken away leaves the fold as it was.
+            let back = packed.merged(&hour, false).merged(&hour, true);
+            assert_eq!(back.unpack(), sparse_merge(&sparse_merge(&fold, &hour, false), &hour, true), "case {case}");
+        }
+    }
+
+    #[test]
     fn quantiles_resumed_at_marks_agree_with_reading_from_the_start() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(19);
         let draw = |rng: &mut rand::rngs::StdRng, n: usize, spread: u32| {
@@ -722,6 +869,26 @@ mod tests {
                 let want = quantiles(fold.iter(), &recent, total, qs);
                 assert_eq!(fold.quantiles(&recent, total, qs), want, "case {case}, {qs:?}");
             }
+        }
+        // The marks are where reading entry by entry puts them.
+        for case in 0..200 {
+            let (n, spread) = (rng.random_range(0..3_000), rng.random_range(1..4_000));
+            let fold = Packed::pack(draw(&mut rng, n, spread));
+            let total = fold.iter().map(|e| u64::from(e.1)).sum::<u64>();
+            let limits = PUBLISHED.map(|q| ((q * total as f64) as u64).saturating_sub(total / 64 + 64));
+            let (mut want, mut it, mut below) = ([(0, 0, 0, 0); 3], fold.iter(), 0u64);
+            loop {
+                let (nibble, index) = (it.nibble_offset(fold.0.len()), it.index);
+                let Some((next, count)) = it.next() else { break };
+                for (mark, limit) in want.iter_mut().zip(limits) {
+                    if below <= limit {
+                        *mark = (nibble, index, next, below);
+                    }
+                }
+                below += u64::from(count);
+            }
+            let got = fold.marks(total).map(|m| (m.nibble, m.index, m.next, m.below));
+            assert_eq!(got, want, "case {case}");
         }
         // The marks are kept with the histogram, and a merge makes a histogram without them.
         let fold = Packed::pack(draw(&mut rng, 2_000, 3_000));
