@@ -409,3 +409,101 @@ async fn a_new_file_migrates_while_its_integrity_check_runs_beside() {
         store.insert_samples(&bulky(5)).await.unwrap_or_else(|e| panic!("round {round}: insert: {e:?}"));
     }
 }
+
+/// Sets the database read-only (or back) and ends its sessions, so the pool's next ones obey.
+async fn read_only(db: &store_support::PgTestDb, on: bool) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&store_support::server_url()).await.expect("admin connection");
+    let name = &db.name;
+    let set = match on {
+        true => format!("ALTER DATABASE {name} SET default_transaction_read_only = on"),
+        false => format!("ALTER DATABASE {name} RESET default_transaction_read_only"),
+    };
+    sqlx::query(sqlx::AssertSqlSafe(set)).execute(&mut admin).await.expect("alter database");
+    let end = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(end)).execute(&mut admin).await.expect("terminate backends");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_held_in_memory_and_all_stored() {
+    use vigil::io::store::link::{Link, Record};
+    use vigil::io::store::spool::SpoolOf;
+    use vigil::vocab::breaker::State;
+    use vigil::vocab::records::BreakerTransition;
+    let lost = lost_counter();
+    let Some(disk) = Tmpfs::mount("4m") else { return };
+    let db = store_support::PgTestDb::create().await;
+    let store = store::open(&db.url).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let lost_before = lost.load(Ordering::SeqCst);
+
+    let spool = SpoolOf::<Record>::open(disk.path().join("spool-records"), 64 << 20).expect("spool");
+    let (link, handle) = Link::new(store.clone(), spool, None);
+    let link = link.with_call_timeout(Duration::from_millis(500));
+    let health = link.health();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(link.run(stop.clone()));
+
+    let t = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
+    let start = Utc::now() - ChronoDuration::minutes(10);
+    let at = |k: i64| start + ChronoDuration::seconds(k);
+    let send = |k: i64| {
+        handle.store(Record::Transition(BreakerTransition {
+            target: t.clone(),
+            from_state: if k % 2 == 0 { State::Closed } else { State::Open },
+            to_state: if k % 2 == 0 { State::Open } else { State::Closed },
+            at: at(k),
+            reason: format!("transition {k}"),
+        }))
+    };
+    let stored = || {
+        let store = store.clone();
+        async move {
+            let rows = store.transitions_between(Some("eu"), start, Utc::now()).await.expect("read transitions");
+            rows.into_iter()
+                .map(|r| ((r.at - start).num_milliseconds() as f64 / 1000.0).round() as i64)
+                .collect::<Vec<i64>>()
+        }
+    };
+
+    (0..3).for_each(send);
+    until(PATIENCE, "the first transitions stored", async || stored().await.len() == 3).await;
+
+    // Storage refuses writes and the spool's disk is full: the records wait in memory.
+    read_only(&db, true).await;
+    let filler = disk.fill();
+    (3..23).for_each(send);
+    until(PATIENCE, "twenty records held in memory", async || health.held() == 20).await;
+    assert_eq!(health.spooled(), 0, "the spool took none");
+    assert_eq!(stored().await.len(), 3);
+
+    // The disk has room again while storage still refuses: the spool takes them, in order.
+    std::fs::remove_file(&filler).expect("free the disk");
+    until(PATIENCE, "the held records spooled", async || health.held() == 0 && health.spooled() > 0).await;
+    read_only(&db, false).await;
+    until(PATIENCE, "the spool replayed", async || health.spooled() == 0 && stored().await.len() == 23).await;
+
+    // Both fail again; storage comes back first, while the disk is still full: the held records
+    // go straight to it.
+    read_only(&db, true).await;
+    let filler = disk.fill();
+    (23..28).for_each(send);
+    until(PATIENCE, "five records held in memory", async || health.held() == 5).await;
+    read_only(&db, false).await;
+    until(PATIENCE, "the held records stored", async || health.held() == 0 && stored().await.len() == 28).await;
+
+    std::fs::remove_file(&filler).expect("free the disk");
+    (28..30).for_each(send);
+    until(PATIENCE, "every record stored", async || stored().await.len() == 30).await;
+    stop.cancel();
+    drop(handle);
+    task.await.expect("link stopped");
+
+    let mut got = stored().await;
+    got.sort_unstable();
+    assert_eq!(got, (0..30).collect::<Vec<i64>>(), "each transition stored once");
+    assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
+    assert_eq!((health.held(), health.spooled()), (0, 0));
+}

@@ -50,6 +50,11 @@ const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
 const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most long-prompt probe runs a load reads back (a week of 96 a day for 100 target-sizes).
 pub const WORKLOAD_LOAD_LIMIT: i64 = 100_000;
+/// Most ordered records held in memory while neither the store nor the spool takes them (the
+/// spool's disk full while the store is down). An older evaluation's engine state is dropped
+/// when a newer one of its region is held (its notifications stay), so what is held is small
+/// records; past this the newest are reported lost.
+pub const HELD_MAX: usize = 10_000;
 /// Store calls failing for longer than this make the instance not ready.
 const UNHEALTHY_AFTER: Duration = Duration::from_secs(60);
 
@@ -263,6 +268,7 @@ struct LinkState {
     failing_since: Option<DateTime<Utc>>,
     last_error: Option<String>,
     spooled: u64,
+    held: u64,
 }
 
 impl LinkHealth {
@@ -271,10 +277,14 @@ impl LinkHealth {
         let s = self.state.lock().map_err(|_| "link health lock poisoned".to_owned())?;
         match s.failing_since {
             Some(since) if (now - since).to_std().unwrap_or_default() >= UNHEALTHY_AFTER => Err(format!(
-                "storage calls failing since {}: {}; {} records spooled",
+                "storage calls failing since {}: {}; {} records spooled{}",
                 since.to_rfc3339_opts(SecondsFormat::Secs, true),
                 s.last_error.as_deref().unwrap_or("unknown error"),
-                s.spooled
+                s.spooled,
+                match s.held {
+                    0 => String::new(),
+                    n => format!(", {n} held in memory (the spool refused them)"),
+                }
             )),
             _ => Ok(()),
         }
@@ -288,6 +298,11 @@ impl LinkHealth {
     /// Records waiting in the record spool.
     pub fn spooled(&self) -> u64 {
         self.state.lock().map(|s| s.spooled).unwrap_or(0)
+    }
+
+    /// Ordered records held in memory because the spool refused them while storage was down.
+    pub fn held(&self) -> u64 {
+        self.state.lock().map(|s| s.held).unwrap_or(0)
     }
 
     fn ok(&self) {
@@ -308,6 +323,12 @@ impl LinkHealth {
     fn set_spooled(&self, n: u64) {
         if let Ok(mut s) = self.state.lock() {
             s.spooled = n;
+        }
+    }
+
+    fn set_held(&self, n: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            s.held = n as u64;
         }
     }
 }
@@ -375,6 +396,9 @@ pub struct Link {
     queries: mpsc::UnboundedReceiver<Query>,
     replies: mpsc::UnboundedSender<Reply>,
     pending: Pending,
+    /// Ordered records the spool refused (its disk full) while storage was down, oldest first:
+    /// behind the spool's and ahead of any later ones.
+    held: Held,
     backoff: Duration,
     next_attempt: Instant,
     /// Context reads skipped since the last one made while calls were failing.
@@ -465,6 +489,46 @@ impl Pending {
     }
 }
 
+/// Ordered records held in memory, oldest first (see [`Link::spool`]).
+#[derive(Default)]
+struct Held(std::collections::VecDeque<Record>);
+
+impl Held {
+    /// Holds `records` behind those held; returns how many did not fit under [`HELD_MAX`]. An
+    /// evaluation's engine state supersedes the state of an older one of its region still held,
+    /// which keeps only its notifications: held records never reach storage if the process dies,
+    /// so nothing is given up that a kill would not lose anyway.
+    fn hold(&mut self, records: Vec<Record>) -> usize {
+        let mut lost = 0;
+        for r in records {
+            if let Record::Evaluated { region, .. } = &r {
+                for older in self.0.iter_mut() {
+                    if let Record::Evaluated { region: theirs, items, .. } = older {
+                        if theirs == region {
+                            *older = Record::Outbox(std::mem::take(items));
+                        }
+                    }
+                }
+                self.0.retain(|r| !matches!(r, Record::Outbox(items) if items.is_empty()));
+            }
+            if self.0.len() < HELD_MAX {
+                self.0.push_back(r);
+            } else {
+                lost += 1;
+            }
+        }
+        lost
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn take(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.0).into()
+    }
+}
+
 impl Link {
     /// A link over `store`, spooling into `spool`; returns the task and the pipeline's handle.
     pub fn new(store: Arc<dyn Store>, spool: SpoolOf<Record>, plan: Option<ContextPlan>) -> (Link, LinkHandle) {
@@ -483,6 +547,7 @@ impl Link {
             queries: q_rx,
             replies: r_tx,
             pending: Pending::default(),
+            held: Held::default(),
             backoff: RETRY_MIN,
             next_attempt: Instant::now(),
             context_skipped: 0,
@@ -525,7 +590,8 @@ impl Link {
         context.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut records_open = true;
         loop {
-            let retry = (!self.pending.is_empty() || self.health.spooled() > 0).then_some(self.next_attempt);
+            let waiting = !self.pending.is_empty() || self.health.spooled() > 0 || !self.held.is_empty();
+            let retry = waiting.then_some(self.next_attempt);
             tokio::select! {
                 _ = stop.cancelled() => break,
                 r = self.records.recv(), if records_open => match r {
@@ -566,8 +632,9 @@ impl Link {
     /// spools it; a newest-wins state joins the pending set for the next [`Link::retry`].
     pub async fn accept(&mut self, record: Record) {
         let Some(ordered) = self.pending.take(record) else { return };
-        // Transitions and outbox items keep their order: behind the spool while it holds any.
-        if self.health.spooled() == 0 && Instant::now() >= self.next_attempt {
+        // Transitions and outbox items keep their order: behind the spool, and the records held
+        // in memory, while they hold any.
+        if self.health.spooled() == 0 && self.held.is_empty() && Instant::now() >= self.next_attempt {
             match self.write(&ordered).await {
                 Ok(()) => return,
                 Err(e) => {
@@ -579,15 +646,23 @@ impl Link {
         self.spool(vec![ordered]).await;
     }
 
-    /// Replays the spool, then writes pending states; backs off on failure.
+    /// Offers the records held in memory to the spool, replays the spool, writes what is still
+    /// held, then writes pending states; backs off on failure.
     pub async fn retry(&mut self) {
-        match self.replay().await {
-            Ok(()) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, spooled = self.health.spooled(), retry_in = ?self.backoff, "record spool replay failed");
-                self.back_off();
-                return;
-            }
+        if !self.held.is_empty() && self.health.is_failing() {
+            // While storage fails, the spool takes them once its disk has room (replayed in
+            // order from there); while it answers, they go straight to it below.
+            self.unhold().await;
+        }
+        let replayed = match self.replay().await {
+            Ok(()) => self.write_held().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = replayed {
+            tracing::warn!(error = %e, spooled = self.health.spooled(), held = self.health.held(),
+                retry_in = ?self.backoff, "record spool replay failed");
+            self.back_off();
+            return;
         }
         let mut failed = None;
         // Each state is taken out while it is written and put back if the write fails: a copy of
@@ -674,6 +749,16 @@ impl Link {
                 }
                 Err(e) => return Err(StoreError::Other(e.to_string())),
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the records held in memory, oldest first (the spool ahead of them is empty).
+    async fn write_held(&mut self) -> Result<(), StoreError> {
+        while let Some(r) = self.held.0.front() {
+            self.write(r).await?;
+            self.held.0.pop_front();
+            self.health.set_held(self.held.0.len());
         }
         Ok(())
     }
@@ -904,11 +989,11 @@ impl Link {
             ordered.extend(self.pending.take(r));
         }
         for r in ordered {
-            if failing || self.health.spooled() > 0 || self.write(&r).await.is_err() {
+            if failing || self.health.spooled() > 0 || !self.held.is_empty() || self.write(&r).await.is_err() {
                 self.spool(vec![r]).await;
             }
         }
-        if !self.pending.is_empty() && !failing {
+        if (!self.pending.is_empty() || !self.held.is_empty()) && !failing {
             self.retry().await;
         }
         let rest = self.pending.drain();
@@ -917,13 +1002,72 @@ impl Link {
             self.spool(rest).await;
             tracing::info!(records = n, "states not stored before stopping were spooled");
         }
+        if !self.held.is_empty() {
+            self.unhold().await;
+        }
+        if !self.held.is_empty() {
+            let lost = self.held.take().len();
+            self.health.set_held(0);
+            tracing::error!(lost, "records held in memory at the stop could not be spooled; they are lost");
+        }
     }
 
+    /// Appends `records` to the spool, or holds them in memory behind those already held: when
+    /// the spool refuses (its disk full) they wait, in order, until the spool or the store takes
+    /// them ([`Link::retry`]); only past [`HELD_MAX`] are the newest lost.
     async fn spool(&mut self, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        if !self.held.is_empty() {
+            // Behind the held ones; the next retry offers them all to the spool at once.
+            self.hold(records, None);
+            return;
+        }
         let n = records.len();
-        match self.with_spool(move |s| s.append(&records).map(|_| s.len())).await {
-            Ok(len) => self.health.set_spooled(len),
+        match self.append(records).await {
+            Ok(()) => {}
+            Err((e, records)) => {
+                tracing::warn!(error = %e, records = n, "cannot spool records; held in memory until the spool or storage takes them");
+                self.hold(records, Some(&e));
+            }
+        }
+    }
+
+    /// Offers the records held in memory to the spool; they stay held if it still refuses.
+    async fn unhold(&mut self) {
+        let held = self.held.take();
+        if let Err((e, held)) = self.append(held).await {
+            tracing::debug!(error = %e, held = held.len(), "the spool still refuses the records held in memory");
+            self.hold(held, None);
+        }
+        self.health.set_held(self.held.0.len());
+    }
+
+    /// Appends to the spool; the records come back when it refuses them (a refused batch leaves
+    /// no line). Records are lost only where the spool's thread itself failed.
+    async fn append(&mut self, records: Vec<Record>) -> Result<(), (String, Vec<Record>)> {
+        let n = records.len();
+        match self.with_spool(move |s| Ok(s.append(&records).map(|_| s.len()).map_err(|e| (e, records)))).await {
+            Ok(Ok(len)) => self.health.set_spooled(len),
+            Ok(Err((e, records))) => return Err((e.to_string(), records)),
             Err(e) => tracing::error!(error = %e, lost = n, "cannot spool records; they are lost"),
+        }
+        Ok(())
+    }
+
+    /// Holds `records` behind those held, reporting any past [`HELD_MAX`] as lost.
+    fn hold(&mut self, records: Vec<Record>, error: Option<&str>) {
+        let lost = self.held.hold(records);
+        let held = self.held.0.len();
+        self.health.set_held(held);
+        if lost > 0 {
+            tracing::error!(
+                error = error.unwrap_or("the spool refuses records"),
+                lost,
+                held,
+                "cannot spool records and memory holds its most; they are lost"
+            );
         }
     }
 
@@ -1118,6 +1262,59 @@ mod tests {
     /// A new leader sends what it held while following only where the region's outbox has no
     /// item of the same incident, status and channel: the old leader's page is not sent twice,
     /// what the old leader never sent goes out.
+    #[test]
+    fn held_evaluations_keep_one_state_per_region_and_every_notification() {
+        let now = Utc::now();
+        let item = |n: u128| OutboxItem {
+            id: uuid::Uuid::from_u128(n),
+            region: "eu".into(),
+            channel: "slack".into(),
+            kind: "errors".into(),
+            dedup_key: "vigil:p:a:".into(),
+            payload: serde_json::json!({}),
+            created_at: now,
+            next_attempt_at: now,
+            attempts: 0,
+            last_error: None,
+        };
+        let evaluated = |region: &str, v: u32, items: Vec<OutboxItem>| Record::Evaluated {
+            region: region.into(),
+            state: crate::vocab::records::StateJson::of(&serde_json::json!({ "v": v })).expect("json"),
+            items,
+        };
+        let mut held = Held::default();
+        let lost = held.hold(vec![
+            evaluated("eu", 1, vec![item(1)]),
+            evaluated("us", 2, vec![item(2)]),
+            evaluated("eu", 3, Vec::new()),
+            evaluated("eu", 4, vec![item(4)]),
+        ]);
+        assert_eq!(lost, 0);
+        let kinds: Vec<String> = held
+            .0
+            .iter()
+            .map(|r| match r {
+                Record::Outbox(items) => format!("outbox {}", items[0].id.as_u128()),
+                Record::Evaluated { region, state, items } => {
+                    format!("evaluated {region} {} {}", state.as_str(), items.len())
+                }
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["outbox 1", r#"evaluated us {"v":2} 1"#, r#"evaluated eu {"v":4} 1"#],
+            "the older eu states go, their notifications stay in order, an evaluation without any goes"
+        );
+
+        let mut full = Held::default();
+        let many: Vec<Record> = (0..HELD_MAX + 3).map(|n| Record::Outbox(vec![item(n as u128)])).collect();
+        assert_eq!(full.hold(many), 3, "past the bound the newest are lost");
+        assert_eq!(full.0.len(), HELD_MAX);
+        assert_eq!(full.take().len(), HELD_MAX);
+        assert!(full.is_empty());
+    }
+
     #[tokio::test]
     async fn a_takeover_enqueues_only_what_the_old_leader_had_not() {
         let dir = tempfile::tempdir().expect("tempdir");
