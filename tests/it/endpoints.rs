@@ -158,10 +158,12 @@ async fn embeddings_and_responses_targets_are_timed_exported_and_paged_like_chat
     let paged = poll_until(Duration::from_secs(20), || {
         let sums: Vec<String> = webhook_deliveries(&hook)
             .into_iter()
-            .filter(|(s, k, _)| s == "firing" && k.contains(&"errors".to_string()))
+            .filter(|(s, k, _)| (s == "firing" || s == "update") && k.contains(&"errors".to_string()))
             .flat_map(|(_, _, sums)| sums)
             .collect();
-        // The embeddings target's 503s and the Responses stream's `response.failed`, one incident each.
+        // The embeddings target's 503s and the Responses stream's `response.failed`, one incident
+        // each: `errors` opens it, or joins it as an update when the breaker's alert came first
+        // (which of the two a minute's evaluation sees first depends on when the probes fail).
         let both = sums.iter().any(|s| s.contains("HTTP 503: overloaded"))
             && sums.iter().any(|s| s.contains("error event server_error: The server had an error"));
         async move { both.then_some(sums) }
