@@ -290,10 +290,12 @@ impl Packed {
     /// `total` (this histogram's count) less a margin lies below: the margin leaves room for the
     /// recent hours' samples, which sit anywhere in the distribution and move the rank by at most
     /// their count. A mark is checked where it is used, so `total` only has to be near the truth
-    /// for the marks to be near the ranks. Runs of one-nibble entries are summed a word at a time
-    /// and looked at one by one only where a limit falls inside them.
-    fn marks(&self, total: u64) -> &[Mark; 3] {
+    /// for the marks to be near the ranks; it is asked only when the marks are first made. Runs
+    /// of one-nibble entries are summed a word at a time and looked at one by one only where a
+    /// limit falls inside them.
+    fn marks(&self, total: impl FnOnce() -> u64) -> &[Mark; 3] {
         self.1.get_or_init(|| {
+            let total = total();
             let margin = total / 64 + 64;
             let limits = PUBLISHED.map(|q| ((q * total as f64) as u64).saturating_sub(margin));
             let mut marks = [Mark::default(); 3];
@@ -344,7 +346,8 @@ impl Packed {
     /// reading from the start.
     pub(super) fn quantiles(&self, recent: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
         let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
-        let marks = self.marks(total.saturating_sub(sparse_total(recent)));
+        // The fold's own count, summed only when its marks are first made (once per fold).
+        let marks = self.marks(|| total.saturating_sub(sparse_total(recent)));
         let mut out = [0u64; 3];
         let (mut a, mut j, mut seen, mut read_below) = (self.iter().peekable(), 0usize, 0u64, 0u64);
         let (mut k, mut look) = (0, true);
@@ -887,7 +890,7 @@ mod tests {
                 }
                 below += u64::from(count);
             }
-            let got = fold.marks(total).map(|m| (m.nibble, m.index, m.next, m.below));
+            let got = fold.marks(|| total).map(|m| (m.nibble, m.index, m.next, m.below));
             assert_eq!(got, want, "case {case}");
         }
         // The marks are kept with the histogram, and a merge makes a histogram without them.

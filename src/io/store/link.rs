@@ -281,10 +281,7 @@ impl LinkHealth {
                 since.to_rfc3339_opts(SecondsFormat::Secs, true),
                 s.last_error.as_deref().unwrap_or("unknown error"),
                 s.spooled,
-                match s.held {
-                    0 => String::new(),
-                    n => format!(", {n} held in memory (the spool refused them)"),
-                }
+                super::writer::held_note(s.held)
             )),
             _ => Ok(()),
         }

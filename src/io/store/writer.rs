@@ -81,10 +81,7 @@ impl WriterHealth {
             true => "storage refuses writes",
             false => "storage unreachable",
         };
-        let held = match self.held() {
-            0 => String::new(),
-            n => format!(", {} held in memory (the spool refused them)", thousands(n)),
-        };
+        let held = held_note(self.held());
         Err(format!(
             "{what} since {}: {error}; {} samples spooled{held}",
             since.to_rfc3339_opts(SecondsFormat::Secs, true),
@@ -118,6 +115,15 @@ impl WriterHealth {
         if let Ok(mut s) = self.state.lock() {
             s.last_error = Some(error);
         }
+    }
+}
+
+/// What `/readyz` adds about records held in memory because the spool refused them (nothing
+/// when none are): the sample writer's words and the storage link's.
+pub(super) fn held_note(held: u64) -> String {
+    match held {
+        0 => String::new(),
+        n => format!(", {} held in memory (the spool refused them)", thousands(n)),
     }
 }
 
