@@ -328,11 +328,13 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     handle.store(Record::Transition(tr(1, "open", "half_open")));
     handle.store(Record::Transition(tr(2, "half_open", "open")));
     handle.store(Record::Transition(tr(3, "open", "half_open")));
-    // A write already on its way when the proxy cuts may still land: each of the three is either
-    // stored or spooled, and at least the later ones are spooled.
+    // A write already on its way when the proxy cuts may still land, and one whose answer the
+    // cut lost is spooled though stored (the first, too, if the cut came before its answer):
+    // each of the four is stored or spooled, at least the later ones are spooled, and the replay
+    // below stores each once.
     let accounted = async || {
         let stored = stored().await.map_or(0, |v| v.len() as u64);
-        health.spooled() >= 1 && health.spooled() + stored.saturating_sub(1) == 3
+        health.spooled() >= 1 && health.spooled() + stored >= 4
     };
     until(PATIENCE, "the three transitions stored or spooled", accounted).await;
     stop.cancel();
@@ -340,7 +342,8 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
     task.await.expect("link stopped");
     let on_disk = spool().len();
     assert!(on_disk >= 1, "the transitions are on disk, not dropped");
-    assert_eq!(stored().await.map(|v| v.len() as u64), Some(4 - on_disk), "each stored or spooled, none twice");
+    let stored_now = stored().await.map_or(0, |v| v.len() as u64);
+    assert!(stored_now + on_disk >= 4, "each stored or spooled: {stored_now} stored, {on_disk} spooled");
 
     // Second life: storage answers again; the spool is replayed before anything newer.
     proxy.restore();
