@@ -1,7 +1,9 @@
 //! Whole-daemon benchmark: the real `vigil run` (optimised: the `bench` profile) probing 1,000
 //! loopback targets every 60 s (half plain HTTP, half streaming) and scraped every 15 s, with the
 //! CPU-s per 1,000 probes, peak RSS, scrape size and series count of the vigil process; where Prometheus and
-//! blackbox_exporter are installed, the same targets through them in the same run.
+//! blackbox_exporter are installed, the same targets through them in the same run. Every prober's
+//! TTFB is compared with the stand-in's own truth for the same request (request received → head
+//! written), as the outside side-by-side harness compares with its own server's.
 //!
 //! `cargo bench --bench daemon` runs it (about three minutes). The bench binary re-runs itself as
 //! the stand-in (`--serve`) so the servers' CPU is never counted as vigil's.
@@ -17,11 +19,13 @@
 //! `VIGIL_BENCH_COMPARE_SQL` is run on its copy first (e.g. `DROP INDEX x; DELETE FROM
 //! _sqlx_migrations WHERE version = n`, undoing what it lacks).
 
+use rand::RngExt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vigil::run::demo::standin::{RequestRecord, Script, StandIn};
+use vigil::vocab::sample::Sample;
 
 #[path = "support/week_of_rollups.rs"]
 mod week_of_rollups;
@@ -69,13 +73,15 @@ fn handler(obeying: Script, ignoring: Script) -> impl Fn(&RequestRecord) -> Scri
             return Script::json(200, br#"{"object":"list","data":[{"id":"m","object":"model"}]}"#);
         }
         let base = if r.path_only().contains("/x") { &ignoring } else { &obeying };
-        let mut s = base.clone().with_head_delay(Duration::from_millis(100));
+        let mut rng = rand::rng();
+        let mut ms = |from: u64, to: u64| Duration::from_micros(rng.random_range(from * 1000..=to * 1000));
+        let mut s = base.clone().with_head_delay(ms(50, 150));
         for (i, c) in s.chunks.iter_mut().enumerate() {
             // Event 0 is role-only; event 1 carries the first content token.
             c.delay = match i {
                 0 => Duration::ZERO,
-                1 => Duration::from_millis(300),
-                _ => Duration::from_millis(15),
+                1 => ms(200, 400),
+                _ => ms(10, 20),
             };
         }
         s
@@ -116,7 +122,8 @@ fn epoch_ms() -> u128 {
 /// `--serve`: the stand-in in its own process; prints its port, serves until stdin closes.
 /// `MARK` on stdin starts counting requests per path afresh; `REPORT` prints each count as
 /// `COUNT <n> <path>`, when each daemon's first request came as `FIRST <ms since epoch> <prefix>`,
-/// then `END`.
+/// then `END`; `TRUTH` prints every request received since `MARK` whose head is written as
+/// `TRUTH <received, ms since epoch> <received → head written, ms> <path>`, then `END`.
 fn serve_child() {
     raise_nofile();
     let recorded = std::fs::read(format!("{}/tests/fixtures/{FIXTURE}", env!("CARGO_MANIFEST_DIR"))).expect("fixture");
@@ -140,14 +147,38 @@ fn serve_child() {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let server = rt.block_on(StandIn::start(counting)).expect("stand-in starts");
-    server.keep_records(0);
+    // Each request's truth is kept for `TRUTH` (a kilobyte or so each): room for every request of
+    // three probers from their start to the window's end, with a week's read-back before it.
+    server.keep_records(env_num("VIGIL_BENCH_TARGETS", 1000) as usize * 24);
     println!("PORT {}", server.addr().port());
     let _ = std::io::stdout().flush();
     let mut line = String::new();
+    let mut mark = None;
     while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
         let mut c = counts.lock().expect("counts");
         match line.trim() {
-            "MARK" => c.clear(),
+            "MARK" => {
+                c.clear();
+                mark = Some(Instant::now());
+            }
+            "TRUTH" => {
+                let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+                let now = Instant::now();
+                let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, ms);
+                for r in server.requests() {
+                    let Some(head) = r.head_written_at.filter(|_| mark.is_some_and(|m| r.received_at >= m)) else {
+                        continue;
+                    };
+                    let at = wall - ms(now.saturating_duration_since(r.received_at));
+                    println!(
+                        "TRUTH {at:.3} {:.4} {}",
+                        ms(head.saturating_duration_since(r.received_at)),
+                        r.path_only()
+                    );
+                }
+                println!("END");
+                let _ = std::io::stdout().flush();
+            }
             "REPORT" => {
                 for (path, n) in c.iter() {
                     println!("COUNT {n} {path}");
@@ -626,21 +657,26 @@ struct Row {
     peak_rss: f64,
 }
 
-/// The means of what a daemon stored for the window's probes: side by side, two builds on the
-/// same stand-in must agree (the delays are drawn per request from the same ranges).
-fn print_timings(who: &str, db: &Path, since: chrono::DateTime<chrono::Utc>) {
+/// What a daemon stored for the probes started since `since`.
+fn stored_samples(db: &Path, since: chrono::DateTime<chrono::Utc>) -> Option<Vec<Sample>> {
     let read = async {
         let store = vigil::io::store::open(&format!("sqlite://{}", db.display())).await.ok()?;
         let q = vigil::io::store::SampleQuery { since: Some(since), ..Default::default() };
         store.samples(&q).await.ok()
     };
-    let Some(samples) = tokio::runtime::Runtime::new().ok().and_then(|rt| rt.block_on(read)) else {
+    tokio::runtime::Runtime::new().ok().and_then(|rt| rt.block_on(read))
+}
+
+/// The means of what a daemon stored for the window's probes: side by side, two builds on the
+/// same stand-in must agree (the delays are drawn per request from the same ranges).
+fn print_timings(who: &str, samples: Option<&[Sample]>) {
+    let Some(samples) = samples else {
         println!("{who:<34} (samples not readable)");
         return;
     };
     let mean = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
     let streams: Vec<_> = samples.iter().filter(|s| s.ttft_ms.is_some()).collect();
-    let of = |f: fn(&vigil::vocab::sample::Sample) -> Option<f64>| mean(streams.iter().filter_map(|s| f(s)).collect());
+    let of = |f: fn(&Sample) -> Option<f64>| mean(streams.iter().filter_map(|s| f(s)).collect());
     let plain = mean(samples.iter().filter(|s| s.ttft_ms.is_none()).filter_map(|s| s.total_ms).collect());
     println!(
         "{who:<34} {:>9} {:>10.2} {:>10.2} {:>14.2} {:>10.1} {:>10.2}",
@@ -661,15 +697,23 @@ struct Report {
     firsts: std::collections::HashMap<String, u128>,
 }
 
-/// Asks the stand-in for its report.
-fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> Report {
-    let mut report = Report::default();
-    if writeln!(control, "REPORT").and_then(|()| control.flush()).is_err() {
-        return report;
+/// Sends the stand-in `command` and hands each line of its answer, up to `END`, to `each`.
+fn ask(control: &mut impl Write, out: &mut impl BufRead, command: &str, mut each: impl FnMut(&str)) {
+    if writeln!(control, "{command}").and_then(|()| control.flush()).is_err() {
+        return;
     }
     let mut line = String::new();
     while out.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line.trim() != "END" {
-        let mut parts = line.trim().splitn(3, ' ');
+        each(line.trim());
+        line.clear();
+    }
+}
+
+/// Asks the stand-in for its report.
+fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> Report {
+    let mut report = Report::default();
+    ask(control, out, "REPORT", |line| {
+        let mut parts = line.splitn(3, ' ');
         match (parts.next(), parts.next(), parts.next()) {
             (Some("COUNT"), Some(n), Some(path)) => {
                 report.counts.insert(path.to_string(), n.parse().unwrap_or(0));
@@ -679,9 +723,79 @@ fn read_counts(control: &mut impl Write, out: &mut impl BufRead) -> Report {
             }
             _ => {}
         }
-        line.clear();
-    }
+    });
     report
+}
+
+/// What the stand-in measured of each request since `MARK`, by path: (received, ms since the
+/// Unix epoch; received → head written, ms), in arrival order.
+type Truths = std::collections::HashMap<String, Vec<(f64, f64)>>;
+
+/// Asks the stand-in for its truth (see [`serve_child`]).
+fn read_truth(control: &mut impl Write, out: &mut impl BufRead) -> Truths {
+    let mut truth = Truths::new();
+    ask(control, out, "TRUTH", |line| {
+        let mut parts = line.splitn(4, ' ');
+        if let (Some("TRUTH"), Some(Ok(at)), Some(Ok(ms)), Some(path)) =
+            (parts.next(), parts.next().map(str::parse), parts.next().map(str::parse), parts.next())
+        {
+            truth.entry(path.to_string()).or_default().push((at, ms));
+        }
+    });
+    truth
+}
+
+/// Each measured TTFB less the stand-in's truth for the same request: a probe of `path` started
+/// at `started` (ms since the Unix epoch) is the first request of that path received from then
+/// on, within two seconds (with 1 ms of slack: the two processes read the wall clock apart).
+fn ttfb_errors(truth: &Truths, measured: impl Iterator<Item = (String, f64, f64)>) -> Vec<f64> {
+    let mut errors: Vec<f64> = measured
+        .filter_map(|(path, started, ttfb)| {
+            let got = truth.get(&path)?;
+            let (at, ms) = got.get(got.partition_point(|(at, _)| *at < started - 1.0))?;
+            (*at < started + 2000.0).then_some(ttfb - ms)
+        })
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    errors
+}
+
+/// One row of the TTFB error table: how many probes matched, the median and the p99.
+fn print_errors(who: &str, errors: &[f64]) {
+    let at = |q: f64| errors.get(((errors.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
+    println!("{who:<34} {:>8} {:>10.3} {:>10.3}", errors.len(), at(0.5), at(0.99));
+}
+
+/// TTFBs (ms) of the window's probes Prometheus stored from blackbox_exporter (its `processing`
+/// phase: request written → first response byte), as (path, scrape time in ms since the Unix
+/// epoch, TTFB): the probe runs when Prometheus scrapes it.
+fn blackbox_ttfbs(prometheus: u16, window: Duration) -> Vec<(String, f64, f64)> {
+    let query = format!("probe_http_duration_seconds%7Bphase%3D%22processing%22%7D%5B{}s%5D", window.as_secs() + 1);
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", prometheus)) else { return vec![] };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    // HTTP/1.0: the answer comes whole, never chunked.
+    let _ = write!(s, "GET /api/v1/query?query={query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let Some(body) = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| &raw[i + 4..]) else { return vec![] };
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else { return vec![] };
+    let mut out = Vec::new();
+    for series in json.pointer("/data/result").and_then(|r| r.as_array()).into_iter().flatten() {
+        // `instance` is the target's URL: http://127.0.0.1:port/path
+        let Some(path) =
+            series.pointer("/metric/instance").and_then(|i| i.as_str()).and_then(|u| u.splitn(4, '/').nth(3))
+        else {
+            continue;
+        };
+        for v in series.get("values").and_then(|v| v.as_array()).into_iter().flatten() {
+            let at = v.get(0).and_then(serde_json::Value::as_f64);
+            let secs = v.get(1).and_then(|x| x.as_str()).and_then(|x| x.parse::<f64>().ok());
+            if let (Some(at), Some(secs)) = (at, secs) {
+                out.push((format!("/{path}"), at * 1000.0, secs * 1000.0));
+            }
+        }
+    }
+    out
 }
 
 /// Probes sent (as the stand-in received them) against probes due in the window: every target
@@ -867,6 +981,8 @@ fn orchestrate() {
         (proc_cpu(s.prometheus.0.id()), proc_cpu(s.blackbox.0.id()), prometheus_probe_count(s.prometheus_port))
     });
     let load_end = loadavg();
+    // Read once the window's figures are taken: at 10,000 targets it is a few seconds of output.
+    let truth = read_truth(&mut control, &mut out);
 
     println!();
     println!("{:<34} {:>8} {:>9} {:>12} {:>11}", "process", "probes", "CPU-s", "CPU-s/1000", "peak MiB");
@@ -920,8 +1036,26 @@ fn orchestrate() {
         "{:<34} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10}",
         "process", "streams", "TTFB ms", "TTFT ms", "total−TTFT ms", "tokens/s", "plain ms"
     );
-    for d in &daemons {
-        print_timings(&d.who, &d.db, window_start);
+    let stored: Vec<Option<Vec<Sample>>> = daemons.iter().map(|d| stored_samples(&d.db, window_start)).collect();
+    for (d, samples) in daemons.iter().zip(&stored) {
+        print_timings(&d.who, samples.as_deref());
+    }
+    println!();
+    println!("TTFB less the stand-in's own truth (request received → head written), every probe of the window:");
+    println!("{:<34} {:>8} {:>10} {:>10}", "process", "probes", "median ms", "p99 ms");
+    for (d, samples) in daemons.iter().zip(&stored) {
+        let measured = samples.iter().flatten().filter_map(|s| {
+            let i: usize = s.target.provider.get(1..)?.parse().ok()?;
+            let started = s.started_at.timestamp_micros() as f64 / 1000.0;
+            Some((probe_path(&d.prefix, i, ignoring), started, s.ttfb_ms?))
+        });
+        print_errors(&d.who, &ttfb_errors(&truth, measured));
+    }
+    if let Some(s) = &side {
+        print_errors(
+            "blackbox_exporter (processing)",
+            &ttfb_errors(&truth, blackbox_ttfbs(s.prometheus_port, measure).into_iter()),
+        );
     }
     println!();
     println!("probes sent vs probes due in the window (as the stand-in received them; extra probes at a mode switch):");

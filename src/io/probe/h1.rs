@@ -185,11 +185,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Arrivals> Exchange<S> {
         }
     }
 
-    /// Writes the encoded request and flushes it; the buffer is dropped once written.
-    pub async fn send(&mut self, request: Vec<u8>) -> Result<(), H1Error> {
+    /// Writes the encoded request and flushes it; the buffer is dropped once written. Returns
+    /// when the write returned: the instant the request counts as sent (a peer slow to take it
+    /// holds the write, and that wait is the upload's, not the answer's).
+    pub async fn send(&mut self, request: Vec<u8>) -> Result<Instant, H1Error> {
         self.io.write_all(&request).await?;
         self.io.flush().await?;
-        Ok(())
+        Ok(Instant::now())
     }
 
     /// When the first response byte arrived, if it did.
@@ -679,6 +681,28 @@ mod tests {
             assert!(b.at >= second_sent, "stamped when its own read returned, after it was written");
             assert!(ex.frame().await.expect("end").is_none());
             assert_eq!(ex.first_byte_at(), Some(first), "only the first read stamps the first byte");
+        });
+    }
+
+    #[test]
+    fn a_request_counts_as_sent_once_the_peer_has_taken_it() {
+        run(async {
+            // A pipe that holds 64 bytes: the write returns only once the peer reads the rest.
+            let (client, mut server) = tokio::io::duplex(64);
+            let request = vec![b'x'; 4096];
+            let reader = tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                let taking = Instant::now();
+                let mut got = vec![0; 4096];
+                server.read_exact(&mut got).await.expect("request read");
+                taking
+            });
+            let mut ex = Exchange::new(client);
+            let before = Instant::now();
+            let sent = ex.send(request).await.expect("written");
+            let taking = reader.await.expect("reader");
+            assert!(sent >= taking, "sent once the peer began taking the request, not when the write began");
+            assert!(sent.duration_since(before) >= std::time::Duration::from_millis(150));
         });
     }
 

@@ -749,11 +749,16 @@ impl Prober {
     ) {
         let Some((mut conn, request)) = self.open(plan, adapter, r, (canary, credential)).await else { return };
 
-        let sent = Instant::now();
-        // Until the first token arrives, the tighter first-token limit applies to streams.
-        let ttft_deadline = tokio::time::Instant::from_std(sent + self.cfg.ttft_timeout);
+        // Until the first token arrives, the tighter first-token limit applies to streams; it
+        // runs from before the write, so a provider that never takes the request still times out.
+        let writing = Instant::now();
+        let ttft_deadline = tokio::time::Instant::from_std(writing + self.cfg.ttft_timeout);
+        // "Sent" is when the write returned (the request is the kernel's), as a server's clock
+        // starts when the request is in: the client's own encryption and system call, and a
+        // long request's upload, are not the provider's time to first byte.
+        let mut sent = writing;
         let exchange = async {
-            conn.send(request).await?;
+            sent = conn.send(request).await?;
             conn.read_head().await
         };
         let head = if adapter.streams() {
