@@ -17,6 +17,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+/// How long a plain connection (no TLS of its own) is left before the request is written: time
+/// for the server to accept it and start reading. A request written at once waits in the
+/// server's queue while it accepts (a busy event loop takes a while), and that wait would count
+/// in the TTFB though it is the connection's set-up, not the answer: a pooled connection never
+/// pays it, and over TLS the handshake has already waited for it. The probes of a tick connect
+/// together and share the timer: about 4 % of the daemon's CPU at 1,000 targets
+/// (docs/BENCHMARKS.md).
+pub const ACCEPT_GRACE: Duration = Duration::from_millis(1);
+
 /// Durations of the connection phases; `None` when a phase did not apply.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Phases {
@@ -184,6 +193,7 @@ pub async fn dial(
 
     let socket = ProbeSocket::new(tcp);
     let Some(connector) = tls else {
+        tokio::time::sleep(ACCEPT_GRACE).await;
         return Ok((Stream::Plain(socket), phases));
     };
     let name = ServerName::try_from(bare.to_string()).map_err(|e| DialError {
@@ -233,5 +243,25 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_plain_connection_is_handed_over_after_the_accept_grace_which_no_phase_counts() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("listener");
+        let port = listener.local_addr().expect("address").port();
+        let server = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let start = Instant::now();
+        let (stream, phases) = dial("127.0.0.1", port, None, Duration::from_secs(5), None).await.expect("dialled");
+        let took = start.elapsed();
+        assert!(matches!(stream, Stream::Plain(_)));
+        let connect = phases.connect.expect("connect timed");
+        assert!(took >= connect + ACCEPT_GRACE, "the grace follows the connect ({took:?} vs {connect:?})");
+        assert_eq!((phases.dns, phases.tls, phases.proxy), (None, None, None));
+        server.await.expect("accept task").expect("accepted");
     }
 }
