@@ -511,15 +511,24 @@ fn start_side_by_side(dir: &Path, stand_in: u16, n: usize, ignoring: usize) -> O
 /// Probes Prometheus has run through blackbox: the sum of `scrape_samples_scraped` counts is not
 /// exposed, so count scrapes of the probe jobs from Prometheus's own metrics.
 fn prometheus_probe_count(port: u16) -> f64 {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    let mut raw = String::new();
-    let _ = s.read_to_string(&mut raw);
-    raw.lines()
+    let Some(body) = prometheus_get(port, "/metrics") else { return f64::NAN };
+    String::from_utf8_lossy(&body)
+        .lines()
         .filter(|l| l.starts_with("prometheus_target_interval_length_seconds_count{interval=\"1m0s\"}"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// The body of a GET of `path` from the Prometheus on `port`, over HTTP/1.0 so it comes whole,
+/// never chunked.
+fn prometheus_get(port: u16, path: &str) -> Option<Vec<u8>> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    Some(raw.split_off(head_end))
 }
 
 /// Writes `days` of hourly rollups for every target of the vigil `config` into a new SQLite file
@@ -771,14 +780,8 @@ fn print_errors(who: &str, errors: &[f64]) {
 /// epoch, TTFB): the probe runs when Prometheus scrapes it.
 fn blackbox_ttfbs(prometheus: u16, window: Duration) -> Vec<(String, f64, f64)> {
     let query = format!("probe_http_duration_seconds%7Bphase%3D%22processing%22%7D%5B{}s%5D", window.as_secs() + 1);
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", prometheus)) else { return vec![] };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    // HTTP/1.0: the answer comes whole, never chunked.
-    let _ = write!(s, "GET /api/v1/query?query={query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let Some(body) = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| &raw[i + 4..]) else { return vec![] };
-    let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else { return vec![] };
+    let Some(body) = prometheus_get(prometheus, &format!("/api/v1/query?query={query}")) else { return vec![] };
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(&body) else { return vec![] };
     let mut out = Vec::new();
     for series in json.pointer("/data/result").and_then(|r| r.as_array()).into_iter().flatten() {
         // `instance` is the target's URL: http://127.0.0.1:port/path

@@ -336,7 +336,7 @@ async fn breaker_transitions_during_an_outage_are_spooled_on_disk_and_replayed_i
         let stored = stored().await.map_or(0, |v| v.len() as u64);
         health.spooled() >= 1 && health.spooled() + stored >= 4
     };
-    until(PATIENCE, "the three transitions stored or spooled", accounted).await;
+    until(PATIENCE, "the four transitions stored or spooled", accounted).await;
     stop.cancel();
     drop(handle);
     task.await.expect("link stopped");
