@@ -14,6 +14,7 @@ pub mod classify;
 pub(crate) mod embeddings;
 pub mod eventstream;
 pub mod gemini;
+pub(crate) mod grace;
 pub mod grid;
 pub mod h1;
 pub(crate) mod http;

@@ -189,6 +189,7 @@ impl AsyncRead for ProbeSocket {
                     let n = buf.filled().len() - before;
                     if n > 0 {
                         this.took(n, None);
+                        super::grace::arrived();
                     }
                     return Poll::Ready(Ok(()));
                 }
@@ -204,6 +205,10 @@ impl AsyncRead for ProbeSocket {
                     match got {
                         // `try_io` cleared the readiness: wait for the next packet.
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Ok((n, stamp)) if n > 0 => {
+                            super::grace::arrived();
+                            Ok((n, stamp))
+                        }
                         got => got,
                     }
                 }

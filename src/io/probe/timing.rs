@@ -17,15 +17,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-/// How long a plain connection (no TLS of its own) is left before the request is written: time
-/// for the server to accept it and start reading. A request written at once waits in the
-/// server's queue while it accepts (a busy event loop takes a while), and that wait would count
-/// in the TTFB though it is the connection's set-up, not the answer: a pooled connection never
-/// pays it, and over TLS the handshake has already waited for it. The probes of a tick connect
-/// together and share the timer: about 4 % of the daemon's CPU at 1,000 targets
-/// (docs/BENCHMARKS.md).
-pub const ACCEPT_GRACE: Duration = Duration::from_millis(1);
-
 /// Durations of the connection phases; `None` when a phase did not apply.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Phases {
@@ -179,6 +170,7 @@ pub async fn dial(
         phases,
     })?;
     phases.connect = Some(t.elapsed());
+    let connected = tokio::time::Instant::now();
     // Small request and event writes must not wait for Nagle's algorithm.
     let _ = tcp.set_nodelay(true);
 
@@ -193,7 +185,8 @@ pub async fn dial(
 
     let socket = ProbeSocket::new(tcp);
     let Some(connector) = tls else {
-        tokio::time::sleep(ACCEPT_GRACE).await;
+        // Time for the server to accept it; no phase counts this (`super::grace`).
+        super::grace::after_connect(connected).await;
         return Ok((Stream::Plain(socket), phases));
     };
     let name = ServerName::try_from(bare.to_string()).map_err(|e| DialError {
@@ -248,6 +241,7 @@ impl AsyncWrite for Stream {
 
 #[cfg(test)]
 mod tests {
+    use super::super::grace::ACCEPT_GRACE;
     use super::*;
 
     #[tokio::test]
@@ -263,5 +257,38 @@ mod tests {
         assert!(took >= connect + ACCEPT_GRACE, "the grace follows the connect ({took:?} vs {connect:?})");
         assert_eq!((phases.dns, phases.tls, phases.proxy), (None, None, None));
         server.await.expect("accept task").expect("accepted");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_grace_ends_when_another_probe_connection_brings_bytes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Just after a tick, so the grace's own end (the next tick) is a tick away.
+        tokio::time::sleep_until(super::super::grid::after(tokio::time::Instant::now())).await;
+        // Another probe's connection, whose server writes 5 ms from now.
+        let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("listener");
+        let other_addr = other.local_addr().expect("address");
+        let mut reading = ProbeSocket::new(TcpStream::connect(other_addr).await.expect("connect"));
+        let (mut peer, _) = other.accept().await.expect("accept");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            peer.write_all(b"data: {}\n\n").await.expect("write");
+            peer
+        });
+        tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            reading.read(&mut buf).await.expect("read")
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("listener");
+        let port = listener.local_addr().expect("address").port();
+        let start = tokio::time::Instant::now();
+        let tick = super::super::grid::at_or_after(start + ACCEPT_GRACE);
+        let (_stream, _) = dial("127.0.0.1", port, None, Duration::from_secs(5), None).await.expect("dialled");
+        let done = tokio::time::Instant::now();
+        assert!(
+            done - start >= Duration::from_millis(4),
+            "not before the other connection's bytes ({:?})",
+            done - start
+        );
+        assert!(done < tick, "ended by the bytes, not by the tick ({:?} after the start)", done - start);
     }
 }
