@@ -6,7 +6,7 @@
 //! connection's set-up, not the answer: a pooled connection never pays it, and over TLS the
 //! handshake has already waited for it. So the request goes at least [`ACCEPT_GRACE`] after the
 //! connect. A timer of its own for that millisecond woke the probe thread once per tick with
-//! starts, about 4 % of the daemon's CPU at 1,000 targets (docs/BENCHMARKS.md); the grace now
+//! starts (about ten times a second at 1,000 targets, docs/BENCHMARKS.md); the grace instead
 //! ends on the first bytes another watched connection brings after it, or at the latest on the
 //! grid's first tick after it ([`super::grid`]). Bytes arriving mean the thread is awake, and
 //! mean a server has just written rather than accepted: a tick is when the probes due on it
