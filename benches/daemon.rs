@@ -332,16 +332,23 @@ fn parse_steps(text: &str) -> std::collections::BTreeMap<String, Steps> {
     steps
 }
 
-/// A plain HTTP/1.1 GET of `/metrics` with `Accept-Encoding: gzip`, as Prometheus sends it.
-fn scrape(port: u16) -> Option<Scrape> {
+/// Sends `request` (a whole request head) to 127.0.0.1:`port` and reads until the peer closes:
+/// the response head in lower case, and the body as it came.
+fn get(port: u16, request: &str, timeout: Duration) -> Option<(String, Vec<u8>)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n").ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.write_all(request.as_bytes()).ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
     let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
-    let mut body = raw[head_end..].to_vec();
+    let body = raw.split_off(head_end);
+    Some((String::from_utf8_lossy(&raw).to_ascii_lowercase(), body))
+}
+
+/// A plain HTTP/1.1 GET of `/metrics` with `Accept-Encoding: gzip`, as Prometheus sends it.
+fn scrape(port: u16) -> Option<Scrape> {
+    let request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n";
+    let (head, mut body) = get(port, request, Duration::from_secs(10))?;
     if head.contains("transfer-encoding: chunked") {
         body = dechunk(&body)?;
     }
@@ -522,13 +529,7 @@ fn prometheus_probe_count(port: u16) -> f64 {
 /// The body of a GET of `path` from the Prometheus on `port`, over HTTP/1.0 so it comes whole,
 /// never chunked.
 fn prometheus_get(port: u16, path: &str) -> Option<Vec<u8>> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    Some(raw.split_off(head_end))
+    get(port, &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"), Duration::from_secs(30)).map(|(_, body)| body)
 }
 
 /// Writes `days` of hourly rollups for every target of the vigil `config` into a new SQLite file

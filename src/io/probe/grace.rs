@@ -82,7 +82,6 @@ impl Future for Grace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Waker;
 
     fn poll(g: &mut Grace) -> bool {
         Pin::new(g).poll(&mut Context::from_waker(Waker::noop())).is_ready()
