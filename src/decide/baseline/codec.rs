@@ -17,37 +17,79 @@ pub(super) const SCALE: f64 = 1000.0;
 
 // Bucket layout of hdrhistogram for (LOWEST = 1, SIGFIG = 3): 2048 sub-buckets, half of them per bucket.
 const HALF_MAGNITUDE: u32 = 10;
-const HALF_COUNT: u32 = 1 << HALF_MAGNITUDE;
-const SUB_BUCKET_MASK: u64 = (2 * HALF_COUNT as u64) - 1;
 const V2_COOKIE: u32 = 0x1c84_9313;
 const V2_HEADER_LEN: usize = 40;
 
-/// Sparse histogram: (hdrhistogram bucket index, count), ascending by index.
+/// Sparse histogram: (bucket index, count), ascending by index.
 pub(super) type Sparse = Vec<(u32, u32)>;
 
-/// hdrhistogram's bucket index of a value (after clamping to the recordable range).
-pub(super) fn index_for(value: u64) -> u32 {
-    let v = value.clamp(LOWEST, HIGHEST);
-    let bucket = 53 - (v | SUB_BUCKET_MASK).leading_zeros();
-    let sub_bucket = (v >> bucket) as u32;
-    ((bucket + 1) << HALF_MAGNITUDE) + sub_bucket - HALF_COUNT
+/// A bucket layout: hdrhistogram's for `LOWEST` = 1 at some significant digits. A bucket index
+/// means nothing without its grain, so every index here is [`ROLLUP`]'s unless it says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Grain {
+    /// log2 of half the sub-buckets (10 at 3 significant digits, 7 at 2).
+    half_magnitude: u32,
 }
 
-/// Lowest value and width of the bucket at `index`.
-fn bucket_range(index: u32) -> (u64, u64) {
-    let mut bucket = (index >> HALF_MAGNITUDE) as i64 - 1;
-    let mut sub_bucket = u64::from((index & (HALF_COUNT - 1)) + HALF_COUNT);
-    if bucket < 0 {
-        sub_bucket -= u64::from(HALF_COUNT);
-        bucket = 0;
+/// Stored rollups, the recent hours and the guard's held values: 3 significant digits
+/// ([`SIGFIG`]; buckets 0.05–0.1 % of their value wide, 1 µs below 2 ms).
+pub(super) const ROLLUP: Grain = Grain { half_magnitude: HALF_MAGNITUDE };
+
+/// The window's fold and every published percentile: 2 significant digits (buckets 0.4–0.8 % of
+/// their value wide, 1 µs below 256 µs). Each holds whole [`ROLLUP`] buckets, so a fold is its
+/// hours' sum either way and an hour taken away leaves it exact; a week's fold at 3 digits was
+/// most of what stored history costs in memory (docs/BENCHMARKS.md, "Baselines").
+pub(super) const BASELINE: Grain = Grain { half_magnitude: 7 };
+
+impl Grain {
+    fn half_count(self) -> u32 {
+        1 << self.half_magnitude
     }
-    (sub_bucket << bucket, 1u64 << bucket)
+
+    /// The bucket index of a value (after clamping to the recordable range).
+    pub(super) fn index_for(self, value: u64) -> u32 {
+        let v = value.clamp(LOWEST, HIGHEST);
+        let sub_bucket_mask = (2u64 << self.half_magnitude) - 1;
+        let bucket = 63 - self.half_magnitude - (v | sub_bucket_mask).leading_zeros();
+        let sub_bucket = (v >> bucket) as u32;
+        ((bucket + 1) << self.half_magnitude) + sub_bucket - self.half_count()
+    }
+
+    /// Lowest value and width of the bucket at `index`.
+    fn bucket_range(self, index: u32) -> (u64, u64) {
+        let half = self.half_count();
+        let mut bucket = (index >> self.half_magnitude) as i64 - 1;
+        let mut sub_bucket = u64::from((index & (half - 1)) + half);
+        if bucket < 0 {
+            sub_bucket -= u64::from(half);
+            bucket = 0;
+        }
+        (sub_bucket << bucket, 1u64 << bucket)
+    }
+
+    /// The value hdrhistogram reports for a quantile landing in bucket `index` (its highest equivalent).
+    fn reported_value(self, index: u32) -> u64 {
+        let (low, width) = self.bucket_range(index);
+        low + width - 1
+    }
+
+    /// [`ROLLUP`] entries (ascending) in this grain's buckets.
+    pub(super) fn coarsen(self, rollup: impl IntoIterator<Item = (u32, u32)>) -> Sparse {
+        let mut out = Sparse::new();
+        for (index, count) in rollup {
+            let at = self.index_for(ROLLUP.bucket_range(index).0);
+            match out.last_mut() {
+                Some(last) if last.0 == at => last.1 = last.1.saturating_add(count),
+                _ => out.push((at, count)),
+            }
+        }
+        out
+    }
 }
 
-/// The value hdrhistogram reports for a quantile landing in bucket `index` (its highest equivalent).
-fn reported_value(index: u32) -> u64 {
-    let (low, width) = bucket_range(index);
-    low + width - 1
+/// hdrhistogram's bucket index of a value at [`ROLLUP`]'s grain.
+pub(super) fn index_for(value: u64) -> u32 {
+    ROLLUP.index_for(value)
 }
 
 /// Scales a published value (ms, tok/s) to the recorded integer; `None` for missing or nonsense values.
@@ -97,8 +139,15 @@ pub(super) fn sparse_total(hist: &[(u32, u32)]) -> u64 {
     hist.iter().map(|e| u64::from(e.1)).sum()
 }
 
-/// Nearest-rank quantiles (as hdrhistogram computes them) over the sum of two sparse histograms.
-pub(super) fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
+/// Nearest-rank quantiles (as hdrhistogram computes them) over the sum of two sparse histograms
+/// of `grain`.
+pub(super) fn quantiles(
+    grain: Grain,
+    a: impl Iterator<Item = (u32, u32)>,
+    b: &[(u32, u32)],
+    total: u64,
+    qs: [f64; 3],
+) -> [u64; 3] {
     let mut out = [0u64; 3];
     let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
     let (mut a, mut j, mut seen, mut k) = (a.peekable(), 0, 0u64, 0);
@@ -106,7 +155,7 @@ pub(super) fn quantiles(a: impl Iterator<Item = (u32, u32)>, b: &[(u32, u32)], t
         let Some((index, _, count)) = next_merged(&mut a, b, &mut j) else { break };
         seen += u64::from(count);
         while k < 3 && seen >= ranks[k] {
-            out[k] = reported_value(index);
+            out[k] = grain.reported_value(index);
             k += 1;
         }
     }
@@ -143,7 +192,8 @@ fn next_merged(
 
 /// A sparse histogram packed in 4-bit nibbles, about 0.7 bytes an entry (LEB128 pairs took 2, the
 /// unpacked pairs 8): the week's merged histograms are most of what stored history costs in
-/// memory, 67 MB at 10,000 targets where LEB128 took 136 MB (docs/BENCHMARKS.md, "Baselines").
+/// memory. The baselines' heap at 10,000 targets on a week was 136 MB in LEB128 pairs, 67 MB in
+/// nibbles, and is 38 MB with the folds at [`BASELINE`]'s grain (docs/BENCHMARKS.md, "Baselines").
 ///
 /// Most entries of a latency histogram sit in the bucket right after the previous one with a small
 /// count, so that case is one nibble holding the count (1–14). Nibble 15 is the next bucket with a
@@ -344,7 +394,7 @@ impl Packed {
     /// [`quantiles`] of this histogram plus `recent` (`total` counting both), resuming at the
     /// marks of [`Packed::marks`] where they lie before the rank sought; the same answers as
     /// reading from the start.
-    pub(super) fn quantiles(&self, recent: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
+    pub(super) fn quantiles(&self, grain: Grain, recent: &[(u32, u32)], total: u64, qs: [f64; 3]) -> [u64; 3] {
         let ranks = qs.map(|q| ((q * total as f64).ceil() as u64).max(1));
         // The fold's own count, summed only when its marks are first made (once per fold).
         let marks = self.marks(|| total.saturating_sub(sparse_total(recent)));
@@ -376,7 +426,7 @@ impl Packed {
             read_below += u64::from(from_fold);
             seen += u64::from(count);
             while k < 3 && seen >= ranks[k] {
-                out[k] = reported_value(index);
+                out[k] = grain.reported_value(index);
                 k += 1;
                 look = true;
             }
@@ -676,7 +726,7 @@ pub fn rollup_quantile(rollup: &Rollup, q: f64) -> Option<f64> {
     if total == 0 || !(0.0..=1.0).contains(&q) {
         return None;
     }
-    Some(quantiles(std::iter::empty(), &sparse, total, [q; 3])[0] as f64 / SCALE)
+    Some(quantiles(ROLLUP, std::iter::empty(), &sparse, total, [q; 3])[0] as f64 / SCALE)
 }
 
 #[cfg(test)]
@@ -692,10 +742,42 @@ mod tests {
         let mut values: Vec<u64> = (0..20_000).map(|_| rng.random_range(1..=HIGHEST)).collect();
         values.extend([1, 2, 2047, 2048, 2049, 4095, 4096, 65_535, HIGHEST]);
         for v in values {
-            let (low, width) = bucket_range(index_for(v));
+            let (low, width) = ROLLUP.bucket_range(index_for(v));
             assert_eq!(low, h.lowest_equivalent(v), "lowest of {v}");
             assert_eq!(low + width - 1, h.highest_equivalent(v), "highest of {v}");
         }
+    }
+
+    #[test]
+    fn the_baseline_grain_is_hdrhistogram_at_two_digits_and_holds_whole_rollup_buckets() {
+        let h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, 2).expect("histogram");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut values: Vec<u64> = (0..20_000).map(|_| rng.random_range(1..=HIGHEST)).collect();
+        values.extend([1, 2, 255, 256, 257, 511, 512, 2047, 2048, 131_071, 131_072, HIGHEST]);
+        for v in values {
+            let (low, width) = BASELINE.bucket_range(BASELINE.index_for(v));
+            assert_eq!(low, h.lowest_equivalent(v), "lowest of {v}");
+            assert_eq!(low + width - 1, h.highest_equivalent(v), "highest of {v}");
+            assert!(width == 1 || width * 128 <= low, "{v}: a bucket {width} wide at {low} is over 0.8 %");
+        }
+        // Every rollup bucket lies inside one baseline bucket, in order, so coarsening a sum is
+        // the sum coarsened and an hour taken away from a fold leaves it exact.
+        let mut last = 0;
+        for index in 0..=index_for(HIGHEST) {
+            let (low, width) = ROLLUP.bucket_range(index);
+            let at = BASELINE.index_for(low);
+            assert_eq!(at, BASELINE.index_for(low + width - 1), "rollup bucket {index} split");
+            assert!(at >= last, "rollup bucket {index} out of order");
+            last = at;
+        }
+        let (a, b) = (vec![(3000, 2), (3001, 1), (9000, 4)], vec![(3002, 5), (9001, 1)]);
+        let both = sparse_merge(&a, &b, false);
+        assert_eq!(
+            BASELINE.coarsen(both.clone()),
+            sparse_merge(&BASELINE.coarsen(a.clone()), &BASELINE.coarsen(b), false)
+        );
+        assert_eq!(sparse_total(&BASELINE.coarsen(both)), 13);
+        assert!(BASELINE.coarsen(a).len() < 3, "neighbouring rollup buckets share a baseline bucket");
     }
 
     #[test]
@@ -708,7 +790,7 @@ mod tests {
             h.record(v).expect("record");
             sparse_insert(if i % 3 == 0 { &mut b } else { &mut a }, index_for(v), 1);
         }
-        let got = quantiles(Packed::pack(a.clone()).iter(), &b, 5000, [0.5, 0.95, 0.99]);
+        let got = quantiles(ROLLUP, Packed::pack(a.clone()).iter(), &b, 5000, [0.5, 0.95, 0.99]);
         let want = [0.5, 0.95, 0.99].map(|q| h.value_at_quantile(q));
         assert_eq!(got, want);
     }
@@ -735,7 +817,7 @@ mod tests {
     fn library_bytes(sparse: &[(u32, u32)]) -> Vec<u8> {
         let mut h = Histogram::<u64>::new_with_bounds(LOWEST, HIGHEST, SIGFIG).expect("histogram");
         for &(index, count) in sparse {
-            h.record_n(bucket_range(index).0, u64::from(count)).expect("record");
+            h.record_n(ROLLUP.bucket_range(index).0, u64::from(count)).expect("record");
         }
         let mut bytes = Vec::new();
         V2Serializer::new().serialize(&h, &mut bytes).expect("serialize");
@@ -869,8 +951,8 @@ mod tests {
                 continue;
             }
             for qs in qs_all {
-                let want = quantiles(fold.iter(), &recent, total, qs);
-                assert_eq!(fold.quantiles(&recent, total, qs), want, "case {case}, {qs:?}");
+                let want = quantiles(ROLLUP, fold.iter(), &recent, total, qs);
+                assert_eq!(fold.quantiles(ROLLUP, &recent, total, qs), want, "case {case}, {qs:?}");
             }
         }
         // The marks are where reading entry by entry puts them.
@@ -895,12 +977,15 @@ mod tests {
         }
         // The marks are kept with the histogram, and a merge makes a histogram without them.
         let fold = Packed::pack(draw(&mut rng, 2_000, 3_000));
-        let before = fold.quantiles(&[], 4_000, PUBLISHED);
+        let before = fold.quantiles(ROLLUP, &[], 4_000, PUBLISHED);
         assert!(fold.1.get().is_some());
         let merged = fold.merged(&[(20_001, 5)], false);
         assert!(merged.1.get().is_none());
-        assert_eq!(merged.quantiles(&[], 4_005, PUBLISHED), quantiles(merged.iter(), &[], 4_005, PUBLISHED));
-        assert_eq!(before, quantiles(fold.iter(), &[], 4_000, PUBLISHED));
+        assert_eq!(
+            merged.quantiles(ROLLUP, &[], 4_005, PUBLISHED),
+            quantiles(ROLLUP, merged.iter(), &[], 4_005, PUBLISHED)
+        );
+        assert_eq!(before, quantiles(ROLLUP, fold.iter(), &[], 4_000, PUBLISHED));
     }
 
     #[test]
@@ -920,6 +1005,9 @@ mod tests {
         assert_eq!(packed.unpack(), week);
         assert!(week.len() > 1_000, "{} buckets", week.len());
         assert!(packed.0.len() < week.len(), "{} bytes for {} entries", packed.0.len(), week.len());
+        // The fold holds the week at the baseline grain: under half the bytes.
+        let fold = Packed::pack(BASELINE.coarsen(week.iter().copied()));
+        assert!(fold.0.len() * 2 < packed.0.len(), "{} bytes at two digits, {} at three", fold.0.len(), packed.0.len());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! `baseline.adopt_after` is adopted, once, with the levels before and after; `vigil baselines
 //! adopt TARGET` adopts at once.
 
-use super::codec::{index_for, quantiles, sparse_insert, sparse_total, to_recorded, Sparse, SCALE};
+use super::codec::{index_for, quantiles, sparse_insert, sparse_total, to_recorded, Sparse, BASELINE, SCALE};
 use super::Metric;
 use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
@@ -58,7 +58,9 @@ impl Shift {
         if total == 0 {
             return Level::default();
         }
-        let [p50, p95, _] = quantiles(std::iter::empty(), h, total, [0.5, 0.95, 0.99]);
+        // At the grain the baseline it is compared with is published at.
+        let [p50, p95, _] =
+            quantiles(BASELINE, std::iter::empty(), &BASELINE.coarsen(h.iter().copied()), total, [0.5, 0.95, 0.99]);
         Level { p50: Some(p50 as f64 / SCALE), p95: Some(p95 as f64 / SCALE) }
     }
 }
