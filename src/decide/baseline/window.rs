@@ -169,8 +169,12 @@ impl<T: Tally> Window<T> {
 impl Window<Hist> {
     /// Nearest-rank quantiles of the whole window (`count` values), at [`BASELINE`]'s grain.
     pub(super) fn quantiles(&self, count: u64, qs: [f64; 3]) -> [u64; 3] {
-        let recent = self.held.iter().fold(Sparse::new(), |acc, h| sparse_merge(&acc, &h.tally.packed.unpack(), false));
-        self.folded.packed.quantiles(BASELINE, &BASELINE.coarsen(recent), count, qs)
+        // Each held hour read straight into the fold's buckets: no unpacked copy at 3 digits.
+        let recent = self
+            .held
+            .iter()
+            .fold(Sparse::new(), |acc, h| sparse_merge(&acc, &BASELINE.coarsen(h.tally.packed.iter()), false));
+        self.folded.packed.quantiles(BASELINE, &recent, count, qs)
     }
 }
 
@@ -230,7 +234,7 @@ pub(super) fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::codec::{index_for, sparse_insert};
+    use super::super::codec::{index_for, sparse_insert, sparse_total};
     use super::*;
 
     fn hour(values: impl Iterator<Item = u64>) -> Hist {
@@ -238,7 +242,7 @@ mod tests {
         for v in values {
             sparse_insert(&mut sparse, index_for(v), 1);
         }
-        let count = sparse.iter().map(|e| u64::from(e.1)).sum();
+        let count = sparse_total(&sparse);
         Hist { packed: Packed::pack(sparse), count }
     }
 
