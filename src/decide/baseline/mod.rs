@@ -27,11 +27,10 @@ pub use guard::{Adoption, Level, ADOPTED_SHARE_PERCENT};
 use crate::config::BaselineConfig;
 use crate::vocab::records::Rollup;
 use crate::vocab::sample::{Outcome, Sample};
-use crate::vocab::target::{Name, Target};
+use crate::vocab::target::{ByTarget, Name, Target};
 use chrono::{DateTime, Utc};
-use codec::{decode_v2, encode_v2, index_for, quantiles, sparse_total, to_recorded, Packed, Sparse, BASELINE, SCALE};
+use codec::{decode_v2, encode_v2, index_for, quantiles, sparse_total, to_recorded, Sparse, BASELINE, SCALE};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use thiserror::Error;
 use window::{hour_of, hour_start, min_opt, Counts, Held, Hist, Series, Tally, HOLD};
 
@@ -100,7 +99,9 @@ pub const ERRORS: &str = "errors";
 pub struct Baselines {
     window_hours: i64,
     min: [u64; 3],
-    series: HashMap<Target, Series>,
+    /// Boxed: a map slot is then a pointer, and the table's spare slots (up to half of them
+    /// after a growth) hold no series' worth of bytes.
+    series: ByTarget<Box<Series>>,
     /// Hours at or after this stay held; it only moves forward.
     hold_from: i64,
     /// Oldest hour that may be in a fold; `None` while nothing is folded.
@@ -110,7 +111,7 @@ pub struct Baselines {
     /// `baseline.adopt_after`: how long a shift is held before it is adopted (`None`: only on request).
     adopt_after: Option<chrono::Duration>,
     /// What each target in trouble measured, held out of its baseline.
-    shifts: HashMap<Target, guard::Shift>,
+    shifts: ByTarget<guard::Shift>,
 }
 
 impl Baselines {
@@ -120,12 +121,12 @@ impl Baselines {
         Baselines {
             window_hours,
             min: [config.min_samples_p50, config.min_samples_p95, config.min_samples_p99],
-            series: HashMap::new(),
+            series: ByTarget::default(),
             hold_from: i64::MIN,
             folded_from: None,
             late: 0,
             adopt_after: config.adopt_after.and_then(|d| chrono::Duration::from_std(d).ok()),
-            shifts: HashMap::new(),
+            shifts: ByTarget::default(),
         }
     }
 
@@ -308,8 +309,8 @@ impl Baselines {
             // An hour still held was never folded (its store copy may be partial): dropping it is enough.
             match decode(r, &mut report) {
                 Some(Decoded::Counts(c)) if !series.counts.holds(hour) => series.counts.folded.fold_out(&c),
-                Some(Decoded::Hist(slot, h)) if !series.metrics[slot].holds(hour) => {
-                    series.metrics[slot].folded.fold_out(&h);
+                Some(Decoded::Hist(slot, entries, count)) if !series.metrics[slot].holds(hour) => {
+                    series.metrics[slot].folded.fold_entries(entries, count, true);
                     series.invalidate(slot);
                 }
                 _ => continue,
@@ -470,8 +471,8 @@ impl Baselines {
             };
             match decoded {
                 Decoded::Counts(c) => series.counts.load(hour, &c, hold_from),
-                Decoded::Hist(slot, h) => {
-                    series.metrics[slot].load(hour, &h, hold_from);
+                Decoded::Hist(slot, entries, count) => {
+                    series.metrics[slot].load_entries(hour, entries, count, hold_from);
                     series.invalidate(slot);
                 }
             }
@@ -542,9 +543,10 @@ fn sparse_of(values: impl IntoIterator<Item = f64>) -> Sparse {
     sparse
 }
 
-/// A rollup read back: a metric's histogram or an hour's counts.
+/// A rollup read back: a metric's histogram (its slot, its entries at
+/// [`ROLLUP`](codec::ROLLUP)'s grain and their total) or an hour's counts.
 enum Decoded {
-    Hist(usize, Hist),
+    Hist(usize, Sparse, u64),
     Counts(Counts),
 }
 
@@ -563,9 +565,9 @@ fn decode(r: &Rollup, report: &mut LoadReport) -> Option<Decoded> {
         return None;
     };
     match decode_v2(&r.histogram) {
-        Ok(hist) => {
-            let count = sparse_total(&hist);
-            Some(Decoded::Hist(metric.slot(), Hist { packed: Packed::pack(hist), count }))
+        Ok(entries) => {
+            let count = sparse_total(&entries);
+            Some(Decoded::Hist(metric.slot(), entries, count))
         }
         Err(message) => {
             report.skipped.push(BaselineError::Decode {
