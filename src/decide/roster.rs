@@ -30,9 +30,10 @@ pub struct Timing {
 impl Timing {
     /// The timing for a probe interval: a beat of a sixth of it, between 200 ms and 5 s; dead
     /// after three missed beats; a joiner waits two beats. A death is noticed within ttl + a beat
-    /// (until the next read): two thirds of an interval, 0.8 s at the shortest interval (1 s, at
-    /// the 200 ms floor), so always under one. A dead member's target therefore misses at most one
-    /// round: its next probe is the one due two intervals after the last the dead member made.
+    /// (until the next read): two thirds of an interval, less past 30 s (the beat stops at 5 s),
+    /// 0.8 s at the shortest interval (1 s, at the 200 ms floor), so always under one. A dead
+    /// member's target therefore misses at most one round: its next probe is the one due two
+    /// intervals after the last the dead member made.
     pub fn for_interval(interval: Duration) -> Timing {
         let beat = (interval / 6).clamp(Duration::from_millis(200), Duration::from_secs(5));
         Timing { beat, ttl: beat * 3, join: beat * 2 }

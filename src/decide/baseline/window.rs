@@ -100,8 +100,7 @@ pub(super) struct Held<T> {
 }
 
 /// Held hours kept inside the window itself: the current hour and the one before are all a
-/// window usually holds, and a buffer of its own per window was a fifth of the baselines' memory
-/// at 10,000 targets (an allocation of four slots for two).
+/// window usually holds, where a buffer of its own took four slots for the two, per window.
 pub(super) type HeldHours<T> = SmallVec<[Held<T>; HOLD as usize + 1]>;
 
 /// One series over the window: recent hours held one by one, every other hour of the window
