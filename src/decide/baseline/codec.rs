@@ -193,7 +193,8 @@ fn next_merged(
 /// A sparse histogram packed in 4-bit nibbles, about 0.7 bytes an entry (LEB128 pairs took 2, the
 /// unpacked pairs 8): the week's merged histograms are most of what stored history costs in
 /// memory. The baselines' heap at 10,000 targets on a week was 136 MB in LEB128 pairs, 67 MB in
-/// nibbles, and is 38 MB with the folds at [`BASELINE`]'s grain (docs/BENCHMARKS.md, "Baselines").
+/// nibbles, 38 MB with the folds at [`BASELINE`]'s grain, and 30 MB with the per-series
+/// bookkeeping trimmed too (docs/BENCHMARKS.md, "Baselines").
 ///
 /// Most entries of a latency histogram sit in the bucket right after the previous one with a small
 /// count, so that case is one nibble holding the count (1–14). Nibble 15 is the next bucket with a
