@@ -12,7 +12,6 @@
 
 use super::spool::SpoolError;
 use super::spool::SpoolOf;
-use super::spool::SpooledBatch;
 use super::SampleQuery;
 use super::Store;
 use super::StoreError;
@@ -50,6 +49,8 @@ const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
 const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most long-prompt probe runs a load reads back (a week of 96 a day for 100 target-sizes).
 pub const WORKLOAD_LOAD_LIMIT: i64 = 100_000;
+/// Most spooled records read back at once in a replay: a line can carry a whole part's rollups.
+const REPLAY_PART: usize = 64;
 /// Most ordered records held in memory while neither the store nor the spool takes them (the
 /// spool's disk full while the store is down). An older evaluation's engine state is dropped
 /// when a newer one of its region is held (its notifications stay), so what is held is small
@@ -723,29 +724,19 @@ impl Link {
 
     async fn replay(&mut self) -> Result<(), StoreError> {
         while self.health.spooled() > 0 {
-            let (batch, waiting) = self
-                .with_spool(|s| s.oldest().map(|b| (b, s.len())))
-                .await
-                .map_err(|e| StoreError::Other(e.to_string()))?;
-            // An unreadable segment skipped by `oldest` no longer counts as waiting.
-            self.health.set_spooled(waiting);
-            let Some(SpooledBatch { seq, records }) = batch else { break };
-            let n = records.len();
-            for r in records {
-                match self.pending.take_spooled(r) {
+            let mut replay = super::spool::Replay::oldest(&self.spool, REPLAY_PART);
+            while let Some(records) = replay.next().await? {
+                self.health.set_spooled(replay.spooled());
+                for r in records {
                     // Spooled states rejoin the newest-wins queue, behind anything newer already queued.
-                    None => {}
-                    Some(ordered) => self.write(&ordered).await?,
+                    if let Some(ordered) = self.pending.take_spooled(r) {
+                        self.write(&ordered).await?;
+                    }
                 }
             }
-            let left = self.with_spool(move |s| s.remove(seq).map(|()| s.len())).await;
-            match left {
-                Ok(left) => {
-                    self.health.set_spooled(left);
-                    tracing::info!(replayed = n, spooled = left, "replayed spooled records");
-                }
-                Err(e) => return Err(StoreError::Other(e.to_string())),
-            }
+            self.health.set_spooled(replay.spooled());
+            let Some(n) = replay.replayed() else { break };
+            tracing::info!(replayed = n, spooled = replay.spooled(), "replayed spooled records");
         }
         Ok(())
     }

@@ -36,6 +36,12 @@ pub enum SpoolError {
     Encode(#[from] serde_json::Error),
 }
 
+impl From<SpoolError> for super::StoreError {
+    fn from(e: SpoolError) -> Self {
+        super::StoreError::Other(e.to_string())
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
     move |source| SpoolError::Io { path: path.to_owned(), source }
 }
@@ -55,6 +61,20 @@ pub struct SpooledBatch<T = Sample> {
     pub seq: u64,
     /// Its records, in append order.
     pub records: Vec<T>,
+}
+
+/// A run of records of the oldest segment, read back for replay a part at a time: a segment
+/// is up to 16 MiB of JSON, and read whole it held that and every record parsed from it at once.
+#[derive(Debug)]
+pub struct SpooledPart<T = Sample> {
+    /// Segment number; pass to [`Spool::remove`] once every part is stored.
+    pub seq: u64,
+    /// The records, in append order.
+    pub records: Vec<T>,
+    /// Where the next part starts: pass it back as `from` with `seq`.
+    pub next: u64,
+    /// True when the segment holds nothing after these records.
+    pub last: bool,
 }
 
 /// A bounded, fsync'd, append-only spool of records of type `T` in one directory.
@@ -214,13 +234,23 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         Ok(dropped)
     }
 
-    /// Reads the oldest segment back, skipping a torn or corrupt line with a warning. A segment
-    /// that can no longer be read is left on disk, dropped from the queue with a warning and the
-    /// next one is read: one bad file must not hold every later record back for good.
+    /// Reads the oldest segment back whole (tests and small spools; replay reads it by parts,
+    /// [`SpoolOf::oldest_part`]).
     pub fn oldest(&mut self) -> Result<Option<SpooledBatch<T>>, SpoolError> {
+        let part = self.oldest_part(None, usize::MAX)?;
+        Ok(part.map(|p| SpooledBatch { seq: p.seq, records: p.records }))
+    }
+
+    /// Up to `max` records of the oldest segment, from the place `from` (a segment number and
+    /// the [`SpooledPart::next`] of its previous part) when that segment is still the oldest,
+    /// else from its start; a torn or corrupt line is skipped with a warning. A segment that can
+    /// no longer be read is left on disk, dropped from the queue with a warning and the next one
+    /// is read: one bad file must not hold every later record back for good.
+    pub fn oldest_part(&mut self, from: Option<(u64, u64)>, max: usize) -> Result<Option<SpooledPart<T>>, SpoolError> {
         while let Some(seg) = self.segments.front() {
-            match read_segment(&seg.path) {
-                Ok(data) => return Ok(Some(SpooledBatch { seq: seg.seq, records: parse_lines(&data, &seg.path) })),
+            let offset = from.filter(|(seq, _)| *seq == seg.seq).map_or(0, |(_, offset)| offset);
+            match read_part(&seg.path, offset, max.max(1)) {
+                Ok((records, next, last)) => return Ok(Some(SpooledPart { seq: seg.seq, records, next, last })),
                 Err(why) => {
                     tracing::warn!(file = %seg.path.display(), error = %why, records = seg.samples,
                         "skipping a spool segment that can no longer be read; left on disk");
@@ -278,14 +308,114 @@ where
     joined.unwrap_or_else(|e| Err(SpoolError::Io { path: Default::default(), source: io::Error::other(e) }))
 }
 
-/// A segment's bytes, if `path` is a regular file that reads: checked before opening, since
-/// opening a FIFO blocks and reading a directory fails.
-fn read_segment(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if !meta.file_type().is_file() {
-        return Err("not a regular file".into());
+/// A replay of the oldest segment, read back a part at a time: [`Replay::next`] gives its
+/// records in order, up to `part` at a time, and deletes the segment once every part has been
+/// taken and the next is asked for. A caller that fails to store a part stops asking: the
+/// segment stays whole and the next replay starts it again from its first record, as storage
+/// takes a record it already holds without a second copy.
+pub struct Replay<T> {
+    spool: std::sync::Arc<std::sync::Mutex<SpoolOf<T>>>,
+    part: usize,
+    /// Where the next part starts.
+    from: Option<(u64, u64)>,
+    /// The segment whose last part was given: deleted at the next ask.
+    read_whole: Option<u64>,
+    fed: u64,
+    spooled: u64,
+    /// Set once the segment is deleted (`Some`) or nothing was spooled (`None`).
+    ended: Option<Option<u64>>,
+}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> Replay<T> {
+    /// A replay of `spool`'s oldest segment, `part` records at a time.
+    pub fn oldest(spool: &std::sync::Arc<std::sync::Mutex<SpoolOf<T>>>, part: usize) -> Self {
+        Replay {
+            spool: std::sync::Arc::clone(spool),
+            part,
+            from: None,
+            read_whole: None,
+            fed: 0,
+            spooled: 0,
+            ended: None,
+        }
     }
+
+    /// The segment's next records, or `None` once it is deleted (or nothing was spooled).
+    pub async fn next(&mut self) -> Result<Option<Vec<T>>, SpoolError> {
+        if self.ended.is_some() {
+            return Ok(None);
+        }
+        if let Some(seq) = self.read_whole.take() {
+            self.spooled = off_thread(&self.spool, move |s| s.remove(seq).map(|()| s.len())).await?;
+            self.ended = Some(Some(self.fed));
+            return Ok(None);
+        }
+        let (from, part) = (self.from, self.part);
+        let (got, spooled) = off_thread(&self.spool, move |s| s.oldest_part(from, part).map(|p| (p, s.len()))).await?;
+        self.spooled = spooled;
+        let Some(SpooledPart { seq, records, next, last }) = got else {
+            self.ended = Some(None);
+            return Ok(None);
+        };
+        self.fed += records.len() as u64;
+        match last {
+            true => self.read_whole = Some(seq),
+            false => self.from = Some((seq, next)),
+        }
+        Ok(Some(records))
+    }
+
+    /// Records still spooled, as last seen (a segment that could no longer be read, skipped,
+    /// no longer counts; after the delete, without the segment replayed).
+    pub fn spooled(&self) -> u64 {
+        self.spooled
+    }
+
+    /// How many records the deleted segment held, once [`Replay::next`] has deleted it; `None`
+    /// before, or when nothing was spooled.
+    pub fn replayed(&self) -> Option<u64> {
+        self.ended.flatten()
+    }
+}
+
+/// A segment's bytes, if `path` is a regular file that reads (see [`check_regular`]).
+fn read_segment(path: &Path) -> Result<Vec<u8>, String> {
+    check_regular(path)?;
     fs::read(path).map_err(|e| e.to_string())
+}
+
+/// Checked before opening a segment, since opening a FIFO blocks and reading a directory fails.
+fn check_regular(path: &Path) -> Result<(), String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    match meta.file_type().is_file() {
+        true => Ok(()),
+        false => Err("not a regular file".into()),
+    }
+}
+
+/// Up to `max` records of the segment at `path` from byte `offset` on, the offset after the
+/// last line read, and whether the file ends there.
+fn read_part<T: DeserializeOwned>(path: &Path, offset: u64, max: usize) -> Result<(Vec<T>, u64, bool), String> {
+    use std::io::{BufRead, Seek, SeekFrom};
+    check_regular(path)?;
+    let mut file = File::open(path).map_err(|e| e.to_string())?;
+    file.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
+    let mut reader = io::BufReader::with_capacity(64 * 1024, file);
+    let mut records = Vec::new();
+    let mut line = Vec::new();
+    let mut at = offset;
+    while records.len() < max {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok((records, at, true));
+        }
+        at += n as u64;
+        let complete = line.last() == Some(&b'\n');
+        records.extend(parse_line(&line, complete, path));
+    }
+    let last = reader.fill_buf().map_err(|e| e.to_string())?.is_empty();
+    Ok((records, at, last))
 }
 
 /// Parses JSON lines; a bad line is skipped (a torn last line is the expected crash case).
@@ -305,18 +435,28 @@ fn parse_lines<T: DeserializeOwned>(data: &[u8], path: &Path) -> Vec<T> {
                 (line, false)
             }
         };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<T>(line) {
-            Ok(s) => out.push(s),
-            Err(e) if !complete => {
-                tracing::warn!(file = %path.display(), error = %e, "skipping torn last spool line (crash mid-write)")
-            }
-            Err(e) => tracing::warn!(file = %path.display(), error = %e, "skipping corrupt spool line"),
-        }
+        out.extend(parse_line(line, complete, path));
     }
     out
+}
+
+/// One JSON line's record, or none for a blank, torn (`complete` false: no newline after it) or
+/// corrupt line, the last two with a warning.
+fn parse_line<T: DeserializeOwned>(line: &[u8], complete: bool, path: &Path) -> Option<T> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    match serde_json::from_slice::<T>(line) {
+        Ok(s) => Some(s),
+        Err(e) if !complete => {
+            tracing::warn!(file = %path.display(), error = %e, "skipping torn last spool line (crash mid-write)");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "skipping corrupt spool line");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -351,6 +491,74 @@ mod tests {
         }
         assert_eq!(back, batch);
         assert!(spool.is_empty());
+    }
+
+    #[test]
+    fn a_segment_reads_back_a_part_at_a_time_in_order_with_a_torn_tail_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let batch: Vec<Sample> = (0..10).map(sample).collect();
+        let mut spool = Spool::open(dir.path(), 1 << 20).expect("open");
+        spool.append(&batch[..6]).expect("append");
+        spool.append(&batch[6..]).expect("append");
+        // A crash mid-write: half a line, no newline after it.
+        let path = dir.path().join(format!("{PREFIX}{:020}{SUFFIX}", 1));
+        let mut file = OpenOptions::new().append(true).open(&path).expect("segment");
+        file.write_all(br#"{"id":"0191"#).expect("torn tail");
+        let (mut back, mut parts, mut from) = (Vec::new(), Vec::new(), None);
+        loop {
+            let part = spool.oldest_part(from, 4).expect("read").expect("a segment");
+            assert_eq!(part.seq, 1, "one segment holds every record");
+            parts.push(part.records.len());
+            back.extend(part.records);
+            if part.last {
+                break;
+            }
+            from = Some((part.seq, part.next));
+        }
+        assert_eq!(parts, [4, 4, 2], "never more than asked for at once; the torn tail is no record");
+        assert_eq!(back, batch);
+        // A place in a segment that is no longer the oldest is not applied to the next one.
+        let fresh = spool.oldest_part(Some((99, 1_000_000)), 3).expect("read").expect("segment");
+        assert_eq!(fresh.records, batch[..3].to_vec(), "a stale place starts the oldest segment from its top");
+        assert_eq!(spool.oldest().expect("read").expect("segment").records, batch, "read whole, the same records");
+    }
+
+    #[tokio::test]
+    async fn a_replay_gives_a_part_at_a_time_and_a_replay_stopped_midway_leaves_the_segment_whole() {
+        use std::sync::{Arc, Mutex};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let batch: Vec<Sample> = (0..10).map(sample).collect();
+        let mut spool = Spool::open(dir.path(), 1 << 20).expect("open").with_segment_bytes(1);
+        spool.append(&batch[..7]).expect("append");
+        spool.append(&batch[7..]).expect("append");
+        let spool = Arc::new(Mutex::new(spool));
+
+        // A caller whose write of the second part fails stops there: nothing is deleted.
+        let mut stopped = Replay::oldest(&spool, 3);
+        let first = stopped.next().await.expect("read").expect("a part");
+        let second = stopped.next().await.expect("read").expect("a part");
+        assert_eq!((first.len(), second.len(), stopped.spooled()), (3, 3, 10));
+        assert_eq!(stopped.replayed(), None);
+        drop(stopped);
+        assert_eq!(spool.lock().expect("lock").len(), 10, "the segment stays whole");
+
+        // The next replay starts it again from its first record.
+        let mut replay = Replay::oldest(&spool, 3);
+        let mut parts = Vec::new();
+        while let Some(records) = replay.next().await.expect("read") {
+            parts.push(records);
+        }
+        assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+        assert_eq!(parts.concat(), batch[..7].to_vec());
+        assert_eq!((replay.replayed(), replay.spooled()), (Some(7), 3), "deleted; what is left");
+
+        let mut replay = Replay::oldest(&spool, 3);
+        assert_eq!(replay.next().await.expect("read"), Some(batch[7..].to_vec()));
+        assert_eq!(replay.next().await.expect("delete"), None);
+        assert_eq!((replay.replayed(), replay.spooled()), (Some(3), 0));
+        let mut replay = Replay::oldest(&spool, 3);
+        assert_eq!(replay.next().await.expect("read"), None);
+        assert_eq!(replay.replayed(), None, "nothing was spooled");
     }
 
     #[test]

@@ -5,7 +5,6 @@
 
 use super::spool::Spool;
 use super::spool::SpoolError;
-use super::spool::SpooledBatch;
 use super::SampleStore;
 use super::StoreError;
 use crate::vocab::sample::Sample;
@@ -366,25 +365,16 @@ impl Writer {
     }
 
     async fn replay_segment(&mut self) -> Result<(), StoreError> {
-        let (batch, waiting) = self
-            .with_spool(|s| s.oldest().map(|b| (b, s.len())))
-            .await
-            .map_err(|e| StoreError::Other(e.to_string()))?;
-        // An unreadable segment skipped by `oldest` no longer counts as waiting.
-        self.health.spooled.store(waiting, Ordering::Relaxed);
-        let Some(SpooledBatch { seq, records: samples }) = batch else { return Ok(()) };
-        for chunk in samples.chunks(self.batch_size) {
-            self.write(chunk).await?;
+        let mut replay = super::spool::Replay::oldest(&self.spool, self.batch_size);
+        while let Some(samples) = replay.next().await? {
+            self.health.spooled.store(replay.spooled(), Ordering::Relaxed);
+            self.write(&samples).await?;
         }
-        let removed = self.with_spool(move |s| s.remove(seq).map(|()| s.len())).await;
-        match removed {
-            Ok(left) => {
-                self.health.spooled.store(left, Ordering::Relaxed);
-                tracing::info!(replayed = samples.len(), spooled = left, "replayed spooled samples");
-                Ok(())
-            }
-            Err(e) => Err(StoreError::Other(e.to_string())),
+        self.health.spooled.store(replay.spooled(), Ordering::Relaxed);
+        if let Some(n) = replay.replayed() {
+            tracing::info!(replayed = n, spooled = replay.spooled(), "replayed spooled samples");
         }
+        Ok(())
     }
 
     /// One bounded store write; failures are recorded in the health handle.
