@@ -7,6 +7,7 @@
 //! `prometheus` registry.
 
 mod checks;
+mod exposition;
 mod targets;
 mod workloads;
 
@@ -15,6 +16,7 @@ use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Outcome;
 use crate::vocab::sample::Sample;
 use crate::vocab::target::Target;
+use exposition::Out;
 use prometheus::core::Collector;
 use prometheus::{
     GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
@@ -99,6 +101,8 @@ pub struct Metrics {
     targets: Mutex<BTreeMap<Target, Series>>,
     /// Size of the last exposition, to allocate the next one at once.
     last_len: AtomicUsize,
+    /// Size of the last gzip exposition, likewise.
+    last_gzip_len: AtomicUsize,
     /// With replicas, the region's members: per-target gauges are exposed by the target's owner only.
     roster: std::sync::OnceLock<crate::decide::roster::SharedRoster>,
 }
@@ -231,6 +235,7 @@ impl Metrics {
             detail,
             targets: Mutex::new(BTreeMap::new()),
             last_len: AtomicUsize::new(0),
+            last_gzip_len: AtomicUsize::new(0),
             roster: std::sync::OnceLock::new(),
         };
         let build = GaugeVec::new(
@@ -529,7 +534,23 @@ impl Metrics {
 
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
-        let mut text = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
+        let mut out = Out::text(self.last_len.load(Ordering::Relaxed) + 4096);
+        self.render_into(&mut out);
+        self.last_len.store(out.text.len(), Ordering::Relaxed);
+        out.into_text()
+    }
+
+    /// The exposition gzip-compressed as it is written, never held whole as text; `None` only
+    /// if the compressor failed.
+    pub fn render_gzip(&self) -> Option<Vec<u8>> {
+        let mut out = Out::gzip(self.last_gzip_len.load(Ordering::Relaxed) + 4096, exposition::CHUNK);
+        self.render_into(&mut out);
+        let body = out.finish_gzip()?;
+        self.last_gzip_len.store(body.len(), Ordering::Relaxed);
+        Some(body)
+    }
+
+    fn render_into(&self, out: &mut Out) {
         let targets = self.lock();
         // With peers, the owned targets are decided once per scrape (not once per gauge family);
         // alone, a replica shows every target and hashes nothing.
@@ -538,12 +559,11 @@ impl Metrics {
             r.read().ok().filter(|r| r.peers() > 0).map(|r| targets.keys().filter(|t| r.owns(&t.id(), now)).collect())
         });
         let shown = |t: &Target| owned.as_ref().is_none_or(|o| o.contains(t));
-        targets::render(&mut text, &targets, self.bounds, &shown);
+        targets::render(out, &targets, self.bounds, &shown);
         drop(targets);
         // Encoding into a String cannot fail for the text format.
-        let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text);
-        self.last_len.store(text.len(), Ordering::Relaxed);
-        text
+        let _ = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out.text);
+        out.spill();
     }
 }
 
@@ -740,6 +760,34 @@ mod tests {
         gauges_of.sort();
         gauges_of.dedup();
         assert_eq!(gauges_of.len(), 40, "every target's gauges on one of them");
+    }
+
+    #[test]
+    fn the_gzip_exposition_is_the_text_compressed_a_chunk_at_a_time() {
+        use std::io::Read;
+        let m = Metrics::new("eu").expect("registry");
+        let now = chrono::Utc::now();
+        for i in 0..50 {
+            let mut s = Sample::new(Target { model: format!("m{i}").into(), ..target() }, now, now);
+            s.ttfb_ms = Some(f64::from(i) * 7.5);
+            s.ttft_ms = Some(300.0 + f64::from(i));
+            m.observe(&s);
+        }
+        // The process's own figures (CPU, memory, threads) move between two renders.
+        let steady = |text: &str| text.lines().filter(|l| !l.starts_with("process_")).collect::<Vec<_>>().join("\n");
+        let text = steady(&m.render());
+        let unzip = |body: &[u8]| {
+            let mut back = String::new();
+            flate2::read::GzDecoder::new(body).read_to_string(&mut back).expect("a gzip stream");
+            steady(&back)
+        };
+        assert_eq!(unzip(&m.render_gzip().expect("compressed")), text);
+        // Chunks far smaller than the text: it is handed over in many pieces, never held whole.
+        let mut out = Out::gzip(0, 100);
+        m.render_into(&mut out);
+        assert!(out.text.len() < 100 + 512, "at most a chunk and a line wait: {}", out.text.len());
+        assert_eq!(unzip(&out.finish_gzip().expect("compressed")), text);
+        assert!(text.len() > 20_000, "the text spans many chunks: {}", text.len());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! per scrape. Here a scrape is one pass over the targets, and the text is the same: labels in
 //! name order, `le` last, values as Rust prints them.
 
+use super::exposition::Out;
 use crate::vocab::ratelimit::RateLimitKind;
 use crate::vocab::sample::Outcome;
 use crate::vocab::target::Target;
@@ -74,7 +75,7 @@ enum Value {
 /// Writes one metric family: its `# HELP`/`# TYPE` lines before its first series, none if it
 /// has no series (as the registry did).
 struct Family<'o> {
-    out: &'o mut String,
+    out: &'o mut Out,
     name: &'static str,
     help: &'static str,
     kind: &'static str,
@@ -82,7 +83,7 @@ struct Family<'o> {
 }
 
 impl<'o> Family<'o> {
-    fn new(out: &'o mut String, name: &'static str, kind: &'static str, help: &'static str) -> Self {
+    fn new(out: &'o mut Out, name: &'static str, kind: &'static str, help: &'static str) -> Self {
         Family { out, name, help, kind, started: false }
     }
 
@@ -91,9 +92,9 @@ impl<'o> Family<'o> {
     fn line(&mut self, suffix: &str, t: &Target, extra: &[(&str, &str)], le: Option<&str>, v: Value) {
         if !self.started {
             self.started = true;
-            let _ = writeln!(self.out, "# HELP {} {}\n# TYPE {} {}", self.name, self.help, self.name, self.kind);
+            let _ = writeln!(self.out.text, "# HELP {} {}\n# TYPE {} {}", self.name, self.help, self.name, self.kind);
         }
-        let out = &mut *self.out;
+        let out = &mut self.out.text;
         out.push_str(self.name);
         out.push_str(suffix);
         let own =
@@ -121,6 +122,7 @@ impl<'o> Family<'o> {
             Value::U(n) => write!(out, "{n}"),
         };
         out.push('\n');
+        self.out.spill();
     }
 
     /// A histogram's `_bucket` lines (`les`: the upper bounds as text), `_sum` and `_count`.
@@ -160,26 +162,26 @@ fn label(out: &mut String, sep: char, name: &str, value: &str) {
 /// are written only for the targets `shown` says (with replicas, those this one probes now, so
 /// each target's gauges come from one replica at a time); counters and histograms for all.
 pub(super) fn render(
-    out: &mut String,
+    out: &mut Out,
     targets: &BTreeMap<Target, Series>,
     bounds: &[f64],
     shown: &dyn Fn(&Target) -> bool,
 ) {
     let les: Vec<String> = bounds.iter().map(f64::to_string).collect();
-    let each = |out: &mut String, name, kind, help, f: &dyn Fn(&mut Family<'_>, &Target, &Series)| {
+    let each = |out: &mut Out, name, kind, help, f: &dyn Fn(&mut Family<'_>, &Target, &Series)| {
         let mut fam = Family::new(out, name, kind, help);
         for (t, s) in targets.iter().filter(|(t, _)| kind != "gauge" || shown(t)) {
             f(&mut fam, t, s);
         }
     };
-    let gauge = |out: &mut String, name, help, get: fn(&Series) -> Option<f64>| {
+    let gauge = |out: &mut Out, name, help, get: fn(&Series) -> Option<f64>| {
         each(out, name, "gauge", help, &|fam, t, s| {
             if let Some(v) = get(s) {
                 fam.line("", t, &[], None, Value::F(v));
             }
         });
     };
-    let hist = |out: &mut String, name, help, get: fn(&Series) -> Option<&Hist>| {
+    let hist = |out: &mut Out, name, help, get: fn(&Series) -> Option<&Hist>| {
         each(out, name, "histogram", help, &|fam, t, s| {
             if let Some(h) = get(s) {
                 fam.hist(t, h, &les);
@@ -258,8 +260,8 @@ pub(super) fn render(
 }
 
 /// The per-kind rate-limit gauges (`kind`: requests, tokens), each a target's last reading.
-fn render_ratelimit(out: &mut String, targets: &BTreeMap<Target, Series>, shown: &dyn Fn(&Target) -> bool) {
-    let per_kind = |out: &mut String, name, help, get: fn(&Series) -> &[Option<f64>; 2]| {
+fn render_ratelimit(out: &mut Out, targets: &BTreeMap<Target, Series>, shown: &dyn Fn(&Target) -> bool) {
+    let per_kind = |out: &mut Out, name, help, get: fn(&Series) -> &[Option<f64>; 2]| {
         let mut fam = Family::new(out, name, "gauge", help);
         for (t, s) in targets.iter().filter(|(t, _)| shown(t)) {
             for (kind, v) in RateLimitKind::ALL.iter().zip(get(s)) {
@@ -300,12 +302,12 @@ mod tests {
     fn labels_merge_by_name_and_values_are_escaped() {
         let t =
             Target { provider: "p\"q".into(), model: "a\\b".into(), route: Some("x\ny".into()), region: "eu".into() };
-        let mut out = String::new();
+        let mut out = Out::text(0);
         let mut fam = Family::new(&mut out, "m", "gauge", "Help.");
         fam.line("", &t, &[("metric", "ttft"), ("q", "0.95")], None, Value::F(0.25));
         fam.line("_bucket", &t, &[], Some("+Inf"), Value::U(3));
         assert_eq!(
-            out,
+            out.into_text(),
             "# HELP m Help.\n# TYPE m gauge\n\
              m{metric=\"ttft\",model=\"a\\\\b\",provider=\"p\\\"q\",q=\"0.95\",region=\"eu\",route=\"x\\ny\"} 0.25\n\
              m_bucket{model=\"a\\\\b\",provider=\"p\\\"q\",region=\"eu\",route=\"x\\ny\",le=\"+Inf\"} 3\n"
@@ -372,8 +374,9 @@ mod tests {
             s.ttft = Some(h);
             map.insert(t.clone(), s);
         }
-        let mut ours = String::new();
+        let mut ours = Out::text(0);
         render(&mut ours, &map, &bounds, &|_| true);
+        let ours = ours.into_text();
         let mut buf = Vec::new();
         TextEncoder::new().encode(&reg.gather(), &mut buf).expect("encode");
         let theirs = String::from_utf8(buf).expect("utf-8");
@@ -393,9 +396,10 @@ mod tests {
             h.observe(&bounds, v);
         }
         let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
-        let mut out = String::new();
+        let mut out = Out::text(0);
         let les: Vec<String> = bounds.iter().map(f64::to_string).collect();
         Family::new(&mut out, "h", "histogram", "H.").hist(&t, &h, &les);
+        let out = out.into_text();
         let values: Vec<f64> =
             out.lines().skip(2).filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse().ok())).collect();
         assert_eq!(values.len(), 6, "{out}");
