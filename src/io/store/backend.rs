@@ -39,8 +39,12 @@ pub(crate) trait Backend: Send + Sync {
 
     /// Runs one statement; returns the rows it changed.
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError>;
-    /// Runs statements in order in one transaction; returns the rows they changed.
-    async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError>;
+    /// Runs statements in order in one transaction, each taken from `stmts` as its turn comes;
+    /// returns the rows they changed.
+    async fn run_all<I>(&self, stmts: I) -> Result<u64, StoreError>
+    where
+        I: IntoIterator<Item = Stmt> + Send,
+        I::IntoIter: Send;
     /// Runs a query; returns its rows.
     async fn rows(&self, stmt: Stmt) -> Result<Vec<Self::Row>, StoreError>;
     /// Runs a query and decodes each row as it arrives: the driver's few rows in flight are all
@@ -152,7 +156,7 @@ impl<B: Backend> SampleStore for B {
         if runs.is_empty() {
             return Ok(0);
         }
-        self.run_all(runs.chunks(sql::CANARY_CHUNK).map(sql::insert_canary_runs).collect()).await
+        self.run_all(runs.chunks(sql::CANARY_CHUNK).map(sql::insert_canary_runs)).await
     }
 
     async fn canary_runs(
@@ -172,7 +176,7 @@ impl<B: Backend> SampleStore for B {
         if runs.is_empty() {
             return Ok(0);
         }
-        self.run_all(runs.chunks(sql::CHECK_CHUNK).map(sql::insert_check_runs).collect()).await
+        self.run_all(runs.chunks(sql::CHECK_CHUNK).map(sql::insert_check_runs)).await
     }
 
     async fn check_runs(
@@ -192,7 +196,7 @@ impl<B: Backend> SampleStore for B {
         if runs.is_empty() {
             return Ok(0);
         }
-        self.run_all(runs.chunks(sql::WORKLOAD_CHUNK).map(sql::insert_workload_runs).collect()).await
+        self.run_all(runs.chunks(sql::WORKLOAD_CHUNK).map(sql::insert_workload_runs)).await
     }
 
     async fn workload_runs(
@@ -299,7 +303,7 @@ impl<B: Backend> StateStore for B {
     }
 
     async fn record_chain_heads(&self, heads: &[crate::vocab::chain_head::ChainHead]) -> Result<(), StoreError> {
-        self.run_all(heads.iter().map(sql::record_chain_head).collect()).await.map(|_| ())
+        self.run_all(heads.iter().map(sql::record_chain_head)).await.map(|_| ())
     }
 
     async fn chain_heads_between(
@@ -315,7 +319,7 @@ impl<B: Backend> StateStore for B {
 #[async_trait]
 impl<B: Backend> OutboxStore for B {
     async fn enqueue(&self, items: &[OutboxItem]) -> Result<(), StoreError> {
-        self.run_all(items.iter().map(sql::enqueue).collect()).await.map(|_| ())
+        self.run_all(items.iter().map(sql::enqueue)).await.map(|_| ())
     }
 
     async fn enqueue_with_state(
@@ -403,7 +407,7 @@ impl<B: Backend> OutboxStore for B {
     }
 
     async fn close_incident(&self, incident: &str) -> Result<(), StoreError> {
-        self.run_all(sql::close_incident(incident).into()).await.map(|_| ())
+        self.run_all(sql::close_incident(incident)).await.map(|_| ())
     }
 }
 
@@ -418,7 +422,7 @@ impl<B: Backend> FeedStore for B {
     }
 
     async fn upsert_provider_incidents(&self, items: &[ProviderIncident]) -> Result<(), StoreError> {
-        self.run_all(items.iter().map(sql::upsert_provider_incident).collect()).await.map(|_| ())
+        self.run_all(items.iter().map(sql::upsert_provider_incident)).await.map(|_| ())
     }
 
     async fn provider_incidents_between(
@@ -431,7 +435,7 @@ impl<B: Backend> FeedStore for B {
     }
 
     async fn upsert_provider_components(&self, items: &[ProviderComponent]) -> Result<(), StoreError> {
-        self.run_all(items.iter().map(sql::upsert_provider_component).collect()).await.map(|_| ())
+        self.run_all(items.iter().map(sql::upsert_provider_component)).await.map(|_| ())
     }
 
     async fn provider_components(&self, provider: &str) -> Result<Vec<ProviderComponent>, StoreError> {

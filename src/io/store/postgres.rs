@@ -499,7 +499,11 @@ impl Backend for PgStore {
         Ok(done.rows_affected())
     }
 
-    async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
+    async fn run_all<I>(&self, stmts: I) -> Result<u64, StoreError>
+    where
+        I: IntoIterator<Item = Stmt> + Send,
+        I::IntoIter: Send,
+    {
         let mut conn = self.conn().await?;
         let mut tx = conn.begin().await.map_err(|e| self.fail(e))?;
         let mut changed = 0;

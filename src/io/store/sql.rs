@@ -333,7 +333,7 @@ pub(crate) fn purge_rollups_before(cutoff: DateTime<Utc>) -> Stmt {
 
 /// Inserts or replaces hourly rollups, [`UPSERT_CHUNK`] rows per statement: one round trip
 /// per chunk, not per rollup (a persist writes one per target and metric every minute).
-pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> Vec<Stmt> {
+pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> impl Iterator<Item = Stmt> + Send + '_ {
     upserts(
         rollups,
         |r| (target_key(&r.target), r.metric.as_str(), r.hour),
@@ -363,29 +363,28 @@ fn target_key(t: &Target) -> (&str, &str, &str, &str) {
 
 /// Multi-row upserts of `rows` into `table`, [`UPSERT_CHUNK`] rows per statement, each row's
 /// values pushed by `values` in `columns` order; of rows with the same `key` only the last.
-fn upserts<'a, T, K: Eq + std::hash::Hash>(
+/// Each statement is built as it is run: a region's view of 10,000 targets is 20 of them with
+/// 100,000 values, which built all at once were megabytes held for the whole write.
+fn upserts<'a, T: Sync, K: Eq + std::hash::Hash>(
     rows: &'a [T],
     key: impl Fn(&'a T) -> K,
-    table: &str,
-    columns: &str,
-    values: impl Fn(&T, &mut Vec<Arg>),
-    conflict: &str,
-) -> Vec<Stmt> {
+    table: &'static str,
+    columns: &'static str,
+    values: fn(&T, &mut Vec<Arg>),
+    conflict: &'static str,
+) -> impl Iterator<Item = Stmt> + Send + 'a {
     let per_row = columns.split(',').count();
-    last_per_key(rows, key)
-        .chunks(UPSERT_CHUNK)
-        .map(|chunk| {
-            let mut args = Vec::with_capacity(chunk.len() * per_row);
-            for r in chunk {
-                values(r, &mut args);
-            }
-            // Full chunks recur every persist; the last, shorter one is a new text each time.
-            Stmt {
-                cached: chunk.len() == UPSERT_CHUNK,
-                ..multi_row(table, columns, chunk.len(), per_row, args, conflict)
-            }
-        })
-        .collect()
+    let kept = last_per_key(rows, key);
+    let starts = (0..kept.len()).step_by(UPSERT_CHUNK);
+    starts.map(move |start| {
+        let chunk = &kept[start..kept.len().min(start + UPSERT_CHUNK)];
+        let mut args = Vec::with_capacity(chunk.len() * per_row);
+        for r in chunk {
+            values(r, &mut args);
+        }
+        // Full chunks recur every persist; the last, shorter one is a new text each time.
+        Stmt { cached: chunk.len() == UPSERT_CHUNK, ..multi_row(table, columns, chunk.len(), per_row, args, conflict) }
+    })
 }
 
 /// Rollups with `since <= hour < until`, of one region or all.
@@ -585,7 +584,7 @@ pub(crate) fn balances(provider: &str, since: DateTime<Utc>) -> Stmt {
 }
 
 /// Inserts or replaces region × target status rows, [`UPSERT_CHUNK`] per statement.
-pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> Vec<Stmt> {
+pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> impl Iterator<Item = Stmt> + Send + '_ {
     upserts(
         rows,
         |r| target_key(&r.target),
@@ -979,14 +978,15 @@ mod tests {
             .map(|i| Rollup { target: t(i), metric: "ttfb".into(), hour, count: 1, histogram: vec![] })
             .collect();
         rollups.push(Rollup { target: t(1), metric: "ttfb".into(), hour, count: 9, histogram: vec![] });
-        let stmts = upsert_rollups(&rollups);
+        let stmts: Vec<Stmt> = upsert_rollups(&rollups).collect();
         assert_eq!(stmts.len(), 2, "{} rows in chunks of {UPSERT_CHUNK}", rollups.len());
         assert_eq!(stmts.iter().map(|s| s.args.len() / 8).sum::<usize>(), UPSERT_CHUNK + 3, "the repeat folded");
         assert_eq!(stmts[0].args[8 + 6], Arg::Int(Some(9)), "m1 keeps its place and takes the later count");
-        for st in stmts.iter().chain(&publish_target_status(&[])) {
+        assert!(stmts[0].cached && !stmts[1].cached, "a full chunk's text recurs; the short last one's does not");
+        for st in &stmts {
             assert_eq!(highest_placeholder(&st.sql), st.args.len());
         }
-        assert!(publish_target_status(&[]).is_empty(), "nothing to write is no statement");
+        assert_eq!(publish_target_status(&[]).count(), 0, "nothing to write is no statement");
     }
 
     #[test]

@@ -600,7 +600,11 @@ impl Backend for SqliteStore {
         Ok(done.rows_affected())
     }
 
-    async fn run_all(&self, stmts: Vec<Stmt>) -> Result<u64, StoreError> {
+    async fn run_all<I>(&self, stmts: I) -> Result<u64, StoreError>
+    where
+        I: IntoIterator<Item = Stmt> + Send,
+        I::IntoIter: Send,
+    {
         let pool = self.pool_for_write().await?;
         let mut tx = pool.begin().await.map_err(|e| self.fail(e))?;
         let mut changed = 0;
@@ -633,7 +637,7 @@ impl Backend for SqliteStore {
     }
 
     async fn insert_samples(&self, samples: &[Sample]) -> Result<u64, StoreError> {
-        self.run_all(samples.chunks(INSERT_CHUNK).map(sql::insert_samples).collect()).await
+        self.run_all(samples.chunks(INSERT_CHUNK).map(sql::insert_samples)).await
     }
 
     async fn migrate(&self) -> Result<Vec<Migrated>, StoreError> {
