@@ -11,7 +11,8 @@
 //! (120) change the run; `VIGIL_BENCH_BLACKBOX=0` skips the side-by-side; `VIGIL_BENCH_KEEP=1`
 //! keeps the run's folder (each daemon's `vigil.log`, config and database) and prints its path.
 //! Each daemon starts on `VIGIL_BENCH_HISTORY_DAYS` (7) days of stored hourly rollups, written
-//! before it starts, and the bench prints how long after its start its first probe came.
+//! and copied for every daemon, then written back to disk (`sync`), before any starts, and the
+//! bench prints how long after its start its first probe came.
 //! `VIGIL_BENCH_COMPARE_EXE=path/to/other/vigil` runs a second daemon (another build, e.g. the
 //! previous release) on the same targets in the same run, measured the same way, so a change is
 //! judged side by side under the same load rather than against a figure from another day. An
@@ -596,8 +597,21 @@ struct Daemon {
     prefix: String,
 }
 
+/// A daemon's folder, config and copy of the history, ready to start.
+struct Prepared {
+    who: String,
+    exe: PathBuf,
+    config: PathBuf,
+    port: u16,
+    log: PathBuf,
+    db: PathBuf,
+    prefix: String,
+}
+
 impl Daemon {
-    fn start(base: &Path, who: &str, exe: &Path, run: &Run, k: usize) -> Daemon {
+    /// Writes daemon `k`'s config and copies the history for it; every daemon of a run is
+    /// prepared before any starts, so no start shares the disk with another's 2.5 GB copy.
+    fn prepare(base: &Path, who: &str, exe: &Path, run: &Run, k: usize) -> Prepared {
         let (n, ignoring) = run.fleet;
         let dir = base.join(format!("vigil-{}", free_port()));
         std::fs::create_dir_all(&dir).expect("daemon dir");
@@ -609,19 +623,30 @@ impl Daemon {
             let sql = std::env::var("VIGIL_BENCH_COMPARE_SQL").ok().filter(|_| k > 0);
             copy_history(history, &dir.join("vigil.db"), sql.as_deref());
         }
-        let log = dir.join("vigil.log");
+        Prepared {
+            who: who.to_string(),
+            exe: exe.to_owned(),
+            config,
+            port,
+            log: dir.join("vigil.log"),
+            db: dir.join("vigil.db"),
+            prefix,
+        }
+    }
+
+    fn start(p: Prepared) -> Daemon {
         let started_ms = epoch_ms();
         let proc = Proc(
-            Command::new(exe)
+            Command::new(&p.exe)
                 .args(["run", "--config"])
-                .arg(&config)
+                .arg(&p.config)
                 .env(KEY_VAR, "sk-test-bench")
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).expect("log file"))
+                .stderr(std::fs::File::create(&p.log).expect("log file"))
                 .spawn()
                 .expect("vigil starts"),
         );
-        Daemon { who: who.to_string(), proc, started_ms, port, log, db: dir.join("vigil.db"), prefix }
+        Daemon { who: p.who, proc, started_ms, port: p.port, log: p.log, db: p.db, prefix: p.prefix }
     }
 
     fn pid(&self) -> u32 {
@@ -906,12 +931,23 @@ fn orchestrate() {
     });
     let run = Run { stand_in, fleet, history };
     let mut control = server.stdin.take().expect("stdin");
-    let mut daemons = vec![Daemon::start(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), &run, 0)];
+    let mut prepared = vec![Daemon::prepare(dir.path(), "vigil run (whole daemon)", Path::new(vigil_exe), &run, 0)];
     if let Some(other) = std::env::var_os("VIGIL_BENCH_COMPARE_EXE") {
         let other = PathBuf::from(other);
         let name = other.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        daemons.push(Daemon::start(dir.path(), &format!("vigil run (compare: {name})"), &other, &run, 1));
+        prepared.push(Daemon::prepare(dir.path(), &format!("vigil run (compare: {name})"), &other, &run, 1));
     }
+    if run.history.is_some() {
+        // The week and its copies are gigabytes still in the page cache: written back while the
+        // daemons run, they were in every figure (CPU, step times, the start) of earlier runs.
+        let t = Instant::now();
+        let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+        println!(
+            "history written back to disk before the daemons start: {synced}, in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let daemons: Vec<Daemon> = prepared.into_iter().map(Daemon::start).collect();
     let side = start_side_by_side(dir.path(), stand_in, n, ignoring);
 
     println!("vigil whole-daemon benchmark");
