@@ -507,3 +507,84 @@ async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_
     assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
     assert_eq!((health.held(), health.spooled()), (0, 0));
 }
+
+/// The sample spool's disk full with samples spooled on it, storage refusing writes: what comes
+/// next is held in memory. Once storage answers, the spool is replayed though its disk is still
+/// full (the replay is what frees it) and the held samples follow; and a writer stopped before
+/// any retry (a reload stops it too) stores what it holds straight away instead of losing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_or_is_lost_at_a_stop() {
+    let lost = lost_counter();
+    let Some(disk) = Tmpfs::mount("4m") else { return };
+    let db = store_support::PgTestDb::create().await;
+    let store = store::open(&db.url).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let lost_before = lost.load(Ordering::SeqCst);
+    let mut sent: Vec<Sample> = Vec::new();
+
+    // Starts `writer`: its health, its sender, the token that stops it and its task.
+    let start = |writer: Writer| {
+        let health = writer.health();
+        let (tx, rx) = mpsc::channel(4096);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(writer.run(rx, shutdown.clone()));
+        (health, tx, shutdown, task)
+    };
+    let send = async |tx: &mpsc::Sender<Sample>, sent: &mut Vec<Sample>, n: usize| {
+        for s in bulky(n) {
+            tx.send(s.clone()).await.expect("writer running");
+            sent.push(s);
+        }
+    };
+
+    // Phase 1, retrying every 50–300 ms: storage back, the disk still full.
+    let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("spool");
+    let (health, tx, shutdown, task) = start(fast_writer(store.clone(), spool));
+    read_only(&db, true).await;
+    send(&tx, &mut sent, 20).await;
+    until(PATIENCE, "samples spooled while storage refuses", async || health.spooled() >= 20).await;
+    let filler = disk.fill();
+    send(&tx, &mut sent, 20).await;
+    until(PATIENCE, "samples held while the spool's disk is full", async || health.held() > 0).await;
+    read_only(&db, false).await;
+    until(PATIENCE, "the spool replayed and the held stored, the disk still full", async || {
+        health.spooled() == 0 && health.held() == 0
+    })
+    .await;
+    drop(tx);
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+    std::fs::remove_file(&filler).expect("free the disk");
+
+    // Phase 2, no retry before the stop: the stop stores what it holds.
+    let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("spool");
+    let slow_retry =
+        fast_writer(store.clone(), spool).with_retry_backoff(Duration::from_secs(600), Duration::from_secs(600));
+    let (health, tx, shutdown, task) = start(slow_retry);
+    read_only(&db, true).await;
+    send(&tx, &mut sent, 20).await;
+    until(PATIENCE, "samples spooled while storage refuses", async || health.spooled() >= 20).await;
+    let filler = disk.fill();
+    send(&tx, &mut sent, 20).await;
+    until(PATIENCE, "samples held while the spool's disk is full", async || health.held() > 0).await;
+    read_only(&db, false).await;
+    drop(tx);
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+    assert_eq!(health.held(), 0, "the stop stored what memory held");
+    std::fs::remove_file(&filler).expect("free the disk");
+
+    // What the second writer left spooled is replayed by the next one, as after any stop.
+    let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("spool");
+    let (health, tx, shutdown, task) = start(fast_writer(store.clone(), spool));
+    until(PATIENCE, "the spool left by the stop replayed", async || health.spooled() == 0).await;
+    drop(tx);
+    shutdown.cancel();
+    task.await.expect("writer stopped");
+
+    let (rows, stored) = stored_ids(store.as_ref()).await;
+    let want: BTreeSet<Uuid> = sent.iter().map(|s| s.id).collect();
+    assert_eq!(rows, stored.len(), "no sample stored twice");
+    assert_eq!(stored, want, "every sample sent is stored");
+    assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
+}

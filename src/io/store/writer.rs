@@ -272,10 +272,18 @@ impl Writer {
         self.stopping = true;
         self.write_timeout = self.write_timeout.min(STOP_WRITE_TIMEOUT);
         self.flush_once().await;
-        // One last offer of what memory holds; what the disk still refuses ends with the process.
+        // One last offer of what memory holds: to the spool, and what its disk still refuses
+        // straight to storage if it answers (a reload stops this writer too, and its held
+        // samples would end with it). Only what neither takes ends with the process.
         if self.unhold().await.is_err() {
+            self.store_held().await;
+        }
+        if !self.held.is_empty() {
             let lost = self.held.len();
-            tracing::error!(lost, "samples held in memory at the stop could not be spooled; they are lost");
+            tracing::error!(
+                lost,
+                "samples held in memory at the stop could be neither spooled nor stored; they are lost"
+            );
         }
         tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
     }
@@ -309,9 +317,13 @@ impl Writer {
     /// Tries to replay the oldest spool segment once; returns samples still spooled afterwards.
     /// On failure the next attempt backs off (doubling up to the maximum).
     pub async fn replay_step(&mut self) -> u64 {
-        let result = match self.unhold().await {
-            Ok(()) => self.replay_segment().await,
-            Err(e) => Err(e),
+        // The spool is replayed even while its disk refuses the samples held in memory: the
+        // replay is what frees that disk, and once the spool is empty they go to storage.
+        let unheld = self.unhold().await;
+        let result = match (unheld, self.replay_segment().await) {
+            (_, Err(e)) => Err(e),
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(_), Ok(())) => self.unhold().await,
         };
         match result {
             Ok(()) => {
@@ -342,14 +354,7 @@ impl Writer {
         let mut held = std::mem::take(&mut self.held);
         let total = held.len();
         self.health.held.store(0, Ordering::Relaxed);
-        let mut stored = 0;
-        while !self.spool_first() && stored < held.len() {
-            let n = (held.len() - stored).min(self.batch_size);
-            if self.write(&held[stored..stored + n]).await.is_err() {
-                break;
-            }
-            stored += n;
-        }
+        let stored = self.store_leading(&held, false).await;
         // What the store did not take goes to the spool, moved rather than copied.
         held.drain(..stored);
         if !held.is_empty() {
@@ -362,6 +367,34 @@ impl Writer {
             }
             n => Err(StoreError::Other(format!("{n} samples still held in memory: the spool refuses them"))),
         }
+    }
+
+    /// Writes the samples held in memory straight to storage, ahead of anything spooled (the
+    /// stop's last resort when the spool's disk refuses them: samples are keyed by id and
+    /// time, so the order they are stored in changes nothing); what it does not take stays held.
+    async fn store_held(&mut self) {
+        let mut held = std::mem::take(&mut self.held);
+        let stored = self.store_leading(&held, true).await;
+        held.drain(..stored);
+        self.held = held;
+        self.health.held.store(self.held.len() as u64, Ordering::Relaxed);
+        if stored > 0 {
+            tracing::info!(samples = stored, "samples the spool refused at the stop are stored");
+        }
+    }
+
+    /// Writes `samples` to storage a batch at a time from the first, until a write fails or
+    /// (unless `ahead_of_spool`) anything waits in the spool before them; how many it stored.
+    async fn store_leading(&self, samples: &[Sample], ahead_of_spool: bool) -> usize {
+        let mut stored = 0;
+        while stored < samples.len() && (ahead_of_spool || !self.spool_first()) {
+            let n = (samples.len() - stored).min(self.batch_size);
+            if self.write(&samples[stored..stored + n]).await.is_err() {
+                break;
+            }
+            stored += n;
+        }
+        stored
     }
 
     async fn replay_segment(&mut self) -> Result<(), StoreError> {
