@@ -383,7 +383,10 @@ async fn a_hung_provider_does_not_delay_or_distort_the_others() {
     let samples = scheduler.run_round(None).await;
     assert_eq!(samples.len(), 3);
     assert_eq!(samples[0].outcome, Outcome::Timeout);
-    assert!(samples[0].total_ms.is_some_and(|t| t >= 800.0));
+    // The first-token limit runs from before the write; `total_ms` from when it returned, which
+    // the accept grace can hold back by up to one tick of the probe grid on a busy machine.
+    let floor = 800.0 - vigil::io::probe::grid::TICK.as_secs_f64() * 1000.0;
+    assert!(samples[0].total_ms.is_some_and(|t| t >= floor), "{:?}", samples[0].total_ms);
     for (s, server) in samples[1..].iter().zip([&fast_a, &fast_b]) {
         assert_eq!(s.outcome, Outcome::Ok, "{:?}", s.error);
         let r = only_request(server);

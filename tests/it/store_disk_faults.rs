@@ -410,6 +410,26 @@ async fn a_new_file_migrates_while_its_integrity_check_runs_beside() {
     }
 }
 
+/// A 4 MiB tmpfs for a spool, a migrated PostgreSQL database, and the lost-records counter as
+/// it stood before; `None` where mounting is not allowed (the tmpfs says why).
+struct FullDiskAndPg {
+    disk: Tmpfs,
+    db: store_support::PgTestDb,
+    store: Arc<dyn Store>,
+    lost: Arc<AtomicU64>,
+    lost_before: u64,
+}
+
+async fn full_disk_and_pg() -> Option<FullDiskAndPg> {
+    let lost = lost_counter();
+    let disk = Tmpfs::mount("4m")?;
+    let db = store_support::PgTestDb::create().await;
+    let store = store::open(&db.url).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let lost_before = lost.load(Ordering::SeqCst);
+    Some(FullDiskAndPg { disk, db, store, lost, lost_before })
+}
+
 /// Sets the database read-only (or back) and ends its sessions, so the pool's next ones obey.
 async fn read_only(db: &store_support::PgTestDb, on: bool) {
     use sqlx::Connection;
@@ -432,12 +452,7 @@ async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_
     use vigil::io::store::spool::SpoolOf;
     use vigil::vocab::breaker::State;
     use vigil::vocab::records::BreakerTransition;
-    let lost = lost_counter();
-    let Some(disk) = Tmpfs::mount("4m") else { return };
-    let db = store_support::PgTestDb::create().await;
-    let store = store::open(&db.url).await.expect("open");
-    store.migrate().await.expect("migrate");
-    let lost_before = lost.load(Ordering::SeqCst);
+    let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
 
     let spool = SpoolOf::<Record>::open(disk.path().join("spool-records"), 64 << 20).expect("spool");
     let (link, handle) = Link::new(store.clone(), spool, None);
@@ -514,12 +529,7 @@ async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_
 /// any retry (a reload stops it too) stores what it holds straight away instead of losing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_or_is_lost_at_a_stop() {
-    let lost = lost_counter();
-    let Some(disk) = Tmpfs::mount("4m") else { return };
-    let db = store_support::PgTestDb::create().await;
-    let store = store::open(&db.url).await.expect("open");
-    store.migrate().await.expect("migrate");
-    let lost_before = lost.load(Ordering::SeqCst);
+    let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
     let mut sent: Vec<Sample> = Vec::new();
 
     // Starts `writer`: its health, its sender, the token that stops it and its task.
@@ -537,16 +547,23 @@ async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_
         }
     };
 
-    // Phase 1, retrying every 50–300 ms: storage back, the disk still full.
+    // Starts `writer`; storage refuses (20 samples spooled), then the disk fills (20 more, held);
+    // then storage answers again, the disk still full (its filler returned).
+    let into_trouble = async |writer: Writer, sent: &mut Vec<Sample>| {
+        let (health, tx, shutdown, task) = start(writer);
+        read_only(&db, true).await;
+        send(&tx, sent, 20).await;
+        until(PATIENCE, "samples spooled while storage refuses", async || health.spooled() >= 20).await;
+        let filler = disk.fill();
+        send(&tx, sent, 20).await;
+        until(PATIENCE, "samples held while the spool's disk is full", async || health.held() > 0).await;
+        read_only(&db, false).await;
+        (health, tx, shutdown, task, filler)
+    };
+
+    // Phase 1, retrying every 50–300 ms.
     let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("spool");
-    let (health, tx, shutdown, task) = start(fast_writer(store.clone(), spool));
-    read_only(&db, true).await;
-    send(&tx, &mut sent, 20).await;
-    until(PATIENCE, "samples spooled while storage refuses", async || health.spooled() >= 20).await;
-    let filler = disk.fill();
-    send(&tx, &mut sent, 20).await;
-    until(PATIENCE, "samples held while the spool's disk is full", async || health.held() > 0).await;
-    read_only(&db, false).await;
+    let (health, tx, shutdown, task, filler) = into_trouble(fast_writer(store.clone(), spool), &mut sent).await;
     until(PATIENCE, "the spool replayed and the held stored, the disk still full", async || {
         health.spooled() == 0 && health.held() == 0
     })
@@ -560,14 +577,7 @@ async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_
     let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("spool");
     let slow_retry =
         fast_writer(store.clone(), spool).with_retry_backoff(Duration::from_secs(600), Duration::from_secs(600));
-    let (health, tx, shutdown, task) = start(slow_retry);
-    read_only(&db, true).await;
-    send(&tx, &mut sent, 20).await;
-    until(PATIENCE, "samples spooled while storage refuses", async || health.spooled() >= 20).await;
-    let filler = disk.fill();
-    send(&tx, &mut sent, 20).await;
-    until(PATIENCE, "samples held while the spool's disk is full", async || health.held() > 0).await;
-    read_only(&db, false).await;
+    let (health, tx, shutdown, task, filler) = into_trouble(slow_retry, &mut sent).await;
     drop(tx);
     shutdown.cancel();
     task.await.expect("writer stopped");
