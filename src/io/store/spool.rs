@@ -54,15 +54,6 @@ struct Segment {
     samples: u64,
 }
 
-/// The oldest spooled segment, read back for replay.
-#[derive(Debug)]
-pub struct SpooledBatch<T = Sample> {
-    /// Segment number; pass to [`Spool::remove`] once stored.
-    pub seq: u64,
-    /// Its records, in append order.
-    pub records: Vec<T>,
-}
-
 /// A run of records of the oldest segment, read back for replay a part at a time: a segment
 /// is up to 16 MiB of JSON, and read whole it held that and every record parsed from it at once.
 #[derive(Debug)]
@@ -119,10 +110,9 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         for (seq, path) in found {
             // A bad entry (a directory or FIFO named like a segment, a file that cannot be read)
             // is left where it is, with a warning: it must not cost the daemon its start.
-            match read_segment(&path) {
-                Ok(data) => {
-                    let samples = parse_lines::<T>(&data, &path).len() as u64;
-                    segments.push_back(Segment { seq, path, bytes: data.len() as u64, samples });
+            match read_part::<T>(&path, 0, usize::MAX) {
+                Ok((records, bytes, _)) => {
+                    segments.push_back(Segment { seq, path, bytes, samples: records.len() as u64 })
                 }
                 Err(why) => {
                     tracing::warn!(file = %path.display(), error = %why, "skipping a spool entry that is not a readable segment")
@@ -234,13 +224,6 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
         Ok(dropped)
     }
 
-    /// Reads the oldest segment back whole (tests and small spools; replay reads it by parts,
-    /// [`SpoolOf::oldest_part`]).
-    pub fn oldest(&mut self) -> Result<Option<SpooledBatch<T>>, SpoolError> {
-        let part = self.oldest_part(None, usize::MAX)?;
-        Ok(part.map(|p| SpooledBatch { seq: p.seq, records: p.records }))
-    }
-
     /// Up to `max` records of the oldest segment, from the place `from` (a segment number and
     /// the [`SpooledPart::next`] of its previous part) when that segment is still the oldest,
     /// else from its start; a torn or corrupt line is skipped with a warning. A segment that can
@@ -269,8 +252,8 @@ impl<T: Serialize + DeserializeOwned> SpoolOf<T> {
     pub fn peek_all(&self) -> Vec<T> {
         let mut out = Vec::new();
         for seg in &self.segments {
-            match read_segment(&seg.path) {
-                Ok(data) => out.extend(parse_lines(&data, &seg.path)),
+            match read_part(&seg.path, 0, usize::MAX) {
+                Ok((records, _, _)) => out.extend(records),
                 Err(why) => tracing::warn!(file = %seg.path.display(), error = %why, "spool segment not readable"),
             }
         }
@@ -378,12 +361,6 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> Replay<T> {
     }
 }
 
-/// A segment's bytes, if `path` is a regular file that reads (see [`check_regular`]).
-fn read_segment(path: &Path) -> Result<Vec<u8>, String> {
-    check_regular(path)?;
-    fs::read(path).map_err(|e| e.to_string())
-}
-
 /// Checked before opening a segment, since opening a FIFO blocks and reading a directory fails.
 fn check_regular(path: &Path) -> Result<(), String> {
     let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
@@ -416,28 +393,6 @@ fn read_part<T: DeserializeOwned>(path: &Path, offset: u64, max: usize) -> Resul
     }
     let last = reader.fill_buf().map_err(|e| e.to_string())?.is_empty();
     Ok((records, at, last))
-}
-
-/// Parses JSON lines; a bad line is skipped (a torn last line is the expected crash case).
-fn parse_lines<T: DeserializeOwned>(data: &[u8], path: &Path) -> Vec<T> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let (line, complete) = match rest.iter().position(|b| *b == b'\n') {
-            Some(i) => {
-                let line = &rest[..i];
-                rest = &rest[i + 1..];
-                (line, true)
-            }
-            None => {
-                let line = rest;
-                rest = &[];
-                (line, false)
-            }
-        };
-        out.extend(parse_line(line, complete, path));
-    }
-    out
 }
 
 /// One JSON line's record, or none for a blank, torn (`complete` false: no newline after it) or
@@ -485,7 +440,7 @@ mod tests {
         let mut spool = Spool::open(dir.path(), 1 << 20).expect("reopen");
         assert_eq!(spool.len(), 10);
         let mut back = Vec::new();
-        while let Some(b) = spool.oldest().expect("read") {
+        while let Some(b) = spool.oldest_part(None, usize::MAX).expect("read") {
             back.extend(b.records);
             spool.remove(b.seq).expect("remove");
         }
@@ -520,7 +475,8 @@ mod tests {
         // A place in a segment that is no longer the oldest is not applied to the next one.
         let fresh = spool.oldest_part(Some((99, 1_000_000)), 3).expect("read").expect("segment");
         assert_eq!(fresh.records, batch[..3].to_vec(), "a stale place starts the oldest segment from its top");
-        assert_eq!(spool.oldest().expect("read").expect("segment").records, batch, "read whole, the same records");
+        let whole = spool.oldest_part(None, usize::MAX).expect("read").expect("segment");
+        assert_eq!((whole.records, whole.last), (batch, true), "read whole, the same records");
     }
 
     #[tokio::test]
@@ -583,7 +539,7 @@ mod tests {
         fs::remove_file(name(2)).expect("remove");
         fs::create_dir(name(2)).expect("dir in its place");
         let mut back = Vec::new();
-        while let Some(b) = spool.oldest().expect("read") {
+        while let Some(b) = spool.oldest_part(None, usize::MAX).expect("read") {
             back.extend(b.records);
             spool.remove(b.seq).expect("remove");
         }
@@ -604,7 +560,7 @@ mod tests {
         }
         assert!(spool.bytes() <= 3_000, "spool holds {} bytes", spool.bytes());
         assert_eq!(dropped + spool.len(), 20);
-        let first = spool.oldest().expect("read").expect("something left");
+        let first = spool.oldest_part(None, usize::MAX).expect("read").expect("something left");
         assert_eq!(first.records[0].output_tokens, Some(u32::try_from(dropped).expect("small")));
     }
 }
