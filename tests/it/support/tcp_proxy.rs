@@ -102,15 +102,24 @@ impl Drop for TcpProxy {
     }
 }
 
-/// Binds with SO_REUSEADDR so the same port can be taken again after a refusal period.
-async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// A socket bound to `addr` with SO_REUSEADDR and SO_REUSEPORT: the proxy's listener and the
+/// placeholder that keeps its port while it refuses can then be bound side by side.
+fn bound(addr: SocketAddr) -> std::io::Result<TcpSocket> {
     let socket = TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
     socket.bind(addr)?;
-    socket.listen(128)
+    Ok(socket)
+}
+
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    bound(addr)?.listen(128)
 }
 
 /// Owns the listening socket: drops it while refusing, binds the same port again afterwards.
+/// While it refuses, a bound socket that does not listen keeps the port: a connect is refused,
+/// and no other test's listener on port 0 is given it (one was once, and a connect meant to be
+/// refused reached it).
 async fn control(
     listener: TcpListener,
     addr: SocketAddr,
@@ -120,9 +129,14 @@ async fn control(
     accepted: Arc<AtomicU64>,
 ) {
     let mut listener = Some(listener);
+    let mut placeholder: Option<TcpSocket> = None;
     loop {
         let current = *mode.borrow_and_update();
         if current == Mode::Refuse {
+            if placeholder.is_none() {
+                placeholder =
+                    bound(addr).map_err(|e| eprintln!("tcp_proxy: cannot keep {addr} while refusing: {e}")).ok();
+            }
             listener = None;
             applied.send_replace(current);
             if mode.changed().await.is_err() {
@@ -137,6 +151,7 @@ async fn control(
                 None => return,
             },
         };
+        placeholder = None;
         applied.send_replace(current);
         loop {
             tokio::select! {
