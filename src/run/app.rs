@@ -158,6 +158,9 @@ pub struct AppOptions {
     pub listener: Option<std::net::TcpListener>,
     /// Where `POST /-/reload` sends its requests (the process's reload controller, if any).
     pub reload: Option<ReloadSender>,
+    /// The process's slot for what the writer and the link still hold in memory at a stop, so a
+    /// reload hands it on (the process's reload controller keeps it; none elsewhere).
+    pub carry: Option<store::carry::Carry>,
 }
 
 /// A daemon built as far as it can be while the one it replaces still runs: listener bound,
@@ -176,6 +179,7 @@ pub struct Prepared {
     demo: Option<crate::run::demo::Demo>,
     side: SideRunners,
     reload: Option<ReloadSender>,
+    carry: Option<store::carry::Carry>,
 }
 
 /// A built, not yet running, daemon.
@@ -203,6 +207,8 @@ pub struct App {
     reload: Option<ReloadSender>,
     /// This instance among the region's members (replicas).
     replicas: Replicas,
+    /// What an earlier daemon of this process left held in memory (see [`AppOptions::carry`]).
+    carry: Option<store::carry::Carry>,
 }
 
 impl App {
@@ -275,6 +281,7 @@ impl App {
             demo,
             side: SideRunners { canary, golden, workload },
             reload: opts.reload,
+            carry: opts.carry,
         })
     }
 
@@ -309,19 +316,31 @@ impl App {
             records,
             reload,
             replicas,
+            carry,
         } = self;
         let (roster, gate) = (replicas.roster(), LeaderGate::of(replicas.roster()));
         metrics.follow_roster(roster.clone());
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
-        let writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
+        let mut writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
         let health = writer.health();
         let outbox = build_outbox(&config, &store, &metrics, notifiers, gate.clone());
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
-        let alerting =
-            restore_alerting(&config, store.as_ref(), &records, outbox.channels(), model_notices.clone()).await;
-        let (link, link_handle) = storage_link(&config, &store, records, &alerting);
+        let alerting = restore_alerting(
+            &config,
+            store.as_ref(),
+            &records,
+            carry.as_ref(),
+            outbox.channels(),
+            model_notices.clone(),
+        )
+        .await;
+        let (mut link, link_handle) = storage_link(&config, &store, records, &alerting);
+        if let Some(carry) = carry {
+            writer = writer.with_carry(carry.clone());
+            link = link.with_carry(carry);
+        }
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
         let (scheduler, planner) = plan_probes(&config, scheduler, roster.clone());
@@ -429,6 +448,7 @@ impl Prepared {
             demo,
             side,
             reload,
+            carry,
         } = self;
         let spool = Spool::open(config.storage.data_dir.join("spool"), config.storage.spool_max_bytes)?;
         if !spool.is_empty() {
@@ -479,6 +499,7 @@ impl Prepared {
             records,
             reload,
             replicas,
+            carry,
         })
     }
 }
@@ -618,22 +639,27 @@ fn check_data_dir(dir: &std::path::Path) -> Result<(), AppError> {
     Ok(())
 }
 
-/// The alert stage as the last run left it: the newest state the record spool holds (written
-/// before the stored one can be), else the stored state when storage answers in time; otherwise
-/// a stage that reads it through the link before it judges or saves anything.
+/// The alert stage as the last run left it: the newest state the previous daemon of this
+/// process still held in memory (`carry`, newer than anything spooled), else the newest the record
+/// spool holds (written before the stored one can be), else the stored state when storage answers
+/// in time; otherwise a stage that reads it through the link before it judges or saves anything.
 async fn restore_alerting(
     config: &Config,
     store: &dyn StateStore,
     records: &store::spool::SpoolOf<crate::io::store::link::Record>,
+    carry: Option<&store::carry::Carry>,
     channels: Vec<String>,
     model_notices: crate::io::feeds::model_lists::SharedModelNotices,
 ) -> crate::run::pipeline::Alerting {
-    let saved = match crate::io::store::link::newest_spooled_alert_state(records, &config.region) {
-        Some(state) => {
-            tracing::info!(region = %config.region, "alert state restored from the record spool (newer than the stored one)");
-            Ok(Some(state))
-        }
-        None => load_alert_state(store, &config.region).await,
+    let region = &config.region;
+    let saved = if let Some(state) = carry.and_then(|c| c.newest_alert_state(region)) {
+        tracing::info!(%region, "alert state restored from what the previous daemon held in memory (newer than the spooled or stored one)");
+        Ok(Some(state))
+    } else if let Some(state) = crate::io::store::link::newest_spooled_alert_state(records, region) {
+        tracing::info!(%region, "alert state restored from the record spool (newer than the stored one)");
+        Ok(Some(state))
+    } else {
+        load_alert_state(store, region).await
     };
     let engine = crate::decide::alert::rules::AlertEngine::restore(
         crate::decide::alert::settings::RuleConfig::from_config(config),

@@ -10,9 +10,13 @@
 //!   drain. Anything that fails leaves it untouched and logs
 //!   `new configuration refused: <key>: <why>`.
 //! - A reload asked while another is under way is queued and applied once after it.
+//! - What the stopped daemon's sample writer and storage link still held in memory (neither the
+//!   database nor the spool's disk took it) passes to the next one through a [`Carry`] the
+//!   controller keeps; only at the process's exit is what is left reported lost.
 
 use crate::config::{Config, ConfigError};
 use crate::io::http::reload::{ReloadOutcome, ReloadRequest, ReloadSender};
+use crate::io::store::carry::Carry;
 use crate::run::app::{App, AppError, AppOptions, Prepared, STOP_WITHIN};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -163,9 +167,26 @@ pub async fn run(settings: Settings) -> Result<(), DaemonError> {
     forward_signals(tx.clone()).map_err(DaemonError::Signals)?;
     let (reload_tx, reload_rx) = mpsc::channel(16);
     tokio::spawn(forward_requests(reload_rx, tx.clone()));
-    let mut inbox = Inbox { events, queued: false, replies: Vec::new() };
+    let inbox = Inbox { events, queued: false, replies: Vec::new() };
+    let kept = Kept { reload: reload_tx, carry: Carry::default() };
+    let ended = control(&settings, inbox, &kept).await;
+    kept.carry.give_up();
+    // Dropped only now, so the inbox never sees its channel closed.
+    drop(tx);
+    ended
+}
+
+/// What the controller keeps for every daemon it runs: where `POST /-/reload` asks, and the
+/// slot for what one daemon held in memory at its stop.
+struct Kept {
+    reload: ReloadSender,
+    carry: Carry,
+}
+
+/// Starts the daemon and acts on stops and reloads until it ends.
+async fn control(settings: &Settings, mut inbox: Inbox, kept: &Kept) -> Result<(), DaemonError> {
     let config = (settings.load)().map_err(DaemonError::Config)?;
-    let first = inbox.during(launch(&settings, config, None, &reload_tx)).await;
+    let first = inbox.during(launch(settings, config, None, kept)).await;
     let mut running = match first {
         None => {
             tracing::info!("shutdown requested while starting; nothing ran yet");
@@ -173,13 +194,11 @@ pub async fn run(settings: Settings) -> Result<(), DaemonError> {
         }
         Some(started) => started.map_err(DaemonError::App)?,
     };
-    // Kept so the inbox never sees its channel closed.
-    let _tx = tx;
     loop {
         match inbox.next(&mut running).await {
             Next::Ended(result) => return result.map_err(DaemonError::App),
             Next::Stop => return stop(running).await,
-            Next::Reload => match reload(&settings, &mut inbox, running, &reload_tx).await? {
+            Next::Reload => match reload(settings, &mut inbox, running, kept).await? {
                 Some(next) => running = next,
                 None => return Ok(()),
             },
@@ -192,9 +211,9 @@ async fn launch(
     settings: &Settings,
     config: Config,
     listener: Option<&Held>,
-    reload: &ReloadSender,
+    kept: &Kept,
 ) -> Result<Running, AppError> {
-    let (prepared, held) = prepare(settings, config.clone(), listener, reload).await?;
+    let (prepared, held) = prepare(settings, config.clone(), listener, kept).await?;
     let app = prepared.start().await?;
     Ok(spawn(app, config, held))
 }
@@ -204,12 +223,17 @@ async fn prepare(
     settings: &Settings,
     config: Config,
     current: Option<&Held>,
-    reload: &ReloadSender,
+    kept: &Kept,
 ) -> Result<(Prepared, Held), AppError> {
     let held = Held::for_addr(config.http.listen, current).await?;
     let socket = held.socket.try_clone().map_err(|source| AppError::Bind { addr: held.addr, source })?;
-    let options =
-        AppOptions { demo: settings.demo, listener: Some(socket), reload: Some(reload.clone()), ..Default::default() };
+    let options = AppOptions {
+        demo: settings.demo,
+        listener: Some(socket),
+        reload: Some(kept.reload.clone()),
+        carry: Some(kept.carry.clone()),
+        ..Default::default()
+    };
     Ok((App::prepare(config, options).await?, held))
 }
 
@@ -248,13 +272,13 @@ async fn reload(
     settings: &Settings,
     inbox: &mut Inbox,
     mut running: Running,
-    reload_tx: &ReloadSender,
+    kept: &Kept,
 ) -> Result<Option<Running>, DaemonError> {
     inbox.queued = false;
     // Who asked for this reload; those asking from now on wait for the next one.
     let waiting = std::mem::take(&mut inbox.replies);
     tracing::info!("reloading the configuration");
-    let built = inbox.during(build_next(settings, &running, reload_tx)).await;
+    let built = inbox.during(build_next(settings, &running, kept)).await;
     let (prepared, held, config) = match built {
         None => {
             answer(waiting, &ReloadOutcome::Stopping);
@@ -290,7 +314,7 @@ async fn reload(
             tracing::info!("configuration reloaded");
             Ok(Some(spawn(app, config, held)))
         }
-        Some(Err(e)) => restore(settings, inbox, running, e, reload_tx).await,
+        Some(Err(e)) => restore(settings, inbox, running, e, kept).await,
     }
 }
 
@@ -299,7 +323,7 @@ async fn reload(
 async fn build_next(
     settings: &Settings,
     running: &Running,
-    reload: &ReloadSender,
+    kept: &Kept,
 ) -> Result<(Prepared, Held, Config), (String, String)> {
     if let Some(file) = settings.file.as_ref().filter(|f| has_no_settings(f)) {
         let why = format!(
@@ -314,7 +338,7 @@ async fn build_next(
         syntax @ ConfigError::Syntax { .. } => ("config".to_string(), syntax.to_string()),
     })?;
     let (prepared, held) =
-        prepare(settings, config.clone(), Some(&running.listener), reload).await.map_err(|e| e.refusal())?;
+        prepare(settings, config.clone(), Some(&running.listener), kept).await.map_err(|e| e.refusal())?;
     Ok((prepared, held, config))
 }
 
@@ -330,12 +354,12 @@ async fn restore(
     inbox: &mut Inbox,
     old: Running,
     failed: AppError,
-    reload: &ReloadSender,
+    kept: &Kept,
 ) -> Result<Option<Running>, DaemonError> {
     let (key, reason) = failed.refusal();
     tracing::error!(%key, %reason, "new configuration refused: {key}: {reason}; starting the previous one again");
     let Running { config, listener, .. } = old;
-    match inbox.during(launch(settings, config, Some(&listener), reload)).await {
+    match inbox.during(launch(settings, config, Some(&listener), kept)).await {
         None => Ok(None),
         Some(Ok(running)) => Ok(Some(running)),
         Some(Err(e)) => Err(DaemonError::App(e)),

@@ -598,3 +598,104 @@ async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_
     assert_eq!(stored, want, "every sample sent is stored");
     assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
 }
+
+/// Storage refusing writes and both spools' disk full: a reload stops the writer and the link
+/// while they hold samples and records in memory. Those pass to the next daemon's writer and
+/// link through the process's carry (nothing is reported lost), which store them once storage
+/// answers; only what is left at the process's exit is reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_the_next_daemon() {
+    use vigil::io::store::carry::Carry;
+    use vigil::io::store::link::{Link, Record};
+    use vigil::io::store::spool::SpoolOf;
+    use vigil::vocab::breaker::State;
+    use vigil::vocab::records::BreakerTransition;
+    let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
+    let carry = Carry::default();
+    let t = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
+    let start = Utc::now() - ChronoDuration::minutes(10);
+    let transition = |k: i64| {
+        Record::Transition(BreakerTransition {
+            target: t.clone(),
+            from_state: if k % 2 == 0 { State::Closed } else { State::Open },
+            to_state: if k % 2 == 0 { State::Open } else { State::Closed },
+            at: start + ChronoDuration::seconds(k),
+            reason: format!("transition {k}"),
+        })
+    };
+    // One daemon's writer and link over the same spools and the process's carry.
+    let daemon = || {
+        let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("sample spool");
+        let records = SpoolOf::<Record>::open(disk.path().join("spool-records"), 64 << 20).expect("record spool");
+        let writer = fast_writer(store.clone(), spool).with_carry(carry.clone());
+        let (link, handle) = Link::new(store.clone(), records, None);
+        let link = link.with_call_timeout(Duration::from_millis(500)).with_carry(carry.clone());
+        let (writer_health, link_health) = (writer.health(), link.health());
+        let (tx, rx) = mpsc::channel(4096);
+        let stop = CancellationToken::new();
+        let tasks = (tokio::spawn(writer.run(rx, stop.clone())), tokio::spawn(link.run(stop.clone())));
+        (writer_health, link_health, tx, handle, stop, tasks)
+    };
+
+    read_only(&db, true).await;
+    let filler = disk.fill();
+    let (writer_health, link_health, tx, handle, stop, (writer, link)) = daemon();
+    let sent = bulky(30);
+    for s in &sent {
+        tx.send(s.clone()).await.expect("writer running");
+    }
+    (0..12).for_each(|k| handle.store(transition(k)));
+    until(PATIENCE, "samples and records held in memory", async || {
+        writer_health.held() == 30 && link_health.held() == 12
+    })
+    .await;
+    assert_eq!((writer_health.spooled(), link_health.spooled()), (0, 0), "the full disk took nothing");
+
+    // The reload's drain: the stop can store nothing and spool nothing.
+    drop(tx);
+    drop(handle);
+    stop.cancel();
+    writer.await.expect("writer stopped");
+    link.await.expect("link stopped");
+    assert_eq!(carry.counts(), (30, 12), "everything held is handed on");
+    assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost at a reload");
+
+    // The next daemon takes them over and stores them once storage answers, the disk still full.
+    let (writer_health, link_health, tx, handle, stop, (writer, link)) = daemon();
+    until(PATIENCE, "the next daemon holds what was handed on", async || {
+        writer_health.held() == 30 && link_health.held() == 12
+    })
+    .await;
+    assert_eq!(carry.counts(), (0, 0), "taken over once");
+    read_only(&db, false).await;
+    handle.store(transition(12));
+    let stored_transitions = || {
+        let store = store.clone();
+        async move {
+            let rows = store.transitions_between(Some("eu"), start, Utc::now()).await.expect("read transitions");
+            rows.into_iter()
+                .map(|r| ((r.at - start).num_milliseconds() as f64 / 1000.0).round() as i64)
+                .collect::<Vec<i64>>()
+        }
+    };
+    until(PATIENCE, "everything held stored", async || {
+        writer_health.held() == 0 && link_health.held() == 0 && stored_transitions().await.len() == 13
+    })
+    .await;
+    assert_eq!(stored_transitions().await, (0..13).collect::<Vec<i64>>(), "each transition stored once");
+    let (rows, ids) = stored_ids(store.as_ref()).await;
+    assert_eq!(rows, 30, "no sample stored twice");
+    assert_eq!(ids, sent.iter().map(|s| s.id).collect::<BTreeSet<Uuid>>(), "every sample stored");
+    drop(tx);
+    drop(handle);
+    stop.cancel();
+    writer.await.expect("writer stopped");
+    link.await.expect("link stopped");
+    std::fs::remove_file(&filler).expect("free the disk");
+    assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
+
+    // What is still left when the process exits is reported lost, once.
+    carry.leave_records(vec![transition(13), transition(14)]);
+    assert_eq!(carry.give_up(), (0, 2));
+    assert!(lost.load(Ordering::SeqCst) - lost_before >= 2, "the exit reports what it drops");
+}

@@ -141,12 +141,17 @@ pub fn newest_spooled_alert_state(spool: &SpoolOf<Record>, region: &str) -> Opti
     if spool.is_empty() {
         return None;
     }
-    spool.peek_all().into_iter().rev().find_map(|r| match r {
+    spool.peek_all().iter().rev().find_map(|r| alert_state_of(r, region)).cloned()
+}
+
+/// The engine state of `region` that `record` carries, if any.
+pub(super) fn alert_state_of<'a>(record: &'a Record, region: &str) -> Option<&'a crate::vocab::records::StateJson> {
+    match record {
         Record::AlertState { region: r, state } | Record::Evaluated { region: r, state, .. } if r == region => {
             Some(state)
         }
         _ => None,
-    })
+    }
 }
 
 /// A list record's spool line: `{"record": "rollups", "items": […]}`. A tagged line must be an
@@ -403,6 +408,8 @@ pub struct Link {
     context_skipped: u32,
     /// Fires when the daemon's stop begins, before the channels close (see `with_stop_signal`).
     stop_signal: Option<CancellationToken>,
+    /// The process's slot for held records across reloads (see `with_carry`).
+    carry: Option<super::carry::Carry>,
 }
 
 /// Newest-wins states not yet stored, and whether the spool must be replayed first.
@@ -550,6 +557,7 @@ impl Link {
             next_attempt: Instant::now(),
             context_skipped: 0,
             stop_signal: None,
+            carry: None,
         };
         (link, LinkHandle { records: rec_tx, queries: q_tx, replies: r_rx })
     }
@@ -562,6 +570,14 @@ impl Link {
     /// with the task instead of spooled.
     pub fn with_stop_signal(mut self, stop: CancellationToken) -> Self {
         self.stop_signal = Some(stop);
+        self
+    }
+
+    /// Takes at its start the records an earlier link of this process left in `carry`, and
+    /// leaves there at its stop what neither storage nor the spool took: a reload hands them
+    /// on instead of losing them (see [`super::carry`]).
+    pub fn with_carry(mut self, carry: super::carry::Carry) -> Self {
+        self.carry = Some(carry);
         self
     }
 
@@ -584,6 +600,12 @@ impl Link {
     /// Runs until the pipeline drops its handle (after its last records) or `stop` fires; then
     /// makes one bounded attempt to store what is pending and spools the rest.
     pub async fn run(mut self, stop: CancellationToken) {
+        let carried = self.carry.as_ref().map(super::carry::Carry::take_records).unwrap_or_default();
+        if !carried.is_empty() {
+            tracing::info!(records = carried.len(), "records the previous daemon held in memory are taken over");
+            // Behind what is spooled (older), ahead of anything this link is given.
+            self.hold(carried, None);
+        }
         let mut context = tokio::time::interval(self.plan.as_ref().map_or(Duration::from_secs(3600), |p| p.every));
         context.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut records_open = true;
@@ -994,9 +1016,23 @@ impl Link {
             self.unhold().await;
         }
         if !self.held.is_empty() {
-            let lost = self.held.take().len();
+            let held = self.held.take();
             self.health.set_held(0);
-            tracing::error!(lost, "records held in memory at the stop could not be spooled; they are lost");
+            match &self.carry {
+                Some(carry) => {
+                    tracing::warn!(
+                        records = held.len(),
+                        "records held in memory at the stop are handed to the next daemon"
+                    );
+                    carry.leave_records(held);
+                }
+                None => {
+                    tracing::error!(
+                        lost = held.len(),
+                        "records held in memory at the stop could not be spooled; they are lost"
+                    )
+                }
+            }
         }
     }
 

@@ -18,6 +18,7 @@ use thiserror::Error;
 use uuid::Uuid;
 
 mod backend;
+pub mod carry;
 pub mod link;
 mod migrations;
 mod pg_copy;

@@ -157,6 +157,8 @@ pub struct Writer {
     stopping: bool,
     /// Fires when the daemon's stop begins, before the channel closes (see `with_stop_signal`).
     stop_signal: Option<CancellationToken>,
+    /// The process's slot for held samples across reloads (see `with_carry`).
+    carry: Option<super::carry::Carry>,
 }
 
 impl Writer {
@@ -180,6 +182,7 @@ impl Writer {
             liveness: None,
             stopping: false,
             stop_signal: None,
+            carry: None,
         }
     }
 
@@ -190,6 +193,14 @@ impl Writer {
     /// batch it carried would be abandoned with the task instead of spooled.
     pub fn with_stop_signal(mut self, stop: CancellationToken) -> Self {
         self.stop_signal = Some(stop);
+        self
+    }
+
+    /// Takes at its start the samples an earlier writer of this process left in `carry`, and
+    /// leaves there at its stop what neither storage nor the spool took: a reload hands them
+    /// on instead of losing them (see [`super::carry`]).
+    pub fn with_carry(mut self, carry: super::carry::Carry) -> Self {
+        self.carry = Some(carry);
         self
     }
 
@@ -236,6 +247,12 @@ impl Writer {
     /// from a previous run first.
     pub async fn run(mut self, mut rx: Receiver<Sample>, shutdown: CancellationToken) {
         self.next_retry = Instant::now();
+        let carried = self.carry.as_ref().map(super::carry::Carry::take_samples).unwrap_or_default();
+        if !carried.is_empty() {
+            tracing::info!(samples = carried.len(), "samples the previous daemon held in memory are taken over");
+            self.held = carried;
+            self.health.held.store(self.held.len() as u64, Ordering::Relaxed);
+        }
         let mut deadline: Option<Instant> = None;
         loop {
             // No replay once the stop has begun: what is spooled stays for the next start.
@@ -279,11 +296,21 @@ impl Writer {
             self.store_held().await;
         }
         if !self.held.is_empty() {
-            let lost = self.held.len();
-            tracing::error!(
-                lost,
-                "samples held in memory at the stop could be neither spooled nor stored; they are lost"
-            );
+            let held = std::mem::take(&mut self.held);
+            match &self.carry {
+                Some(carry) => {
+                    self.health.held.store(0, Ordering::Relaxed);
+                    tracing::warn!(
+                        samples = held.len(),
+                        "samples held in memory at the stop are handed to the next daemon"
+                    );
+                    carry.leave_samples(held);
+                }
+                None => tracing::error!(
+                    lost = held.len(),
+                    "samples held in memory at the stop could be neither spooled nor stored; they are lost"
+                ),
+            }
         }
         tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
     }
