@@ -466,6 +466,28 @@ impl Breaker {
         }
     }
 
+    /// A fingerprint of what [`Breaker::to_record`] stores: its state, since when, and the
+    /// detail, whose probes count by sample id (a sample's id fixes every value taken from it).
+    /// Equal records give equal fingerprints, so a persist finds the breakers that changed
+    /// without keeping a copy of each (5 MB at 10,000 targets); two different records share one
+    /// with a chance of 2⁻⁶⁴.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        self.state.hash(&mut h);
+        self.since.hash(&mut h);
+        let d = &self.detail;
+        d.reason.hash(&mut h);
+        for probes in [&d.tripped_by, &d.failures, &d.slow, &d.recent] {
+            probes.len().hash(&mut h);
+            probes.iter().for_each(|p| p.id.hash(&mut h));
+        }
+        d.next_half_open.hash(&mut h);
+        d.rate_limited_until.hash(&mut h);
+        d.rate_limited.hash(&mut h);
+        h.finish()
+    }
+
     /// Rebuilds a breaker from its stored record (after a restart it resumes where it was).
     pub fn from_record(settings: BreakerSettings, record: &BreakerRecord) -> Result<Self, BreakerError> {
         let state = record.state;
@@ -526,6 +548,30 @@ mod tests {
 
     fn ok(at: i64) -> Probe {
         probe(at, Outcome::Ok, 200.0)
+    }
+
+    #[test]
+    fn the_fingerprint_moves_with_the_stored_record_and_only_with_it() {
+        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let mut b = Breaker::new(settings(), t(0));
+        let mut seen = vec![(b.fingerprint(), b.to_record(&target))];
+        // A healthy breaker's record does not change between probes: neither does its print.
+        b.observe(ok(0), LatencyP95::default(), t(0));
+        assert_eq!(b.fingerprint(), seen[0].0);
+        assert_eq!(b.to_record(&target), seen[0].1);
+        // Each step below changes the record (a failure counted, the trip, the half-open probe's
+        // outcome); each gives a print not seen before.
+        for (at, p) in [(60, fail(60, Outcome::ServerError)), (120, fail(120, Outcome::Timeout))] {
+            b.observe(p, LatencyP95::default(), t(at));
+            let (print, record) = (b.fingerprint(), b.to_record(&target));
+            assert!(seen.iter().all(|(p, r)| *p != print && *r != record), "at {at}: a new record, a new print");
+            seen.push((print, record));
+        }
+        let open = opened();
+        assert!(seen.iter().all(|(p, _)| *p != open.fingerprint()));
+        // Rebuilt from its record, a breaker has the same print.
+        let back = Breaker::from_record(settings(), &open.to_record(&target)).expect("rebuilt");
+        assert_eq!(back.fingerprint(), open.fingerprint());
     }
 
     fn fail(at: i64, outcome: Outcome) -> Probe {

@@ -69,8 +69,9 @@ pub struct Monitor {
     incidents: std::collections::HashSet<String>,
     /// Shifts adopted since the alert engine last took them (the `baseline_shift` notices).
     adopted: Vec<crate::decide::baseline::Adoption>,
-    /// Each breaker's state as last handed to the link, so unchanged ones are not rewritten.
-    persisted: ByTarget<Breaker>,
+    /// Each breaker's [`Breaker::fingerprint`] as last handed to the link, so unchanged ones are
+    /// not rewritten.
+    persisted: ByTarget<u64>,
     /// What the last publish built, kept so the next rebuilds only what changed since.
     built: Built,
     /// The stored drills as last read (every region's); the export drops the active ones.
@@ -319,12 +320,17 @@ impl Monitor {
             out.push(Record::Rollups(rollups));
         }
         for (t, b) in self.breakers.iter().filter(|(t, _)| part.holds(t)) {
-            // Compared as breakers, not as records: a record's detail is a JSON tree, and
+            // Compared by fingerprint, not as records: a record's detail is a JSON tree, and
             // building one per target per persist to compare it cost ten times the memory.
-            if self.persisted.get(t) != Some(b) {
-                self.persisted.insert(t.clone(), b.clone());
-                out.push(Record::Breaker(b.to_record(t)));
+            let print = b.fingerprint();
+            match self.persisted.get_mut(t) {
+                Some(p) if *p == print => continue,
+                Some(p) => *p = print,
+                None => {
+                    self.persisted.insert(t.clone(), print);
+                }
             }
+            out.push(Record::Breaker(b.to_record(t)));
         }
         out
     }
