@@ -620,6 +620,11 @@ impl Monitor {
         }
         // Taken out and put back, so the loop can borrow the rest of the monitor without a clone.
         let targets = std::mem::take(&mut self.targets);
+        // Sized to the targets once: grown by doubling, the stats (about 650 bytes each) kept up
+        // to two thirds more room than they used (4 MB of 10 at 10,000 targets).
+        let more = targets.len().saturating_sub(built.stats.len());
+        built.stats.reserve_exact(more);
+        built.views.reserve_exact(more);
         for (i, t) in targets.iter().enumerate() {
             if built.reusable(i, t) {
                 continue;
