@@ -4,7 +4,7 @@
 use crate::support::store as store_support;
 use crate::support::until;
 
-use chrono::{Duration as ChronoDuration, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -446,12 +446,29 @@ async fn read_only(db: &store_support::PgTestDb, on: bool) {
     sqlx::query(sqlx::AssertSqlSafe(end)).execute(&mut admin).await.expect("terminate backends");
 }
 
+/// Breaker transition `k` of the test's target, `k` seconds after `start`, opening and closing
+/// by turns.
+fn transition(start: DateTime<Utc>, k: i64) -> vigil::io::store::link::Record {
+    use vigil::vocab::breaker::State;
+    vigil::io::store::link::Record::Transition(vigil::vocab::records::BreakerTransition {
+        target: target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu"),
+        from_state: if k % 2 == 0 { State::Closed } else { State::Open },
+        to_state: if k % 2 == 0 { State::Open } else { State::Closed },
+        at: start + ChronoDuration::seconds(k),
+        reason: format!("transition {k}"),
+    })
+}
+
+/// The stored transitions of the test's region since `start`, as the `k` each was sent with.
+async fn stored_transitions(store: &dyn Store, start: DateTime<Utc>) -> Vec<i64> {
+    let rows = store.transitions_between(Some("eu"), start, Utc::now()).await.expect("read transitions");
+    rows.into_iter().map(|r| ((r.at - start).num_milliseconds() as f64 / 1000.0).round() as i64).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_held_in_memory_and_all_stored() {
     use vigil::io::store::link::{Link, Record};
     use vigil::io::store::spool::SpoolOf;
-    use vigil::vocab::breaker::State;
-    use vigil::vocab::records::BreakerTransition;
     let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
 
     let spool = SpoolOf::<Record>::open(disk.path().join("spool-records"), 64 << 20).expect("spool");
@@ -461,27 +478,9 @@ async fn with_the_record_spool_on_a_full_disk_and_storage_read_only_records_are_
     let stop = CancellationToken::new();
     let task = tokio::spawn(link.run(stop.clone()));
 
-    let t = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
     let start = Utc::now() - ChronoDuration::minutes(10);
-    let at = |k: i64| start + ChronoDuration::seconds(k);
-    let send = |k: i64| {
-        handle.store(Record::Transition(BreakerTransition {
-            target: t.clone(),
-            from_state: if k % 2 == 0 { State::Closed } else { State::Open },
-            to_state: if k % 2 == 0 { State::Open } else { State::Closed },
-            at: at(k),
-            reason: format!("transition {k}"),
-        }))
-    };
-    let stored = || {
-        let store = store.clone();
-        async move {
-            let rows = store.transitions_between(Some("eu"), start, Utc::now()).await.expect("read transitions");
-            rows.into_iter()
-                .map(|r| ((r.at - start).num_milliseconds() as f64 / 1000.0).round() as i64)
-                .collect::<Vec<i64>>()
-        }
-    };
+    let send = |k: i64| handle.store(transition(start, k));
+    let stored = || stored_transitions(store.as_ref(), start);
 
     (0..3).for_each(send);
     until(PATIENCE, "the first transitions stored", async || stored().await.len() == 3).await;
@@ -608,21 +607,10 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     use vigil::io::store::carry::Carry;
     use vigil::io::store::link::{Link, Record};
     use vigil::io::store::spool::SpoolOf;
-    use vigil::vocab::breaker::State;
-    use vigil::vocab::records::BreakerTransition;
     let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
     let carry = Carry::default();
-    let t = target("openrouter", "mixtral-8x22b", Some("DeepInfra"), "eu");
     let start = Utc::now() - ChronoDuration::minutes(10);
-    let transition = |k: i64| {
-        Record::Transition(BreakerTransition {
-            target: t.clone(),
-            from_state: if k % 2 == 0 { State::Closed } else { State::Open },
-            to_state: if k % 2 == 0 { State::Open } else { State::Closed },
-            at: start + ChronoDuration::seconds(k),
-            reason: format!("transition {k}"),
-        })
-    };
+    let transition = |k: i64| transition(start, k);
     // One daemon's writer and link over the same spools and the process's carry.
     let daemon = || {
         let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("sample spool");
@@ -669,15 +657,7 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     assert_eq!(carry.counts(), (0, 0), "taken over once");
     read_only(&db, false).await;
     handle.store(transition(12));
-    let stored_transitions = || {
-        let store = store.clone();
-        async move {
-            let rows = store.transitions_between(Some("eu"), start, Utc::now()).await.expect("read transitions");
-            rows.into_iter()
-                .map(|r| ((r.at - start).num_milliseconds() as f64 / 1000.0).round() as i64)
-                .collect::<Vec<i64>>()
-        }
-    };
+    let stored_transitions = || stored_transitions(store.as_ref(), start);
     until(PATIENCE, "everything held stored", async || {
         writer_health.held() == 0 && link_health.held() == 0 && stored_transitions().await.len() == 13
     })

@@ -84,22 +84,9 @@ impl Carry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::records::OutboxItem;
 
     fn outbox(n: u128) -> Record {
-        let now = chrono::Utc::now();
-        Record::Outbox(vec![OutboxItem {
-            id: uuid::Uuid::from_u128(n),
-            region: "eu".into(),
-            channel: "slack".into(),
-            kind: "errors".into(),
-            dedup_key: "vigil:p:a:".into(),
-            payload: serde_json::json!({}),
-            created_at: now,
-            next_attempt_at: now,
-            attempts: 0,
-            last_error: None,
-        }])
+        Record::Outbox(vec![super::super::link::test_item(n)])
     }
 
     fn state(v: u32) -> StateJson {

@@ -1131,6 +1131,24 @@ pub async fn latest_elsewhere(
     Ok(out)
 }
 
+/// Outbox item `n` of an `errors` incident in region eu, made now (tests of the link and carry).
+#[cfg(test)]
+pub(super) fn test_item(n: u128) -> OutboxItem {
+    let now = Utc::now();
+    OutboxItem {
+        id: uuid::Uuid::from_u128(n),
+        region: "eu".into(),
+        channel: "slack".into(),
+        kind: "errors".into(),
+        dedup_key: "vigil:p:a:".into(),
+        payload: serde_json::json!({}),
+        created_at: now,
+        next_attempt_at: now,
+        attempts: 0,
+        last_error: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1288,19 +1306,7 @@ mod tests {
     /// what the old leader never sent goes out.
     #[test]
     fn held_evaluations_keep_one_state_per_region_and_every_notification() {
-        let now = Utc::now();
-        let item = |n: u128| OutboxItem {
-            id: uuid::Uuid::from_u128(n),
-            region: "eu".into(),
-            channel: "slack".into(),
-            kind: "errors".into(),
-            dedup_key: "vigil:p:a:".into(),
-            payload: serde_json::json!({}),
-            created_at: now,
-            next_attempt_at: now,
-            attempts: 0,
-            last_error: None,
-        };
+        let item = test_item;
         let evaluated = |region: &str, v: u32, items: Vec<OutboxItem>| Record::Evaluated {
             region: region.into(),
             state: crate::vocab::records::StateJson::of(&serde_json::json!({ "v": v })).expect("json"),
