@@ -469,8 +469,8 @@ impl Breaker {
     /// A fingerprint of what [`Breaker::to_record`] stores: its state, since when, and the
     /// detail, whose probes count by sample id (a sample's id fixes every value taken from it).
     /// Equal records give equal fingerprints, so a persist finds the breakers that changed
-    /// without keeping a copy of each (5 MB at 10,000 targets); two different records share one
-    /// with a chance of 2⁻⁶⁴.
+    /// without keeping a copy of each (5 MB in a heap profile at 10,000 targets); two different
+    /// records share one with a chance of 2⁻⁶⁴.
     pub fn fingerprint(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::hash::DefaultHasher::new();
@@ -559,8 +559,8 @@ mod tests {
         b.observe(ok(0), LatencyP95::default(), t(0));
         assert_eq!(b.fingerprint(), seen[0].0);
         assert_eq!(b.to_record(&target), seen[0].1);
-        // Each step below changes the record (a failure counted, the trip, the half-open probe's
-        // outcome); each gives a print not seen before.
+        // Each failure below changes the record (counted in its detail), and so does the trip
+        // of `opened()`; each gives a print not seen before.
         for (at, p) in [(60, fail(60, Outcome::ServerError)), (120, fail(120, Outcome::Timeout))] {
             b.observe(p, LatencyP95::default(), t(at));
             let (print, record) = (b.fingerprint(), b.to_record(&target));
