@@ -13,7 +13,7 @@ use crate::io::http::status_page::StatusPage;
 use crate::io::http::{router, HttpState, SchedulerRunning};
 use crate::io::metrics::Metrics;
 use crate::io::probe::{Planned, Prober};
-use crate::io::store::link::{ContextPlan, Link, CALL_TIMEOUT};
+use crate::io::store::link::{self, ContextPlan, Link, CALL_TIMEOUT};
 use crate::io::store::writer::WRITE_TIMEOUT;
 use crate::io::store::{self, Spool, StateStore, Store, StoreError, Writer};
 use crate::run::monitor::Monitor;
@@ -158,9 +158,33 @@ pub struct AppOptions {
     pub listener: Option<std::net::TcpListener>,
     /// Where `POST /-/reload` sends its requests (the process's reload controller, if any).
     pub reload: Option<ReloadSender>,
-    /// The process's slot for what the writer and the link still hold in memory at a stop, so a
-    /// reload hands it on (the process's reload controller keeps it; none elsewhere).
-    pub carry: Option<store::carry::Carry>,
+    /// The process's slots for what the writer and the link still hold in memory at a stop, so
+    /// a reload hands it on (the process's reload controller keeps them; none elsewhere).
+    pub carry: Option<Carry>,
+}
+
+/// What one daemon's sample writer and storage link still hold at their stop (the database and
+/// the spool's disk both refusing), for the daemon a reload starts next (see `io/store/carry`).
+#[derive(Clone, Default)]
+pub struct Carry {
+    /// The writer's samples.
+    pub samples: store::carry::Slot<crate::vocab::sample::Sample>,
+    /// The link's ordered records.
+    pub records: store::carry::Slot<crate::io::store::link::Record>,
+}
+
+impl Carry {
+    /// At the process's exit: reports what is left as lost; how many samples and records.
+    pub fn give_up(&self) -> (usize, usize) {
+        (self.samples.give_up("samples"), self.records.give_up("records"))
+    }
+}
+
+/// The storage link's records at a start: the record spool an earlier run left, and what the
+/// previous daemon of this process still held in memory at its stop (newer than the spool's).
+pub(crate) struct LinkRecords {
+    spool: store::spool::SpoolOf<crate::io::store::link::Record>,
+    carried: Option<store::carry::Slot<crate::io::store::link::Record>>,
 }
 
 /// A daemon built as far as it can be while the one it replaces still runs: listener bound,
@@ -179,7 +203,7 @@ pub struct Prepared {
     demo: Option<crate::run::demo::Demo>,
     side: SideRunners,
     reload: Option<ReloadSender>,
-    carry: Option<store::carry::Carry>,
+    carry: Option<Carry>,
 }
 
 /// A built, not yet running, daemon.
@@ -202,13 +226,11 @@ pub struct App {
     side: SideRunners,
     /// The alert channels, built.
     notifiers: Vec<Arc<dyn crate::io::notify::notifier::Notifier>>,
-    /// The spool of breaker transitions and other records.
-    records: store::spool::SpoolOf<crate::io::store::link::Record>,
+    /// The spool of breaker transitions and other records, and what a reload carried over.
+    records: LinkRecords,
     reload: Option<ReloadSender>,
     /// This instance among the region's members (replicas).
     replicas: Replicas,
-    /// What an earlier daemon of this process left held in memory (see [`AppOptions::carry`]).
-    carry: Option<store::carry::Carry>,
 }
 
 impl App {
@@ -316,31 +338,19 @@ impl App {
             records,
             reload,
             replicas,
-            carry,
         } = self;
         let (roster, gate) = (replicas.roster(), LeaderGate::of(replicas.roster()));
         metrics.follow_roster(roster.clone());
         let running = Arc::new(SchedulerRunning::default());
         let liveness =
             Arc::new(Liveness::new(Utc::now(), config.probe.interval, config.storage.batch_age + WRITE_TIMEOUT));
-        let mut writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
+        let writer = writer.with_liveness(liveness.clone()).with_stop_signal(shutdown.clone());
         let health = writer.health();
         let outbox = build_outbox(&config, &store, &metrics, notifiers, gate.clone());
         let model_notices = crate::io::feeds::model_lists::SharedModelNotices::default();
-        let alerting = restore_alerting(
-            &config,
-            store.as_ref(),
-            &records,
-            carry.as_ref(),
-            outbox.channels(),
-            model_notices.clone(),
-        )
-        .await;
-        let (mut link, link_handle) = storage_link(&config, &store, records, &alerting);
-        if let Some(carry) = carry {
-            writer = writer.with_carry(carry.clone());
-            link = link.with_carry(carry);
-        }
+        let alerting =
+            restore_alerting(&config, store.as_ref(), &records, outbox.channels(), model_notices.clone()).await;
+        let (link, link_handle) = storage_link(&config, &store, records, &alerting);
         let link_health = link.health();
         let snapshot = SharedSnapshot::default();
         let (scheduler, planner) = plan_probes(&config, scheduler, roster.clone());
@@ -456,7 +466,11 @@ impl Prepared {
         }
         let records =
             store::spool::SpoolOf::open(config.storage.data_dir.join("spool-records"), config.storage.spool_max_bytes)?;
-        let writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        let mut writer = Writer::new(store.clone(), spool, config.storage.batch_size, config.storage.batch_age);
+        if let Some(carry) = &carry {
+            writer = writer.with_carry(carry.samples.clone());
+        }
+        let records = LinkRecords { spool: records, carried: carry.map(|c| c.records) };
         if let Some(why) = &unavailable {
             // `/readyz` says why from the first moment, not only after the first failed write.
             writer.health().failed(format!("storage unavailable at start: {why}"));
@@ -499,7 +513,6 @@ impl Prepared {
             records,
             reload,
             replicas,
-            carry,
         })
     }
 }
@@ -508,7 +521,7 @@ impl Prepared {
 fn storage_link(
     config: &Config,
     store: &Arc<dyn Store>,
-    records: store::spool::SpoolOf<crate::io::store::link::Record>,
+    records: LinkRecords,
     alerting: &crate::run::pipeline::Alerting,
 ) -> (Link, crate::io::store::link::LinkHandle) {
     let plan = ContextPlan {
@@ -516,7 +529,11 @@ fn storage_link(
         every: config.probe.interval,
         credit_providers: alerting.credit_providers(),
     };
-    Link::new(store.clone(), records, Some(plan))
+    let (link, handle) = Link::new(store.clone(), records.spool, Some(plan));
+    match records.carried {
+        Some(carried) => (link.with_carry(carried), handle),
+        None => (link, handle),
+    }
 }
 
 /// Cost-aware adaptive probing (the pipeline plans, the scheduler follows) over this replica's
@@ -640,22 +657,22 @@ fn check_data_dir(dir: &std::path::Path) -> Result<(), AppError> {
 }
 
 /// The alert stage as the last run left it: the newest state the previous daemon of this
-/// process still held in memory (`carry`, newer than anything spooled), else the newest the record
-/// spool holds (written before the stored one can be), else the stored state when storage answers
-/// in time; otherwise a stage that reads it through the link before it judges or saves anything.
+/// process still held in memory (newer than anything spooled), else the newest the record spool
+/// holds (written before the stored one can be), else the stored state when storage answers in
+/// time; otherwise a stage that reads it through the link before it judges or saves anything.
 async fn restore_alerting(
     config: &Config,
     store: &dyn StateStore,
-    records: &store::spool::SpoolOf<crate::io::store::link::Record>,
-    carry: Option<&store::carry::Carry>,
+    records: &LinkRecords,
     channels: Vec<String>,
     model_notices: crate::io::feeds::model_lists::SharedModelNotices,
 ) -> crate::run::pipeline::Alerting {
     let region = &config.region;
-    let saved = if let Some(state) = carry.and_then(|c| c.newest_alert_state(region)) {
+    let carried = records.carried.as_ref().and_then(|c| c.newest(|r| link::alert_state_of(r, region).cloned()));
+    let saved = if let Some(state) = carried {
         tracing::info!(%region, "alert state restored from what the previous daemon held in memory (newer than the spooled or stored one)");
         Ok(Some(state))
-    } else if let Some(state) = crate::io::store::link::newest_spooled_alert_state(records, region) {
+    } else if let Some(state) = link::newest_spooled_alert_state(&records.spool, region) {
         tracing::info!(%region, "alert state restored from the record spool (newer than the stored one)");
         Ok(Some(state))
     } else {

@@ -16,8 +16,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::io::http::reload::{ReloadOutcome, ReloadRequest, ReloadSender};
-use crate::io::store::carry::Carry;
-use crate::run::app::{App, AppError, AppOptions, Prepared, STOP_WITHIN};
+use crate::run::app::{App, AppError, AppOptions, Carry, Prepared, STOP_WITHIN};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;

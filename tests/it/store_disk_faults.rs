@@ -604,9 +604,9 @@ async fn with_the_sample_spool_full_and_storage_back_nothing_waits_for_the_disk_
 /// answers; only what is left at the process's exit is reported lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_the_next_daemon() {
-    use vigil::io::store::carry::Carry;
     use vigil::io::store::link::{Link, Record};
     use vigil::io::store::spool::SpoolOf;
+    use vigil::run::app::Carry;
     let Some(FullDiskAndPg { disk, db, store, lost, lost_before }) = full_disk_and_pg().await else { return };
     let carry = Carry::default();
     let start = Utc::now() - ChronoDuration::minutes(10);
@@ -615,9 +615,9 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     let daemon = || {
         let spool = Spool::open(disk.path().join("spool"), 64 << 20).expect("sample spool");
         let records = SpoolOf::<Record>::open(disk.path().join("spool-records"), 64 << 20).expect("record spool");
-        let writer = fast_writer(store.clone(), spool).with_carry(carry.clone());
+        let writer = fast_writer(store.clone(), spool).with_carry(carry.samples.clone());
         let (link, handle) = Link::new(store.clone(), records, None);
-        let link = link.with_call_timeout(Duration::from_millis(500)).with_carry(carry.clone());
+        let link = link.with_call_timeout(Duration::from_millis(500)).with_carry(carry.records.clone());
         let (writer_health, link_health) = (writer.health(), link.health());
         let (tx, rx) = mpsc::channel(4096);
         let stop = CancellationToken::new();
@@ -645,7 +645,7 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     stop.cancel();
     writer.await.expect("writer stopped");
     link.await.expect("link stopped");
-    assert_eq!(carry.counts(), (30, 12), "everything held is handed on");
+    assert_eq!((carry.samples.len(), carry.records.len()), (30, 12), "everything held is handed on");
     assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost at a reload");
 
     // The next daemon takes them over and stores them once storage answers, the disk still full.
@@ -654,7 +654,7 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
         writer_health.held() == 30 && link_health.held() == 12
     })
     .await;
-    assert_eq!(carry.counts(), (0, 0), "taken over once");
+    assert_eq!((carry.samples.len(), carry.records.len()), (0, 0), "taken over once");
     read_only(&db, false).await;
     handle.store(transition(12));
     let stored_transitions = || stored_transitions(store.as_ref(), start);
@@ -675,7 +675,7 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     assert_eq!(lost.load(Ordering::SeqCst) - lost_before, 0, "nothing reported lost");
 
     // What is still left when the process exits is reported lost, once.
-    carry.leave_records(vec![transition(13), transition(14)]);
+    carry.records.leave(vec![transition(13), transition(14)]);
     assert_eq!(carry.give_up(), (0, 2));
     assert!(lost.load(Ordering::SeqCst) - lost_before >= 2, "the exit reports what it drops");
 }

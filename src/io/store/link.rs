@@ -145,7 +145,7 @@ pub fn newest_spooled_alert_state(spool: &SpoolOf<Record>, region: &str) -> Opti
 }
 
 /// The engine state of `region` that `record` carries, if any.
-pub(super) fn alert_state_of<'a>(record: &'a Record, region: &str) -> Option<&'a crate::vocab::records::StateJson> {
+pub fn alert_state_of<'a>(record: &'a Record, region: &str) -> Option<&'a crate::vocab::records::StateJson> {
     match record {
         Record::AlertState { region: r, state } | Record::Evaluated { region: r, state, .. } if r == region => {
             Some(state)
@@ -409,7 +409,7 @@ pub struct Link {
     /// Fires when the daemon's stop begins, before the channels close (see `with_stop_signal`).
     stop_signal: Option<CancellationToken>,
     /// The process's slot for held records across reloads (see `with_carry`).
-    carry: Option<super::carry::Carry>,
+    carry: Option<super::carry::Slot<Record>>,
 }
 
 /// Newest-wins states not yet stored, and whether the spool must be replayed first.
@@ -576,7 +576,7 @@ impl Link {
     /// Takes at its start the records an earlier link of this process left in `carry`, and
     /// leaves there at its stop what neither storage nor the spool took: a reload hands them
     /// on instead of losing them (see [`super::carry`]).
-    pub fn with_carry(mut self, carry: super::carry::Carry) -> Self {
+    pub fn with_carry(mut self, carry: super::carry::Slot<Record>) -> Self {
         self.carry = Some(carry);
         self
     }
@@ -600,7 +600,7 @@ impl Link {
     /// Runs until the pipeline drops its handle (after its last records) or `stop` fires; then
     /// makes one bounded attempt to store what is pending and spools the rest.
     pub async fn run(mut self, stop: CancellationToken) {
-        let carried = self.carry.as_ref().map(super::carry::Carry::take_records).unwrap_or_default();
+        let carried = self.carry.as_ref().map(super::carry::Slot::take).unwrap_or_default();
         if !carried.is_empty() {
             tracing::info!(records = carried.len(), "records the previous daemon held in memory are taken over");
             // Behind what is spooled (older), ahead of anything this link is given.
@@ -1024,7 +1024,7 @@ impl Link {
                         records = held.len(),
                         "records held in memory at the stop are handed to the next daemon"
                     );
-                    carry.leave_records(held);
+                    carry.leave(held);
                 }
                 None => {
                     tracing::error!(
@@ -1131,7 +1131,7 @@ pub async fn latest_elsewhere(
     Ok(out)
 }
 
-/// Outbox item `n` of an `errors` incident in region eu, made now (tests of the link and carry).
+/// Outbox item `n` of an `errors` incident in region eu, made now.
 #[cfg(test)]
 pub(super) fn test_item(n: u128) -> OutboxItem {
     let now = Utc::now();

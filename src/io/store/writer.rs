@@ -158,7 +158,7 @@ pub struct Writer {
     /// Fires when the daemon's stop begins, before the channel closes (see `with_stop_signal`).
     stop_signal: Option<CancellationToken>,
     /// The process's slot for held samples across reloads (see `with_carry`).
-    carry: Option<super::carry::Carry>,
+    carry: Option<super::carry::Slot<Sample>>,
 }
 
 impl Writer {
@@ -199,7 +199,7 @@ impl Writer {
     /// Takes at its start the samples an earlier writer of this process left in `carry`, and
     /// leaves there at its stop what neither storage nor the spool took: a reload hands them
     /// on instead of losing them (see [`super::carry`]).
-    pub fn with_carry(mut self, carry: super::carry::Carry) -> Self {
+    pub fn with_carry(mut self, carry: super::carry::Slot<Sample>) -> Self {
         self.carry = Some(carry);
         self
     }
@@ -247,7 +247,7 @@ impl Writer {
     /// from a previous run first.
     pub async fn run(mut self, mut rx: Receiver<Sample>, shutdown: CancellationToken) {
         self.next_retry = Instant::now();
-        let carried = self.carry.as_ref().map(super::carry::Carry::take_samples).unwrap_or_default();
+        let carried = self.carry.as_ref().map(super::carry::Slot::take).unwrap_or_default();
         if !carried.is_empty() {
             tracing::info!(samples = carried.len(), "samples the previous daemon held in memory are taken over");
             self.held = carried;
@@ -304,7 +304,7 @@ impl Writer {
                         samples = held.len(),
                         "samples held in memory at the stop are handed to the next daemon"
                     );
-                    carry.leave_samples(held);
+                    carry.leave(held);
                 }
                 None => tracing::error!(
                     lost = held.len(),
