@@ -47,6 +47,35 @@ impl<T> Slot<T> {
         self.len() == 0
     }
 
+    /// What a starting daemon's writer or link holds first: what earlier daemons left in `slot`
+    /// (`what`: samples, records), oldest first; nothing without a slot.
+    pub fn take_over(slot: Option<&Self>, what: &str) -> Vec<T> {
+        let taken = slot.map(Slot::take).unwrap_or_default();
+        if !taken.is_empty() {
+            tracing::info!(taken = taken.len(), "{what} the previous daemon held in memory are taken over");
+        }
+        taken
+    }
+
+    /// At a daemon's stop: leaves `held` (`what`: samples, records), which neither storage nor
+    /// the spool took, in `slot` for the next daemon; without a slot (a one-shot command) they
+    /// are reported lost.
+    pub fn hand_on(slot: Option<&Self>, held: Vec<T>, what: &str) {
+        if held.is_empty() {
+            return;
+        }
+        match slot {
+            Some(slot) => {
+                tracing::warn!(held = held.len(), "{what} held in memory at the stop are handed to the next daemon");
+                slot.leave(held);
+            }
+            None => tracing::error!(
+                lost = held.len(),
+                "{what} held in memory at the stop could be neither spooled nor stored; they are lost"
+            ),
+        }
+    }
+
     /// At the process's exit: reports what is still left (`what`: samples, records) as lost, as
     /// no daemon follows to store it, and empties the slot; how many were lost.
     pub fn give_up(&self, what: &str) -> usize {

@@ -247,9 +247,8 @@ impl Writer {
     /// from a previous run first.
     pub async fn run(mut self, mut rx: Receiver<Sample>, shutdown: CancellationToken) {
         self.next_retry = Instant::now();
-        let carried = self.carry.as_ref().map(super::carry::Slot::take).unwrap_or_default();
+        let carried = super::carry::Slot::take_over(self.carry.as_ref(), "samples");
         if !carried.is_empty() {
-            tracing::info!(samples = carried.len(), "samples the previous daemon held in memory are taken over");
             self.held = carried;
             self.health.held.store(self.held.len() as u64, Ordering::Relaxed);
         }
@@ -295,23 +294,8 @@ impl Writer {
         if self.unhold().await.is_err() {
             self.store_held().await;
         }
-        if !self.held.is_empty() {
-            let held = std::mem::take(&mut self.held);
-            match &self.carry {
-                Some(carry) => {
-                    self.health.held.store(0, Ordering::Relaxed);
-                    tracing::warn!(
-                        samples = held.len(),
-                        "samples held in memory at the stop are handed to the next daemon"
-                    );
-                    carry.leave(held);
-                }
-                None => tracing::error!(
-                    lost = held.len(),
-                    "samples held in memory at the stop could be neither spooled nor stored; they are lost"
-                ),
-            }
-        }
+        self.health.held.store(0, Ordering::Relaxed);
+        super::carry::Slot::hand_on(self.carry.as_ref(), std::mem::take(&mut self.held), "samples");
         tracing::info!(written = self.health.written(), spooled = self.health.spooled(), "sample writer stopped");
     }
 
