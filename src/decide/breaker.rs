@@ -22,11 +22,12 @@ use crate::config::BreakerConfig;
 use crate::decide::baseline::{worst_excess, Excess, LatencyP95};
 use crate::decide::health::{Failover, RateLimitRule};
 use crate::vocab::breaker::State;
-use crate::vocab::records::{BreakerRecord, BreakerTransition};
+use crate::vocab::records::{BreakerRecord, BreakerTransition, JsonText};
 use crate::vocab::sample::{Outcome, Sample};
 use crate::vocab::target::Target;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use thiserror::Error;
 use uuid::Uuid;
 
@@ -205,7 +206,8 @@ enum Verdict {
 /// The breaker of one target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Breaker {
-    settings: BreakerSettings,
+    /// Shared by every breaker of a monitor: a copy in each was 1.3 MB at 10,000 targets.
+    settings: Arc<BreakerSettings>,
     state: State,
     since: DateTime<Utc>,
     detail: Detail,
@@ -229,8 +231,8 @@ fn secs(d: Duration) -> String {
 
 impl Breaker {
     /// A closed breaker.
-    pub fn new(settings: BreakerSettings, now: DateTime<Utc>) -> Self {
-        Breaker { settings, state: State::Closed, since: now, detail: Detail::default() }
+    pub fn new(settings: impl Into<Arc<BreakerSettings>>, now: DateTime<Utc>) -> Self {
+        Breaker { settings: settings.into(), state: State::Closed, since: now, detail: Detail::default() }
     }
 
     /// Current state.
@@ -462,7 +464,7 @@ impl Breaker {
             target: target.clone(),
             state: self.state,
             since: self.since,
-            detail: serde_json::to_value(&self.detail).unwrap_or(serde_json::Value::Null),
+            detail: JsonText::of(&self.detail).unwrap_or_else(|_| JsonText::null()),
         }
     }
 
@@ -489,15 +491,20 @@ impl Breaker {
     }
 
     /// Rebuilds a breaker from its stored record (after a restart it resumes where it was).
-    pub fn from_record(settings: BreakerSettings, record: &BreakerRecord) -> Result<Self, BreakerError> {
+    pub fn from_record(
+        settings: impl Into<Arc<BreakerSettings>>,
+        record: &BreakerRecord,
+    ) -> Result<Self, BreakerError> {
         let state = record.state;
         let detail = if record.detail.is_null() {
             Detail::default()
         } else {
-            serde_json::from_value(record.detail.clone())
+            record
+                .detail
+                .parse()
                 .map_err(|e| BreakerError::BadDetail { target: record.target.id(), message: e.to_string() })?
         };
-        Ok(Breaker { settings, state, since: record.since, detail })
+        Ok(Breaker { settings: settings.into(), state, since: record.since, detail })
     }
 }
 
@@ -902,7 +909,7 @@ mod tests {
 
         // An unknown state name never reaches a record: the stored row fails to decode.
         assert_eq!("ajar".parse::<State>(), Err("unknown breaker state \"ajar\"".to_string()));
-        let bad = BreakerRecord { detail: serde_json::json!({"failures": "three"}), ..record };
+        let bad = BreakerRecord { detail: serde_json::json!({"failures": "three"}).into(), ..record };
         let err = Breaker::from_record(settings(), &bad).expect_err("bad detail");
         assert!(err.to_string().starts_with("breaker groq/llama: bad detail"), "{err}");
     }

@@ -31,7 +31,7 @@ pub struct Monitor {
     probe_interval: std::time::Duration,
     baseline_window: std::time::Duration,
     failover: Failover,
-    settings: BreakerSettings,
+    settings: Arc<BreakerSettings>,
     baselines: Baselines,
     breakers: ByTarget<Breaker>,
     /// Each target's latest sample, shared with the published views that show it.
@@ -148,14 +148,13 @@ impl Monitor {
     /// An empty monitor for `targets` following the config's `[baseline]` and `[breaker]`.
     pub fn new(config: &Config, targets: Vec<Target>, now: DateTime<Utc>) -> Self {
         let failover = Failover::of(&config.baseline);
-        let settings = BreakerSettings::from_config(&config.breaker, failover);
-        let breakers = targets.iter().map(|t| (t.clone(), Breaker::new(settings, now))).collect();
+        let settings = Arc::new(BreakerSettings::from_config(&config.breaker, failover));
+        let breakers = targets.iter().map(|t| (t.clone(), Breaker::new(Arc::clone(&settings), now))).collect();
         Monitor {
             region: config.region.clone(),
             probe_interval: config.probe.interval,
             baseline_window: config.baseline.window,
             failover,
-            settings,
             baselines: Baselines::new(&config.baseline),
             breakers,
             last: ByTarget::default(),
@@ -163,6 +162,7 @@ impl Monitor {
             replies: ByTarget::default(),
             capability: CapabilityRule::of(&config.alerts),
             rate_limit: settings.rate_limit,
+            settings,
             backoffs: ByTarget::default(),
             cost: ByTarget::default(),
             targets,
@@ -279,7 +279,7 @@ impl Monitor {
             if !self.breakers.contains_key(&record.target) {
                 continue; // a target no longer configured
             }
-            match Breaker::from_record(self.settings, record) {
+            match Breaker::from_record(Arc::clone(&self.settings), record) {
                 Ok(b) => {
                     self.breakers.insert(record.target.clone(), b);
                 }
@@ -408,7 +408,7 @@ impl Monitor {
         // at 1,000 targets, and each clone of a target is four allocations.
         let t = &sample.target;
         if !self.breakers.contains_key(t) {
-            self.breakers.insert(t.clone(), Breaker::new(self.settings, now));
+            self.breakers.insert(t.clone(), Breaker::new(Arc::clone(&self.settings), now));
         }
         let mut transition = None;
         let mut in_trouble = !self.incidents.is_empty() && self.incidents.contains(&t.id());
@@ -728,7 +728,7 @@ impl Monitor {
             baselines: b,
             probes,
             errors,
-            breaker: breaker.unwrap_or_else(|| Breaker::new(self.settings, now).explain()),
+            breaker: breaker.unwrap_or_else(|| Breaker::new(Arc::clone(&self.settings), now).explain()),
             flapping: health.flapping,
             health,
             ratelimit,
@@ -996,7 +996,8 @@ mod tests {
             .collect();
         assert_eq!(failed.len(), 1, "only the breaker that counted a failure: {failed:?}");
         assert_eq!(failed[0].target, target("a"));
-        assert_eq!(failed[0].detail["failures"].as_array().map(Vec::len), Some(1), "{:?}", failed[0].detail);
+        let detail: serde_json::Value = failed[0].detail.parse().expect("detail is JSON");
+        assert_eq!(detail["failures"].as_array().map(Vec::len), Some(1), "{detail}");
         assert!(m.take_dirty().is_empty(), "written once");
     }
 

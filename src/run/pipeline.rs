@@ -1239,7 +1239,7 @@ balance = { min_usd = 5.0 }
             target: t.clone(),
             state: State::Closed,
             since: now,
-            detail: serde_json::json!({}),
+            detail: serde_json::json!({}).into(),
         };
         r.pipeline.monitor.restore_breakers(std::slice::from_ref(&closed), now);
         r.pipeline.breakers_restored = false;
@@ -1271,7 +1271,7 @@ balance = { min_usd = 5.0 }
             target: t.clone(),
             state: State::Open,
             since: now - chrono::Duration::minutes(2),
-            detail: serde_json::json!({}),
+            detail: serde_json::json!({}).into(),
         };
         let mut r = rig(async |s: &dyn Store| s.save_breaker(&stored).await.expect("breaker stored")).await;
         // The start restores the stored breaker before the first probe…

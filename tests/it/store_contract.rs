@@ -94,7 +94,8 @@ async fn a_record_spool_replayed_twice_or_cut_midway_stores_each_record_once(fx:
             records.push(Record::Canary(vec![canary_run(t.clone(), now + Duration::seconds(k), 6)]));
         }
     }
-    let breaker = BreakerRecord { target: t.clone(), state: State::Open, since: now, detail: serde_json::json!({}) };
+    let breaker =
+        BreakerRecord { target: t.clone(), state: State::Open, since: now, detail: serde_json::json!({}).into() };
     records.push(Record::Breaker(breaker));
     records.push(Record::Rollups(vec![rollup_at(now, "eu")]));
     let want = [600, 60, 60, 1, 1];
@@ -225,7 +226,7 @@ async fn an_unknown_stored_breaker_state_is_an_error_naming_it(fx: Fixture) {
         updated_at: now,
     };
     fx.store.publish_target_status(&[status]).await.expect("publish");
-    let record = BreakerRecord { target: t, state: State::Open, since: now, detail: serde_json::json!({}) };
+    let record = BreakerRecord { target: t, state: State::Open, since: now, detail: serde_json::json!({}).into() };
     fx.store.save_breaker(&record).await.expect("save");
     // A newer vigil (or a hand edit) stored a state this one does not know: never read as closed.
     fx.exec("UPDATE target_status SET breaker = 'ajar'").await;
@@ -544,7 +545,7 @@ async fn breaker_state_and_transitions_persist(fx: Fixture) {
         target: t.clone(),
         state: state.parse().expect("breaker state"),
         since: now,
-        detail: serde_json::json!({"failures": 3, "next_half_open": "2026-11-30T12:05:00Z"}),
+        detail: serde_json::json!({"failures": 3, "next_half_open": "2026-11-30T12:05:00Z"}).into(),
     };
     fx.store.save_breaker(&rec(&a, "closed")).await.expect("save a");
     fx.store.save_breaker(&rec(&a, "open")).await.expect("replace a");

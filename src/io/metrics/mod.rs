@@ -25,7 +25,7 @@ use prometheus::{
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use targets::{Hist, Series};
+use targets::{Gauge, Hist, Series};
 
 /// `vigil_pipeline_step_seconds{step, region}`.
 fn step_histogram() -> Result<HistogramVec, prometheus::Error> {
@@ -323,14 +323,14 @@ impl Metrics {
                 None => h.outcomes.push((outcome, 1)),
             }
             let ok = outcome == Outcome::Ok;
-            h.success = Some(if ok { 1.0 } else { 0.0 });
+            h.success = Gauge::from(if ok { 1.0 } else { 0.0 });
             if ok {
-                h.last_success = Some(s.started_at.timestamp_millis() as f64 / 1000.0);
+                h.last_success = Gauge::from(s.started_at.timestamp_millis() as f64 / 1000.0);
             }
             let secs = |v: Option<f64>| v.map(|ms| ms / 1000.0);
-            let observe = |hist: &mut Option<Hist>, v: Option<f64>| {
+            let observe = |hist: &mut Option<Box<Hist>>, v: Option<f64>| {
                 if let Some(v) = secs(v) {
-                    hist.get_or_insert_with(|| Hist::new(bounds.len())).observe(bounds, v);
+                    hist.get_or_insert_with(|| Box::new(Hist::new(bounds.len()))).observe(bounds, v);
                 }
             };
             if ok && histograms {
@@ -344,26 +344,26 @@ impl Metrics {
             for ((phase, slot), v) in PHASES.iter().zip(h.phases.iter_mut()).zip(values) {
                 if standard || COMPACT_PHASES.contains(phase) {
                     // A phase that did not happen this time must not keep showing an old value.
-                    *slot = secs(v);
+                    *slot = secs(v).into();
                 }
             }
             if standard {
-                h.tokens = s.tokens_per_s;
-                h.last_status = Some(f64::from(s.status.unwrap_or(0)));
+                h.tokens = s.tokens_per_s.into();
+                h.last_status = Gauge::from(f64::from(s.status.unwrap_or(0)));
             }
             if let Some(c) = s.cost_usd.filter(|c| *c > 0.0) {
-                *h.cost.get_or_insert(0.0) += c;
+                h.cost = Gauge::from(h.cost.get().unwrap_or(0.0) + c);
             }
             // The last reading of each allowance stands until a response says it again: a
             // probe that never reached the provider says nothing about its limits.
             for (i, kind) in RateLimitKind::ALL.into_iter().enumerate() {
                 if let Some(a) = s.ratelimit.get(kind) {
                     let count = |n: Option<u64>| n.map(|n| n as f64);
-                    h.ratelimit_remaining[i] = count(a.remaining);
-                    h.ratelimit_ratio[i] = a.fraction();
+                    h.ratelimit_remaining[i] = count(a.remaining).into();
+                    h.ratelimit_ratio[i] = a.fraction().into();
                     if standard {
-                        h.ratelimit_limit[i] = count(a.limit);
-                        h.ratelimit_reset[i] = a.reset_at.map(|r| r.timestamp_millis() as f64 / 1000.0);
+                        h.ratelimit_limit[i] = count(a.limit).into();
+                        h.ratelimit_reset[i] = a.reset_at.map(|r| r.timestamp_millis() as f64 / 1000.0).into();
                     }
                 }
             }
@@ -394,7 +394,9 @@ impl Metrics {
                 h.outcomes.push((Outcome::Ok, 0));
             }
             if full {
-                h.cost.get_or_insert(0.0);
+                if h.cost.get().is_none() {
+                    h.cost = Gauge::from(0.0);
+                }
                 h.skipped.get_or_insert(0);
             }
         });
@@ -423,17 +425,17 @@ impl Metrics {
         ) else {
             return;
         };
-        self.with_target(t, |h| h.baseline[mi][qi] = seconds);
+        self.with_target(t, |h| h.baseline[mi][qi] = seconds.into());
     }
 
     /// Sets a target's breaker state (0 closed, 1 half-open, 2 open).
     pub fn set_circuit(&self, t: &Target, state: i64) {
-        self.with_target(t, |h| h.circuit = Some(state as f64));
+        self.with_target(t, |h| h.circuit = Gauge::from(state as f64));
     }
 
     /// Sets whether a target is flapping.
     pub fn set_flapping(&self, t: &Target, flapping: bool) {
-        self.with_target(t, |h| h.flapping = Some(if flapping { 1.0 } else { 0.0 }));
+        self.with_target(t, |h| h.flapping = Gauge::from(if flapping { 1.0 } else { 0.0 }));
     }
 
     /// Exposes per-target gauges only for the targets `roster` gives this replica (set once).
@@ -524,7 +526,7 @@ impl Metrics {
         for (i, t) in targets.iter().enumerate() {
             let beside = plan.targets.get(i).filter(|p| t.has_id(&p.target));
             let Some(p) = beside.or_else(|| plan.get(&t.id())) else { continue };
-            let every = Some(p.every.as_secs_f64());
+            let every = Gauge::from(p.every.as_secs_f64());
             match map.get_mut(t) {
                 Some(s) => s.interval = every,
                 None => map.entry(t.clone()).or_default().interval = every,

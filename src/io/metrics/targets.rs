@@ -36,33 +36,70 @@ impl Hist {
     }
 }
 
-/// One target's series; `None` is a series not exported (never set, or cleared).
+/// An `Option<f64>` in 8 bytes (an `Option<f64>` takes 16): `None` is one signalling-NaN bit
+/// pattern, which arithmetic never produces (it quiets NaNs; a value with that pattern is kept as
+/// a plain NaN). A target holds 29 of them: at 10,000 targets 2.3 MB less.
+#[derive(Clone, Copy)]
+pub(super) struct Gauge(u64);
+
+impl Gauge {
+    const UNSET: u64 = 0x7ff4_0000_0000_0001;
+
+    /// The value, if set.
+    pub(super) fn get(self) -> Option<f64> {
+        (self.0 != Self::UNSET).then(|| f64::from_bits(self.0))
+    }
+}
+
+impl Default for Gauge {
+    fn default() -> Self {
+        Gauge(Self::UNSET)
+    }
+}
+
+impl From<Option<f64>> for Gauge {
+    fn from(v: Option<f64>) -> Self {
+        v.map_or_else(Gauge::default, Gauge::from)
+    }
+}
+
+impl From<f64> for Gauge {
+    fn from(v: f64) -> Self {
+        match v.to_bits() {
+            Self::UNSET => Gauge(f64::NAN.to_bits()),
+            bits => Gauge(bits),
+        }
+    }
+}
+
+/// One target's series; an unset [`Gauge`] or `None` is a series not exported (never set, or
+/// cleared). Histograms are boxed: most levels of detail keep none, and an empty one is a pointer.
 #[derive(Default)]
 pub(super) struct Series {
     /// `vigil_probes_total` by outcome, in first-seen order.
     pub outcomes: Vec<(Outcome, u64)>,
-    pub ttfb: Option<Hist>,
-    pub ttft: Option<Hist>,
-    pub duration: Option<Hist>,
-    pub success: Option<f64>,
-    pub last_success: Option<f64>,
+    pub ttfb: Option<Box<Hist>>,
+    pub ttft: Option<Box<Hist>>,
+    pub duration: Option<Box<Hist>>,
+    pub success: Gauge,
+    pub last_success: Gauge,
     /// In [`super::PHASES`] order.
-    pub phases: [Option<f64>; 7],
-    pub tokens: Option<f64>,
-    pub last_status: Option<f64>,
-    pub cost: Option<f64>,
+    pub phases: [Gauge; 7],
+    pub tokens: Gauge,
+    pub last_status: Gauge,
+    pub cost: Gauge,
     /// `[metric][quantile]` in [`super::BASELINE_METRICS`] × [`super::BASELINE_QUANTILES`] order.
-    pub baseline: [[Option<f64>; 3]; 2],
-    pub circuit: Option<f64>,
-    pub flapping: Option<f64>,
+    pub baseline: [[Gauge; 3]; 2],
+    pub circuit: Gauge,
+    pub flapping: Gauge,
     pub skipped: Option<u64>,
-    pub interval: Option<f64>,
+    pub interval: Gauge,
     /// Rate-limit allowances in [`RateLimitKind::ALL`] order: what is left, the headroom ratio,
     /// the limit and its reset (Unix seconds).
-    pub ratelimit_remaining: [Option<f64>; 2],
-    pub ratelimit_ratio: [Option<f64>; 2],
-    pub ratelimit_limit: [Option<f64>; 2],
-    pub ratelimit_reset: [Option<f64>; 2],
+    pub ratelimit_remaining: [Gauge; 2],
+    pub ratelimit_ratio: [Gauge; 2],
+    pub ratelimit_limit: [Gauge; 2],
+    pub ratelimit_reset: [Gauge; 2],
 }
 
 /// A sample value: counters of whole probes are integers, the rest floats.
@@ -174,9 +211,9 @@ pub(super) fn render(
             f(&mut fam, t, s);
         }
     };
-    let gauge = |out: &mut Out, name, help, get: fn(&Series) -> Option<f64>| {
+    let gauge = |out: &mut Out, name, help, get: fn(&Series) -> Gauge| {
         each(out, name, "gauge", help, &|fam, t, s| {
-            if let Some(v) = get(s) {
+            if let Some(v) = get(s).get() {
                 fam.line("", t, &[], None, Value::F(v));
             }
         });
@@ -200,9 +237,9 @@ pub(super) fn render(
         "Start time of the last successful probe, in Unix seconds.",
         |s| s.last_success,
     );
-    hist(out, "vigil_probe_ttfb_seconds", "Request sent to first response byte (status line).", |s| s.ttfb.as_ref());
-    hist(out, "vigil_probe_ttft_seconds", "Request sent to first content token.", |s| s.ttft.as_ref());
-    hist(out, "vigil_probe_duration_seconds", "Request sent to end of stream.", |s| s.duration.as_ref());
+    hist(out, "vigil_probe_ttfb_seconds", "Request sent to first response byte (status line).", |s| s.ttfb.as_deref());
+    hist(out, "vigil_probe_ttft_seconds", "Request sent to first content token.", |s| s.ttft.as_deref());
+    hist(out, "vigil_probe_duration_seconds", "Request sent to end of stream.", |s| s.duration.as_deref());
     each(
         out,
         "vigil_probe_phase_seconds",
@@ -210,8 +247,8 @@ pub(super) fn render(
         "Phases of the last probe (dns, connect, proxy, tls, ttfb, ttft, total).",
         &|fam, t, s| {
             for (phase, v) in super::PHASES.iter().zip(&s.phases) {
-                if let Some(v) = v {
-                    fam.line("", t, &[("phase", phase)], None, Value::F(*v));
+                if let Some(v) = v.get() {
+                    fam.line("", t, &[("phase", phase)], None, Value::F(v));
                 }
             }
         },
@@ -219,7 +256,7 @@ pub(super) fn render(
     gauge(out, "vigil_probe_tokens_per_second", "Generation speed after the first token, last probe.", |s| s.tokens);
     gauge(out, "vigil_probe_last_status", "HTTP status of the last probe (0 when none arrived).", |s| s.last_status);
     each(out, "vigil_probe_cost_usd_total", "counter", "What the probes cost, in USD.", &|fam, t, s| {
-        if let Some(v) = s.cost {
+        if let Some(v) = s.cost.get() {
             fam.line("", t, &[], None, Value::F(v));
         }
     });
@@ -231,8 +268,8 @@ pub(super) fn render(
         &|fam, t, s| {
             for (metric, row) in super::BASELINE_METRICS.iter().zip(&s.baseline) {
                 for (q, v) in super::BASELINE_QUANTILES.iter().zip(row) {
-                    if let Some(v) = v {
-                        fam.line("", t, &[("metric", metric), ("q", q)], None, Value::F(*v));
+                    if let Some(v) = v.get() {
+                        fam.line("", t, &[("metric", metric), ("q", q)], None, Value::F(v));
                     }
                 }
             }
@@ -261,12 +298,12 @@ pub(super) fn render(
 
 /// The per-kind rate-limit gauges (`kind`: requests, tokens), each a target's last reading.
 fn render_ratelimit(out: &mut Out, targets: &BTreeMap<Target, Series>, shown: &dyn Fn(&Target) -> bool) {
-    let per_kind = |out: &mut Out, name, help, get: fn(&Series) -> &[Option<f64>; 2]| {
+    let per_kind = |out: &mut Out, name, help, get: fn(&Series) -> &[Gauge; 2]| {
         let mut fam = Family::new(out, name, "gauge", help);
         for (t, s) in targets.iter().filter(|(t, _)| shown(t)) {
             for (kind, v) in RateLimitKind::ALL.iter().zip(get(s)) {
-                if let Some(v) = v {
-                    fam.line("", t, &[("kind", kind.as_str())], None, Value::F(*v));
+                if let Some(v) = v.get() {
+                    fam.line("", t, &[("kind", kind.as_str())], None, Value::F(v));
                 }
             }
         }
@@ -361,9 +398,9 @@ mod tests {
             s.outcomes = vec![(Outcome::Ok, 7 + i as u64), (Outcome::Timeout, 1)];
             probes.with_label_values(&[l[0], l[1], l[2], l[3], "ok"]).inc_by(7 + i as u64);
             probes.with_label_values(&[l[0], l[1], l[2], l[3], "timeout"]).inc();
-            s.baseline[1][1] = Some(0.3125 + i as f64);
+            s.baseline[1][1] = Gauge::from(0.3125 + i as f64);
             baseline.with_label_values(&[l[0], l[1], l[2], l[3], "ttft", "0.95"]).set(0.3125 + i as f64);
-            s.success = Some(1.0);
+            s.success = Gauge::from(1.0);
             success.with_label_values(&by_name).set(1.0);
             let mut h = Hist::new(bounds.len());
             let reference = ttft.with_label_values(&by_name);
@@ -371,7 +408,7 @@ mod tests {
                 h.observe(&bounds, v);
                 reference.observe(v);
             }
-            s.ttft = Some(h);
+            s.ttft = Some(Box::new(h));
             map.insert(t.clone(), s);
         }
         let mut ours = Out::text(0);
@@ -386,6 +423,21 @@ mod tests {
             v
         };
         assert_eq!(lines(&ours), lines(&theirs), "ours:\n{ours}\ntheirs:\n{theirs}");
+    }
+
+    #[test]
+    fn a_gauge_keeps_every_value_apart_from_unset_in_half_an_options_room() {
+        assert_eq!(std::mem::size_of::<Gauge>(), 8);
+        assert_eq!(Gauge::default().get(), None);
+        assert_eq!(Gauge::from(None).get(), None);
+        for v in [0.0, -0.0, 1.5, f64::INFINITY, f64::MIN_POSITIVE, 1.7e9] {
+            assert_eq!(Gauge::from(v).get().map(f64::to_bits), Some(v.to_bits()), "{v}");
+        }
+        // A NaN a computation made is a value (Prometheus prints it), not an unset gauge.
+        let nan = f64::INFINITY - f64::INFINITY;
+        assert!(Gauge::from(nan).get().is_some_and(f64::is_nan));
+        assert!(Gauge::from(Some(f64::NAN)).get().is_some_and(f64::is_nan));
+        assert!(Gauge::from(f64::from_bits(Gauge::UNSET)).get().is_some_and(f64::is_nan), "never read as unset");
     }
 
     #[test]

@@ -600,10 +600,9 @@ impl Link {
     /// Runs until the pipeline drops its handle (after its last records) or `stop` fires; then
     /// makes one bounded attempt to store what is pending and spools the rest.
     pub async fn run(mut self, stop: CancellationToken) {
-        let carried = self.carry.as_ref().map(super::carry::Slot::take).unwrap_or_default();
+        // Behind what is spooled (older), ahead of anything this link is given.
+        let carried = super::carry::Slot::take_over(self.carry.as_ref(), "records");
         if !carried.is_empty() {
-            tracing::info!(records = carried.len(), "records the previous daemon held in memory are taken over");
-            // Behind what is spooled (older), ahead of anything this link is given.
             self.hold(carried, None);
         }
         let mut context = tokio::time::interval(self.plan.as_ref().map_or(Duration::from_secs(3600), |p| p.every));
@@ -773,56 +772,31 @@ impl Link {
         Ok(())
     }
 
+    /// Stores one record. The calls borrow it: a copy of a round's statuses or a part's rollups
+    /// for the call was megabytes at 10,000 targets, held while it ran.
     async fn write(&self, r: &Record) -> Result<(), StoreError> {
         match r {
-            Record::Transition(t) => {
-                let t = t.clone();
-                self.call(|s| async move { s.append_transition(&t).await }).await
-            }
-            Record::Outbox(items) => {
-                let items = items.clone();
-                self.call(|s| async move { s.enqueue(&items).await }).await
-            }
-            Record::Breaker(b) => {
-                let b = b.clone();
-                self.call(|s| async move { s.save_breaker(&b).await }).await
-            }
-            Record::Rollups(rs) => {
-                let rs = rs.clone();
-                self.call(|s| async move { s.upsert_rollups(&rs).await }).await
-            }
+            Record::Transition(t) => self.call(|s| async move { s.append_transition(t).await }).await,
+            Record::Outbox(items) => self.call(|s| async move { s.enqueue(items).await }).await,
+            Record::Breaker(b) => self.call(|s| async move { s.save_breaker(b).await }).await,
+            Record::Rollups(rs) => self.call(|s| async move { s.upsert_rollups(rs).await }).await,
             Record::AlertState { region, state } => {
-                let (region, state) = (region.clone(), state.clone());
-                self.call(|s| async move { s.save_alert_state(&region, &state).await }).await
+                self.call(|s| async move { s.save_alert_state(region, state).await }).await
             }
             Record::Evaluated { region, state, items } => {
-                let (region, state, items) = (region.clone(), state.clone(), items.clone());
-                self.call(|s| async move { s.enqueue_with_state(&items, &region, &state).await }).await
+                self.call(|s| async move { s.enqueue_with_state(items, region, state).await }).await
             }
-            Record::TargetStatus(rows) => {
-                let rows = rows.clone();
-                self.call(|s| async move { s.publish_target_status(&rows).await }).await
-            }
+            Record::TargetStatus(rows) => self.call(|s| async move { s.publish_target_status(rows).await }).await,
             Record::Takeover { region, since, items } => {
-                let (region, since, items) = (region.clone(), *since, items.clone());
-                self.call(|s| async move { enqueue_unsent(s.as_ref(), &region, since, items).await }).await
+                let (since, items) = (*since, items.clone());
+                self.call(|s| async move { enqueue_unsent(s.as_ref(), region, since, items).await }).await
             }
-            Record::Canary(runs) => {
-                let runs = runs.clone();
-                self.call(|s| async move { s.insert_canary_runs(&runs).await.map(|_| ()) }).await
-            }
-            Record::Check(runs) => {
-                let runs = runs.clone();
-                self.call(|s| async move { s.insert_check_runs(&runs).await.map(|_| ()) }).await
-            }
+            Record::Canary(runs) => self.call(|s| async move { s.insert_canary_runs(runs).await.map(|_| ()) }).await,
+            Record::Check(runs) => self.call(|s| async move { s.insert_check_runs(runs).await.map(|_| ()) }).await,
             Record::Workload(runs) => {
-                let runs = runs.clone();
-                self.call(|s| async move { s.insert_workload_runs(&runs).await.map(|_| ()) }).await
+                self.call(|s| async move { s.insert_workload_runs(runs).await.map(|_| ()) }).await
             }
-            Record::ChainHeads(heads) => {
-                let heads = heads.clone();
-                self.call(|s| async move { s.record_chain_heads(&heads).await }).await
-            }
+            Record::ChainHeads(heads) => self.call(|s| async move { s.record_chain_heads(heads).await }).await,
         }
     }
 
@@ -1016,23 +990,8 @@ impl Link {
             self.unhold().await;
         }
         if !self.held.is_empty() {
-            let held = self.held.take();
             self.health.set_held(0);
-            match &self.carry {
-                Some(carry) => {
-                    tracing::warn!(
-                        records = held.len(),
-                        "records held in memory at the stop are handed to the next daemon"
-                    );
-                    carry.leave(held);
-                }
-                None => {
-                    tracing::error!(
-                        lost = held.len(),
-                        "records held in memory at the stop could not be spooled; they are lost"
-                    )
-                }
-            }
+            super::carry::Slot::hand_on(self.carry.as_ref(), self.held.take(), "records");
         }
     }
 
@@ -1131,30 +1090,29 @@ pub async fn latest_elsewhere(
     Ok(out)
 }
 
-/// Outbox item `n` of an `errors` incident in region eu, made now.
-#[cfg(test)]
-pub(super) fn test_item(n: u128) -> OutboxItem {
-    let now = Utc::now();
-    OutboxItem {
-        id: uuid::Uuid::from_u128(n),
-        region: "eu".into(),
-        channel: "slack".into(),
-        kind: "errors".into(),
-        dedup_key: "vigil:p:a:".into(),
-        payload: serde_json::json!({}),
-        created_at: now,
-        next_attempt_at: now,
-        attempts: 0,
-        last_error: None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::vocab::breaker::State;
     use crate::vocab::health::{Health, HealthState};
     use crate::vocab::target::Target;
+
+    /// Outbox item `n` of an `errors` incident in region eu, made now.
+    fn test_item(n: u128) -> OutboxItem {
+        let now = Utc::now();
+        OutboxItem {
+            id: uuid::Uuid::from_u128(n),
+            region: "eu".into(),
+            channel: "slack".into(),
+            kind: "errors".into(),
+            dedup_key: "vigil:p:a:".into(),
+            payload: serde_json::json!({}),
+            created_at: now,
+            next_attempt_at: now,
+            attempts: 0,
+            last_error: None,
+        }
+    }
 
     /// A start's read-back holds at most [`HOURS_AHEAD`] stored hours the pipeline has not folded
     /// in: the link reads the next hour only once a reply is dropped, writes what was stored
@@ -1391,7 +1349,8 @@ mod tests {
     fn a_spooled_state_never_replaces_a_newer_one_already_queued() {
         let now = Utc::now();
         let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
-        let breaker = |state| BreakerRecord { target: t.clone(), state, since: now, detail: serde_json::json!({}) };
+        let breaker =
+            |state| BreakerRecord { target: t.clone(), state, since: now, detail: serde_json::json!({}).into() };
         let rollup = |count| Rollup { target: t.clone(), metric: "ttft".into(), hour: now, count, histogram: vec![] };
         let mut p = Pending::default();
         assert_eq!(p.take(Record::Breaker(breaker(State::Closed))), None);
@@ -1400,7 +1359,7 @@ mod tests {
         assert_eq!(p.take_spooled(Record::Rollups(vec![rollup(3)])), None);
         let other = Target { model: "n".into(), ..t.clone() };
         let spooled_only =
-            BreakerRecord { target: other, state: State::Open, since: now, detail: serde_json::json!({}) };
+            BreakerRecord { target: other, state: State::Open, since: now, detail: serde_json::json!({}).into() };
         assert_eq!(p.take_spooled(Record::Breaker(spooled_only.clone())), None);
         let states: Vec<Record> = p.drain();
         assert!(states.contains(&Record::Breaker(breaker(State::Closed))), "{states:?}");

@@ -10,6 +10,7 @@ use crate::vocab::ratelimit::{Allowance, Headroom};
 use crate::vocab::records::BalanceReading;
 use crate::vocab::records::BreakerRecord;
 use crate::vocab::records::BreakerTransition;
+use crate::vocab::records::JsonText;
 use crate::vocab::records::OutboxItem;
 use crate::vocab::records::Rollup;
 use crate::vocab::records::Sighting;
@@ -194,7 +195,7 @@ pub(crate) fn breaker_of(row: &impl StoredRow) -> Result<BreakerRecord, sqlx::Er
         target: target_of(row)?,
         state: breaker_state(row, "state")?,
         since: row.time("since")?,
-        detail: json_of(row, "detail")?,
+        detail: JsonText::from_text(&row.text("detail")?).map_err(|e| bad("detail", e))?,
     })
 }
 

@@ -415,7 +415,7 @@ pub(crate) fn save_breaker(r: &BreakerRecord) -> Stmt {
     .arg(&r.target.region)
     .arg(r.state.as_str())
     .arg(r.since)
-    .arg(Arg::Json(r.detail.to_string().into()))
+    .arg(Arg::Json(r.detail.shared()))
 }
 
 /// Breaker states of one region or all.
