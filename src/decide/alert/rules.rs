@@ -984,22 +984,30 @@ impl AlertEngine {
         if !suspect {
             for p in &round.probes {
                 let s = p.sample;
-                let slot = per_provider.entry(s.target.provider.to_string()).or_insert(None);
-                if s.outcome == Outcome::PaymentRequired {
-                    let mut a = Alert::new(
-                        AlertKind::CreditLow,
-                        &region,
-                        &s.target.provider,
-                        None,
-                        format!(
-                            "a probe of {} was refused for lack of credit (402){}",
-                            s.target.id(),
-                            s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default()
-                        ),
-                    );
-                    a.severity = Severity::Critical;
-                    *slot = Some(a);
+                let provider = s.target.provider.as_str();
+                if s.outcome != Outcome::PaymentRequired {
+                    // A provider with neither a 402 nor a low reading nor an open credit facet has
+                    // no verdict to give: one per provider was 10,000 alerts (3.6 MB) a minute
+                    // where every target is a provider of its own.
+                    let open = self.tracked_key(AlertKind::CreditLow, provider, None);
+                    if open || self.state.credit_reading_low.get(provider).copied().unwrap_or(false) {
+                        per_provider.entry(provider.to_string()).or_insert(None);
+                    }
+                    continue;
                 }
+                let mut a = Alert::new(
+                    AlertKind::CreditLow,
+                    &region,
+                    &s.target.provider,
+                    None,
+                    format!(
+                        "a probe of {} was refused for lack of credit (402){}",
+                        s.target.id(),
+                        s.error.as_deref().map(|e| format!(": {}", truncate(e, 200))).unwrap_or_default()
+                    ),
+                );
+                a.severity = Severity::Critical;
+                per_provider.insert(provider.to_string(), Some(a));
             }
         }
         for (provider, alert) in per_provider {
@@ -1514,6 +1522,29 @@ mod tests {
         let n = round(&mut e, &fleet(Outcome::PaymentRequired, at(0)), at(0));
         assert_eq!(kinds(&n), vec![("openrouter".into(), AlertStatus::Firing, vec![AlertKind::CreditLow])]);
         assert_eq!(n[0].alerts[0].severity, Severity::Critical);
+    }
+
+    #[test]
+    fn a_402_clears_after_resolve_after_good_rounds_and_other_providers_give_no_credit_verdict() {
+        let mut e = AlertEngine::new(cfg());
+        let paid = target("openrouter", "m");
+        let others: Vec<Target> = (0..50).map(|i| target(&format!("p{i}"), "m")).collect();
+        let with_others = |o: Outcome, m: i64| {
+            let mut round = vec![sample(&paid, o, at(m))];
+            round.extend(others.iter().map(|t| sample(t, Outcome::Ok, at(m))));
+            round
+        };
+        let fired = round(&mut e, &with_others(Outcome::PaymentRequired, 0), at(0));
+        assert_eq!(kinds(&fired), vec![("openrouter".into(), AlertStatus::Firing, vec![AlertKind::CreditLow])]);
+        // Only the provider with an open credit facet is judged again, and clears like any facet.
+        let resolved = (1..10)
+            .find(|m| {
+                let n = round(&mut e, &with_others(Outcome::Ok, *m), at(*m));
+                assert!(n.iter().all(|n| n.alerts.iter().all(|a| a.provider == "openrouter")), "{n:?}");
+                kinds(&n) == vec![("openrouter".into(), AlertStatus::Resolved, vec![AlertKind::CreditLow])]
+            })
+            .expect("resolves");
+        assert_eq!(resolved, i64::from(cfg().resolve_after));
     }
 
     #[test]
