@@ -39,11 +39,16 @@ impl<'de> serde::Deserialize<'de> for StateJson {
 impl serde::Serialize for StateJson {
     /// As the JSON it is, not as a string (only the record spool writes one this way).
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The text is JSON by construction (written by serde_json or checked by `from_text`).
-        let raw: &serde_json::value::RawValue =
-            serde_json::from_str(self.as_str()).map_err(serde::ser::Error::custom)?;
-        raw.serialize(s)
+        inline(self.as_str(), s)
     }
+}
+
+/// Writes JSON `text` inline, as the document it is (the record spool's lines carry a region's
+/// engine state and a breaker's detail this way); the text is JSON by construction (written by
+/// serde_json or checked when read from storage).
+fn inline<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    let raw: &serde_json::value::RawValue = serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+    serde::Serialize::serialize(raw, s)
 }
 
 impl std::fmt::Debug for StateJson {
@@ -216,8 +221,7 @@ impl std::fmt::Debug for JsonText {
 impl serde::Serialize for JsonText {
     /// As the JSON it is, not as a string (the record spool writes one this way).
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let raw: &serde_json::value::RawValue = serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
-        raw.serialize(s)
+        inline(&self.0, s)
     }
 }
 
