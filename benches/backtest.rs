@@ -19,12 +19,7 @@ fn week(targets: usize, end: DateTime<Utc>) -> Vec<Sample> {
     let start = end - Duration::minutes(minutes);
     let mut out = Vec::with_capacity(targets * minutes as usize);
     let ts: Vec<Target> = (0..targets)
-        .map(|i| Target {
-            provider: format!("p{}", i / 4).into(),
-            model: format!("m{}", i % 4).into(),
-            route: None,
-            region: "eu".into(),
-        })
+        .map(|i| Target::new(format!("p{}", i / 4).into(), format!("m{}", i % 4).into(), None, "eu".into()))
         .collect();
     for m in 0..minutes {
         for (i, t) in ts.iter().enumerate() {

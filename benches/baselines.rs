@@ -92,12 +92,12 @@ fn print_cost(what: &str, c: &Cost) {
 }
 
 fn target(i: usize) -> Target {
-    Target {
-        provider: format!("provider-{}", i % 8).into(),
-        model: format!("model-{}", i / 8).into(),
-        route: Some(format!("host-{}", i % 5).into()),
-        region: "eu-west-1".into(),
-    }
+    Target::new(
+        format!("provider-{}", i % 8).into(),
+        format!("model-{}", i / 8).into(),
+        Some(format!("host-{}", i % 5).into()),
+        "eu-west-1".into(),
+    )
 }
 
 fn config() -> BaselineConfig {

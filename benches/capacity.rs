@@ -41,12 +41,12 @@ fn region(r: usize) -> String {
 fn target(region: &str, i: usize) -> Target {
     let providers = ["openrouter", "openai", "anthropic", "groq", "together", "deepinfra", "gemini", "vllm"];
     let routes = [Some("DeepInfra"), Some("Together"), None, Some("Lepton")];
-    Target {
-        provider: providers[i % providers.len()].into(),
-        model: format!("vendor/model-{i:05}").into(),
-        route: routes[i % routes.len()].map(Into::into),
-        region: region.into(),
-    }
+    Target::new(
+        providers[i % providers.len()].into(),
+        format!("vendor/model-{i:05}").into(),
+        routes[i % routes.len()].map(Into::into),
+        region.into(),
+    )
 }
 
 /// Milliseconds since `t`.

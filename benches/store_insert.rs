@@ -36,12 +36,12 @@ fn samples(n: usize) -> Vec<Sample> {
     let start = Utc::now() - Duration::hours(20);
     (0..n)
         .map(|i| {
-            let t = Target {
-                provider: providers[i % providers.len()].into(),
-                model: format!("meta-llama/llama-3-70b-instruct-v{}", i % 10).into(),
-                route: routes[i % routes.len()].map(Into::into),
-                region: if i % 2 == 0 { "eu-west-1".into() } else { "us-east-1".into() },
-            };
+            let t = Target::new(
+                providers[i % providers.len()].into(),
+                format!("meta-llama/llama-3-70b-instruct-v{}", i % 10).into(),
+                routes[i % routes.len()].map(Into::into),
+                if i % 2 == 0 { "eu-west-1".into() } else { "us-east-1".into() },
+            );
             stored_sample(t, start + Duration::milliseconds(i as i64 * 600), i)
         })
         .collect()

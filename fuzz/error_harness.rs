@@ -59,8 +59,7 @@ pub fn error_response(data: &[u8]) {
     let _ = probe::classify::classify_http_error(status, body);
     let message = probe::error_message(status, body);
     let secrets = Secrets::new([SECRET.to_string()]);
-    let target =
-        vigil::vocab::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+    let target = vigil::vocab::target::Target::new("p".into(), "m".into(), None, "r".into());
     let mut sample = vigil::vocab::sample::Sample::new(target, now, now);
     sample.error = Some(message);
     sample.request_id = probe::header_request_id(&headers);

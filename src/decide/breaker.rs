@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn the_fingerprint_moves_with_the_stored_record_and_only_with_it() {
-        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let target = Target::new("groq".into(), "llama".into(), None, "eu".into());
         let mut b = Breaker::new(settings(), t(0));
         let mut seen = vec![(b.fingerprint(), b.to_record(&target))];
         // A healthy breaker's record does not change between probes: neither does its print.
@@ -845,7 +845,7 @@ mod tests {
 
     #[test]
     fn a_healthy_k_of_n_breaker_never_changes_its_record_and_a_restart_keeps_the_window() {
-        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let target = Target::new("groq".into(), "llama".into(), None, "eu".into());
         let s = BreakerSettings { consecutive_failures: 2, failure_n: 4, ..settings() };
         let mut b = Breaker::new(s, t(0));
         b.observe(ok(0), p95(300.0), t(0));
@@ -887,7 +887,7 @@ mod tests {
 
     #[test]
     fn a_restart_resumes_the_same_state() {
-        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let target = Target::new("groq".into(), "llama".into(), None, "eu".into());
         let mut mid_streak = Breaker::new(settings(), t(0));
         mid_streak.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
         mid_streak.observe(fail(60, Outcome::ServerError), LatencyP95::default(), t(60));
@@ -916,7 +916,7 @@ mod tests {
 
     #[test]
     fn transitions_become_history_records() {
-        let target = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let target = Target::new("groq".into(), "llama".into(), None, "eu".into());
         let mut b = Breaker::new(settings(), t(0));
         b.observe(fail(0, Outcome::ServerError), LatencyP95::default(), t(0));
         b.observe(fail(1, Outcome::ServerError), LatencyP95::default(), t(1));

@@ -137,7 +137,7 @@ mod tests {
     use crate::vocab::target::Target;
 
     fn ok() -> Sample {
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let now = chrono::Utc::now();
         Sample::new(t, now, now)
     }

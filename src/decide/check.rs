@@ -110,7 +110,7 @@ mod tests {
     }
 
     fn sample(outcome: Outcome, ttft_ms: Option<f64>) -> Sample {
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let now = chrono::Utc::now();
         let mut s = Sample::new(t, now, now);
         s.outcome = outcome;

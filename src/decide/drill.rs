@@ -169,11 +169,8 @@ mod tests {
     }
 
     fn targets() -> Vec<Target> {
-        let t = |provider: &str, model: &str, route: Option<&str>| Target {
-            provider: provider.into(),
-            model: model.into(),
-            route: route.map(Into::into),
-            region: "eu".into(),
+        let t = |provider: &str, model: &str, route: Option<&str>| {
+            Target::new(provider.into(), model.into(), route.map(Into::into), "eu".into())
         };
         vec![t("openrouter", "openai/gpt-4o", Some("Azure")), t("openai", "gpt-4o", None)]
     }

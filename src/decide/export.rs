@@ -810,12 +810,7 @@ pub(crate) mod tests {
     }
 
     fn target(provider: &str, model: &str, route: Option<&str>) -> Target {
-        Target {
-            provider: provider.into(),
-            model: model.into(),
-            route: route.map(Into::into),
-            region: "eu-west-1".into(),
-        }
+        Target::new(provider.into(), model.into(), route.map(Into::into), "eu-west-1".into())
     }
 
     fn stats(route: &str, model: &str) -> TargetStats {

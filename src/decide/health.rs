@@ -441,7 +441,7 @@ mod tests {
     use chrono::Utc;
 
     fn probe(outcome: Outcome, ttfb: f64, ttft: f64) -> Sample {
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let mut s = Sample::new(t, Utc::now(), Utc::now());
         s.outcome = outcome;
         (s.ttfb_ms, s.ttft_ms) = (Some(ttfb), Some(ttft));

@@ -232,7 +232,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     fn target(model: &str, route: &str, region: &str) -> Target {
-        Target { provider: "openrouter".into(), model: model.into(), route: Some(route.into()), region: region.into() }
+        Target::new("openrouter".into(), model.into(), Some(route.into()), region.into())
     }
 
     fn samples(t: &Target, ttfts: &[f64], tps: f64, failures: usize) -> Vec<Sample> {

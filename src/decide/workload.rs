@@ -231,7 +231,7 @@ mod tests {
     }
 
     fn target() -> Target {
-        Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }
+        Target::new("p".into(), "m".into(), None, "eu".into())
     }
 
     fn run(size: u32, at: DateTime<Utc>, ttft: Option<f64>) -> WorkloadRun {

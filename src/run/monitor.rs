@@ -784,7 +784,7 @@ mod tests {
     }
 
     fn target(model: &str) -> Target {
-        Target { provider: "p".into(), model: model.into(), route: None, region: "eu".into() }
+        Target::new("p".into(), model.into(), None, "eu".into())
     }
 
     fn monitor() -> Monitor {

@@ -1029,7 +1029,7 @@ balance = { min_usd = 5.0 }
     }
 
     fn target(region: &str) -> Target {
-        Target { provider: "openrouter".into(), model: "m".into(), route: None, region: region.into() }
+        Target::new("openrouter".into(), "m".into(), None, region.into())
     }
 
     fn sample(region: &str, at: DateTime<Utc>, outcome: crate::vocab::sample::Outcome) -> Sample {

@@ -84,12 +84,7 @@ mod tests {
 
     #[test]
     fn a_drill_names_a_member_a_target_id_or_a_provider_of_its_chain_only() {
-        let t = Target {
-            provider: "openrouter".into(),
-            model: "openai/gpt-4o".into(),
-            route: Some("Azure".into()),
-            region: "eu".into(),
-        };
+        let t = Target::new("openrouter".into(), "openai/gpt-4o".into(), Some("Azure".into()), "eu".into());
         assert!(drill("openrouter/openai/gpt-4o").names("chat", "openrouter/openai/gpt-4o", &t));
         assert!(drill("openrouter/openai/gpt-4o@Azure").names("chat", "openrouter/openai/gpt-4o", &t));
         assert!(drill("openrouter").names("chat", "openrouter/openai/gpt-4o", &t));

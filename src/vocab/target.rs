@@ -5,6 +5,9 @@ pub use super::name::Name;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 /// Per-target state, hashed with foldhash: the minute's evaluation asks several such maps about
 /// every target, and SipHash over a target's four strings was most of that. The keys come from
@@ -12,8 +15,17 @@ use std::fmt;
 pub type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 
 /// Identity of one probed target; `Display` gives the stable id `provider/model@route`.
+///
+/// One shared allocation behind a pointer: a target is a key of a dozen per-target maps and is
+/// held by every sample, view and status of it, and each copy of its four names took 64 bytes
+/// (each map of 10,000 targets has 16,384 slots). Reads go through [`TargetNames`] (`t.provider`);
+/// a write copies the names first when another holder shares them.
+#[derive(Clone)]
+pub struct Target(Arc<TargetNames>);
+
+/// The names a [`Target`] is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Target {
+pub struct TargetNames {
     /// Provider name from config (`openrouter`).
     pub provider: Name,
     /// Model id as the provider spells it; empty for plain HTTP targets.
@@ -22,6 +34,77 @@ pub struct Target {
     pub route: Option<Name>,
     /// Region label of the instance that probes it.
     pub region: Name,
+}
+
+impl Target {
+    /// The target of `provider`'s `model` (through `route`) probed from `region`.
+    pub fn new(provider: Name, model: Name, route: Option<Name>, region: Name) -> Self {
+        Target(Arc::new(TargetNames { provider, model, route, region }))
+    }
+}
+
+impl Deref for Target {
+    type Target = TargetNames;
+    fn deref(&self) -> &TargetNames {
+        &self.0
+    }
+}
+
+impl DerefMut for Target {
+    fn deref_mut(&mut self) -> &mut TargetNames {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+// Equality, hashing and order are the names', so a target read back from storage finds the
+// entries of the one from the config; the same allocation is equal without comparing.
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for Target {}
+
+impl Hash for Target {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialOrd for Target {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Target {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("route", &self.route)
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        TargetNames::deserialize(d).map(|n| Target(Arc::new(n)))
+    }
 }
 
 impl Target {
@@ -93,23 +176,30 @@ mod tests {
 
     #[test]
     fn id_joins_provider_model_and_route() {
-        let t = Target {
-            provider: "openrouter".into(),
-            model: "meta-llama/llama-3-70b-instruct".into(),
-            route: Some("DeepInfra".into()),
-            region: "eu-west-1".into(),
-        };
+        let t = Target::new(
+            "openrouter".into(),
+            "meta-llama/llama-3-70b-instruct".into(),
+            Some("DeepInfra".into()),
+            "eu-west-1".into(),
+        );
         assert_eq!(t.id(), "openrouter/meta-llama/llama-3-70b-instruct@DeepInfra");
-        let plain = Target { provider: "status-page".into(), model: Name::default(), route: None, region: "x".into() };
+        let plain = Target::new("status-page".into(), Name::default(), None, "x".into());
         assert_eq!(plain.id(), "status-page");
     }
 
     #[test]
     fn has_id_agrees_with_id_without_spelling_it() {
-        let routed =
-            Target { provider: "or".into(), model: "a/b".into(), route: Some("Groq".into()), region: "eu".into() };
-        let model = Target { route: None, ..routed.clone() };
-        let plain = Target { model: Name::default(), ..model.clone() };
+        let routed = Target::new("or".into(), "a/b".into(), Some("Groq".into()), "eu".into());
+        let model = {
+            let mut t = routed.clone();
+            t.route = None;
+            t
+        };
+        let plain = {
+            let mut t = model.clone();
+            t.model = Name::default();
+            t
+        };
         let ids = [
             "or/a/b@Groq",
             "or/a/b",
@@ -132,6 +222,32 @@ mod tests {
     }
 
     #[test]
+    fn a_target_is_one_pointer_whose_copies_share_names_and_a_write_copies_them_first() {
+        use std::hash::BuildHasher;
+        assert_eq!(std::mem::size_of::<Target>(), std::mem::size_of::<usize>());
+        let t = Target::new("or".into(), "a/b".into(), Some("Groq".into()), "eu".into());
+        let copy = t.clone();
+        assert!(copy.provider.shares(&t.provider), "a copy points at the same names");
+        // Read back from storage: its own names, equal, hashed and ordered alike.
+        let read: Target = serde_json::from_str(&serde_json::to_string(&t).expect("serializes")).expect("reads back");
+        assert!(!read.provider.shares(&t.provider));
+        assert_eq!(read, t);
+        assert_eq!(read.cmp(&t), std::cmp::Ordering::Equal);
+        let hasher = foldhash::fast::RandomState::default();
+        assert_eq!(hasher.hash_one(&read), hasher.hash_one(&t));
+        assert_eq!(
+            format!("{read:?}"),
+            r#"Target { provider: "or", model: "a/b", route: Some("Groq"), region: "eu" }"#
+        );
+        // A write to one copy leaves the others as they were.
+        let mut moved = copy.clone();
+        moved.region = "us".into();
+        assert_eq!(moved.region.as_str(), "us");
+        assert_eq!((copy.region.as_str(), t.region.as_str()), ("eu", "eu"));
+        assert_ne!(moved, t);
+    }
+
+    #[test]
     fn a_flattened_key_serializes_as_the_fields_it_replaces() {
         #[derive(Serialize, Deserialize, PartialEq, Debug)]
         struct Row {
@@ -140,7 +256,7 @@ mod tests {
             region: String,
             samples: u64,
         }
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let row = Row { key: TargetKey::from(&t), region: t.region.to_string(), samples: 3 };
         let json = serde_json::to_string(&row).expect("serializes");
         assert_eq!(json, r#"{"target":"p/m","provider":"p","model":"m","route":null,"region":"eu","samples":3}"#);

@@ -20,7 +20,7 @@ fn week(end: DateTime<Utc>) -> Vec<Sample> {
     let start = end - Duration::minutes(MINUTES);
     let mut out = Vec::new();
     for p in 0..10 {
-        let t = Target { provider: format!("p{p}").into(), model: "m".into(), route: None, region: "eu-test-1".into() };
+        let t = Target::new(format!("p{p}").into(), "m".into(), None, "eu-test-1".into());
         for m in 0..MINUTES {
             let at = start + Duration::minutes(m) + Duration::seconds(p);
             let mut s = Sample::new(t.clone(), at, at);

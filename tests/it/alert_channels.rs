@@ -26,12 +26,12 @@ fn now() -> DateTime<Utc> {
 }
 
 fn notification(status: AlertStatus) -> Notification {
-    let t = Target {
-        provider: "openrouter".into(),
-        model: "meta-llama/llama-3-70b-instruct".into(),
-        route: Some("DeepInfra".into()),
-        region: "eu-west-1".into(),
-    };
+    let t = Target::new(
+        "openrouter".into(),
+        "meta-llama/llama-3-70b-instruct".into(),
+        Some("DeepInfra".into()),
+        "eu-west-1".into(),
+    );
     let mut errors = Alert::new(
         AlertKind::Errors,
         "eu-west-1",

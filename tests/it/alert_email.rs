@@ -16,12 +16,7 @@ use vigil::vocab::target::Target;
 
 fn notification() -> Notification {
     let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").expect("time").with_timezone(&Utc);
-    let t = Target {
-        provider: "anthropic".into(),
-        model: "claude-3-haiku".into(),
-        route: None,
-        region: "us-east-1".into(),
-    };
+    let t = Target::new("anthropic".into(), "claude-3-haiku".into(), None, "us-east-1".into());
     let mut a = Alert::new(
         AlertKind::ModelUnavailable,
         "us-east-1",

@@ -104,7 +104,7 @@ fn at(secs: i64) -> DateTime<Utc> {
 
 /// The engine's own notifications for a target failing twice, then recovering.
 fn incident() -> (Notification, Notification) {
-    let t = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu-test-1".into() };
+    let t = Target::new("groq".into(), "llama".into(), None, "eu-test-1".into());
     let mut e = AlertEngine::new(RuleConfig {
         status_url: Some("http://127.0.0.1:9470/".into()),
         ..RuleConfig::with_defaults("eu-test-1")
@@ -253,12 +253,12 @@ fn route_of(labels: &BTreeMap<String, String>) -> String {
 /// The labels vigil's channel posts for one facet (through the channel's own `labels`; a
 /// chain-level kind carries `chain`).
 fn vigil_labels(kind: AlertKind, severity: Severity, region: &str) -> BTreeMap<String, String> {
-    let t = Target {
-        provider: "openrouter".into(),
-        model: "meta-llama/llama-3-70b-instruct".into(),
-        route: Some("DeepInfra".into()),
-        region: region.into(),
-    };
+    let t = Target::new(
+        "openrouter".into(),
+        "meta-llama/llama-3-70b-instruct".into(),
+        Some("DeepInfra".into()),
+        region.into(),
+    );
     let mut a = match kind {
         // A chain-level facet is about its chain: labelled `chain`, no provider or target.
         AlertKind::ChainSloAtRisk => Alert::for_chain(kind, region, "chat", "x".into()),
@@ -387,12 +387,7 @@ async fn post_alerts(url: &str, alerts: &[serde_json::Value]) {
 /// A firing vigil notification about one target with these facets (kind, facet severity).
 fn vigil_incident(model: &str, facets: &[(AlertKind, Severity)]) -> Notification {
     let region = "eu-west-1";
-    let t = Target {
-        provider: "openrouter".into(),
-        model: model.into(),
-        route: Some("DeepInfra".into()),
-        region: region.into(),
-    };
+    let t = Target::new("openrouter".into(), model.into(), Some("DeepInfra".into()), region.into());
     let alerts: Vec<Alert> = facets
         .iter()
         .map(|(kind, severity)| {

@@ -84,12 +84,12 @@ fn simulate_week() -> Week {
     let mut targets = Vec::new();
     let mut raw = Vec::new();
     for (i, (ttfb, gap, tps)) in shapes.iter().enumerate() {
-        let target = Target {
-            provider: "openrouter".into(),
-            model: "meta-llama/llama-3-70b-instruct".into(),
-            route: Some(format!("host-{i}").into()),
-            region: "eu-west-1".into(),
-        };
+        let target = Target::new(
+            "openrouter".into(),
+            "meta-llama/llama-3-70b-instruct".into(),
+            Some(format!("host-{i}").into()),
+            "eu-west-1".into(),
+        );
         let mut values: [Vec<f64>; 3] = Default::default();
         for minute in 0..MINUTES_PER_WEEK {
             let at = start + Duration::minutes(minute) + Duration::milliseconds(rng.random_range(0..59_000));
@@ -190,12 +190,7 @@ async fn a_window_sliding_over_nine_days_through_sqlite_matches_the_raw_samples(
     let start = Utc.with_ymd_and_hms(2026, 11, 14, 0, 0, 0).single().expect("valid time");
     let shape = Shape { median: 250.0, sigma: 0.5, spike_chance: 0.02, spike_factor: 6.0 };
     let targets: Vec<Target> = (0..2)
-        .map(|i| Target {
-            provider: "groq".into(),
-            model: "llama-3.1-8b-instant".into(),
-            route: None,
-            region: format!("region-{i}").into(),
-        })
+        .map(|i| Target::new("groq".into(), "llama-3.1-8b-instant".into(), None, format!("region-{i}").into()))
         .collect();
     let mut baselines = Baselines::new(&config());
     let mut raw: Vec<(DateTime<Utc>, usize, f64, bool)> = Vec::new();

@@ -147,7 +147,7 @@ async fn a_published_price_fetch_answering_2_gb_is_a_note_not_a_price() {
         routes: vec!["Host".into()],
         ..ProviderConfig::new("or", ProviderKind::Openai, format!("http://{addr}/api/v1").parse().expect("url"))
     };
-    let t = Target { provider: "or".into(), model: "m".into(), route: Some("Host".into()), region: "test-1".into() };
+    let t = Target::new("or".into(), "m".into(), Some("Host".into()), "test-1".into());
     let dir = tempfile::tempdir().expect("tempdir");
     let book = bounded(
         "prices",

@@ -39,12 +39,7 @@ fn load(provider: &str) -> ProviderConfig {
 
 fn plan(p: &ProviderConfig) -> Planned {
     Planned {
-        target: Target {
-            provider: p.name.as_str().into(),
-            model: p.models[0].as_str().into(),
-            route: None,
-            region: "test-1".into(),
-        },
+        target: Target::new(p.name.as_str().into(), p.models[0].as_str().into(), None, "test-1".into()),
         provider: Arc::new(p.clone()),
     }
 }

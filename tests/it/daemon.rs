@@ -276,12 +276,7 @@ async fn the_daemon_runs_retention_at_start_and_keeps_fresh_rows() {
     let store = vigil::io::store::open(&url).await.expect("open");
     store.migrate().await.expect("migrate");
     let now = chrono::Utc::now();
-    let t = vigil::vocab::target::Target {
-        provider: "none".into(),
-        model: Default::default(),
-        route: None,
-        region: "local".into(),
-    };
+    let t = vigil::vocab::target::Target::new("none".into(), Default::default(), None, "local".into());
     let rollup = |days: i64| Rollup {
         target: t.clone(),
         metric: "ttfb".into(),

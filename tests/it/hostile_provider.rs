@@ -25,10 +25,7 @@ fn plan(kind: ProviderKind, base_url: &str) -> Planned {
         models: vec!["m".into()],
         ..ProviderConfig::new("hostile", kind, base_url.parse().expect("url"))
     };
-    Planned {
-        target: Target { provider: p.name.as_str().into(), model: "m".into(), route: None, region: "test-1".into() },
-        provider: Arc::new(p),
-    }
+    Planned { target: Target::new(p.name.as_str().into(), "m".into(), None, "test-1".into()), provider: Arc::new(p) }
 }
 
 #[tokio::test]

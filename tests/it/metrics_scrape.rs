@@ -22,19 +22,9 @@ fn targets() -> Vec<Target> {
     (0..TARGETS)
         .map(|i| {
             if i % 2 == 0 {
-                Target {
-                    provider: format!("status-{i}").into(),
-                    model: Default::default(),
-                    route: None,
-                    region: "eu-west-1".into(),
-                }
+                Target::new(format!("status-{i}").into(), Default::default(), None, "eu-west-1".into())
             } else {
-                Target {
-                    provider: "groq".into(),
-                    model: format!("llama-3.1-8b-{i}").into(),
-                    route: None,
-                    region: "eu-west-1".into(),
-                }
+                Target::new("groq".into(), format!("llama-3.1-8b-{i}").into(), None, "eu-west-1".into())
             }
         })
         .collect()

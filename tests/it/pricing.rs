@@ -20,11 +20,13 @@ async fn openrouter_routes_get_their_published_price_cached_and_reused_offline()
     let targets: Vec<Target> = llama
         .routes
         .iter()
-        .map(|r| Target {
-            provider: llama.name.as_str().into(),
-            model: llama.models[0].as_str().into(),
-            route: Some(r.as_str().into()),
-            region: "eu".into(),
+        .map(|r| {
+            Target::new(
+                llama.name.as_str().into(),
+                llama.models[0].as_str().into(),
+                Some(r.as_str().into()),
+                "eu".into(),
+            )
         })
         .collect();
     assert!(targets.len() >= 2, "the demo model has several hosts");
@@ -66,12 +68,7 @@ async fn configured_prices_win_and_other_providers_are_not_asked() {
     let demo = start_demo(6).await.expect("demo starts");
     let anthropic = demo.providers.iter().find(|p| p.name == "demo-anthropic").expect("demo-anthropic").clone();
     assert!(!vigil::decide::pricing::is_openrouter(&anthropic));
-    let t = Target {
-        provider: anthropic.name.as_str().into(),
-        model: anthropic.models[0].as_str().into(),
-        route: None,
-        region: "eu".into(),
-    };
+    let t = Target::new(anthropic.name.as_str().into(), anthropic.models[0].as_str().into(), None, "eu".into());
     let data = tempfile::tempdir().expect("temp dir");
     let book =
         prices::load(&[std::sync::Arc::new(anthropic.clone())], std::slice::from_ref(&t), data.path(), Utc::now())
@@ -93,7 +90,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
 
     let env: BTreeMap<String, String> = [("OPENAI_API_KEY".to_string(), "sk-test-report".to_string())].into();
     let c = Config::from_toml("", &env).expect("built-in config");
-    let t = Target { provider: "openai".into(), model: "gpt-4o-mini".into(), route: None, region: "eu".into() };
+    let t = Target::new("openai".into(), "gpt-4o-mini".into(), None, "eu".into());
     let data = tempfile::tempdir().expect("temp dir");
     let book = prices::load(&c.providers, std::slice::from_ref(&t), data.path(), Utc::now()).await;
     let price = book.price(&t).expect("built-in price for the default model");
@@ -110,12 +107,7 @@ async fn samples_report_and_check_config_use_the_same_prices() {
     provider.models = vec!["m".into()];
     provider.routes = vec!["Host".into()];
     let plan = Planned {
-        target: Target {
-            provider: "aggregator".into(),
-            model: "m".into(),
-            route: Some("Host".into()),
-            region: "eu".into(),
-        },
+        target: Target::new("aggregator".into(), "m".into(), Some("Host".into()), "eu".into()),
         provider: std::sync::Arc::new(provider.clone()),
     };
     let cfg = ProbeConfig { timeout: std::time::Duration::from_secs(5), ..c.probe.clone() };

@@ -85,10 +85,7 @@ fn plan(base_url: &str) -> Planned {
         models: vec!["m".into()],
         ..ProviderConfig::new("p", ProviderKind::Openai, base_url.parse().expect("url"))
     };
-    Planned {
-        target: Target { provider: "p".into(), model: "m".into(), route: None, region: "test".into() },
-        provider: Arc::new(p),
-    }
+    Planned { target: Target::new("p".into(), "m".into(), None, "test".into()), provider: Arc::new(p) }
 }
 
 fn stream() -> Script {

@@ -29,12 +29,12 @@ fn provider(name: &str, kind: ProviderKind, base_url: &str) -> ProviderConfig {
 
 fn plan(p: &ProviderConfig, route: Option<&str>) -> Planned {
     Planned {
-        target: Target {
-            provider: p.name.as_str().into(),
-            model: p.models[0].as_str().into(),
-            route: route.map(Into::into),
-            region: "test-1".into(),
-        },
+        target: Target::new(
+            p.name.as_str().into(),
+            p.models[0].as_str().into(),
+            route.map(Into::into),
+            "test-1".into(),
+        ),
         provider: Arc::new(p.clone()),
     }
 }

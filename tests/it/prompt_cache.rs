@@ -139,7 +139,7 @@ async fn nonce_probes_are_not_answered_from_the_prompt_cache() {
         ..ProviderConfig::new("llama", ProviderKind::Openai, base.parse().expect("url"))
     };
     let plan = Planned {
-        target: Target { provider: "llama".into(), model: "tiny".into(), route: None, region: "test".into() },
+        target: Target::new("llama".into(), "tiny".into(), None, "test".into()),
         provider: Arc::new(provider),
     };
     let cfg = ProbeConfig {

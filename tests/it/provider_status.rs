@@ -220,12 +220,7 @@ async fn the_weekly_summary_counts_incidents_vigil_saw_before_the_provider() {
         ])
         .await
         .expect("incidents");
-    let target = |region: &str| Target {
-        provider: "openai".into(),
-        model: "gpt-4o-mini".into(),
-        route: None,
-        region: region.into(),
-    };
+    let target = |region: &str| Target::new("openai".into(), "gpt-4o-mini".into(), None, region.into());
     for (region, when) in
         [("eu", "2026-12-03T13:40:00Z"), ("us", "2026-12-03T13:55:00Z"), ("eu", "2026-12-04T10:20:00Z")]
     {

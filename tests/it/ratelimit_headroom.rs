@@ -31,7 +31,7 @@ async fn probe(kind: ProviderKind, model: &str, script: Script) -> Sample {
         models: vec![model.into()],
         ..ProviderConfig::new("p", kind, base.parse().expect("url"))
     };
-    let target = Target { provider: "p".into(), model: model.into(), route: None, region: "test-1".into() };
+    let target = Target::new("p".into(), model.into(), None, "test-1".into());
     let plan = Planned { target, provider: Arc::new(p) };
     Prober::new(probe_config(4), &[]).probe(&plan, Utc::now()).await
 }

@@ -34,11 +34,8 @@ fn now() -> DateTime<Utc> {
 }
 
 fn targets() -> Vec<(Target, f64)> {
-    let t = |provider: &str, model: &str, route: Option<&str>, region: &str| Target {
-        provider: provider.into(),
-        model: model.into(),
-        route: route.map(Into::into),
-        region: region.into(),
+    let t = |provider: &str, model: &str, route: Option<&str>, region: &str| {
+        Target::new(provider.into(), model.into(), route.map(Into::into), region.into())
     };
     // Bases far enough apart that each line keeps its own pixels on the chart.
     vec![

@@ -206,7 +206,7 @@ mod tests {
     use std::time::Duration;
 
     fn target(model: &str) -> Target {
-        Target { provider: "p".into(), model: model.into(), route: None, region: "eu".into() }
+        Target::new("p".into(), model.into(), None, "eu".into())
     }
 
     #[test]

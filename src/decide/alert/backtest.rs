@@ -481,7 +481,7 @@ mod tests {
         for i in 0..1440i64 {
             let at = start + chrono::Duration::seconds(60 * i);
             for (name, failing) in [("lb", i % 3 == 1), ("fine", false)] {
-                let t = Target { provider: name.into(), model: "m".into(), route: None, region: "eu".into() };
+                let t = Target::new(name.into(), "m".into(), None, "eu".into());
                 let mut s = Sample::new(t, at, at);
                 if failing {
                     s.outcome = Outcome::ServerError;

@@ -75,7 +75,7 @@ mod tests {
     use crate::vocab::sample::Sample;
 
     fn run(capability: Capability, verdict: CheckVerdict, why: &str) -> CheckRun {
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let now = chrono::Utc::now();
         let check = capability.check_name();
         CheckRun { sample: Sample::new(t, now, now), check, verdict, why: why.into(), answer: String::new() }

@@ -135,7 +135,7 @@ mod tests {
     }
 
     fn target(provider: &str, model: &str) -> Target {
-        Target { provider: provider.into(), model: model.into(), route: None, region: "eu".into() }
+        Target::new(provider.into(), model.into(), None, "eu".into())
     }
 
     fn at(s: &str) -> DateTime<Utc> {

@@ -67,7 +67,7 @@ mod tests {
     use crate::vocab::sample::Sample;
 
     fn run(model: &str, check: &str, verdict: CheckVerdict, why: &str) -> CheckRun {
-        let t = Target { provider: "p".into(), model: model.into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), model.into(), None, "eu".into());
         let now = chrono::Utc::now();
         CheckRun {
             sample: Sample::new(t, now, now),

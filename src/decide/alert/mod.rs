@@ -553,12 +553,7 @@ mod tests {
 
     #[test]
     fn dedup_key_is_stable_and_names_every_part() {
-        let t = Target {
-            provider: "openrouter".into(),
-            model: "m".into(),
-            route: Some("DeepInfra".into()),
-            region: "eu".into(),
-        };
+        let t = Target::new("openrouter".into(), "m".into(), Some("DeepInfra".into()), "eu".into());
         let a = Alert::new(AlertKind::Errors, "eu", "openrouter", Some(&t), "x".into());
         let b = Alert::new(AlertKind::Errors, "eu", "openrouter", Some(&t), "y".into());
         assert_eq!(a.dedup_key, b.dedup_key);

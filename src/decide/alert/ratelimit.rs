@@ -79,7 +79,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     fn sample(outcome: Outcome, requests: Option<(u64, u64)>) -> Sample {
-        let t = Target { provider: "groq".into(), model: "llama".into(), route: None, region: "eu".into() };
+        let t = Target::new("groq".into(), "llama".into(), None, "eu".into());
         let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("valid");
         let mut s = Sample::new(t, at, at);
         s.outcome = outcome;

@@ -1151,7 +1151,7 @@ mod tests {
     }
 
     fn target(provider: &str, model: &str) -> Target {
-        Target { provider: provider.into(), model: model.into(), route: None, region: "eu-west-1".into() }
+        Target::new(provider.into(), model.into(), None, "eu-west-1".into())
     }
 
     fn sample(t: &Target, outcome: Outcome, when: DateTime<Utc>) -> Sample {

@@ -33,7 +33,7 @@ mod tests {
     fn row(region: &str, state: HealthState, over: bool, breaker: State, age_s: i64) -> TargetStatus {
         let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("t").with_timezone(&Utc);
         TargetStatus {
-            target: Target { provider: "p".into(), model: "m".into(), route: None, region: region.into() },
+            target: Target::new("p".into(), "m".into(), None, region.into()),
             health: Health { state, flapping: region == "me", ..Health::default() },
             over_latency: over,
             breaker,

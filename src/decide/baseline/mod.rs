@@ -599,7 +599,7 @@ mod tests {
     }
 
     fn target(route: &str) -> Target {
-        Target { provider: "openrouter".into(), model: "m".into(), route: Some(route.into()), region: "eu".into() }
+        Target::new("openrouter".into(), "m".into(), Some(route.into()), "eu".into())
     }
 
     fn sample(t: &Target, at: DateTime<Utc>, ttfb: f64, outcome: Outcome) -> Sample {
@@ -919,7 +919,7 @@ mod tests {
     fn quantile_any_answers_below_the_minimum_counts_without_changing_them() {
         let config = crate::config::Config::from_toml("", &std::collections::BTreeMap::new()).expect("defaults");
         let mut b = Baselines::new(&config.baseline);
-        let target = Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let target = Target::new("p".into(), "m".into(), None, "r".into());
         let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 30, 0).single().expect("time");
         for v in 1..=10 {
             let mut s = Sample::new(target.clone(), now, now);

@@ -126,12 +126,7 @@ mod tests {
     fn stats(provider: &str, model: &str, route: Option<&str>, ttft_p95: f64) -> TargetStats {
         let b = |p95: f64| Baseline { count: 1000, p50: Some(p95 / 2.0), p95: Some(p95), p99: Some(p95 * 1.5) };
         TargetStats {
-            target: Target {
-                provider: provider.into(),
-                model: model.into(),
-                route: route.map(Into::into),
-                region: "eu-west-1".into(),
-            },
+            target: Target::new(provider.into(), model.into(), route.map(Into::into), "eu-west-1".into()),
             ttfb: b(ttft_p95 / 2.0),
             ttft: b(ttft_p95),
             tokens_per_s: b(80.0),

@@ -143,12 +143,7 @@ impl StatusPage {
         // One string for every row's key, as the rows share theirs.
         let region = Name::from(self.region.as_str());
         for row in &mut data.rows {
-            let key = Target {
-                provider: row.provider.clone(),
-                model: row.model.clone(),
-                route: row.route.clone(),
-                region: region.clone(),
-            };
+            let key = Target::new(row.provider.clone(), row.model.clone(), row.route.clone(), region.clone());
             if let Some(series) = trends.get(&key) {
                 row.trend = series.clone();
             }
@@ -248,7 +243,7 @@ mod tests {
             ttft: rule.deadline(&ttft.unwrap_or_default(), None),
         };
         let verdict = last.as_ref().map(|l| {
-            let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+            let t = Target::new("p".into(), "m".into(), None, "eu".into());
             let mut s = Sample::new(t, l.at, l.at);
             (s.outcome, s.ttfb_ms, s.ttft_ms) = (l.outcome, l.ttfb_ms, l.ttft_ms);
             health::verdict(&s, &deadlines)
@@ -526,12 +521,7 @@ mod tests {
         let text = "region = \"eu\"\n[probe]\ninterval = \"5s\"\ntimeout = \"5s\"\n[baseline]\nmin_samples_p95 = 50\n";
         let config = Config::from_toml(text, &std::collections::BTreeMap::new()).expect("valid config");
         let page = StatusPage::new(crate::run::app::page_settings(&config), store);
-        let t = |route: &str, region: &str| Target {
-            provider: "p".into(),
-            model: "m".into(),
-            route: Some(route.into()),
-            region: region.into(),
-        };
+        let t = |route: &str, region: &str| Target::new("p".into(), "m".into(), Some(route.into()), region.into());
         let view = |target: Target, sample: Option<Sample>| crate::decide::snapshot::TargetView {
             key: crate::vocab::target::TargetKey::from(&target),
             region: target.region.clone(),

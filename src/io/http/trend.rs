@@ -156,7 +156,7 @@ mod tests {
     use hdrhistogram::Histogram;
 
     fn target(route: &str, region: &str) -> Target {
-        Target { provider: "demo".into(), model: "m".into(), route: Some(route.into()), region: region.into() }
+        Target::new("demo".into(), "m".into(), Some(route.into()), region.into())
     }
 
     /// A stored rollup of `values_ms` and the P50 hdrhistogram itself reports for them.

@@ -717,7 +717,7 @@ mod tests {
     use super::*;
 
     fn target() -> Target {
-        Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }
+        Target::new("p".into(), "m".into(), None, "eu".into())
     }
 
     /// With a peer, a replica writes gauges only for the targets it owns and counters for all;
@@ -736,7 +736,13 @@ mod tests {
             active_from: now - chrono::Duration::hours(1),
         };
         let rows = vec![member("a"), member("b")];
-        let targets: Vec<Target> = (0..40).map(|i| Target { model: format!("m{i}").into(), ..target() }).collect();
+        let targets: Vec<Target> = (0..40)
+            .map(|i| {
+                let mut t = target();
+                t.model = format!("m{i}").into();
+                t
+            })
+            .collect();
         let mut gauges_of = Vec::new();
         for me in ["a", "b"] {
             let m = Metrics::new("eu").expect("registry");
@@ -772,7 +778,15 @@ mod tests {
         let m = Metrics::new("eu").expect("registry");
         let now = chrono::Utc::now();
         for i in 0..50 {
-            let mut s = Sample::new(Target { model: format!("m{i}").into(), ..target() }, now, now);
+            let mut s = Sample::new(
+                {
+                    let mut t = target();
+                    t.model = format!("m{i}").into();
+                    t
+                },
+                now,
+                now,
+            );
             s.ttfb_ms = Some(f64::from(i) * 7.5);
             s.ttft_ms = Some(300.0 + f64::from(i));
             m.observe(&s);

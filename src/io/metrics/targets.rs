@@ -337,8 +337,7 @@ mod tests {
 
     #[test]
     fn labels_merge_by_name_and_values_are_escaped() {
-        let t =
-            Target { provider: "p\"q".into(), model: "a\\b".into(), route: Some("x\ny".into()), region: "eu".into() };
+        let t = Target::new("p\"q".into(), "a\\b".into(), Some("x\ny".into()), "eu".into());
         let mut out = Out::text(0);
         let mut fam = Family::new(&mut out, "m", "gauge", "Help.");
         fam.line("", &t, &[("metric", "ttft"), ("q", "0.95")], None, Value::F(0.25));
@@ -358,13 +357,8 @@ mod tests {
         use prometheus::{Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
         let bounds = [0.2, 0.5, 1.0];
         let targets = [
-            Target {
-                provider: "openrouter".into(),
-                model: "meta/llama".into(),
-                route: Some("Deep\"Infra\"".into()),
-                region: "eu".into(),
-            },
-            Target { provider: "groq".into(), model: "".into(), route: None, region: "eu\nwest".into() },
+            Target::new("openrouter".into(), "meta/llama".into(), Some("Deep\"Infra\"".into()), "eu".into()),
+            Target::new("groq".into(), "".into(), None, "eu\nwest".into()),
         ];
         let mut map = BTreeMap::new();
         let reg = Registry::new();
@@ -447,7 +441,7 @@ mod tests {
         for v in [0.125, 0.2, 0.5, 2.0] {
             h.observe(&bounds, v);
         }
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let mut out = Out::text(0);
         let les: Vec<String> = bounds.iter().map(f64::to_string).collect();
         Family::new(&mut out, "h", "histogram", "H.").hist(&t, &h, &les);

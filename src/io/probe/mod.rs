@@ -502,12 +502,7 @@ impl Planned {
             for model in p.models.iter().map(Name::from) {
                 for route in &routes {
                     out.push(Planned {
-                        target: Target {
-                            provider: provider.clone(),
-                            model: model.clone(),
-                            route: route.clone(),
-                            region: region.clone(),
-                        },
+                        target: Target::new(provider.clone(), model.clone(), route.clone(), region.clone()),
                         provider: p.clone(),
                     });
                 }

@@ -257,8 +257,7 @@ mod tests {
     #[test]
     fn absurd_numbers_are_dropped_and_counted() {
         use crate::vocab::sample::Outcome;
-        let target =
-            crate::vocab::target::Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let target = crate::vocab::target::Target::new("p".into(), "m".into(), None, "r".into());
         let now = chrono::Utc::now();
         for cost in [-1e12, 1e308, f64::NAN, f64::INFINITY, 100.01] {
             let mut s = Sample::new(target.clone(), now, now);

@@ -1123,7 +1123,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = super::super::open(&format!("sqlite://{}", dir.path().join("v.db").display())).await.expect("open");
         store.migrate().await.expect("migrate");
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let from = "2026-12-01T00:00:00Z".parse::<DateTime<Utc>>().expect("time");
         let rollups: Vec<Rollup> = (0..6)
             .map(|h| Rollup {
@@ -1201,7 +1201,7 @@ mod tests {
     #[test]
     fn every_record_round_trips_through_a_spool_line() {
         let now = Utc::now();
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let records = vec![
             Record::Rollups(vec![Rollup {
                 target: t.clone(),
@@ -1348,7 +1348,7 @@ mod tests {
     #[test]
     fn a_spooled_state_never_replaces_a_newer_one_already_queued() {
         let now = Utc::now();
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), None, "eu".into());
         let breaker =
             |state| BreakerRecord { target: t.clone(), state, since: now, detail: serde_json::json!({}).into() };
         let rollup = |count| Rollup { target: t.clone(), metric: "ttft".into(), hour: now, count, histogram: vec![] };
@@ -1357,7 +1357,11 @@ mod tests {
         assert_eq!(p.take(Record::Rollups(vec![rollup(9)])), None);
         assert_eq!(p.take_spooled(Record::Breaker(breaker(State::Open))), None);
         assert_eq!(p.take_spooled(Record::Rollups(vec![rollup(3)])), None);
-        let other = Target { model: "n".into(), ..t.clone() };
+        let other = {
+            let mut n = t.clone();
+            n.model = "n".into();
+            n
+        };
         let spooled_only =
             BreakerRecord { target: other, state: State::Open, since: now, detail: serde_json::json!({}).into() };
         assert_eq!(p.take_spooled(Record::Breaker(spooled_only.clone())), None);

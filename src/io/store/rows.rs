@@ -112,12 +112,12 @@ fn bad(col: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -
 /// The `provider, model, route, region` columns; the stored route is `''` when there is none.
 pub(crate) fn target_of(row: &impl StoredRow) -> Result<Target, sqlx::Error> {
     let route = row.text("route")?;
-    Ok(Target {
-        provider: row.text("provider")?.into(),
-        model: row.text("model")?.into(),
-        route: (!route.is_empty()).then(|| route.into()),
-        region: row.text("region")?.into(),
-    })
+    Ok(Target::new(
+        row.text("provider")?.into(),
+        row.text("model")?.into(),
+        (!route.is_empty()).then(|| route.into()),
+        row.text("region")?.into(),
+    ))
 }
 
 /// A JSON column read as text, so neither driver needs a JSON feature.

@@ -421,7 +421,7 @@ mod tests {
     use chrono::Utc;
 
     fn sample(i: u32) -> Sample {
-        let t = Target { provider: "p".into(), model: "m".into(), route: None, region: "r".into() };
+        let t = Target::new("p".into(), "m".into(), None, "r".into());
         let mut s = Sample::new(t, Utc::now(), Utc::now());
         s.output_tokens = Some(i);
         s

@@ -946,7 +946,7 @@ mod tests {
         let q = SampleQuery {
             region: Some("eu".into()),
             except_region: Some("us".into()),
-            target: Some(Target { provider: "p".into(), model: "m".into(), route: None, region: "eu".into() }),
+            target: Some(Target::new("p".into(), "m".into(), None, "eu".into())),
             since: Some(Utc::now()),
             until: Some(Utc::now()),
             limit: Some(5),
@@ -972,8 +972,7 @@ mod tests {
     #[test]
     fn upserts_go_in_chunks_with_one_row_per_key() {
         let hour = Utc::now();
-        let t =
-            |i: usize| Target { provider: "p".into(), model: format!("m{i}").into(), route: None, region: "eu".into() };
+        let t = |i: usize| Target::new("p".into(), format!("m{i}").into(), None, "eu".into());
         let mut rollups: Vec<Rollup> = (0..UPSERT_CHUNK + 3)
             .map(|i| Rollup { target: t(i), metric: "ttfb".into(), hour, count: 1, histogram: vec![] })
             .collect();
@@ -992,7 +991,7 @@ mod tests {
     #[test]
     fn fixed_statements_have_one_value_per_placeholder() {
         let now = Utc::now();
-        let t = Target { provider: "p".into(), model: "m".into(), route: Some("r".into()), region: "eu".into() };
+        let t = Target::new("p".into(), "m".into(), Some("r".into()), "eu".into());
         let stmts = [
             purge_rollups_before(now),
             rollups_between(Some("eu"), now, Some(now)),

@@ -96,7 +96,7 @@ mod tests {
 
     fn opened(provider: &str, when: &str, to: &str) -> BreakerTransition {
         BreakerTransition {
-            target: Target { provider: provider.into(), model: "m".into(), route: None, region: "eu".into() },
+            target: Target::new(provider.into(), "m".into(), None, "eu".into()),
             from_state: crate::vocab::breaker::State::Closed,
             to_state: to.parse().expect("breaker state"),
             at: at(when),

@@ -464,7 +464,7 @@ mod tests {
     }
 
     fn sample(provider: &str, model: &str, region: &str, t: DateTime<Utc>, ttft: f64, outcome: Outcome) -> Sample {
-        let target = Target { provider: provider.into(), model: model.into(), route: None, region: region.into() };
+        let target = Target::new(provider.into(), model.into(), None, region.into());
         let mut s = Sample::new(target, t, t);
         s.ttft_ms = Some(ttft);
         s.outcome = outcome;

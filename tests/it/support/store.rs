@@ -157,7 +157,7 @@ pub fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 pub fn target(provider: &str, model: &str, route: Option<&str>, region: &str) -> Target {
-    Target { provider: provider.into(), model: model.into(), route: route.map(Into::into), region: region.into() }
+    Target::new(provider.into(), model.into(), route.map(Into::into), region.into())
 }
 
 /// A sample with every field set.
