@@ -679,3 +679,23 @@ async fn a_reload_while_storage_and_the_disk_refuse_hands_what_memory_holds_to_t
     assert_eq!(carry.give_up(), (0, 2));
     assert!(lost.load(Ordering::SeqCst) - lost_before >= 2, "the exit reports what it drops");
 }
+
+/// Every connection of the pool, not only the first, keeps its page cache at 512 KiB (SQLite's
+/// default is 2 MiB a connection, which the week's read-back filled in each: docs/BENCHMARKS.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pooled_sqlite_connection_keeps_a_small_page_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("vigil.db").display());
+    let store = SqliteStore::open(&url, store::ACQUIRE_TIMEOUT).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let pool = store.pool();
+    // Held at once, so the pool opens four connections rather than handing one back each time.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(pool.acquire().await.expect("a connection"));
+    }
+    for conn in &mut held {
+        let (cache,): (i64,) = sqlx::query_as("PRAGMA cache_size").fetch_one(&mut **conn).await.expect("pragma");
+        assert_eq!(cache, -512, "KiB, as a negative count");
+    }
+}

@@ -46,6 +46,11 @@ const INSERT_CHUNK: usize = 1_000;
 const PURGE_BATCH: i64 = 5_000;
 /// How long a writer waits for SQLite's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Each connection's page cache (`PRAGMA cache_size`, negative: KiB). SQLite's default is 2 MiB a
+/// connection, held once filled, and the week's read-back fills them: at 10,000 targets SQLite
+/// held 7 MB after it. vigil's reads scan (the read-back) or look up by key and its writes
+/// append, so the pages beyond this come from the kernel's file cache (docs/BENCHMARKS.md).
+const CACHE_KIB: &str = "-512";
 /// Longest `PRAGMA quick_check` may run at open; a bigger file is opened unverified (logged).
 pub const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(10);
 /// Problems `PRAGMA quick_check` lists at most.
@@ -147,6 +152,7 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
+            .pragma("cache_size", CACHE_KIB)
             .foreign_keys(true);
         // `sqlite://data/vigil.db` should work on a fresh machine: create the directory too.
         if let Some(parent) = opts.get_filename().parent().filter(|p| !p.as_os_str().is_empty()) {
