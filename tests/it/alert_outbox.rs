@@ -38,7 +38,11 @@ fn after(secs: i64) -> DateTime<Utc> {
 const HOUR: i64 = 3600;
 
 fn target() -> Target {
-    Target::new("openrouter".into(), "m".into(), None, "eu-west-1".into())
+    target_in("eu-west-1")
+}
+
+fn target_in(region: &str) -> Target {
+    Target::new("openrouter".into(), "m".into(), None, region.into())
 }
 
 fn note(key: &str) -> Notification {
@@ -264,11 +268,7 @@ async fn engine_state_and_outbox_survive_a_restart_through_the_store(fx: Fixture
 
 /// An engine of `region` seeing the shared target fail (or recover) at `secs`.
 fn shared_round(engine: &mut AlertEngine, region: &str, ok: bool, secs: i64) -> Vec<Notification> {
-    let t = {
-        let mut t = target();
-        t.region = region.into();
-        t
-    };
+    let t = target_in(region);
     let mut s = Sample::new(t, after(secs), after(secs));
     s.outcome = if ok { Outcome::Ok } else { Outcome::ServerError };
     engine.evaluate(&Round { probes: vec![probe(&s)], ..Round::default() }, after(secs))
@@ -340,11 +340,7 @@ async fn a_global_outage_seen_by_two_regions_pages_once_and_resolves_once(fx: Fi
 /// An engine of `region` that knows one other region probes the target, failing at `secs` (the
 /// breaker opening with it when `breaker_opens`).
 fn two_region_round(engine: &mut AlertEngine, region: &str, secs: i64, breaker_opens: bool) -> Vec<Notification> {
-    let t = {
-        let mut t = target();
-        t.region = region.into();
-        t
-    };
+    let t = target_in(region);
     let mut s = Sample::new(t.clone(), after(secs), after(secs));
     s.outcome = Outcome::ServerError;
     let probe = RoundProbe {
@@ -450,11 +446,7 @@ fn quorum_round(engine: &mut AlertEngine, region: &str, secs: i64, ok: bool) -> 
     if !ok {
         return two_region_round(engine, region, secs, false);
     }
-    let t = {
-        let mut t = target();
-        t.region = region.into();
-        t
-    };
+    let t = target_in(region);
     let s = Sample::new(t, after(secs), after(secs));
     let probe = RoundProbe {
         sample: &s,

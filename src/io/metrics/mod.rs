@@ -717,7 +717,11 @@ mod tests {
     use super::*;
 
     fn target() -> Target {
-        Target::new("p".into(), "m".into(), None, "eu".into())
+        of_model("m")
+    }
+
+    fn of_model(model: &str) -> Target {
+        Target::new("p".into(), model.into(), None, "eu".into())
     }
 
     /// With a peer, a replica writes gauges only for the targets it owns and counters for all;
@@ -736,13 +740,7 @@ mod tests {
             active_from: now - chrono::Duration::hours(1),
         };
         let rows = vec![member("a"), member("b")];
-        let targets: Vec<Target> = (0..40)
-            .map(|i| {
-                let mut t = target();
-                t.model = format!("m{i}").into();
-                t
-            })
-            .collect();
+        let targets: Vec<Target> = (0..40).map(|i| of_model(&format!("m{i}"))).collect();
         let mut gauges_of = Vec::new();
         for me in ["a", "b"] {
             let m = Metrics::new("eu").expect("registry");
@@ -778,15 +776,7 @@ mod tests {
         let m = Metrics::new("eu").expect("registry");
         let now = chrono::Utc::now();
         for i in 0..50 {
-            let mut s = Sample::new(
-                {
-                    let mut t = target();
-                    t.model = format!("m{i}").into();
-                    t
-                },
-                now,
-                now,
-            );
+            let mut s = Sample::new(of_model(&format!("m{i}")), now, now);
             s.ttfb_ms = Some(f64::from(i) * 7.5);
             s.ttft_ms = Some(300.0 + f64::from(i));
             m.observe(&s);
