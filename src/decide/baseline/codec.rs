@@ -206,8 +206,38 @@ fn next_merged(
 /// Nibbles decode slower than bytes, so a packed histogram also keeps, once asked, where its
 /// reading can resume near each baseline percentile ([`Packed::quantiles`]): a refresh then
 /// reads a few dozen entries of the week's fold instead of all of them.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Packed(Box<[u8]>, OnceLock<Box<[Mark; 3]>>);
+///
+/// The bytes sit in a buffer as large as the allocator's 16-byte granule holds ([`granule`]), and
+/// a merge writes through a scratch buffer of its thread and back into them ([`Packed::merge`]):
+/// a histogram that grows by a few bytes an hour (a week's fold as a start reads its week back,
+/// an hour as its samples arrive) keeps its place instead of moving to a new allocation each time,
+/// and leaves no trail of freed blocks between the daemon's lasting state.
+#[derive(Debug, Default)]
+pub(super) struct Packed(Vec<u8>, OnceLock<Box<[Mark; 3]>>);
+
+impl Clone for Packed {
+    fn clone(&self) -> Self {
+        Packed(sized(&self.0), self.1.clone())
+    }
+}
+
+/// The usable size of the smallest block the allocator hands out for `len` bytes: glibc's blocks
+/// are 16-byte granules less an 8-byte header, at least 24 usable bytes.
+fn granule(len: usize) -> usize {
+    (len + 8).div_ceil(16).max(2) * 16 - 8
+}
+
+/// `bytes` in a buffer of their [`granule`].
+fn sized(bytes: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(granule(bytes.len()));
+    v.extend_from_slice(bytes);
+    v
+}
+
+thread_local! {
+    /// Where [`Packed::merge`] writes before copying back: one buffer a thread, kept between merges.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 impl PartialEq for Packed {
     fn eq(&self, other: &Self) -> bool {
@@ -249,8 +279,11 @@ struct Nibbles {
 }
 
 impl Nibbles {
-    fn with_capacity(bytes: usize) -> Nibbles {
-        Nibbles { out: Vec::with_capacity(bytes), word: 0, filled: 0, previous: 0 }
+    /// A writer into the thread's scratch buffer (see [`Packed::replace`]).
+    fn scratch() -> Nibbles {
+        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        out.clear();
+        Nibbles { out, word: 0, filled: 0, previous: 0 }
     }
 
     #[inline(always)]
@@ -309,18 +342,35 @@ impl Nibbles {
         }
     }
 
-    fn finish(mut self) -> Packed {
+    /// The bytes written, the last word's nibbles flushed.
+    fn finish(mut self) -> Vec<u8> {
         let bytes = (self.filled as usize).div_ceil(2);
         self.out.extend_from_slice(&self.word.to_le_bytes()[..bytes]);
-        Packed(self.out.into_boxed_slice(), OnceLock::new())
+        self.out
     }
 }
 
 impl Packed {
     pub(super) fn pack(entries: impl IntoIterator<Item = (u32, u32)>) -> Packed {
-        let mut out = Nibbles::with_capacity(0);
+        let mut out = Nibbles::scratch();
         entries.into_iter().for_each(|e| out.entry(e));
-        out.finish()
+        let mut p = Packed::default();
+        p.replace(out.finish());
+        p
+    }
+
+    /// Takes `bytes` (the thread's scratch buffer, given back after): copied into this buffer
+    /// when they fit it, else into a new one of their granule; marks are dropped.
+    fn replace(&mut self, bytes: Vec<u8>) {
+        // A buffer left a granule or more too large (an hour taken out of a fold) is given back.
+        if bytes.len() > self.0.capacity() || granule(bytes.len()) < self.0.capacity() {
+            self.0 = sized(&bytes);
+        } else {
+            self.0.clear();
+            self.0.extend_from_slice(&bytes);
+        }
+        self.1 = OnceLock::new();
+        SCRATCH.with(|s| *s.borrow_mut() = bytes);
     }
 
     pub(super) fn iter(&self) -> PackedIter<'_> {
@@ -439,61 +489,73 @@ impl Packed {
         self.iter().collect()
     }
 
-    /// `self ± other` as a new packed histogram, streamed without unpacking `self`. Runs of
+    /// `self ± other`, in place (see [`Packed::replace`]), streamed without unpacking `self`. Runs of
     /// next-bucket entries that the merge leaves as they were (most of a week's fold, when an
     /// hour is added or taken away) are copied as nibbles, up to sixteen at a time, without
     /// decoding them one by one; only the entries `other` touches, and the one after each entry
     /// it inserts or empties (whose distance to the bucket before changes), are encoded again.
+    pub(super) fn merge(&mut self, other: &[(u32, u32)], subtract: bool) {
+        let mut out = Nibbles::scratch();
+        merge_entries(&mut out, self.iter(), other, subtract);
+        self.replace(out.finish());
+    }
+
+    /// [`merge`](Self::merge) into a copy.
+    #[cfg(test)]
     pub(super) fn merged(&self, other: &[(u32, u32)], subtract: bool) -> Packed {
-        let mut out = Nibbles::with_capacity(self.0.len() + if subtract { 0 } else { other.len() });
-        let mut a = self.iter();
-        // The entry of `self` read and not yet written.
-        let mut x: Option<(u32, u32)> = None;
-        let mut j = 0;
-        loop {
-            if x.is_none() {
-                // The writer stands where the reader does (nothing inserted or dropped just
-                // before), so the next entries' nibbles hold as they are, up to `other`'s next.
-                if out.previous == a.index {
-                    let limit = other.get(j).map_or(u32::MAX, |y| y.0.saturating_sub(a.index).saturating_sub(1));
-                    let (nibbles, n) = a.short_run(limit);
-                    if n > 0 {
-                        out.put_many(nibbles, n);
-                        out.previous = a.index;
-                        continue;
-                    }
+        let mut p = self.clone();
+        p.merge(other, subtract);
+        p
+    }
+}
+
+/// Writes `a ± other` to `out` (see [`Packed::merge`]).
+fn merge_entries(out: &mut Nibbles, mut a: PackedIter<'_>, other: &[(u32, u32)], subtract: bool) {
+    // The entry of `a` read and not yet written.
+    let mut x: Option<(u32, u32)> = None;
+    let mut j = 0;
+    loop {
+        if x.is_none() {
+            // The writer stands where the reader does (nothing inserted or dropped just
+            // before), so the next entries' nibbles hold as they are, up to `other`'s next.
+            if out.previous == a.index {
+                let limit = other.get(j).map_or(u32::MAX, |y| y.0.saturating_sub(a.index).saturating_sub(1));
+                let (nibbles, n) = a.short_run(limit);
+                if n > 0 {
+                    out.put_many(nibbles, n);
+                    out.previous = a.index;
+                    continue;
                 }
-                x = a.next();
             }
-            match (x, other.get(j).copied()) {
-                (None, None) => break,
-                (Some(e), Some(y)) if e.0 == y.0 => {
-                    x = None;
-                    j += 1;
-                    let c = if subtract { e.1.saturating_sub(y.1) } else { e.1.saturating_add(y.1) };
-                    if c > 0 {
-                        out.entry((e.0, c));
-                    }
+            x = a.next();
+        }
+        match (x, other.get(j).copied()) {
+            (None, None) => break,
+            (Some(e), Some(y)) if e.0 == y.0 => {
+                x = None;
+                j += 1;
+                let c = if subtract { e.1.saturating_sub(y.1) } else { e.1.saturating_add(y.1) };
+                if c > 0 {
+                    out.entry((e.0, c));
                 }
-                (Some(e), Some(y)) if y.0 < e.0 => {
-                    j += 1;
-                    if !subtract {
-                        out.entry(y);
-                    }
+            }
+            (Some(e), Some(y)) if y.0 < e.0 => {
+                j += 1;
+                if !subtract {
+                    out.entry(y);
                 }
-                (None, Some(y)) => {
-                    j += 1;
-                    if !subtract {
-                        out.entry(y);
-                    }
+            }
+            (None, Some(y)) => {
+                j += 1;
+                if !subtract {
+                    out.entry(y);
                 }
-                (Some(e), _) => {
-                    x = None;
-                    out.entry(e);
-                }
+            }
+            (Some(e), _) => {
+                x = None;
+                out.entry(e);
             }
         }
-        out.finish()
     }
 }
 
@@ -851,6 +913,26 @@ mod tests {
         // A pair counting nothing is an empty bucket to the library too (it still moves the end).
         assert_eq!(encode_v2(&[(3, 2), (9, 0)]).len(), library_bytes(&[(3, 2), (9, 0)]).len());
         assert_eq!(encode_v2(&[(3, 2), (9, 0)]), library_bytes(&[(3, 2), (9, 0)]));
+    }
+
+    /// A merge that still fits the histogram's granule writes into the same buffer; one that
+    /// outgrows it moves to a buffer of the new size's granule, and one that leaves it a granule
+    /// or more too large moves to a smaller one.
+    #[test]
+    fn a_merge_keeps_its_buffer_while_it_fits_and_moves_to_the_granule_of_its_size() {
+        assert_eq!([1, 16, 17, 24, 25, 40, 41].map(granule), [24, 24, 24, 24, 40, 40, 56]);
+        let mut p = Packed::pack((1..=20).map(|i| (i, 1)));
+        assert_eq!((p.0.len(), p.0.capacity()), (10, 24), "twenty next-bucket entries in ten bytes");
+        let at = p.0.as_ptr();
+        p.merge(&[(21, 1), (22, 1)], false);
+        assert_eq!((p.0.as_ptr(), p.0.len()), (at, 11), "grown within its granule, in place");
+        let wide: Sparse = (1..200).map(|i| (100 + 9 * i, 20)).collect();
+        p.merge(&wide, false);
+        assert!(p.0.len() > 24 && p.0.capacity() == granule(p.0.len()), "{} in {}", p.0.len(), p.0.capacity());
+        p.merge(&wide, true);
+        assert_eq!((p.0.len(), p.0.capacity()), (11, 24), "back to the small one's granule");
+        assert_eq!(p.unpack(), (1..=22).map(|i| (i, 1)).collect::<Sparse>());
+        assert_eq!(p.clone().0.capacity(), 24, "a copy in its granule too");
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Baselines {
             let slot = metric.slot();
             // Never re-open a folded hour: its stored rollup would be overwritten by the newcomer alone.
             if let Some(h) = series.metrics[slot].held_mut(hour, create) {
-                h.tally.packed = h.tally.packed.merged(&[(index, weight)], false);
+                h.tally.packed.merge(&[(index, weight)], false);
                 h.tally.count += u64::from(weight);
                 h.version = h.version.wrapping_add(1);
                 series.invalidate(slot);
@@ -247,7 +247,7 @@ impl Baselines {
                 continue;
             }
             if let Some(h) = series.metrics[slot].held_mut(hour, create) {
-                h.tally.packed = h.tally.packed.merged(&values, false);
+                h.tally.packed.merge(&values, false);
                 h.tally.count += sparse_total(&values);
                 h.version = h.version.wrapping_add(1);
                 series.invalidate(slot);

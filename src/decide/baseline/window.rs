@@ -46,7 +46,7 @@ pub(super) struct Hist {
 
 impl Tally for Hist {
     fn add(&mut self, other: &Self) {
-        self.packed = self.packed.merged(&other.packed.unpack(), false);
+        self.packed.merge(&other.packed.unpack(), false);
         self.count += other.count;
     }
     fn is_empty(&self) -> bool {
@@ -64,7 +64,7 @@ impl Hist {
     /// Adds to this fold (or with `out` takes from it) an hour's entries at
     /// [`ROLLUP`](super::codec::ROLLUP)'s grain, `count` values in all, mapped to the fold's.
     pub(super) fn fold_entries(&mut self, hour: impl IntoIterator<Item = (u32, u32)>, count: u64, out: bool) {
-        self.packed = self.packed.merged(&BASELINE.coarsen(hour), out);
+        self.packed.merge(&BASELINE.coarsen(hour), out);
         self.count = if out { self.count.saturating_sub(count) } else { self.count + count };
     }
 }
