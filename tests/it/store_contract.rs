@@ -19,10 +19,12 @@ store_support::on_both_stores!(
     replaying_a_batch_never_duplicates,
     one_regions_queries_never_see_another_region,
     rollups_upsert_and_read_back,
+    a_read_hours_rows_share_their_targets_and_metrics_names,
     upserts_larger_than_one_statement_keep_the_last_write_per_key,
     breaker_state_and_transitions_persist,
     outbox_items_move_through_their_lifecycle,
     alert_state_is_one_document_per_region,
+    an_alert_state_an_earlier_build_stored_as_text_is_read_and_the_next_write_stores_gzip,
     an_evaluations_pages_and_state_are_stored_together_or_not_at_all,
     balances_read_back_oldest_first,
     a_database_ahead_of_the_binary_is_refused,
@@ -504,6 +506,50 @@ async fn rollups_upsert_and_read_back(fx: Fixture) {
     assert!(!fx.store.rollups_since(None, hour - Duration::days(3)).await.expect("all").contains(&old));
 }
 
+/// An hour read back holds each target's names and each metric's name once, however many rows
+/// repeat them (a start reads 50,000 rows an hour at 10,000 targets), and every row keeps its
+/// own names: a route, no route, another region.
+async fn a_read_hours_rows_share_their_targets_and_metrics_names(fx: Fixture) {
+    let hour = Utc::now().duration_trunc(Duration::hours(1)).expect("hour") - Duration::hours(3);
+    let targets = [
+        target("openrouter", "llama", Some("groq"), "eu"),
+        target("openrouter", "llama", None, "eu"),
+        target("openrouter", "llama", None, "us"),
+    ];
+    let metrics = ["ttfb", "ttft", "probes"];
+    let rollups: Vec<Rollup> = targets
+        .iter()
+        .flat_map(|t| {
+            metrics.iter().map(|m| Rollup {
+                target: t.clone(),
+                metric: (*m).into(),
+                hour,
+                count: 3,
+                histogram: vec![7],
+            })
+        })
+        .collect();
+    fx.store.upsert_rollups(&rollups).await.expect("upsert");
+    let back = fx.store.rollups_between(None, hour, Some(hour + Duration::hours(1))).await.expect("read");
+    assert_eq!(back.len(), 9);
+    for t in &targets {
+        let rows: Vec<&Rollup> = back.iter().filter(|r| r.target == *t).collect();
+        assert_eq!(rows.len(), 3, "{t:?}: every metric read back");
+        assert_eq!(rows[0].target.route, t.route, "the route as stored");
+        assert!(
+            rows.iter().all(|r| r.target.provider.shares(&rows[0].target.provider)),
+            "{t:?}: one copy of its names"
+        );
+    }
+    let by_region = |region: &str| back.iter().find(|r| *r.target.region == *region).expect("row").target.clone();
+    assert!(!by_region("eu").region.shares(&by_region("us").region), "another target, names of its own");
+    for m in metrics {
+        let rows: Vec<&Rollup> = back.iter().filter(|r| *r.metric == *m).collect();
+        assert_eq!(rows.len(), 3, "{m}: a row per target");
+        assert!(rows.iter().all(|r| r.metric.shares(&rows[0].metric)), "{m}: one copy of the metric's name");
+    }
+}
+
 /// Rollups and status rows go in multi-row statements of 500: a write of 1,200 crosses
 /// statements, and a key written twice in one call keeps its later value (as one upsert per
 /// row did; PostgreSQL refuses a statement that touches one row twice).
@@ -696,7 +742,7 @@ fn state(v: &serde_json::Value) -> StateJson {
 /// A stored state read back as a value (PostgreSQL's `jsonb` respaces the text).
 async fn load_state(store: &dyn Store, region: &str) -> Option<serde_json::Value> {
     let text = store.load_alert_state(region).await.expect("load")?;
-    Some(serde_json::from_str(text.as_str()).expect("stored state is JSON"))
+    Some(serde_json::from_str(&text.text().expect("text")).expect("stored state is JSON"))
 }
 
 async fn alert_state_is_one_document_per_region(fx: Fixture) {
@@ -708,6 +754,32 @@ async fn alert_state_is_one_document_per_region(fx: Fixture) {
     assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(v1));
     fx.store.save_alert_state("eu", &state(&v2)).await.expect("replace");
     assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(v2));
+}
+
+/// A database an earlier build wrote holds the state as JSON text in `state`: the upgrade keeps
+/// it, a start reads it, and the next write stores gzip in `state_gz` and empties `state`.
+async fn an_alert_state_an_earlier_build_stored_as_text_is_read_and_the_next_write_stores_gzip(fx: Fixture) {
+    // The table as the earlier build left it, and its row.
+    fx.exec("ALTER TABLE alert_state DROP COLUMN state_gz").await;
+    if fx.kind == Kind::Postgres {
+        fx.exec("ALTER TABLE alert_state ALTER COLUMN state SET NOT NULL").await;
+    }
+    fx.exec("DELETE FROM _sqlx_migrations WHERE version = 20261208000010").await;
+    fx.exec(r#"INSERT INTO alert_state (region, state, updated_at) VALUES ('eu', '{"firing": {"x": 1}}', CURRENT_TIMESTAMP)"#)
+        .await;
+    fx.store.migrate().await.expect("the upgrade keeps the row");
+    assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(serde_json::json!({"firing": {"x": 1}})));
+
+    let now = serde_json::json!({"firing": {}});
+    fx.store.save_alert_state("eu", &state(&now)).await.expect("save");
+    assert_eq!(load_state(fx.store.as_ref(), "eu").await, Some(now));
+    assert_eq!(
+        fx.text("SELECT CAST(state AS TEXT) FROM alert_state WHERE region = 'eu'").await,
+        None,
+        "the text emptied"
+    );
+    let gz = fx.text("SELECT CAST(length(state_gz) AS TEXT) FROM alert_state WHERE region = 'eu'").await;
+    assert!(gz.is_some_and(|n| n.parse::<usize>().is_ok_and(|n| n > 18)), "gzip in state_gz");
 }
 
 async fn an_evaluations_pages_and_state_are_stored_together_or_not_at_all(fx: Fixture) {

@@ -352,7 +352,7 @@ impl AlertEngine {
 
     /// An engine resuming from saved state; unreadable state starts fresh (and says why).
     pub fn restore(cfg: RuleConfig, saved: Option<&crate::vocab::records::StateJson>) -> Self {
-        let state = match saved.map(|v| serde_json::from_str::<EngineState>(v.as_str())) {
+        let state = match saved.map(|v| serde_json::from_reader::<_, EngineState>(v.reader())) {
             Some(Ok(s)) => s,
             Some(Err(e)) => {
                 tracing::warn!(region = %cfg.region, error = %e, "saved alert state unreadable; starting fresh");
@@ -1195,16 +1195,15 @@ mod tests {
         let mut e = AlertEngine::new(cfg());
         let (a, b) = (target("groq", "a"), target("groq", "b"));
         round(&mut e, &[sample(&a, Outcome::Ok, at(0)), sample(&b, Outcome::Ok, at(0))], at(0));
-        let then = e.state_json().expect("state").as_str().to_string();
+        let then = e.state_json().expect("state").text().expect("text");
         let copy = e.state_deferred();
         round(&mut e, &[sample(&a, Outcome::Timeout, at(1))], at(1));
-        let now = e.state_json().expect("state").as_str().to_string();
+        let now = e.state_json().expect("state").text().expect("text");
         assert_ne!(now, then, "the round changed a's history");
-        assert_eq!(copy.as_str(), then, "the copy is the state as it was when taken");
+        assert_eq!(copy.text().expect("text"), then, "the copy is the state as it was when taken");
         // Restored from either text, the engine reads back the state it was saved from.
-        let back =
-            AlertEngine::restore(cfg(), Some(&crate::vocab::records::StateJson::from_text(now.clone()).expect("json")));
-        assert_eq!(back.state_json().expect("state").as_str(), now);
+        let back = AlertEngine::restore(cfg(), Some(&crate::vocab::records::StateJson::from_text(&now).expect("json")));
+        assert_eq!(back.state_json().expect("state").text().expect("text"), now);
         assert!(now.find("groq/a").expect("a") < now.find("groq/b").expect("b"), "histories written in key order");
     }
 
@@ -1213,7 +1212,7 @@ mod tests {
         let mut e = AlertEngine::new(cfg());
         let (a, b) = (target("groq", "a"), target("groq", "b"));
         round(&mut e, &[sample(&a, Outcome::Ok, at(0)), sample(&b, Outcome::Timeout, at(0))], at(0));
-        let text = e.state_json().expect("state").as_str().to_string();
+        let text = e.state_json().expect("state").text().expect("text");
         let state: serde_json::Value = serde_json::from_str(&text).expect("json");
         let healthy = &state["histories"][AlertEngine::history_key(&a).as_str()];
         for field in ["judged", "flapping", "breaker", "breaker_reason", "regions_elsewhere"] {
@@ -1223,11 +1222,9 @@ mod tests {
             assert!(healthy.get(field).is_some(), "{field} missing: {healthy}");
         }
         // What is left out reads back as what it was, and the state written again is the same.
-        let back = AlertEngine::restore(
-            cfg(),
-            Some(&crate::vocab::records::StateJson::from_text(text.clone()).expect("json")),
-        );
-        assert_eq!(back.state_json().expect("state").as_str(), text);
+        let back =
+            AlertEngine::restore(cfg(), Some(&crate::vocab::records::StateJson::from_text(&text).expect("json")));
+        assert_eq!(back.state_json().expect("state").text().expect("text"), text);
         // A state written in full (as builds before this one wrote it) reads back to the same.
         let mut full = state.clone();
         let h = &mut full["histories"][AlertEngine::history_key(&a).as_str()];
@@ -1236,8 +1233,8 @@ mod tests {
         h["breaker"] = serde_json::Value::Null;
         h["breaker_reason"] = serde_json::json!("");
         h["regions_elsewhere"] = serde_json::json!(0);
-        let older = crate::vocab::records::StateJson::from_text(full.to_string()).expect("json");
-        assert_eq!(AlertEngine::restore(cfg(), Some(&older)).state_json().expect("state").as_str(), text);
+        let older = crate::vocab::records::StateJson::from_text(&full.to_string()).expect("json");
+        assert_eq!(AlertEngine::restore(cfg(), Some(&older)).state_json().expect("state").text().expect("text"), text);
     }
 
     #[test]
@@ -1566,8 +1563,8 @@ mod tests {
         let mut e = AlertEngine::new(cfg());
         round(&mut e, &fleet(Outcome::ServerError, at(0)), at(0));
         assert_eq!(round(&mut e, &fleet(Outcome::ServerError, at(1)), at(1)).len(), 1);
-        let saved = e.state_json().expect("state serializes").as_str().to_string();
-        let parsed = crate::vocab::records::StateJson::from_text(saved).expect("state is JSON");
+        let saved = e.state_json().expect("state serializes").text().expect("text");
+        let parsed = crate::vocab::records::StateJson::from_text(&saved).expect("state is JSON");
         let mut e = AlertEngine::restore(cfg(), Some(&parsed));
         assert!(round(&mut e, &fleet(Outcome::ServerError, at(2)), at(2)).is_empty());
         for m in 3..5 {
@@ -1676,7 +1673,7 @@ mod tests {
         let mut e = AlertEngine::new(on.clone());
         assert!(eval(&mut e, head("openrouter/m", 1.0), 0).is_empty(), "a first sight is no news");
         // A restart between two evaluations: the saved state remembers the head.
-        let saved = crate::vocab::records::StateJson::from_text(e.state_json().expect("state").as_str().to_string());
+        let saved = crate::vocab::records::StateJson::from_text(&e.state_json().expect("state").text().expect("text"));
         let mut e = AlertEngine::restore(on.clone(), Some(&saved.expect("json")));
         let n = eval(&mut e, head("anthropic/c", 3.1), 1);
         assert_eq!(n.len(), 1, "{n:?}");

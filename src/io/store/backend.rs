@@ -50,11 +50,10 @@ pub(crate) trait Backend: Send + Sync {
     /// Runs a query and decodes each row as it arrives: the driver's few rows in flight are all
     /// that is held besides the result (an hour of rollups at 10,000 targets, 50,000 rows, held
     /// whole before decoding, was tens of megabytes at once); a row that does not decode fails it.
-    async fn decoded<T: Send + 'static>(
-        &self,
-        stmt: Stmt,
-        decode: for<'r> fn(&'r Self::Row) -> Result<T, sqlx::Error>,
-    ) -> Result<Vec<T>, StoreError>;
+    /// `decode` may remember what rows repeat (the rollups' names) between its calls.
+    async fn decoded<T: Send + 'static, D>(&self, stmt: Stmt, decode: D) -> Result<Vec<T>, StoreError>
+    where
+        D: for<'r> FnMut(&'r Self::Row) -> Result<T, sqlx::Error> + Send;
 
     /// [`AdminStore::migrate`].
     async fn migrate(&self) -> Result<Vec<super::Migrated>, StoreError>;
@@ -76,7 +75,7 @@ pub(crate) trait Backend: Send + Sync {
 /// errors as the backend does, a row that does not decode fails the whole read.
 pub(crate) async fn decode_each<R, T>(
     mut rows: impl futures::Stream<Item = Result<R, sqlx::Error>> + Unpin,
-    decode: for<'r> fn(&'r R) -> Result<T, sqlx::Error>,
+    mut decode: impl for<'r> FnMut(&'r R) -> Result<T, sqlx::Error>,
     fail: impl Fn(sqlx::Error) -> StoreError,
 ) -> Result<Vec<T>, StoreError> {
     let mut out = Vec::new();
@@ -225,7 +224,8 @@ impl<B: Backend> RollupStore for B {
         since: DateTime<Utc>,
         until: Option<DateTime<Utc>>,
     ) -> Result<Vec<Rollup>, StoreError> {
-        read(self, sql::rollups_between(region, since, until), rows::rollup_of).await
+        let mut names = rows::RollupNames::default();
+        self.decoded(sql::rollups_between(region, since, until), move |row| names.rollup_of(row)).await
     }
 
     async fn purge_rollups_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -270,12 +270,16 @@ impl<B: Backend> StateStore for B {
     }
 
     async fn load_alert_state(&self, region: &str) -> Result<Option<crate::vocab::records::StateJson>, StoreError> {
-        let text = read_text(self, sql::load_alert_state(region), "state").await?;
-        text.map(|t| {
-            crate::vocab::records::StateJson::from_text(t)
-                .map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}")))
-        })
-        .transpose()
+        use crate::vocab::records::StateJson;
+        let rows = self.rows(sql::load_alert_state(region)).await?;
+        let Some(row) = rows.first() else { return Ok(None) };
+        let gz = row.opt_bytes("state_gz").map_err(map_sqlx)?;
+        let state = match gz {
+            Some(gz) => StateJson::from_gzip(gz),
+            // A row an earlier build wrote: the JSON text.
+            None => StateJson::from_text(&row.text("state").map_err(map_sqlx)?),
+        };
+        state.map(Some).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}")))
     }
 
     async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {

@@ -1161,8 +1161,8 @@ mod tests {
         let third =
             tokio::time::timeout(Duration::from_secs(10), handle.reply()).await.expect("in time").expect("reply");
         assert_eq!(hour_of(&third), vec![rollups[2].hour], "the next hour once one was folded");
-        let saved = reader.load_alert_state("eu").await.expect("read").map(|s| s.as_str().to_string());
-        assert_eq!(saved.as_deref(), Some(state.as_str()), "stored before the load's end");
+        let saved = reader.load_alert_state("eu").await.expect("read").map(|s| s.text().expect("text"));
+        assert_eq!(saved.as_deref(), Some(state.text().expect("text").as_str()), "stored before the load's end");
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(handle.try_reply().is_none(), "still two at most");
 
@@ -1178,9 +1178,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = |v: u32| crate::vocab::records::StateJson::of(&serde_json::json!({ "v": v })).expect("json");
         let newest = |spool: &SpoolOf<Record>, region: &str| {
-            newest_spooled_alert_state(spool, region).map(|s| s.as_str().to_string())
+            newest_spooled_alert_state(spool, region).map(|s| s.text().expect("text"))
         };
-        let text = |v: u32| Some(state(v).as_str().to_string());
+        let text = |v: u32| Some(state(v).text().expect("text"));
         let mut spool = SpoolOf::<Record>::open(dir.path(), 1 << 20).expect("spool").with_segment_bytes(64);
         assert_eq!(newest(&spool, "eu"), None, "an empty spool");
         spool.append(&[Record::Outbox(Vec::new())]).expect("append");
@@ -1284,7 +1284,7 @@ mod tests {
             .map(|r| match r {
                 Record::Outbox(items) => format!("outbox {}", items[0].id.as_u128()),
                 Record::Evaluated { region, state, items } => {
-                    format!("evaluated {region} {} {}", state.as_str(), items.len())
+                    format!("evaluated {region} {} {}", state.text().expect("text"), items.len())
                 }
                 other => format!("{other:?}"),
             })

@@ -49,6 +49,7 @@ embed_both!(
     "20261205000010_workload_runs.sql",
     "20261206000010_members.sql",
     "20261207000010_rollups_region_hour.sql",
+    "20261208000010_alert_state_gzip.sql",
 );
 
 /// The PostgreSQL schema's migrator.

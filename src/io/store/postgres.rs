@@ -468,6 +468,7 @@ fn query(stmt: Stmt) -> Query<'static, Postgres, PgArguments> {
             Arg::Float(v) => q.bind(v),
             Arg::Bool(v) => q.bind(v),
             Arg::Bytes(v) => q.bind(v),
+            Arg::SharedBytes(v) => q.bind(v),
             Arg::Time(v) => q.bind(v),
             Arg::Id(v) => q.bind(v),
             Arg::Json(v) => q.bind(Jsonb(v)),
@@ -518,11 +519,10 @@ impl Backend for PgStore {
         query(stmt).fetch_all(&mut *self.conn().await?).await.map_err(|e| self.fail(e))
     }
 
-    async fn decoded<T: Send + 'static>(
-        &self,
-        stmt: Stmt,
-        decode: for<'r> fn(&'r PgRow) -> Result<T, sqlx::Error>,
-    ) -> Result<Vec<T>, StoreError> {
+    async fn decoded<T: Send + 'static, D>(&self, stmt: Stmt, decode: D) -> Result<Vec<T>, StoreError>
+    where
+        D: for<'r> FnMut(&'r PgRow) -> Result<T, sqlx::Error> + Send,
+    {
         let mut conn = self.conn().await?;
         super::backend::decode_each(query(stmt).fetch(&mut *conn), decode, |e| self.fail(e)).await
     }

@@ -91,6 +91,8 @@ pub(crate) enum Arg {
     Bool(Option<bool>),
     /// Bytes.
     Bytes(Vec<u8>),
+    /// Bytes shared with their owner, bound without a copy (a region's compressed alert state).
+    SharedBytes(std::sync::Arc<[u8]>),
     /// A UTC time (`timestamptz` on PostgreSQL, fixed-width text on SQLite).
     Time(Option<DateTime<Utc>>),
     /// A UUID (`uuid` on PostgreSQL, hyphenated text on SQLite).
@@ -548,20 +550,21 @@ pub(crate) fn outbox_between(region: Option<&str>, since: DateTime<Utc>, until: 
     .arg(region)
 }
 
-/// Replaces a region's alert engine state, written at `at`.
+/// Replaces a region's alert engine state, written at `at`: its gzip bytes in `state_gz`, and
+/// `state`, the JSON text earlier builds wrote, emptied.
 pub(crate) fn save_alert_state(region: &str, state: &crate::vocab::records::StateJson, at: DateTime<Utc>) -> Stmt {
     Stmt::new(
-        "INSERT INTO alert_state (region, state, updated_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (region) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        "INSERT INTO alert_state (region, state, state_gz, updated_at) VALUES ($1, NULL, $2, $3) \
+         ON CONFLICT (region) DO UPDATE SET state = NULL, state_gz = excluded.state_gz, updated_at = excluded.updated_at",
     )
     .arg(region)
-    .arg(Arg::Json(state.shared()))
+    .arg(Arg::SharedBytes(state.gzip()))
     .arg(at)
 }
 
-/// A region's alert engine state (as text, `state`).
+/// A region's alert engine state: `state_gz`, or in a row an earlier build wrote, `state` as text.
 pub(crate) fn load_alert_state(region: &str) -> Stmt {
-    Stmt::new("SELECT CAST(state AS TEXT) AS state FROM alert_state WHERE region = $1").arg(region)
+    Stmt::new("SELECT CAST(state AS TEXT) AS state, state_gz FROM alert_state WHERE region = $1").arg(region)
 }
 
 /// Stores one credit reading.
@@ -929,15 +932,17 @@ mod tests {
     }
 
     #[test]
-    fn the_alert_state_is_bound_as_the_text_it_shares_not_a_copy() {
+    fn the_alert_state_is_bound_as_the_gzip_it_shares_not_a_copy() {
         let state = crate::vocab::records::StateJson::deferred(std::collections::BTreeMap::from([("eu|a/m", 1)]));
         let st = save_alert_state("eu", &state, Utc::now());
         match &st.args[1] {
-            Arg::Json(text) => {
-                assert!(std::sync::Arc::ptr_eq(text, &state.shared()), "the statement holds the state's own text");
-                assert_eq!(&**text, r#"{"eu|a/m":1}"#);
+            Arg::SharedBytes(gz) => {
+                assert!(std::sync::Arc::ptr_eq(gz, &state.gzip()), "the statement holds the state's own bytes");
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text).expect("gzip");
+                assert_eq!(text, r#"{"eu|a/m":1}"#);
             }
-            other => panic!("the state is bound as JSON, not {other:?}"),
+            other => panic!("the state is bound as shared bytes, not {other:?}"),
         }
     }
 

@@ -551,6 +551,7 @@ fn query(stmt: Stmt) -> Query<'static, Sqlite, SqliteArguments> {
             Arg::Float(v) => q.bind(v),
             Arg::Bool(v) => q.bind(v),
             Arg::Bytes(v) => q.bind(v),
+            Arg::SharedBytes(v) => q.bind(v),
             Arg::Time(v) => q.bind(v.map(ts)),
             Arg::Id(v) => q.bind(v.hyphenated().to_string()),
             Arg::Json(v) => q.bind(v),
@@ -626,11 +627,10 @@ impl Backend for SqliteStore {
         query(stmt).fetch_all(&pool).await.map_err(|e| self.fail(e))
     }
 
-    async fn decoded<T: Send + 'static>(
-        &self,
-        stmt: Stmt,
-        decode: for<'r> fn(&'r SqliteRow) -> Result<T, sqlx::Error>,
-    ) -> Result<Vec<T>, StoreError> {
+    async fn decoded<T: Send + 'static, D>(&self, stmt: Stmt, decode: D) -> Result<Vec<T>, StoreError>
+    where
+        D: for<'r> FnMut(&'r SqliteRow) -> Result<T, sqlx::Error> + Send,
+    {
         let pool = self.pool_for_rows(&stmt.sql).await?;
         super::backend::decode_each(query(stmt).fetch(&pool), decode, |e| self.fail(e)).await
     }
