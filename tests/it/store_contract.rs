@@ -780,6 +780,15 @@ async fn an_alert_state_an_earlier_build_stored_as_text_is_read_and_the_next_wri
     );
     let gz = fx.text("SELECT CAST(length(state_gz) AS TEXT) FROM alert_state WHERE region = 'eu'").await;
     assert!(gz.is_some_and(|n| n.parse::<usize>().is_ok_and(|n| n > 18)), "gzip in state_gz");
+
+    // Bytes that are not gzip are refused with what is wrong where, not read as a fresh state.
+    fx.exec(match fx.kind {
+        Kind::Sqlite => "UPDATE alert_state SET state_gz = X'7b7d' WHERE region = 'eu'",
+        Kind::Postgres => "UPDATE alert_state SET state_gz = decode('7b7d', 'hex') WHERE region = 'eu'",
+    })
+    .await;
+    let err = fx.store.load_alert_state("eu").await.expect_err("not gzip").to_string();
+    assert!(err.contains("alert_state of region eu: state_gz is not gzip"), "{err}");
 }
 
 async fn an_evaluations_pages_and_state_are_stored_together_or_not_at_all(fx: Fixture) {

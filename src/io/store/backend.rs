@@ -273,13 +273,12 @@ impl<B: Backend> StateStore for B {
         use crate::vocab::records::StateJson;
         let rows = self.rows(sql::load_alert_state(region)).await?;
         let Some(row) = rows.first() else { return Ok(None) };
-        let gz = row.opt_bytes("state_gz").map_err(map_sqlx)?;
-        let state = match gz {
-            Some(gz) => StateJson::from_gzip(gz),
+        let (state, what) = match row.opt_bytes("state_gz").map_err(map_sqlx)? {
+            Some(gz) => (StateJson::from_gzip(gz), "state_gz is not gzip of one JSON document"),
             // A row an earlier build wrote: the JSON text.
-            None => StateJson::from_text(&row.text("state").map_err(map_sqlx)?),
+            None => (StateJson::from_text(&row.text("state").map_err(map_sqlx)?), "state is not JSON"),
         };
-        state.map(Some).map_err(|e| StoreError::Other(format!("alert_state is not JSON: {e}")))
+        state.map(Some).map_err(|e| StoreError::Other(format!("alert_state of region {region}: {what}: {e}")))
     }
 
     async fn publish_target_status(&self, rows: &[TargetStatus]) -> Result<(), StoreError> {

@@ -97,8 +97,8 @@ pub(crate) enum Arg {
     Time(Option<DateTime<Utc>>),
     /// A UUID (`uuid` on PostgreSQL, hyphenated text on SQLite).
     Id(Uuid),
-    /// A JSON document as text (`jsonb` on PostgreSQL, text on SQLite), shared so that a large
-    /// one (a region's alert state) is bound without a copy.
+    /// A JSON document as text (`jsonb` on PostgreSQL, text on SQLite), shared so that it is
+    /// bound without a copy (a breaker's stored detail).
     Json(std::sync::Arc<str>),
 }
 
