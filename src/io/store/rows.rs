@@ -122,13 +122,18 @@ fn bad(col: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -
 
 /// The `provider, model, route, region` columns; the stored route is `''` when there is none.
 pub(crate) fn target_of(row: &impl StoredRow) -> Result<Target, sqlx::Error> {
-    let route = row.text("route")?;
-    Ok(Target::new(
-        row.text("provider")?.into(),
-        row.text("model")?.into(),
-        (!route.is_empty()).then(|| route.into()),
-        row.text("region")?.into(),
-    ))
+    let (provider, model, route, region) = target_columns(row)?;
+    Ok(target_named(provider, model, route, region))
+}
+
+/// The four name columns, borrowed from the row.
+fn target_columns(row: &impl StoredRow) -> Result<(&str, &str, &str, &str), sqlx::Error> {
+    Ok((row.text_ref("provider")?, row.text_ref("model")?, row.text_ref("route")?, row.text_ref("region")?))
+}
+
+/// The target the stored names make (a stored route `''` is none).
+fn target_named(provider: &str, model: &str, route: &str, region: &str) -> Target {
+    Target::new(provider.into(), model.into(), (!route.is_empty()).then(|| route.into()), region.into())
 }
 
 /// A JSON column read as text, so neither driver needs a JSON feature.
@@ -213,8 +218,7 @@ impl RollupNames {
 
     /// The row's target: the last row's when the names are the same.
     fn target(&mut self, row: &impl StoredRow) -> Result<Target, sqlx::Error> {
-        let (provider, model, route, region) =
-            (row.text_ref("provider")?, row.text_ref("model")?, row.text_ref("route")?, row.text_ref("region")?);
+        let (provider, model, route, region) = target_columns(row)?;
         if let Some(t) = self.target.as_ref().filter(|t| {
             *t.provider == *provider
                 && *t.model == *model
@@ -223,7 +227,7 @@ impl RollupNames {
         }) {
             return Ok(t.clone());
         }
-        let t = Target::new(provider.into(), model.into(), (!route.is_empty()).then(|| route.into()), region.into());
+        let t = target_named(provider, model, route, region);
         self.target = Some(t.clone());
         Ok(t)
     }
