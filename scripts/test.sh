@@ -177,7 +177,8 @@ status=0
 # load would be in their numbers. The seeded chaos run (about 2 minutes) is one of them. The
 # prompt-cache test waits there too, for the llama tier; the replicas' processes judge probes one
 # interval apart.
-timing=(alert_scenario:: router_export::a_three_provider_chain chaos:: prompt_cache:: replicas::)
+timing=(alert_scenario:: router_export::a_three_provider_chain chaos:: prompt_cache:: replicas::
+  probe_standin::first_token_and_total_timeouts_are_recorded_at_their_limits)
 skips=()
 for t in "${timing[@]}"; do skips+=(--skip "$t"); done
 cargo test --lib --bins --tests --no-fail-fast -- --test-threads=4 "${skips[@]}" 2>&1 | tee "$out" || status=$?

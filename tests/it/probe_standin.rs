@@ -346,7 +346,11 @@ async fn first_token_and_total_timeouts_are_recorded_at_their_limits() {
     let p = provider("hang", ProviderKind::Openai, &server.base_url());
     let s = Prober::new(cfg.clone(), &[]).probe(&plan(&p, None), Utc::now()).await;
     assert_eq!(s.outcome, Outcome::Timeout, "{:?}", s.error);
-    assert!(s.total_ms.is_some_and(|t| (300.0..300.0 + SLACK_MS).contains(&t)), "{:?}", s.total_ms);
+    // The limit runs from before the write and `total_ms` from when the write returned, so the
+    // write's own time (microseconds on loopback) may put it just under the limit. CI runs this
+    // test in its wall-clock tier, alone: beside the suite, a late timer is load, not vigil.
+    let write = 1.0;
+    assert!(s.total_ms.is_some_and(|t| (300.0 - write..300.0 + SLACK_MS).contains(&t)), "{:?}", s.total_ms);
     assert!(s.ttfb_ms.is_some(), "the status line did arrive");
 
     // A token arrives, then the stream stalls: the total limit fires.
