@@ -378,7 +378,7 @@ pub async fn thresholds_document(
         credits.insert(p.name.clone(), readings);
     }
     monitor.read_credit(&credits);
-    monitor.publish(now, None).thresholds.context("no thresholds document")
+    monitor.publish(now, None).thresholds.map(std::sync::Arc::unwrap_or_clone).context("no thresholds document")
 }
 
 /// Parses the storage URL as opening it would, without connecting: a URL `run` would refuse

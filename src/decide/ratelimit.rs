@@ -138,6 +138,25 @@ pub struct HeadroomView {
     pub at: DateTime<Utc>,
 }
 
+/// Serde for a shared view, written and read as the view itself (`#[serde(default, with =
+/// "shared_view")]`): one view is shared by a target's stats, export row, chain entries and
+/// explanation.
+pub mod shared_view {
+    use super::HeadroomView;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    /// Writes the view, or null.
+    pub fn serialize<S: Serializer>(v: &Option<Arc<HeadroomView>>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_deref().serialize(s)
+    }
+
+    /// Reads the view, or null.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<HeadroomView>>, D::Error> {
+        Ok(Option::<HeadroomView>::deserialize(d)?.map(Arc::new))
+    }
+}
+
 impl HeadroomView {
     /// The view of `h` read at `at`, judged against `low_fraction`; `None` when `h` is empty.
     pub fn of(h: &Headroom, at: DateTime<Utc>, low_fraction: f64) -> Option<HeadroomView> {

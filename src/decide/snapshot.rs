@@ -48,7 +48,8 @@ pub struct TargetView {
     pub flapping: bool,
     /// Its latest rate-limit headroom and whether it is low (null when its provider never sent
     /// rate-limit headers).
-    pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
+    #[serde(serialize_with = "crate::decide::ratelimit::shared_view::serialize")]
+    pub ratelimit: Option<Arc<crate::decide::ratelimit::HeadroomView>>,
     /// Its long-prompt probes' TTFT and deadline per size (`[[probe.workload]]`), smallest first.
     pub workloads: Vec<crate::decide::workload::WorkloadDeadline>,
 }
@@ -61,8 +62,8 @@ fn shared_sample<S: serde::Serializer>(sample: &Option<Arc<Sample>>, s: S) -> Re
 /// What readers see; replaced as a whole on each publish.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    /// The router export.
-    pub thresholds: Option<Thresholds>,
+    /// The router export (shared: a request serves it without a copy).
+    pub thresholds: Option<Arc<Thresholds>>,
     /// Every target, explained (shared with the monitor, which rebuilds only the changed ones).
     pub targets: Vec<Arc<TargetView>>,
     /// The latest sample of each target in the other regions sharing the store (status page).

@@ -216,7 +216,7 @@ pub struct App {
     migrated: bool,
     writer: Writer,
     monitor: Monitor,
-    /// Whether the breakers, newest samples and drills were restored at start ([`Monitor::load_state`]).
+    /// Whether the breakers and drills were restored at start ([`Monitor::load_state`]).
     restored: bool,
     /// The prober's table of OpenRouter's published prices and the targets it prices.
     published: (crate::io::probe::PublishedPrices, Vec<crate::vocab::target::Target>),

@@ -13,7 +13,7 @@ use crate::decide::health::{
 use crate::decide::ratelimit::HeadroomView;
 use crate::decide::snapshot::{Snapshot, TargetView, ViewBaselines};
 use crate::io::metrics::Metrics;
-use crate::io::store::link::{Query, Record};
+use crate::io::store::link::{Newest, Query, Record};
 use crate::io::store::{SampleQuery, Store, StoreError};
 use crate::vocab::breaker::State;
 use crate::vocab::health::Health;
@@ -223,6 +223,7 @@ impl Monitor {
             tracing::warn!(error = %skipped, "unreadable rollup skipped");
         }
         self.load_state(store, now).await?;
+        self.load_newest(store, now).await?;
         let since = self.workloads.window_start(now);
         let runs = store.workload_runs(Some(&self.region), since, crate::io::store::link::WORKLOAD_LOAD_LIMIT).await?;
         self.restore_workloads(&runs, now);
@@ -230,25 +231,32 @@ impl Monitor {
         Ok(())
     }
 
-    /// Restores what the first probes are judged against and exports read: breaker states, each
-    /// target's newest samples (one read each) and the running drills, about 1.5 s at 10,000
-    /// targets, where the week of rollups takes a minute or more: that comes later
-    /// ([`Monitor::load_query`]).
+    /// Restores what the first probes are judged against: breaker states and the running
+    /// drills, two reads. Each target's newest samples (one read each: seconds at 10,000 targets
+    /// on a start that checks a big SQLite file beside it) and the week of rollups (a minute or
+    /// more) come later, through the storage link ([`Monitor::load_query`]).
     pub async fn load_state(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
         self.restore_breakers(&store.load_breakers(Some(&self.region)).await?, now);
-        self.load_last_samples(store).await?;
         self.drills = store.drills(now).await?;
         self.built.all = true;
         Ok(())
     }
 
-    /// The question that restores this region's stored window (rollups, long-prompt runs) through
-    /// the storage link from `resume` on (the end of the hours already folded in, if any), and its
-    /// breakers too unless [`Monitor::load_state`] restored them.
-    pub fn load_query(&self, now: DateTime<Utc>, resume: Option<DateTime<Utc>>, breakers: bool) -> Query {
+    /// The question that restores, through the storage link, each target's newest samples
+    /// unless they were (`newest`), this region's stored window (rollups, long-prompt runs) from
+    /// `resume` on (the end of the hours already folded in, if any), and its breakers too unless
+    /// [`Monitor::load_state`] restored them.
+    pub fn load_query(&self, now: DateTime<Utc>, resume: Option<DateTime<Utc>>, breakers: bool, newest: bool) -> Query {
         let (from, until) = self.baselines.window_hours(now);
         let from = resume.map_or(from, |r| r.max(from));
-        Query::Load { region: self.region.clone(), from, until, breakers }
+        let newest = newest.then(|| Newest { targets: self.targets.clone(), per_target: self.newest_per_target() });
+        Query::Load { region: self.region.clone(), from, until, breakers, newest }
+    }
+
+    /// How many of a target's newest samples a restore reads: the last N replies' capability
+    /// verdicts need N.
+    fn newest_per_target(&self) -> i64 {
+        i64::from(self.capability.replies.max(1))
     }
 
     /// Folds one hour of stored rollups in (an answer to [`Monitor::load_query`]).
@@ -335,22 +343,35 @@ impl Monitor {
         out
     }
 
-    /// The newest stored samples of each target (last probe and cost, and the last N replies'
-    /// capability verdicts), so an export built after a restart or by `vigil thresholds` judges
-    /// and ranks exactly as the running daemon did.
-    async fn load_last_samples(&mut self, store: &dyn Store) -> Result<(), StoreError> {
+    /// Reads each target's newest stored samples at once (`vigil thresholds`; the daemon reads
+    /// them through the storage link) and restores them ([`Monitor::restore_newest`]).
+    async fn load_newest(&mut self, store: &dyn Store, now: DateTime<Utc>) -> Result<(), StoreError> {
         for t in self.targets.clone() {
-            let t = &t;
-            if self.last.contains_key(t) {
+            if self.last.contains_key(&t) {
                 continue;
             }
             let q = SampleQuery {
                 region: Some(self.region.clone()),
                 target: Some(t.clone()),
-                limit: Some(i64::from(self.capability.replies.max(1))),
+                limit: Some(self.newest_per_target()),
                 ..SampleQuery::default()
             };
             let newest_first = store.samples(&q).await?;
+            self.restore_newest(vec![(t, newest_first)], now);
+        }
+        Ok(())
+    }
+
+    /// Restores the newest stored samples of each target, newest first (last probe and cost,
+    /// and the last N replies' capability verdicts), so an export built after a restart or by
+    /// `vigil thresholds` judges and ranks exactly as the running daemon did. A target probed
+    /// since the start keeps what its own probe said.
+    pub fn restore_newest(&mut self, read: Vec<(Target, Vec<Sample>)>, now: DateTime<Utc>) {
+        for (t, newest_first) in read {
+            let t = &t;
+            if self.last.contains_key(t) {
+                continue;
+            }
             let replies = self.replies.entry(t.clone()).or_default();
             for s in newest_first.iter().rev() {
                 replies.record(s, self.capability);
@@ -362,7 +383,7 @@ impl Monitor {
                 if let Some(c) = s.cost_usd {
                     self.cost.insert(t.clone(), c);
                 }
-                let deadlines = self.deadlines(t, Utc::now());
+                let deadlines = self.deadlines(t, now);
                 self.verdicts.insert(t.clone(), health::verdict(&s, &deadlines));
                 if let Some(b) = self.rate_limit.backoff(&s) {
                     self.backoffs.insert(t.clone(), b);
@@ -371,7 +392,6 @@ impl Monitor {
                 self.built.changed.insert(t.clone());
             }
         }
-        Ok(())
     }
 
     /// Takes what a sample's rate-limit headers said into its target's latest reading (a probe
@@ -667,7 +687,7 @@ impl Monitor {
             capabilities: self.capabilities.clone(),
         };
         let snapshot = Snapshot {
-            thresholds: Some(export::build(&params, &built.stats)),
+            thresholds: Some(Arc::new(export::build(&params, &built.stats))),
             targets: built.views.clone(),
             elsewhere: Arc::default(),
             elsewhere_health: Arc::default(),
@@ -702,7 +722,10 @@ impl Monitor {
         let (ttfb_p95_bound, ttft_p95_bound) =
             (self.p95_bound(t, Metric::Ttfb, &ttfb, now), self.p95_bound(t, Metric::Ttft, &ttft, now));
         let health = self.health(t, now);
-        let ratelimit = self.headroom.get(t).and_then(|(h, at)| HeadroomView::of(h, *at, self.low_fraction));
+        // Shared by the stats, the export row, its chain entries and the view: 128 bytes in each of
+        // 10,000 rows of each, mostly empty, when held inline.
+        let ratelimit =
+            self.headroom.get(t).and_then(|(h, at)| HeadroomView::of(h, *at, self.low_fraction)).map(Arc::new);
         let workloads = self.workloads.of(t, now);
         let stats = TargetStats {
             target: t.clone(),

@@ -59,6 +59,9 @@ pub struct Pipeline {
     /// Whether the stored breakers are restored (at start, or with the window when storage was
     /// down then): until they are, the monitor's are all closed.
     breakers_restored: bool,
+    /// Whether each target's newest stored samples are restored (the first part of the load):
+    /// a load cut short after them does not read them again.
+    newest_restored: bool,
     /// A breaker moved since the last snapshot: publish at the next check, not when due.
     urgent: bool,
     /// A load or an expiry read is under way (asked, not yet answered).
@@ -332,8 +335,8 @@ pub struct Stages {
     pub writer: mpsc::Sender<Sample>,
     /// Baselines and breakers.
     pub monitor: Monitor,
-    /// Whether the monitor's breakers, newest samples and drills were restored at start
-    /// ([`Monitor::load_state`]); the stored window always comes through the link.
+    /// Whether the monitor's breakers and drills were restored at start ([`Monitor::load_state`]);
+    /// each target's newest samples and the stored window always come through the link.
     pub restored: bool,
     /// The storage link's pipeline end.
     pub link: LinkHandle,
@@ -379,6 +382,7 @@ impl Pipeline {
             liveness: s.liveness,
             loaded: false,
             breakers_restored: s.restored,
+            newest_restored: false,
             urgent: false,
             loading: false,
             expiring: false,
@@ -833,7 +837,8 @@ impl Pipeline {
         if !self.loaded {
             if !self.loading {
                 self.loading = true;
-                self.link.ask(self.monitor.load_query(now, self.read_until, !self.breakers_restored));
+                let q = self.monitor.load_query(now, self.read_until, !self.breakers_restored, !self.newest_restored);
+                self.link.ask(q);
             }
             return;
         }
@@ -859,6 +864,10 @@ impl Pipeline {
             Reply::LoadedHour { until, rollups, .. } => {
                 self.monitor.restore_hour(&rollups, now);
                 self.read_until = Some(until);
+            }
+            Reply::LoadedNewest { samples, done } => {
+                self.monitor.restore_newest(samples, now);
+                self.newest_restored |= done;
             }
             Reply::LoadedWorkloads(runs) => self.monitor.restore_workloads(&runs, now),
             Reply::Loaded(breakers) => {
@@ -1261,6 +1270,58 @@ balance = { min_usd = 5.0 }
                 return;
             }
         }
+    }
+
+    #[tokio::test]
+    async fn each_targets_newest_stored_samples_come_through_the_link_and_a_probe_since_the_start_keeps_its_own() {
+        use crate::vocab::sample::Outcome;
+        let now = Utc::now();
+        let stored = sample("eu", now - chrono::Duration::minutes(3), Outcome::ServerError);
+        let kept = stored.clone();
+        let mut r = rig(async |s: &dyn Store| {
+            s.insert_samples(std::slice::from_ref(&kept)).await.expect("sample stored");
+        })
+        .await;
+        // The start reads no sample: the first question to the link asks for them, ahead of the week.
+        r.pipeline.monitor.load_state(r.store.as_ref(), now).await.expect("state restored");
+        r.pipeline.breakers_restored = true;
+        r.pipeline.persist(now);
+        let (samples, done) = loop {
+            match next_reply(&mut r.pipeline).await {
+                Reply::LoadedNewest { samples, done } => break (samples, done),
+                Reply::LoadedHour { .. } | Reply::Loaded(_) => panic!("the newest samples come first"),
+                other => r.pipeline.on_reply(other, now),
+            }
+        };
+        assert!(done, "one target: one reply");
+        assert_eq!(samples.len(), 1);
+        // Stored to the microsecond.
+        let micros = |at: DateTime<Utc>| at.timestamp_micros();
+        assert_eq!(samples[0].1.iter().map(|s| micros(s.started_at)).collect::<Vec<_>>(), [micros(stored.started_at)]);
+        r.pipeline.on_reply(Reply::LoadedNewest { samples, done }, now);
+        finish_load(&mut r.pipeline, now).await;
+        r.pipeline.publish(now);
+        let last = |r: &Rig| {
+            r.snapshot.read().expect("snapshot").targets[0].last_sample.as_ref().map(|s| micros(s.started_at))
+        };
+        assert_eq!(last(&r), Some(micros(stored.started_at)), "the stored newest sample is the target's last probe");
+        assert!(r.pipeline.newest_restored, "a load cut short after them does not read them again");
+        let q = r.pipeline.monitor.load_query(now, None, false, !r.pipeline.newest_restored);
+        assert!(matches!(q, Query::Load { newest: None, .. }), "{q:?}");
+
+        // On another start, a probe that lands before the stored samples keeps its own word.
+        let mut again = rig(async |s: &dyn Store| {
+            s.insert_samples(std::slice::from_ref(&stored)).await.expect("sample stored");
+        })
+        .await;
+        let fresh = sample("eu", now, Outcome::Ok);
+        again.pipeline.process(fresh.clone()).await;
+        again.pipeline.persist(now);
+        finish_load(&mut again.pipeline, now).await;
+        again.pipeline.publish(now);
+        assert_eq!(last(&again), Some(micros(fresh.started_at)), "not read over by the older stored one");
+        r.stop.cancel();
+        again.stop.cancel();
     }
 
     #[tokio::test]

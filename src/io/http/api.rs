@@ -18,7 +18,7 @@ use secrecy::ExposeSecret;
 use secrecy::SecretString;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
 
 /// What serving the export needs beyond the snapshot: signer, cache lifetime, the held document.
@@ -26,7 +26,7 @@ use subtle::ConstantTimeEq;
 pub struct Feed {
     signer: Option<ExportSigner>,
     max_age_s: u64,
-    held: Mutex<Option<Thresholds>>,
+    held: Mutex<Option<Arc<Thresholds>>>,
 }
 
 impl Feed {
@@ -40,18 +40,18 @@ impl Feed {
         }
     }
 
-    /// `fresh`, or the held document when only its timestamps differ and it is younger than one probe interval.
-    fn stable(&self, fresh: Thresholds) -> Thresholds {
+    /// `fresh`, or the held document when only its timestamps differ and it is younger than one
+    /// probe interval. Both are shared with the snapshots that published them: a request copies
+    /// no document.
+    fn stable(&self, fresh: Arc<Thresholds>) -> Arc<Thresholds> {
         let Ok(mut held) = self.held.lock() else { return fresh };
         if let Some(old) = held.as_ref() {
-            let same =
-                Thresholds { generated_at: old.generated_at, expires_at: old.expires_at, ..fresh.clone() } == *old;
             let young = (fresh.generated_at - old.generated_at).num_seconds() < self.max_age_s as i64;
-            if same && young {
-                return old.clone();
+            if young && (Arc::ptr_eq(old, &fresh) || old.same_apart_from_time(&fresh)) {
+                return Arc::clone(old);
             }
         }
-        *held = Some(fresh.clone());
+        *held = Some(Arc::clone(&fresh));
         fresh
     }
 }
@@ -119,9 +119,12 @@ pub async fn thresholds(State(s): State<HttpState>, Query(q): Query<ThresholdsQu
     };
     let doc = s.feed.stable(doc);
     let filter = Filter { model: q.model, provider: q.provider, chain: q.chain };
-    let doc = match doc.filtered(&filter) {
-        Ok(d) => d,
-        Err(e) => return text(StatusCode::NOT_FOUND, format!("chain: {e}\n")),
+    let doc = match filter == Filter::default() {
+        true => doc,
+        false => match doc.filtered(&filter) {
+            Ok(d) => Arc::new(d),
+            Err(e) => return text(StatusCode::NOT_FOUND, format!("chain: {e}\n")),
+        },
     };
     let body = match render(&doc, format) {
         Ok(b) => b,
@@ -208,7 +211,7 @@ mod tests {
     use crate::decide::export::{build, BreakerParams, ExportParams};
     use chrono::TimeZone;
 
-    fn doc(secs: i64, factor: f64) -> Thresholds {
+    fn doc(secs: i64, factor: f64) -> Arc<Thresholds> {
         let params = ExportParams {
             region: "r".into(),
             generated_at: chrono::Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("time")
@@ -235,14 +238,14 @@ mod tests {
             drills: vec![],
             capabilities: Default::default(),
         };
-        build(&params, &[])
+        Arc::new(build(&params, &[]))
     }
 
     #[test]
     fn an_unchanged_document_keeps_its_timestamps_for_one_probe_interval() {
         let feed = Feed { max_age_s: 60, ..Feed::default() };
         let first = feed.stable(doc(0, 2.0));
-        assert_eq!(feed.stable(doc(59, 2.0)), first, "same data, same bytes, same ETag");
+        assert!(Arc::ptr_eq(&feed.stable(doc(59, 2.0)), &first), "same data, same bytes, same ETag");
         let changed = feed.stable(doc(30, 3.0));
         assert_eq!(changed.generated_at, doc(30, 3.0).generated_at, "new data is served at once");
         let later = feed.stable(doc(91, 3.0));

@@ -76,7 +76,7 @@ pub struct Cell {
     /// Its interval in the adaptive plan (known for this region only).
     pub probe: Option<crate::decide::adaptive::TargetPlan>,
     /// Its latest rate-limit headroom (known for this region only; none when never sent).
-    pub ratelimit: Option<crate::decide::ratelimit::HeadroomView>,
+    pub ratelimit: Option<std::sync::Arc<crate::decide::ratelimit::HeadroomView>>,
 }
 
 /// What the page shows of a sample.

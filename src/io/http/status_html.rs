@@ -769,7 +769,7 @@ mod tests {
             tokens: Some(Allowance { remaining: Some(900), limit: None, reset_at: None }),
         };
         let cell = |low_fraction| Cell {
-            ratelimit: crate::decide::ratelimit::HeadroomView::of(&h, now, low_fraction),
+            ratelimit: crate::decide::ratelimit::HeadroomView::of(&h, now, low_fraction).map(std::sync::Arc::new),
             ..Cell::default()
         };
         let data = StatusData::default();

@@ -49,6 +49,9 @@ const CONTEXT_SKIPS_WHILE_FAILING: u32 = 3;
 const STOP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most long-prompt probe runs a load reads back (a week of 96 a day for 100 target-sizes).
 pub const WORKLOAD_LOAD_LIMIT: i64 = 100_000;
+/// Targets whose newest samples go in one reply ([`Reply::LoadedNewest`]): the pipeline takes
+/// them in while the rest are read, and never holds every target's at once.
+pub const NEWEST_PER_REPLY: usize = 256;
 /// Most spooled records read back at once in a replay: a line can carry a whole part's rollups.
 const REPLAY_PART: usize = 64;
 /// Most ordered records held in memory while neither the store nor the spool takes them (the
@@ -183,8 +186,9 @@ mod items {
 /// A question the pipeline asks; answered later by a [`Reply`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Query {
-    /// This region's stored rollups of `[from, until)` hour by hour, its long-prompt runs, then
-    /// its breakers (none read when `breakers` is false: the start restored them).
+    /// This region's newest samples of each target (when `newest` is given), its stored rollups
+    /// of `[from, until)` hour by hour, its long-prompt runs, then its breakers (none read when
+    /// `breakers` is false: the start restored them).
     Load {
         /// Region.
         region: String,
@@ -194,6 +198,8 @@ pub enum Query {
         until: DateTime<Utc>,
         /// Whether to read the stored breakers too.
         breakers: bool,
+        /// The targets whose newest samples to read first (none once they were).
+        newest: Option<Newest>,
     },
     /// Rollups of hours leaving the baseline window, `[from, until)`.
     Expiring {
@@ -211,9 +217,26 @@ pub enum Query {
     },
 }
 
+/// Which targets' newest samples a [`Query::Load`] reads, and how many of each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Newest {
+    /// The targets, in the order their replies come.
+    pub targets: Vec<Target>,
+    /// Samples of each, newest first.
+    pub per_target: i64,
+}
+
 /// What the link answers.
 #[derive(Debug)]
 pub enum Reply {
+    /// The newest stored samples of up to [`NEWEST_PER_REPLY`] targets ([`Query::Load`]), each
+    /// newest first; `done` on the last of them.
+    LoadedNewest {
+        /// Each target with its samples (none for a target never stored).
+        samples: Vec<(Target, Vec<Sample>)>,
+        /// Whether every target asked has now been answered.
+        done: bool,
+    },
     /// One hour of the stored window ([`Query::Load`]), oldest first.
     LoadedHour {
         /// The end of that hour: a load cut short resumes here.
@@ -827,9 +850,47 @@ impl Link {
         self.backoff = (self.backoff * 2).min(RETRY_MAX);
     }
 
+    /// Reads each target's newest samples (one read each) and hands them to the pipeline
+    /// [`NEWEST_PER_REPLY`] targets at a time; false when a read failed (told) or nobody reads.
+    async fn read_newest(&mut self, region: &str, newest: Newest) -> bool {
+        let parts = newest.targets.len().div_ceil(NEWEST_PER_REPLY).max(1);
+        let mut chunks = newest.targets.chunks(NEWEST_PER_REPLY);
+        for part in 1..=parts {
+            if self.replies.is_closed() {
+                return false;
+            }
+            // Probes are judged meanwhile: what they store goes in between the reads.
+            self.take_queued().await;
+            let chunk = chunks.next().unwrap_or_default();
+            let mut samples = Vec::with_capacity(chunk.len());
+            for t in chunk {
+                let q = SampleQuery {
+                    region: Some(region.to_string()),
+                    target: Some(t.clone()),
+                    limit: Some(newest.per_target),
+                    ..SampleQuery::default()
+                };
+                match self.call(|s| async move { s.samples(&q).await }).await {
+                    Ok(read) => samples.push((t.clone(), read)),
+                    Err(e) => {
+                        let _ = self.replies.send(Reply::LoadFailed(e.to_string()));
+                        return false;
+                    }
+                }
+            }
+            let _ = self.replies.send(Reply::LoadedNewest { samples, done: part == parts });
+        }
+        true
+    }
+
     async fn answer(&mut self, q: Query) {
         let reply = match q {
-            Query::Load { region, from, until, breakers } => {
+            Query::Load { region, from, until, breakers, newest } => {
+                if let Some(newest) = newest {
+                    if !self.read_newest(&region, newest).await {
+                        return;
+                    }
+                }
                 let places = Arc::new(tokio::sync::Semaphore::new(HOURS_AHEAD));
                 let mut hour = from;
                 while hour < until {
@@ -1141,7 +1202,7 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(link.run(stop.clone()));
         let until = from + chrono::Duration::hours(6);
-        handle.ask(Query::Load { region: "eu".into(), from, until, breakers: false });
+        handle.ask(Query::Load { region: "eu".into(), from, until, breakers: false, newest: None });
 
         let hour_of = |r: &Reply| match r {
             Reply::LoadedHour { rollups, .. } => rollups.iter().map(|r| r.hour).collect::<Vec<_>>(),
