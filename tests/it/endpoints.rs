@@ -85,13 +85,18 @@ async fn embeddings_and_responses_targets_are_timed_exported_and_paged_like_chat
     .expect("three good probes of each endpoint");
     let emb = good.iter().find(|s| s.target.provider == "emb" && s.outcome == Outcome::Ok).expect("embedding");
     let (ttfb, ttft, total) = (emb.ttfb_ms.unwrap_or(0.0), emb.ttft_ms.unwrap_or(0.0), emb.total_ms.unwrap_or(0.0));
-    assert!(ttft >= 80.0 && ttfb < 60.0, "an embedding's TTFT is its last byte: ttfb {ttfb}, ttft {ttft}");
+    // The stand-in's 80 ms run from when it read the request; the probe's clock from when its
+    // write returned, which a loaded machine can put a little after that read (79.6 ms seen
+    // beside the suite). The first byte comes at once, so 75 ms still tells the last from it.
+    let last_byte = 80.0 - 5.0;
+    assert!(ttft >= last_byte && ttfb < 60.0, "an embedding's TTFT is its last byte: ttfb {ttfb}, ttft {ttft}");
     assert_eq!(ttft, total, "its TTFT is the whole answer");
     assert_eq!((emb.input_tokens, emb.output_tokens, emb.tokens_per_s), (Some(8), None, None));
     assert!(emb.cost_usd.is_none(), "no price for a loopback host");
     let resp = good.iter().find(|s| s.target.provider == "resp" && s.outcome == Outcome::Ok).expect("response");
     let (ttfb, ttft) = (resp.ttfb_ms.unwrap_or(0.0), resp.ttft_ms.unwrap_or(0.0));
-    assert!(ttft >= 60.0 && ttft > ttfb, "TTFT on the first output text delta: ttfb {ttfb}, ttft {ttft}");
+    // As above: 60 ms by the stand-in's clock, a little less by the probe's on a loaded machine.
+    assert!(ttft >= 60.0 - 5.0 && ttft > ttfb, "TTFT on the first output text delta: ttfb {ttfb}, ttft {ttft}");
     assert_eq!((resp.input_tokens, resp.output_tokens), (Some(36), Some(5)));
     assert_eq!(resp.adherence_ok, Some(true), "instructions carry the health check's instruction");
 
