@@ -350,14 +350,9 @@ impl Monitor {
             if self.last.contains_key(&t) {
                 continue;
             }
-            let q = SampleQuery {
-                region: Some(self.region.clone()),
-                target: Some(t.clone()),
-                limit: Some(self.newest_per_target()),
-                ..SampleQuery::default()
-            };
+            let q = SampleQuery::newest_of(&self.region, &t, self.newest_per_target());
             let newest_first = store.samples(&q).await?;
-            self.restore_newest(vec![(t, newest_first)], now);
+            self.restore_newest([(t, newest_first)], now);
         }
         Ok(())
     }
@@ -366,7 +361,7 @@ impl Monitor {
     /// and the last N replies' capability verdicts), so an export built after a restart or by
     /// `vigil thresholds` judges and ranks exactly as the running daemon did. A target probed
     /// since the start keeps what its own probe said.
-    pub fn restore_newest(&mut self, read: Vec<(Target, Vec<Sample>)>, now: DateTime<Utc>) {
+    pub fn restore_newest(&mut self, read: impl IntoIterator<Item = (Target, Vec<Sample>)>, now: DateTime<Utc>) {
         for (t, newest_first) in read {
             let t = &t;
             if self.last.contains_key(t) {

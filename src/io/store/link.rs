@@ -864,12 +864,7 @@ impl Link {
             let chunk = chunks.next().unwrap_or_default();
             let mut samples = Vec::with_capacity(chunk.len());
             for t in chunk {
-                let q = SampleQuery {
-                    region: Some(region.to_string()),
-                    target: Some(t.clone()),
-                    limit: Some(newest.per_target),
-                    ..SampleQuery::default()
-                };
+                let q = SampleQuery::newest_of(region, t, newest.per_target);
                 match self.call(|s| async move { s.samples(&q).await }).await {
                     Ok(read) => samples.push((t.clone(), read)),
                     Err(e) => {

@@ -266,6 +266,18 @@ pub struct SampleQuery {
     pub latest: bool,
 }
 
+impl SampleQuery {
+    /// The `n` newest samples of `target` in `region`, newest first (what a start restores).
+    pub fn newest_of(region: &str, target: &Target, n: i64) -> SampleQuery {
+        SampleQuery {
+            region: Some(region.to_string()),
+            target: Some(target.clone()),
+            limit: Some(n),
+            ..SampleQuery::default()
+        }
+    }
+}
+
 /// A table (or part of one) that retention prunes row by row, each by its own clock.
 /// Samples are not here: they go by day ([`SampleStore::purge_samples_before`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
