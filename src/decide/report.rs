@@ -133,7 +133,7 @@ pub fn matrix(samples: &[Sample], price: &dyn Fn(&Target) -> Option<Price>) -> M
         })
         .collect();
     // A target's place is set by its best region, so its rows stay together.
-    let mut best: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    let mut best: BTreeMap<Name, Option<f64>> = BTreeMap::new();
     for r in &rows {
         let e = best.entry(r.key.target.clone()).or_insert(None);
         if cmp_known_first(r.ttft_p95_ms, *e) == Ordering::Less {

@@ -20,7 +20,7 @@ use crate::vocab::health::Health;
 use crate::vocab::ratelimit::Headroom;
 use crate::vocab::records::{BreakerRecord, Rollup, TargetStatus};
 use crate::vocab::sample::Sample;
-use crate::vocab::target::{ByTarget, Target, TargetKey};
+use crate::vocab::target::{ByTarget, Target, TargetKey, TargetSet};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -98,7 +98,9 @@ struct Built {
     stats: Vec<TargetStats>,
     views: Vec<Arc<TargetView>>,
     /// Targets changed since the last publish.
-    changed: std::collections::HashSet<Target>,
+    changed: TargetSet,
+    /// The stats' places in the last export's order, the next one's starting point.
+    order: Vec<usize>,
     /// Everything must be rebuilt (nothing built yet, or state loaded).
     all: bool,
     /// The baseline window's hours at the last publish.
@@ -682,7 +684,7 @@ impl Monitor {
             capabilities: self.capabilities.clone(),
         };
         let snapshot = Snapshot {
-            thresholds: Some(Arc::new(export::build(&params, &built.stats))),
+            thresholds: Some(Arc::new(export::build_ordered(&params, &built.stats, &mut built.order))),
             targets: built.views.clone(),
             elsewhere: Arc::default(),
             elsewhere_health: Arc::default(),

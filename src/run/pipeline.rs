@@ -190,7 +190,7 @@ fn head_checks(
             let head = c.order.first();
             crate::decide::alert::chain_head::ChainHeadCheck {
                 chain: c.name.clone(),
-                head: head.map(|e| e.key.target.clone()),
+                head: head.map(|e| e.key.target.to_string()),
                 price: head.and_then(|e| e.price.as_ref()).map(|p| p.per_mtok()),
                 tokens_per_day: traffic.get(&c.name).copied(),
             }

@@ -19,6 +19,11 @@ impl Name {
         &self.0
     }
 
+    /// The shared string itself, for a consumer that takes one (a database binding it).
+    pub fn shared(&self) -> Arc<str> {
+        Arc::clone(&self.0)
+    }
+
     /// Whether `other` is this very string, not an equal copy.
     pub fn shares(&self, other: &Name) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

@@ -7,12 +7,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Per-target state, hashed with foldhash: the minute's evaluation asks several such maps about
 /// every target, and SipHash over a target's four strings was most of that. The keys come from
 /// the config, not from the network, so a hasher without flood resistance is safe here.
 pub type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
+
+/// A set of targets, hashed as [`ByTarget`] is (a publish asks it about every target).
+pub type TargetSet = std::collections::HashSet<Target, foldhash::fast::RandomState>;
 
 /// Identity of one probed target; `Display` gives the stable id `provider/model@route`.
 ///
@@ -21,7 +24,16 @@ pub type ByTarget<V> = HashMap<Target, V, foldhash::fast::RandomState>;
 /// (each map of 10,000 targets has 16,384 slots). Reads go through [`TargetNames`] (`t.provider`);
 /// a write copies the names first when another holder shares them.
 #[derive(Clone)]
-pub struct Target(Arc<TargetNames>);
+pub struct Target(Arc<Held>);
+
+/// The names and, once asked for, the id spelled from them: every export row, view and chain
+/// entry carries the id, and spelling it anew for each of 10,000 targets at every publish was
+/// a visible share of the publish.
+#[derive(Clone)]
+struct Held {
+    names: TargetNames,
+    id: OnceLock<Name>,
+}
 
 /// The names a [`Target`] is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -39,20 +51,27 @@ pub struct TargetNames {
 impl Target {
     /// The target of `provider`'s `model` (through `route`) probed from `region`.
     pub fn new(provider: Name, model: Name, route: Option<Name>, region: Name) -> Self {
-        Target(Arc::new(TargetNames { provider, model, route, region }))
+        Target::of(TargetNames { provider, model, route, region })
+    }
+
+    fn of(names: TargetNames) -> Self {
+        Target(Arc::new(Held { names, id: OnceLock::new() }))
     }
 }
 
 impl Deref for Target {
     type Target = TargetNames;
     fn deref(&self) -> &TargetNames {
-        &self.0
+        &self.0.names
     }
 }
 
 impl DerefMut for Target {
+    /// The names to change: the id spelled from the old ones is forgotten first.
     fn deref_mut(&mut self) -> &mut TargetNames {
-        Arc::make_mut(&mut self.0)
+        let held = Arc::make_mut(&mut self.0);
+        held.id = OnceLock::new();
+        &mut held.names
     }
 }
 
@@ -60,7 +79,7 @@ impl DerefMut for Target {
 // entries of the one from the config; the same allocation is equal without comparing.
 impl PartialEq for Target {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        Arc::ptr_eq(&self.0, &other.0) || self.0.names == other.0.names
     }
 }
 
@@ -68,7 +87,7 @@ impl Eq for Target {}
 
 impl Hash for Target {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state)
+        self.0.names.hash(state)
     }
 }
 
@@ -80,7 +99,7 @@ impl PartialOrd for Target {
 
 impl Ord for Target {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&other.0)
+        self.0.names.cmp(&other.0.names)
     }
 }
 
@@ -97,13 +116,13 @@ impl fmt::Debug for Target {
 
 impl Serialize for Target {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        self.0.names.serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for Target {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        TargetNames::deserialize(d).map(|n| Target(Arc::new(n)))
+        TargetNames::deserialize(d).map(Target::of)
     }
 }
 
@@ -115,7 +134,12 @@ impl Target {
 
     /// Stable id used in exports, logs and `--target` (`openrouter/meta-llama/llama-3-70b-instruct@DeepInfra`).
     pub fn id(&self) -> String {
-        self.to_string()
+        self.shared_id().to_string()
+    }
+
+    /// The [`id`](Self::id), spelled once per target and shared by every copy of it.
+    pub fn shared_id(&self) -> &Name {
+        self.0.id.get_or_init(|| Name::from(self.to_string()))
     }
 
     /// Whether `id` is this target's [`id`](Self::id), compared without spelling it.
@@ -137,6 +161,9 @@ impl Target {
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(id) = self.0.id.get() {
+            return f.write_str(id);
+        }
         f.write_str(&self.provider)?;
         if !self.model.is_empty() {
             write!(f, "/{}", self.model)?;
@@ -154,8 +181,8 @@ impl fmt::Display for Target {
 /// with the same fields in the same order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TargetKey {
-    /// Stable id `provider/model@route` ([`Target::id`]).
-    pub target: String,
+    /// Stable id `provider/model@route` ([`Target::id`]), shared with the target.
+    pub target: Name,
     /// Provider name from config.
     pub provider: Name,
     /// Model id as the provider spells it; empty for plain HTTP targets.
@@ -166,7 +193,12 @@ pub struct TargetKey {
 
 impl From<&Target> for TargetKey {
     fn from(t: &Target) -> Self {
-        TargetKey { target: t.id(), provider: t.provider.clone(), model: t.model.clone(), route: t.route.clone() }
+        TargetKey {
+            target: t.shared_id().clone(),
+            provider: t.provider.clone(),
+            model: t.model.clone(),
+            route: t.route.clone(),
+        }
     }
 }
 
@@ -245,6 +277,22 @@ mod tests {
         assert_eq!(moved.region.as_str(), "us");
         assert_eq!((copy.region.as_str(), t.region.as_str()), ("eu", "eu"));
         assert_ne!(moved, t);
+    }
+
+    #[test]
+    fn the_id_is_spelled_once_for_every_copy_and_a_write_spells_it_anew() {
+        let t = Target::new("or".into(), "a/b".into(), Some("Groq".into()), "eu".into());
+        let copy = t.clone();
+        assert!(t.shared_id().shares(copy.shared_id()), "copies share the one spelling");
+        assert!(TargetKey::from(&copy).target.shares(t.shared_id()), "so does every key made of them");
+        assert_eq!(format!("{t}"), "or/a/b@Groq");
+        let mut moved = copy.clone();
+        moved.route = Some("Together".into());
+        assert_eq!(moved.shared_id(), "or/a/b@Together");
+        assert_eq!(moved.to_string(), "or/a/b@Together");
+        assert_eq!((t.id(), copy.id()), ("or/a/b@Groq".to_string(), "or/a/b@Groq".to_string()));
+        let read: Target = serde_json::from_str(&serde_json::to_string(&moved).expect("serializes")).expect("reads");
+        assert_eq!(read.shared_id(), moved.shared_id());
     }
 
     #[test]

@@ -90,7 +90,7 @@ fn deployment(group: &str, order: usize, m: &Member<'_>, p: &RouterProvider) -> 
     }
     let mut info = Map::new();
     info.insert("id".into(), format!("{group}|{}", m.key.target).into());
-    info.insert("vigil_target".into(), m.key.target.clone().into());
+    info.insert("vigil_target".into(), m.key.target.to_string().into());
     if embeddings {
         // What LiteLLM's health checks and `/model/info` read to call it as an embedding model.
         info.insert("mode".into(), "embedding".into());

@@ -181,7 +181,7 @@ pub async fn targets(State(s): State<HttpState>) -> Response {
             if let (Some(obj), Some(probe)) = (v.as_object_mut(), probe) {
                 obj.insert("probe".into(), serde_json::to_value(probe).unwrap_or(serde_json::Value::Null));
             }
-            if let (Some(obj), Some(runs)) = (v.as_object_mut(), checks.remove(&view.key.target)) {
+            if let (Some(obj), Some(runs)) = (v.as_object_mut(), checks.remove(view.key.target.as_str())) {
                 obj.insert("checks".into(), serde_json::Value::Array(runs));
             }
             v

@@ -167,7 +167,7 @@ impl StatusPage {
 
 /// Each target's long-prompt probe sizes as the last publish built them (target id, size).
 fn workloads_of(snap: &Snapshot) -> Vec<(String, crate::decide::workload::WorkloadDeadline)> {
-    snap.targets.iter().flat_map(|v| v.workloads.iter().map(|w| (v.key.target.clone(), w.clone()))).collect()
+    snap.targets.iter().flat_map(|v| v.workloads.iter().map(|w| (v.key.target.to_string(), w.clone()))).collect()
 }
 
 /// `GET /`.

@@ -942,23 +942,22 @@ async fn read_answer(
             }
             continue;
         }
-        let mut events = Vec::new();
         // Events completed before a framing error still count, so the verdict does not
-        // depend on how the network happened to split the bytes.
-        let framing = match frames.as_mut() {
-            Some(frames) => {
-                frames.feed(data, |m| events.push(adapter.interpret_message(&m))).map_err(|e| e.to_string())
-            }
-            None => parser.feed(data, |ev| events.push(adapter.interpret(&ev))).map_err(|e| e.to_string()),
-        };
-        for signals in events {
-            if r.absorb(signals, at, sent) {
+        // depend on how the network happened to split the bytes; once one decides the outcome
+        // the rest of the read is not looked at. Each is taken as it is framed: gathered first,
+        // the events' signals were moved about more than they were read.
+        let mut take = |signals: Signals| {
+            if r.outcome.is_none() && r.absorb(signals, at, sent) {
                 done = true;
             }
-            if r.outcome.is_some() {
-                r.total = Some(at.duration_since(sent));
-                return;
-            }
+        };
+        let framing = match frames.as_mut() {
+            Some(frames) => frames.feed(data, |m| take(adapter.interpret_message(&m))).map_err(|e| e.to_string()),
+            None => parser.feed(data, |ev| take(adapter.interpret(&ev))).map_err(|e| e.to_string()),
+        };
+        if r.outcome.is_some() {
+            r.total = Some(at.duration_since(sent));
+            return;
         }
         if let Err(e) = framing {
             r.total = Some(at.duration_since(sent));

@@ -463,6 +463,8 @@ fn query(stmt: Stmt) -> Query<'static, Postgres, PgArguments> {
     for arg in stmt.args {
         q = match arg {
             Arg::Text(v) => q.bind(v.as_deref().map(clean)),
+            Arg::SharedText(v) if v.contains('\0') => q.bind(clean(&v)),
+            Arg::SharedText(v) => q.bind(v),
             Arg::Int(v) => q.bind(v),
             Arg::Int4(v) => q.bind(v),
             Arg::Float(v) => q.bind(v),

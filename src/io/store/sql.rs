@@ -81,6 +81,9 @@ const TRANSITION_COLUMNS: &str = "provider, model, route, region, from_state, to
 pub(crate) enum Arg {
     /// Text.
     Text(Option<String>),
+    /// Text shared with its owner (a target's names), bound without a copy: a sample and a
+    /// rollup carry four names each, a few thousand a second at 10,000 targets.
+    SharedText(std::sync::Arc<str>),
     /// 64-bit integer.
     Int(Option<i64>),
     /// 32-bit integer (PostgreSQL `integer` columns).
@@ -116,7 +119,7 @@ macro_rules! arg_from {
 arg_from! {
     &str => |v| Arg::Text(Some(v.to_owned())),
     &String => |v| Arg::Text(Some(v.clone())),
-    &crate::vocab::target::Name => |v| Arg::Text(Some(v.to_string())),
+    &crate::vocab::target::Name => |v| Arg::SharedText(v.shared()),
     String => |v| Arg::Text(Some(v)),
     Option<&str> => |v| Arg::Text(v.map(str::to_owned)),
     i64 => |v| Arg::Int(Some(v)),
@@ -240,7 +243,7 @@ fn sample_args(args: &mut Vec<Arg>, s: &Sample) {
         Arg::Id(s.id),
         (&s.target.provider).into(),
         (&s.target.model).into(),
-        s.target.route_label().into(),
+        route_arg(&s.target),
         (&s.target.region).into(),
         s.scheduled_at.into(),
         s.started_at.into(),
@@ -345,7 +348,7 @@ pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> impl Iterator<Item = Stmt> +
             args.extend([
                 Arg::from(&r.target.provider),
                 Arg::from(&r.target.model),
-                Arg::from(r.target.route_label()),
+                route_arg(&r.target),
                 Arg::from(&r.target.region),
                 Arg::from(&r.metric),
                 Arg::from(r.hour),
@@ -356,6 +359,11 @@ pub(crate) fn upsert_rollups(rollups: &[Rollup]) -> impl Iterator<Item = Stmt> +
         "ON CONFLICT (region, provider, model, route, metric, hour) \
          DO UPDATE SET count = excluded.count, histogram = excluded.histogram",
     )
+}
+
+/// A target's route as the tables store it: its shared name, or '' for none.
+fn route_arg(t: &Target) -> Arg {
+    t.route.as_ref().map_or(Arg::Text(Some(String::new())), Arg::from)
 }
 
 /// A target as the tables key it (no route is stored as '').
@@ -598,7 +606,7 @@ pub(crate) fn publish_target_status(rows: &[TargetStatus]) -> impl Iterator<Item
                 Arg::from(&r.target.region),
                 Arg::from(&r.target.provider),
                 Arg::from(&r.target.model),
-                Arg::from(r.target.route_label()),
+                route_arg(&r.target),
                 Arg::from(r.health.state.as_str()),
                 Arg::from(r.health.flapping),
                 Arg::from(r.health.reason.as_deref()),
