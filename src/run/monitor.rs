@@ -4,7 +4,7 @@
 //! the metrics read.
 
 use crate::config::Config;
-use crate::decide::baseline::{Baseline, Baselines, LatencyP95, Metric};
+use crate::decide::baseline::{Baseline, Baselines, Hours, LatencyP95, Metric};
 use crate::decide::breaker::{Breaker, BreakerSettings, Probe, Transition};
 use crate::decide::export::{self, ExportParams, TargetStats};
 use crate::decide::health::{
@@ -318,13 +318,14 @@ impl Monitor {
     /// persisted from here on (the link keeps them until they are stored, or spools them). A
     /// healthy breaker does not change between probes, so most rounds write none.
     pub fn take_dirty(&mut self) -> Vec<Record> {
-        self.take_dirty_of(Part::WHOLE)
+        self.take_dirty_of(Part::WHOLE, Hours::All)
     }
 
-    /// [`take_dirty`](Self::take_dirty) for the targets of one `part`.
-    pub fn take_dirty_of(&mut self, part: Part) -> Vec<Record> {
+    /// [`take_dirty`](Self::take_dirty) for the targets of one `part`: their changed breakers,
+    /// and their changed rollups of the `hours` asked for (the rest stay changed for later).
+    pub fn take_dirty_of(&mut self, part: Part, hours: Hours) -> Vec<Record> {
         let mut out = Vec::new();
-        let rollups = self.baselines.dirty_rollups_of(|t| part.holds(t));
+        let rollups = self.baselines.dirty_rollups_of(|t| part.holds(t), hours);
         if !rollups.is_empty() {
             self.baselines.mark_persisted(&rollups);
             out.push(Record::Rollups(rollups));
@@ -1034,7 +1035,7 @@ mod tests {
         let mut written: Vec<(Target, u32)> = Vec::new();
         for index in 0..of {
             let part = Part { index, of };
-            for record in m.take_dirty_of(part) {
+            for record in m.take_dirty_of(part, Hours::All) {
                 let ts: Vec<Target> = match record {
                     Record::Rollups(rs) => rs.into_iter().map(|r| r.target).collect(),
                     Record::Breaker(b) => vec![b.target],

@@ -14,12 +14,12 @@
 //! retirement notices), so the step methods have one shape to test.
 
 use crate::decide::alert::rules::{self, AlertEngine, BreakerChange};
-use crate::decide::baseline::Metric;
+use crate::decide::baseline::{Hours, Metric};
 use crate::decide::snapshot::SharedSnapshot;
 use crate::io::http::adopt::{AdoptOutcome, AdoptRequest};
 use crate::io::metrics::Metrics;
 use crate::io::store::link::{Context, LinkHandle, Query, Record, Reply};
-use crate::run::monitor::Monitor;
+use crate::run::monitor::{Monitor, Part};
 use crate::vocab::breaker::State;
 use crate::vocab::health::HealthState;
 use crate::vocab::ready::Liveness;
@@ -37,13 +37,32 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// Longest a snapshot (and the breakers' tick) waits when nothing urgent happened: rebuilding it
 /// walks every target, so at a 60 s interval it is rebuilt every 5 s, not every second.
 const PUBLISH_AT_MOST_EVERY: Duration = Duration::from_secs(5);
-/// How often each target's rollups and breaker state are handed to the link.
+/// How often each target's breaker state and its rollups of ended hours are handed to the link.
 const PERSIST_EVERY: Duration = Duration::from_secs(60);
 /// The parts of the targets a persist hands over in turn, one every `PERSIST_EVERY / PERSIST_PARTS`
 /// ([`crate::run::monitor::Part`]): each target still once every `PERSIST_EVERY`.
 const PERSIST_PARTS: u32 = 10;
+/// How often each target's rollups of the hour under way are handed to the link. They change with
+/// every probe: written every minute they were four of every five rows stored at 10,000 targets.
+/// A SIGKILL loses at most this much of the hour from the stored baselines (the samples are kept;
+/// `vigil baselines --rebuild`); a stop, and the hour's end, write it at once (docs/ARCHITECTURE.md).
+const OPEN_HOUR_EVERY: Duration = Duration::from_secs(300);
+/// [`OPEN_HOUR_EVERY`] in rounds of [`PERSIST_EVERY`].
+const OPEN_HOUR_ROUNDS: u32 = (OPEN_HOUR_EVERY.as_secs() / PERSIST_EVERY.as_secs()) as u32;
 /// How long another region's last sample stays on the status page after it stops reporting.
 const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
+
+/// What periodic persist `turn` (of `PERSIST_PARTS * OPEN_HOUR_ROUNDS`, one every
+/// `PERSIST_EVERY / PERSIST_PARTS`) hands over at `now`: the next of the [`PERSIST_PARTS`] parts
+/// of the targets, and in one round of [`OPEN_HOUR_ROUNDS`] their hour under way too, else only
+/// hours ended by `now`. Part `i` carries its open hour in rounds where
+/// `(round + i) % OPEN_HOUR_ROUNDS == 0`, so every minute writes a fifth of the open hours, not
+/// all of them one minute in five.
+fn persist_turn(turn: u32, now: DateTime<Utc>) -> (Part, Hours) {
+    let (index, round) = (turn % PERSIST_PARTS, turn / PERSIST_PARTS);
+    let hours = if (round + index) % OPEN_HOUR_ROUNDS == 0 { Hours::All } else { Hours::EndedBy(now) };
+    (Part { index, of: PERSIST_PARTS }, hours)
+}
 
 /// Consumes samples from the scheduler and fans them out in a fixed order.
 pub struct Pipeline {
@@ -67,8 +86,9 @@ pub struct Pipeline {
     /// A load or an expiry read is under way (asked, not yet answered).
     loading: bool,
     expiring: bool,
-    /// The part of the targets the next periodic persist hands over.
-    persist_part: u32,
+    /// The next periodic persist, counted in `0..PERSIST_PARTS * OPEN_HOUR_ROUNDS`: which part of
+    /// the targets it hands over, and whether with the hour under way.
+    persist_turn: u32,
     /// The end of the last stored hour folded in: a load that failed part way resumes there
     /// (folding an hour twice would count its probes twice).
     read_until: Option<DateTime<Utc>>,
@@ -386,7 +406,7 @@ impl Pipeline {
             urgent: false,
             loading: false,
             expiring: false,
-            persist_part: 0,
+            persist_turn: 0,
             load_failed: false,
             read_until: None,
             alerts: s.alerts,
@@ -821,19 +841,19 @@ impl Pipeline {
     /// Hands changed rollups and breaker states to the link, and asks for what must be read
     /// back (stored state not yet restored; hours leaving the baseline window).
     pub fn persist(&mut self, now: DateTime<Utc>) {
-        self.persist_of(now, crate::run::monitor::Part::WHOLE);
+        self.persist_of(now, Part::WHOLE, Hours::All);
     }
 
-    /// [`persist`](Self::persist) of the next of [`PERSIST_PARTS`] parts of the targets, in turn.
+    /// [`persist`](Self::persist) of the next turn ([`persist_turn`]).
     fn persist_next_part(&mut self, now: DateTime<Utc>) {
-        let part = crate::run::monitor::Part { index: self.persist_part, of: PERSIST_PARTS };
+        let (part, hours) = persist_turn(self.persist_turn, now);
         if self.loaded {
-            self.persist_part = (self.persist_part + 1) % PERSIST_PARTS;
+            self.persist_turn = (self.persist_turn + 1) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS);
         }
-        self.persist_of(now, part);
+        self.persist_of(now, part, hours);
     }
 
-    fn persist_of(&mut self, now: DateTime<Utc>, part: crate::run::monitor::Part) {
+    fn persist_of(&mut self, now: DateTime<Utc>, part: Part, hours: Hours) {
         if !self.loaded {
             if !self.loading {
                 self.loading = true;
@@ -844,7 +864,7 @@ impl Pipeline {
         }
         // Followers drop theirs: the leader stores the same state from the same samples.
         let leads = self.leads(now);
-        for record in self.monitor.take_dirty_of(part).into_iter().filter(|_| leads) {
+        for record in self.monitor.take_dirty_of(part, hours).into_iter().filter(|_| leads) {
             self.link.store(record);
         }
         let keep_from = now - chrono::Duration::minutes(10);
@@ -1409,6 +1429,83 @@ balance = { min_usd = 5.0 }
         assert_eq!(count("publish"), Some(1), "{text}");
         assert_eq!(count("evaluate"), Some(2));
         assert_eq!(count("persist"), Some(0), "every step is there from the start");
+        r.stop.cancel();
+    }
+
+    #[test]
+    fn each_part_is_persisted_every_turn_round_and_with_its_hour_under_way_one_round_in_five() {
+        let now = t0();
+        let turns: Vec<(Part, Hours)> = (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS).map(|t| persist_turn(t, now)).collect();
+        for index in 0..PERSIST_PARTS {
+            let mine: Vec<&Hours> = turns.iter().filter(|(p, _)| p.index == index).map(|(_, h)| h).collect();
+            assert_eq!(mine.len(), OPEN_HOUR_ROUNDS as usize, "part {index} once a round");
+            assert_eq!(mine.iter().filter(|h| ***h == Hours::All).count(), 1, "part {index}: its open hour once");
+        }
+        for (round, turns) in turns.chunks(PERSIST_PARTS as usize).enumerate() {
+            let open = turns.iter().filter(|(_, h)| *h == Hours::All).count();
+            assert_eq!(open, 2, "round {round}: a fifth of the open hours every minute");
+            assert!(turns
+                .iter()
+                .all(|(p, h)| p.of == PERSIST_PARTS && (*h == Hours::All || *h == Hours::EndedBy(now))));
+        }
+    }
+
+    #[tokio::test]
+    async fn the_hour_under_way_is_stored_in_its_parts_open_turn_an_ended_hour_at_its_next_turn_and_all_at_a_stop() {
+        use crate::decide::baseline::PROBES;
+        use crate::vocab::sample::Outcome;
+        use chrono::DurationRound;
+        let mut r = rig(async |_: &dyn Store| {}).await;
+        let open = Utc::now().duration_trunc(chrono::Duration::hours(1)).expect("an hour");
+        let (ended, now) = (open - chrono::Duration::hours(1), open + chrono::Duration::minutes(1));
+        r.pipeline.persist(now);
+        finish_load(&mut r.pipeline, now).await;
+        let index =
+            (0..PERSIST_PARTS).find(|i| Part { index: *i, of: PERSIST_PARTS }.holds(&target("eu"))).expect("a part");
+        let open_turn = (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS)
+            .find(|t| t % PERSIST_PARTS == index && persist_turn(*t, now).1 == Hours::All)
+            .expect("an open turn");
+        let closed_turn = (open_turn + PERSIST_PARTS) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS);
+        let stored = async |r: &Rig, hour: DateTime<Utc>, want: Option<i64>| {
+            let mut have = None;
+            for _ in 0..100 {
+                let rollups = r.store.rollups_between(Some("eu"), ended, None).await.expect("rollups");
+                have = rollups.iter().find(|x| x.hour == hour && x.metric.as_str() == PROBES).map(|x| x.count);
+                if have == want {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            have
+        };
+        // Two probes of the hour that ended and one of the hour under way: a turn that is not the
+        // part's open one stores the ended hour and leaves the open one for later.
+        for at in [ended + chrono::Duration::minutes(30), ended + chrono::Duration::minutes(59)] {
+            r.pipeline.process(sample("eu", at, Outcome::Ok)).await;
+        }
+        r.pipeline.process(sample("eu", open + chrono::Duration::seconds(10), Outcome::Ok)).await;
+        r.pipeline.persist_turn = closed_turn;
+        r.pipeline.persist_next_part(now);
+        assert_eq!(stored(&r, ended, Some(2)).await, Some(2), "the ended hour, at the part's next turn");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(stored(&r, open, None).await, None, "the hour under way waits for the part's open turn");
+        // Every other part's turns leave it too.
+        for turn in (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS).filter(|t| t % PERSIST_PARTS != index) {
+            r.pipeline.persist_turn = turn;
+            r.pipeline.persist_next_part(now);
+        }
+        r.pipeline.persist_turn = open_turn;
+        r.pipeline.persist_next_part(now);
+        assert_eq!(stored(&r, open, Some(1)).await, Some(1), "the hour under way, at the part's open turn");
+        assert_eq!(r.pipeline.persist_turn, (open_turn + 1) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS), "turns go on");
+        // A stop stores what changed since, whatever the turn.
+        r.pipeline.process(sample("eu", open + chrono::Duration::seconds(40), Outcome::Ok)).await;
+        r.pipeline.persist_turn = closed_turn;
+        r.pipeline.persist_next_part(now);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(stored(&r, open, Some(1)).await, Some(1), "not before the part's next open turn");
+        r.pipeline.persist(now);
+        assert_eq!(stored(&r, open, Some(2)).await, Some(2), "a stop writes the hour under way at once");
         r.stop.cancel();
     }
 

@@ -84,6 +84,16 @@ pub struct LoadReport {
     pub skipped: Vec<BaselineError>,
 }
 
+/// Which held hours a persist takes ([`Baselines::dirty_rollups_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hours {
+    /// Every changed hour, the one under way too (a stop, a whole hand-off).
+    All,
+    /// Only changed hours that ended by this instant: the hour under way changes with every
+    /// probe and is written on its own, slower cadence (`run::pipeline`).
+    EndedBy(DateTime<Utc>),
+}
+
 /// Rollup metric name of an hour's probe count (stored without a histogram).
 pub const PROBES: &str = "probes";
 /// Rollup metric name of an hour's failed-probe count (stored without a histogram).
@@ -396,11 +406,16 @@ impl Baselines {
     /// Held hours changed since the last [`mark_persisted`](Self::mark_persisted), as rollups
     /// (histograms V2-serialized; counts as `probes`/`errors` rows without a histogram).
     pub fn dirty_rollups(&self) -> Vec<Rollup> {
-        self.dirty_rollups_of(|_| true)
+        self.dirty_rollups_of(|_| true, Hours::All)
     }
 
-    /// [`dirty_rollups`](Self::dirty_rollups) of the targets `keep` takes.
-    pub fn dirty_rollups_of(&self, keep: impl Fn(&Target) -> bool) -> Vec<Rollup> {
+    /// [`dirty_rollups`](Self::dirty_rollups) of the targets `keep` takes, of the `hours` asked for.
+    pub fn dirty_rollups_of(&self, keep: impl Fn(&Target) -> bool, hours: Hours) -> Vec<Rollup> {
+        let before = match hours {
+            Hours::All => i64::MAX,
+            Hours::EndedBy(now) => hour_of(now),
+        };
+        let due = |hour: i64, version: u32, persisted: u32| version != persisted && hour < before;
         let mut out = Vec::new();
         let rollup = |target: &Target, metric: &Name, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
             target: target.clone(),
@@ -413,13 +428,13 @@ impl Baselines {
         let (probes, errors) = (Name::from(PROBES), Name::from(ERRORS));
         for (target, series) in self.series.iter().filter(|(t, _)| keep(t)) {
             for (metric, name) in Metric::ALL.iter().zip(&names) {
-                for h in series.metrics[metric.slot()].held.iter().filter(|h| h.version != h.persisted) {
+                for h in series.metrics[metric.slot()].held.iter().filter(|h| due(h.hour, h.version, h.persisted)) {
                     let bytes = encode_v2(&h.tally.packed.unpack());
                     let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
                     out.push(rollup(target, name, h.hour, count, bytes));
                 }
             }
-            for h in series.counts.held.iter().filter(|h| h.version != h.persisted) {
+            for h in series.counts.held.iter().filter(|h| due(h.hour, h.version, h.persisted)) {
                 out.push(rollup(target, &probes, h.hour, h.tally.probes, Vec::new()));
                 out.push(rollup(target, &errors, h.hour, h.tally.errors, Vec::new()));
             }
@@ -826,6 +841,33 @@ mod tests {
         b.refresh(t0() + Duration::hours(5));
         assert!(b.series[&t].metrics[0].held.is_empty());
         assert_eq!(b.get(&t, Metric::Ttfb, t0() + Duration::hours(5)).count, 1);
+    }
+
+    #[test]
+    fn a_persist_of_ended_hours_leaves_the_hour_under_way_changed_for_later() {
+        let mut b = Baselines::new(&config(1));
+        let t = target("A");
+        b.record(&sample(&t, t0() + Duration::minutes(50), 100.0, Outcome::Ok));
+        b.record(&sample(&t, t0() + Duration::minutes(70), 120.0, Outcome::ServerError));
+        let now = t0() + Duration::minutes(75);
+        let hours = |rs: &[Rollup]| rs.iter().map(|r| r.hour).collect::<std::collections::BTreeSet<_>>();
+        let ended = b.dirty_rollups_of(|_| true, Hours::EndedBy(now));
+        assert_eq!(hours(&ended), [t0()].into(), "only the hour that ended: {ended:?}");
+        assert_eq!(ended.len(), 5, "its histograms and counts");
+        b.mark_persisted(&ended);
+        let open = b.dirty_rollups_of(|_| true, Hours::EndedBy(now));
+        assert!(open.is_empty(), "the hour under way waits: {open:?}");
+        let all = b.dirty_rollups_of(|_| true, Hours::All);
+        assert_eq!(hours(&all), [t0() + Duration::hours(1)].into(), "and is still changed for a later persist");
+        assert_eq!(all.iter().find(|r| r.metric == PROBES).map(|r| r.count), Some(1));
+        b.mark_persisted(&all);
+        assert!(b.dirty_rollups().is_empty());
+        // Once it has ended, the next persist of ended hours takes it.
+        let later = b.dirty_rollups_of(|_| true, Hours::EndedBy(t0() + Duration::hours(2)));
+        assert!(later.is_empty(), "nothing changed since it was taken: {later:?}");
+        b.record(&sample(&t, t0() + Duration::minutes(80), 130.0, Outcome::Ok));
+        let later = b.dirty_rollups_of(|_| true, Hours::EndedBy(t0() + Duration::hours(2)));
+        assert_eq!(hours(&later), [t0() + Duration::hours(1)].into(), "{later:?}");
     }
 
     #[test]
