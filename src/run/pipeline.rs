@@ -1455,6 +1455,11 @@ balance = { min_usd = 5.0 }
         use crate::decide::baseline::PROBES;
         use crate::vocab::sample::Outcome;
         use chrono::DurationRound;
+        use chrono::Timelike;
+        // The pipeline judges samples at the real time: start clear of an hour's turn.
+        while Utc::now().minute() == 59 && Utc::now().second() >= 50 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         let mut r = rig(async |_: &dyn Store| {}).await;
         let open = Utc::now().duration_trunc(chrono::Duration::hours(1)).expect("an hour");
         let (ended, now) = (open - chrono::Duration::hours(1), open + chrono::Duration::minutes(1));
