@@ -49,10 +49,12 @@ const PERSIST_PARTS: u32 = 10;
 const OPEN_HOUR_EVERY: Duration = Duration::from_secs(300);
 /// [`OPEN_HOUR_EVERY`] in rounds of [`PERSIST_EVERY`].
 const OPEN_HOUR_ROUNDS: u32 = (OPEN_HOUR_EVERY.as_secs() / PERSIST_EVERY.as_secs()) as u32;
+/// The periodic persists before the turns repeat: every part in every round.
+const PERSIST_TURNS: u32 = PERSIST_PARTS * OPEN_HOUR_ROUNDS;
 /// How long another region's last sample stays on the status page after it stops reporting.
 const ELSEWHERE_SHOWN_FOR: chrono::Duration = chrono::Duration::hours(1);
 
-/// What periodic persist `turn` (of `PERSIST_PARTS * OPEN_HOUR_ROUNDS`, one every
+/// What periodic persist `turn` (of [`PERSIST_TURNS`], one every
 /// `PERSIST_EVERY / PERSIST_PARTS`) hands over at `now`: the next of the [`PERSIST_PARTS`] parts
 /// of the targets, and in one round of [`OPEN_HOUR_ROUNDS`] their hour under way too, else only
 /// hours ended by `now`. Part `i` carries its open hour in rounds where
@@ -86,7 +88,7 @@ pub struct Pipeline {
     /// A load or an expiry read is under way (asked, not yet answered).
     loading: bool,
     expiring: bool,
-    /// The next periodic persist, counted in `0..PERSIST_PARTS * OPEN_HOUR_ROUNDS`: which part of
+    /// The next periodic persist, counted in `0..PERSIST_TURNS`: which part of
     /// the targets it hands over, and whether with the hour under way.
     persist_turn: u32,
     /// The end of the last stored hour folded in: a load that failed part way resumes there
@@ -848,7 +850,7 @@ impl Pipeline {
     fn persist_next_part(&mut self, now: DateTime<Utc>) {
         let (part, hours) = persist_turn(self.persist_turn, now);
         if self.loaded {
-            self.persist_turn = (self.persist_turn + 1) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS);
+            self.persist_turn = (self.persist_turn + 1) % PERSIST_TURNS;
         }
         self.persist_of(now, part, hours);
     }
@@ -1435,7 +1437,7 @@ balance = { min_usd = 5.0 }
     #[test]
     fn each_part_is_persisted_every_turn_round_and_with_its_hour_under_way_one_round_in_five() {
         let now = t0();
-        let turns: Vec<(Part, Hours)> = (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS).map(|t| persist_turn(t, now)).collect();
+        let turns: Vec<(Part, Hours)> = (0..PERSIST_TURNS).map(|t| persist_turn(t, now)).collect();
         for index in 0..PERSIST_PARTS {
             let mine: Vec<&Hours> = turns.iter().filter(|(p, _)| p.index == index).map(|(_, h)| h).collect();
             assert_eq!(mine.len(), OPEN_HOUR_ROUNDS as usize, "part {index} once a round");
@@ -1467,10 +1469,10 @@ balance = { min_usd = 5.0 }
         finish_load(&mut r.pipeline, now).await;
         let index =
             (0..PERSIST_PARTS).find(|i| Part { index: *i, of: PERSIST_PARTS }.holds(&target("eu"))).expect("a part");
-        let open_turn = (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS)
+        let open_turn = (0..PERSIST_TURNS)
             .find(|t| t % PERSIST_PARTS == index && persist_turn(*t, now).1 == Hours::All)
             .expect("an open turn");
-        let closed_turn = (open_turn + PERSIST_PARTS) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS);
+        let closed_turn = (open_turn + PERSIST_PARTS) % PERSIST_TURNS;
         let stored = async |r: &Rig, hour: DateTime<Utc>, want: Option<i64>| {
             let mut have = None;
             for _ in 0..100 {
@@ -1495,14 +1497,14 @@ balance = { min_usd = 5.0 }
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(stored(&r, open, None).await, None, "the hour under way waits for the part's open turn");
         // Every other part's turns leave it too.
-        for turn in (0..PERSIST_PARTS * OPEN_HOUR_ROUNDS).filter(|t| t % PERSIST_PARTS != index) {
+        for turn in (0..PERSIST_TURNS).filter(|t| t % PERSIST_PARTS != index) {
             r.pipeline.persist_turn = turn;
             r.pipeline.persist_next_part(now);
         }
         r.pipeline.persist_turn = open_turn;
         r.pipeline.persist_next_part(now);
         assert_eq!(stored(&r, open, Some(1)).await, Some(1), "the hour under way, at the part's open turn");
-        assert_eq!(r.pipeline.persist_turn, (open_turn + 1) % (PERSIST_PARTS * OPEN_HOUR_ROUNDS), "turns go on");
+        assert_eq!(r.pipeline.persist_turn, (open_turn + 1) % PERSIST_TURNS, "turns go on");
         // A stop stores what changed since, whatever the turn.
         r.pipeline.process(sample("eu", open + chrono::Duration::seconds(40), Outcome::Ok)).await;
         r.pipeline.persist_turn = closed_turn;

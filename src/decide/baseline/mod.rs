@@ -415,7 +415,6 @@ impl Baselines {
             Hours::All => i64::MAX,
             Hours::EndedBy(now) => hour_of(now),
         };
-        let due = |hour: i64, version: u32, persisted: u32| version != persisted && hour < before;
         let mut out = Vec::new();
         let rollup = |target: &Target, metric: &Name, hour: i64, count: i64, histogram: Vec<u8>| Rollup {
             target: target.clone(),
@@ -428,13 +427,13 @@ impl Baselines {
         let (probes, errors) = (Name::from(PROBES), Name::from(ERRORS));
         for (target, series) in self.series.iter().filter(|(t, _)| keep(t)) {
             for (metric, name) in Metric::ALL.iter().zip(&names) {
-                for h in series.metrics[metric.slot()].held.iter().filter(|h| due(h.hour, h.version, h.persisted)) {
+                for h in series.metrics[metric.slot()].held.iter().filter(|h| !h.is_stored() && h.hour < before) {
                     let bytes = encode_v2(&h.tally.packed.unpack());
                     let count = i64::try_from(h.tally.count).unwrap_or(i64::MAX);
                     out.push(rollup(target, name, h.hour, count, bytes));
                 }
             }
-            for h in series.counts.held.iter().filter(|h| due(h.hour, h.version, h.persisted)) {
+            for h in series.counts.held.iter().filter(|h| !h.is_stored() && h.hour < before) {
                 out.push(rollup(target, &probes, h.hour, h.tally.probes, Vec::new()));
                 out.push(rollup(target, &errors, h.hour, h.tally.errors, Vec::new()));
             }

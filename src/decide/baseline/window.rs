@@ -99,6 +99,13 @@ pub(super) struct Held<T> {
     pub(super) persisted: u32,
 }
 
+impl<T> Held<T> {
+    /// Whether the store has this hour as it is now.
+    pub(super) fn is_stored(&self) -> bool {
+        self.version == self.persisted
+    }
+}
+
 /// Held hours kept inside the window itself: the current hour and the one before are all a
 /// window usually holds, where a buffer of its own took four slots for the two, per window.
 pub(super) type HeldHours<T> = SmallVec<[Held<T>; HOLD as usize + 1]>;
@@ -137,7 +144,7 @@ impl<T: Tally> Window<T> {
             if h.hour < oldest {
                 self.held.remove(0);
                 changed = true;
-            } else if h.hour < hold_from && h.version == h.persisted {
+            } else if h.hour < hold_from && h.is_stored() {
                 let h = self.held.remove(0);
                 self.folded.fold_in(&h.tally);
                 first_folded = first_folded.or(Some(h.hour));
@@ -159,7 +166,7 @@ impl<T: Tally> Window<T> {
         if let Some(h) = self.held_mut(hour, hour >= hold_from) {
             h.tally.add(tally);
             // The store has only its part: the held hour stays dirty when it had more.
-            let dirty = h.version != h.persisted;
+            let dirty = !h.is_stored();
             h.version = h.version.wrapping_add(1);
             h.persisted = if dirty { h.persisted } else { h.version };
         } else {
